@@ -1,0 +1,148 @@
+"""Typed configuration: YAML files mapped onto frozen dataclasses.
+
+`load_config(Schema, path, overrides)` reads YAML, applies `a.b=value` overrides and builds the
+dataclass tree. An unknown key or a value of the wrong type raises `ConfigError` naming the
+dotted key and what is allowed; nothing is silently ignored or coerced.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config key is unknown, missing or has the wrong type."""
+
+
+def _type_name(tp: Any) -> str:
+    if get_origin(tp) is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """Check `value` against annotation `tp`; returns the value (tuples for sequences)."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, key)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(f"config key '{key}': {value!r} is not {' or '.join(_type_name(a) for a in args)}")
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise ConfigError(f"config key '{key}': {value!r} is not allowed; choose one of {list(get_args(tp))}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{key}': expected a list, got {value!r}")
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise ConfigError(f"config key '{key}': expected {len(args)} values, got {len(value)}")
+        return tuple(_convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(args, value)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}': expected a mapping, got {value!r}")
+        kt, vt = get_args(tp)
+        return {_convert(k, kt, key): _convert(v, vt, f"{key}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{key}': expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config key '{key}': expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"config key '{key}': unsupported annotation {tp!r}")
+
+
+def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
+    """Build dataclass `cls` from a mapping, validating every key and type."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key '{prefix or '<root>'}': expected a mapping, got {data!r}")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = f"'{prefix}.{unknown[0]}'" if prefix else f"'{unknown[0]}'"
+        raise ConfigError(f"unknown config key {where}; allowed keys here: {sorted(fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        key = f"{prefix}.{name}" if prefix else name
+        if name in data:
+            kwargs[name] = _convert(data[name], hints[name], key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"config key '{key}' is required")
+    return cls(**kwargs)
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclass tree to plain YAML/JSON-able values (tuples become lists)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+    """Apply `a.b.c=value` strings (values parsed as YAML) onto a nested dict, in place."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like key.sub=value")
+        key, raw = item.split("=", 1)
+        node = data
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override '{item}': '{p}' is not a section")
+            node = child
+        node[parts[-1]] = yaml.safe_load(raw)
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> T:
+    """Read YAML at `path` (or start empty), apply overrides, build `cls`."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path}: top level must be a mapping")
+    apply_overrides(data, list(overrides))
+    return from_dict(cls, data)
