@@ -1,0 +1,67 @@
+"""Task registry: name -> builder `builder(meta, in_channels, **options) -> Task`.
+
+`meta` is the dataset meta (dataset.json: `classes`, `sign_classes`, `light_states`, ...),
+`in_channels` the neck width, `options` the task's constructor options from the config. Adding a
+task is one new file in this package plus one `register_task` line below (see
+docs/adding_a_head.md).
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hydranet.tasks.base import Metric, Task, to_device
+from hydranet.tasks.depth import DepthTask
+from hydranet.tasks.det2d import Det2dTask
+from hydranet.tasks.drivable import DrivableTask
+from hydranet.tasks.lanes import LanesTask
+from hydranet.tasks.normals import NormalsTask
+from hydranet.tasks.signs_lights import SignsLightsTask
+
+TaskBuilder = Callable[..., Task]
+TASKS: dict[str, TaskBuilder] = {}
+
+
+def register_task(name: str, builder: TaskBuilder) -> None:
+    """Register `builder(meta, in_channels, **options)` under `name`; a duplicate name raises."""
+    if name in TASKS:
+        raise ValueError(f"task '{name}' is already registered")
+    TASKS[name] = builder
+
+
+register_task("det2d", Det2dTask.from_meta)
+register_task("lanes", LanesTask.from_meta)
+register_task("drivable", DrivableTask.from_meta)
+register_task("depth", DepthTask.from_meta)
+register_task("normals", NormalsTask.from_meta)
+register_task("signs_lights", SignsLightsTask.from_meta)
+
+
+def task_options(builder: TaskBuilder) -> list[str]:
+    """Option names a builder accepts (its keyword parameters, or its class's constructor's)."""
+    params = inspect.signature(builder).parameters
+    names = [n for n, p in params.items() if p.kind == p.KEYWORD_ONLY or
+             (p.kind == p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)]
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()) and inspect.isclass(getattr(builder, "__self__", None)):
+        init = inspect.signature(builder.__self__.__init__).parameters
+        names += [n for n, p in init.items() if p.default is not p.empty and n not in names]
+    return names
+
+
+def build_task(name: str, meta: Mapping, in_channels: int, options: Mapping[str, Any] | None = None) -> Task:
+    """The task registered as `name`; unknown names and options raise ValueError listing the known ones."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task '{name}'; known tasks: {sorted(TASKS)}")
+    builder, options = TASKS[name], dict(options or {})
+    allowed = task_options(builder)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"task '{name}': unknown option '{unknown[0]}'; allowed options: {allowed}")
+    task = builder(meta, in_channels, **options)
+    if task.name != name:
+        raise ValueError(f"task registered as '{name}' builds a task named '{task.name}'; the names must agree")
+    return task
+
+
+__all__ = ["TASKS", "Task", "Metric", "build_task", "register_task", "task_options", "to_device"]

@@ -1,0 +1,85 @@
+"""Dense metric depth per camera.
+
+The head predicts log depth; the loss is the scale-invariant log error of Eigen, Puhrsch and
+Fergus ("Depth Map Prediction from a Single Image using a Multi-Scale Deep Network", NeurIPS
+2014) with lambda < 1 so absolute scale is still learned (as BTS / AdaBins use it), computed only
+on valid pixels (0 < depth <= max_depth; 0 marks sky / no surface). Metrics over every valid
+pixel seen: AbsRel, RMSE (metres) and delta < 1.25 (Eigen et al.).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from hydranet.tasks.base import DenseHead, Metric, Task, require
+
+
+class DepthTask(Task):
+    """Per camera: log-depth logits (B*N, 1, H, W); decode: depth (H, W) metres."""
+
+    name = "depth"
+
+    def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32, max_depth: float = 100.0,
+                 min_depth: float = 0.1, silog_lambda: float = 0.85):
+        super().__init__(in_channels, in_stride)
+        self.head = DenseHead(in_channels, 1, width, in_stride=in_stride, bias_init=math.log(10.0))
+        self.max_depth, self.min_depth, self.silog_lambda = max_depth, min_depth, silog_lambda
+
+    @classmethod
+    def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> DepthTask:
+        return cls(in_channels, **options)
+
+    def build_targets(self, sample: Mapping) -> dict[str, Any]:
+        depth = np.asarray(require(sample, "depth", self.name), np.float32)  # (N, H, W) metres
+        return {"depth": depth[:, None]}  # (N, 1, H, W)
+
+    def valid(self, depth: torch.Tensor) -> torch.Tensor:
+        return (depth > 0) & (depth <= self.max_depth)
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        pred_log = outputs["logits"].float()  # (B*N, 1, H, W)
+        gt = targets["depth"]
+        valid = self.valid(gt)
+        if not valid.any():
+            return {"silog": pred_log.sum() * 0.0}
+        d = pred_log[valid] - gt[valid].clamp(min=self.min_depth).log()  # (P,)
+        silog = (d.pow(2).mean() - self.silog_lambda * d.mean().pow(2)).clamp(min=1e-8).sqrt()
+        return {"silog": silog}
+
+    @torch.no_grad()
+    def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        depth = outputs["logits"].float()[:, 0].clamp(max=math.log(self.max_depth)).exp()  # (B*N, H, W)
+        return [{"depth": d.clamp(min=self.min_depth)} for d in depth]
+
+    def metric(self) -> DepthMetric:
+        return DepthMetric(self.max_depth)
+
+
+class DepthMetric(Metric):
+    """AbsRel, RMSE and delta<1.25 over every valid pixel (0 < gt <= max_depth)."""
+
+    def __init__(self, max_depth: float):
+        self.max_depth = max_depth
+        self.n = 0
+        self.abs_rel = 0.0
+        self.sq = 0.0
+        self.delta1 = 0
+
+    def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
+        for det, gt in zip(decoded, targets["depth"], strict=True):
+            pred, gt = det["depth"].cpu().double(), gt.cpu().double().reshape(det["depth"].shape)
+            valid = (gt > 0) & (gt <= self.max_depth)
+            p, g = pred[valid], gt[valid]
+            self.n += int(valid.sum())
+            self.abs_rel += float(((p - g).abs() / g).sum())
+            self.sq += float(((p - g) ** 2).sum())
+            self.delta1 += int((torch.maximum(p / g, g / p) < 1.25).sum())
+
+    def compute(self) -> dict[str, float]:
+        if not self.n:
+            return {"abs_rel": float("nan"), "rmse": float("nan"), "delta1": float("nan")}
+        return {"abs_rel": self.abs_rel / self.n, "rmse": math.sqrt(self.sq / self.n), "delta1": self.delta1 / self.n}

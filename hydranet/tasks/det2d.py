@@ -1,0 +1,262 @@
+"""2D detection of every object class, anchor-free, CenterNet style.
+
+Zhou, Wang, Krähenbühl, "Objects as Points", arXiv 2019 (CenterNet): one heatmap per class whose
+peaks are object centres, plus per-pixel box regression. The heatmap is trained with the
+penalty-reduced focal loss of CornerNet (Law & Deng, ECCV 2018) on elliptical Gaussians whose
+spread follows the box (TTFNet, Liu et al., AAAI 2020). The box branch regresses, at the centre
+cell, the sub-cell centre offset and log width/height in stride units (L1). Decoding keeps 3x3
+local maxima, then class-wise NMS (`torchvision.ops.batched_nms`). Metric: COCO mAP@[.5:.95] and
+mAP50 computed by pycocotools; `write_coco_json` writes ground truth and predictions as COCO JSON.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+from torch import nn
+from torchvision.ops import batched_nms
+
+from hydranet.tasks.base import MergeLevels, Metric, Task, camera_labels, image_hw
+
+_GAUSS_ALPHA = 0.54  # TTFNet: Gaussian sigma = alpha * size / 6
+
+
+class CenterNetHead(nn.Module):
+    """Merged pyramid (stride 8) -> optional 2x upsampling to `out_stride` 4 -> two branches:
+    {"heatmap": (B, C, H/s, W/s) class logits, "box": (B, 4, H/s, W/s) dx, dy, log w/s, log h/s}."""
+
+    def __init__(self, in_channels: int, num_classes: int, width: int = 64, in_stride: int = 8, out_stride: int = 4):
+        super().__init__()
+        if in_stride % out_stride:
+            raise ValueError(f"det2d out_stride {out_stride} must divide the neck's finest stride {in_stride}")
+        self.merge = MergeLevels()
+        self.scale = in_stride // out_stride
+
+        def branch(cout: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(inplace=True),
+                                 nn.Conv2d(width, cout, 1))
+
+        self.heatmap = branch(num_classes)
+        self.box = branch(4)
+        nn.init.constant_(self.heatmap[-1].bias, -2.19)  # prior probability 0.1 (CenterNet)
+
+    def forward(self, feats: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        x = self.merge(feats)  # (B, C_in, H/8, W/8)
+        if self.scale > 1:
+            x = F.interpolate(x, scale_factor=self.scale, mode="bilinear", align_corners=False)
+        return {"heatmap": self.heatmap(x), "box": self.box(x)}  # (B, K, h, w), (B, 4, h, w)
+
+
+def encode_boxes(boxes: np.ndarray, labels: np.ndarray, num_classes: int, out_hw: tuple[int, int],
+                 stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CenterNet targets of one image from xyxy pixel boxes (M, 4) and class ids (M,).
+
+    Returns heatmap (C, h, w) with 1.0 at each centre cell, box (4, h, w) = (dx, dy, log w/s,
+    log h/s) at centre cells and box_mask (h, w) bool. Larger boxes are written first so a smaller
+    box sharing a centre cell keeps it.
+    """
+    h, w = out_hw
+    heat = np.zeros((num_classes, h, w), np.float32)
+    reg = np.zeros((4, h, w), np.float32)
+    mask = np.zeros((h, w), bool)
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    for k in np.argsort(-areas, kind="stable"):
+        x0, y0, x1, y1 = boxes[k] / stride
+        bw, bh = x1 - x0, y1 - y0
+        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+        j, i = min(int(np.floor(cx)), w - 1), min(int(np.floor(cy)), h - 1)
+        sx, sy = max(_GAUSS_ALPHA * bw / 6, 0.3), max(_GAUSS_ALPHA * bh / 6, 0.3)
+        rx, ry = int(np.ceil(3 * sx)), int(np.ceil(3 * sy))
+        ys, xs = np.arange(max(0, i - ry), min(h, i + ry + 1)), np.arange(max(0, j - rx), min(w, j + rx + 1))
+        g = np.exp(-((xs[None, :] - j) ** 2) / (2 * sx**2) - ((ys[:, None] - i) ** 2) / (2 * sy**2))
+        window = heat[labels[k], ys[0]:ys[-1] + 1, xs[0]:xs[-1] + 1]
+        np.maximum(window, g.astype(np.float32), out=window)
+        reg[:, i, j] = (cx - j, cy - i, np.log(bw), np.log(bh))
+        mask[i, j] = True
+    return heat, reg, mask
+
+
+def focal_loss_with_logits(logits: torch.Tensor, target: torch.Tensor, alpha: float = 2.0,
+                           beta: float = 4.0) -> torch.Tensor:
+    """Penalty-reduced pixel focal loss (CornerNet/CenterNet), summed, divided by #peaks."""
+    pos = target >= 1.0
+    log_p, log_not_p = F.logsigmoid(logits), F.logsigmoid(-logits)
+    p = log_p.exp()
+    pos_loss = -(log_p * (1 - p) ** alpha)[pos].sum()
+    neg_loss = -(log_not_p * p**alpha * (1 - target) ** beta)[~pos].sum()
+    return (pos_loss + neg_loss) / pos.sum().clamp(min=1)
+
+
+class Det2dTask(Task):
+    """Multi-class 2D boxes per camera over every class of the dataset meta (`classes`).
+
+    Loss components: "heatmap" (focal), "offset" and "size" (L1 at centre cells), each scaled by
+    its constructor weight. `decode` gives per image {"boxes" (K, 4) xyxy pixels, "scores" (K,),
+    "labels" (K,) class ids}.
+    """
+
+    name = "det2d"
+
+    def __init__(self, classes: Sequence[str], in_channels: int, in_stride: int = 8, out_stride: int = 4,
+                 width: int = 64, heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
+                 score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100):
+        super().__init__(in_channels, in_stride)
+        if not classes:
+            raise ValueError(f"task '{self.name}' needs a non-empty class list")
+        self.classes = list(classes)
+        self.out_stride = out_stride
+        self.head = CenterNetHead(in_channels, len(self.classes), width, in_stride, out_stride)
+        self.weights = {"heatmap": heatmap_weight, "offset": offset_weight, "size": size_weight}
+        self.score_threshold, self.nms_iou, self.max_detections = score_threshold, nms_iou, max_detections
+
+    @classmethod
+    def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> Det2dTask:
+        return cls(_meta_list(meta, "classes", cls.name), in_channels, **options)
+
+    def camera_boxes(self, cam: Mapping, where: str) -> tuple[np.ndarray, np.ndarray]:
+        """xyxy boxes (M, 4) float32 and class ids (M,) int64 of one camera's labels entry."""
+        boxes, labels = [], []
+        for b in cam.get("boxes2d", []):
+            if b["class"] not in self.classes:
+                raise ValueError(f"task '{self.name}': {where} has a box of class '{b['class']}', "
+                                 f"not in the dataset classes {self.classes}")
+            x0, y0, x1, y1 = b["bbox"]
+            if x1 > x0 and y1 > y0:
+                boxes.append((x0, y0, x1, y1))
+                labels.append(self.classes.index(b["class"]))
+        return np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64)
+
+    def build_targets(self, sample: Mapping) -> dict[str, Any]:
+        H, W = image_hw(sample)
+        out_hw = (H // self.out_stride, W // self.out_stride)
+        per_cam = [self.camera_boxes(cam, f"camera {name}")
+                   for cam, name in zip(camera_labels(sample, self.name), sample["camera_names"])]
+        enc = [encode_boxes(b, l, len(self.classes), out_hw, self.out_stride) for b, l in per_cam]
+        return {"heatmap": np.stack([e[0] for e in enc]),  # (N, C, h, w)
+                "box": np.stack([e[1] for e in enc]),  # (N, 4, h, w)
+                "box_mask": np.stack([e[2] for e in enc]),  # (N, h, w)
+                "gt_boxes": [b for b, _ in per_cam],  # N x (M, 4)
+                "gt_labels": [l for _, l in per_cam]}  # N x (M,)
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        heat_logits, box = outputs["heatmap"], outputs["box"]  # (B*N, C, h, w), (B*N, 4, h, w)
+        if heat_logits.shape != targets["heatmap"].shape:
+            raise ValueError(f"task '{self.name}': heatmap output {tuple(heat_logits.shape)} vs target "
+                             f"{tuple(targets['heatmap'].shape)}; images must be the size the targets were built at")
+        mask = targets["box_mask"]  # (B*N, h, w)
+        num = mask.sum().clamp(min=1)
+        err = (box - targets["box"]).abs() * mask[:, None]  # (B*N, 4, h, w)
+        return {"heatmap": self.weights["heatmap"] * focal_loss_with_logits(heat_logits.float(), targets["heatmap"]),
+                "offset": self.weights["offset"] * err[:, :2].sum() / num,
+                "size": self.weights["size"] * err[:, 2:].sum() / num}
+
+    @torch.no_grad()
+    def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        heat = outputs["heatmap"].float().sigmoid()  # (B, C, h, w)
+        box = outputs["box"].float()  # (B, 4, h, w)
+        B, C, h, w = heat.shape
+        s = self.out_stride
+        peaks = heat * (F.max_pool2d(heat, 3, stride=1, padding=1) == heat)
+        scores, idx = peaks.flatten(1).topk(min(self.max_detections, C * h * w), dim=1)  # (B, K)
+        results = []
+        for b in range(B):
+            keep = scores[b] > self.score_threshold
+            sc, ix = scores[b][keep], idx[b][keep]
+            cls, pix = ix // (h * w), ix % (h * w)
+            ys, xs = pix // w, pix % w
+            dx, dy, lw, lh = box[b][:, ys, xs]  # each (K,)
+            cx, cy = (xs + dx) * s, (ys + dy) * s
+            bw, bh = lw.clamp(max=12).exp() * s, lh.clamp(max=12).exp() * s
+            boxes = torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], dim=1)
+            boxes[:, 0::2] = boxes[:, 0::2].clamp(0, w * s)
+            boxes[:, 1::2] = boxes[:, 1::2].clamp(0, h * s)
+            k = batched_nms(boxes, sc, cls, self.nms_iou)
+            results.append({"boxes": boxes[k], "scores": sc[k], "labels": cls[k]})
+        return results
+
+    def metric(self) -> CocoMetric:
+        return CocoMetric(self.classes)
+
+
+def _meta_list(meta: Mapping, key: str, task: str) -> list[str]:
+    if key not in meta or not meta[key]:
+        raise ValueError(f"task '{task}' needs the dataset meta key '{key}' (a list of names); meta has {sorted(meta)}")
+    return list(meta[key])
+
+
+def coco_dicts(gts: Sequence[tuple[np.ndarray, np.ndarray]], preds: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+               classes: Sequence[str]) -> tuple[dict, list[dict]]:
+    """COCO ground-truth dataset dict and detection-result list.
+
+    gts: per image (boxes (M, 4) xyxy, labels (M,)); preds: per image (boxes (K, 4) xyxy,
+    scores (K,), labels (K,)). Image ids are 1-based positions, category id = class index + 1.
+    """
+    if len(gts) != len(preds):
+        raise ValueError(f"coco_dicts: {len(gts)} ground-truth images but {len(preds)} prediction images")
+    images, anns, dets = [], [], []
+    for img_id, ((gb, gl), (pb, ps, pl)) in enumerate(zip(gts, preds), start=1):
+        images.append({"id": img_id})
+        for box, label in zip(np.asarray(gb, np.float64).reshape(-1, 4), np.asarray(gl).reshape(-1)):
+            w, h = box[2] - box[0], box[3] - box[1]
+            anns.append({"id": len(anns) + 1, "image_id": img_id, "category_id": int(label) + 1,
+                         "bbox": [float(box[0]), float(box[1]), float(w), float(h)], "area": float(w * h), "iscrowd": 0})
+        for box, score, label in zip(np.asarray(pb, np.float64).reshape(-1, 4), np.asarray(ps).reshape(-1),
+                                     np.asarray(pl).reshape(-1)):
+            dets.append({"image_id": img_id, "category_id": int(label) + 1, "score": float(score),
+                         "bbox": [float(box[0]), float(box[1]), float(box[2] - box[0]), float(box[3] - box[1])]})
+    categories = [{"id": i + 1, "name": n} for i, n in enumerate(classes)]
+    return {"images": images, "annotations": anns, "categories": categories}, dets
+
+
+def write_coco_json(gts, preds, classes: Sequence[str], gt_path: str | Path, pred_path: str | Path) -> None:
+    """Write ground truth (COCO dataset JSON) and predictions (COCO results JSON); see `coco_dicts`."""
+    gt, dets = coco_dicts(gts, preds, classes)
+    Path(gt_path).write_text(json.dumps(gt))
+    Path(pred_path).write_text(json.dumps(dets))
+
+
+def coco_map(gt: dict, dets: list[dict]) -> dict[str, float]:
+    """{"mAP": mAP@[.5:.95], "mAP50"} by pycocotools; NaN when there is no ground truth box."""
+    if not gt["annotations"]:
+        return {"mAP": float("nan"), "mAP50": float("nan")}
+    if not dets:
+        return {"mAP": 0.0, "mAP50": 0.0}
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress and tables
+        coco = COCO()
+        coco.dataset = gt
+        coco.createIndex()
+        ev = COCOeval(coco, coco.loadRes(dets), "bbox")
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    return {"mAP": max(float(ev.stats[0]), 0.0), "mAP50": max(float(ev.stats[1]), 0.0)}
+
+
+class CocoMetric(Metric):
+    """COCO box mAP over every image seen (targets need "gt_boxes" and "gt_labels")."""
+
+    def __init__(self, classes: Sequence[str]):
+        self.classes = list(classes)
+        self.gts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.preds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
+        for det, gb, gl in zip(decoded, targets["gt_boxes"], targets["gt_labels"], strict=True):
+            self.gts.append((np.asarray(gb.cpu()), np.asarray(gl.cpu())))
+            self.preds.append(tuple(np.asarray(det[k].cpu()) for k in ("boxes", "scores", "labels")))
+
+    def compute(self) -> dict[str, float]:
+        return coco_map(*coco_dicts(self.gts, self.preds, self.classes))
+
+    def write_json(self, gt_path: str | Path, pred_path: str | Path) -> None:
+        """Everything seen so far as COCO JSON files."""
+        write_coco_json(self.gts, self.preds, self.classes, gt_path, pred_path)

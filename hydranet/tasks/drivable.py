@@ -1,0 +1,68 @@
+"""Drivable-area segmentation per camera: a binary per-pixel head.
+
+Binary cross-entropy on logits (the sigmoid lives in the loss and the decoder, never in the head:
+see YOLOP's double sigmoid, hustvl/YOLOP#117); metric: intersection over union of the drivable
+class accumulated over the dataset, as YOLOP (Wu et al., "YOLOP: You Only Look Once for Panoptic
+Driving Perception", 2021) reports it. Targets come from the sample's `drivable` mask (the
+reader derives it from `semantic` in {road, lane_marking, crosswalk}).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hydranet.tasks.base import DenseHead, Metric, Task, require
+
+
+class DrivableTask(Task):
+    """Per camera: logits (B*N, 1, H, W); decode: bool mask (H, W) per image."""
+
+    name = "drivable"
+
+    def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32, pos_weight: float = 1.0,
+                 threshold: float = 0.5):
+        super().__init__(in_channels, in_stride)
+        self.head = DenseHead(in_channels, 1, width, in_stride=in_stride)
+        self.pos_weight, self.threshold = pos_weight, threshold
+
+    @classmethod
+    def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> DrivableTask:
+        return cls(in_channels, **options)
+
+    def build_targets(self, sample: Mapping) -> dict[str, Any]:
+        mask = np.asarray(require(sample, "drivable", self.name), bool)  # (N, H, W)
+        return {"mask": mask[:, None].astype(np.float32)}  # (N, 1, H, W)
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        logits = outputs["logits"].float()  # (B*N, 1, H, W)
+        pw = torch.tensor(self.pos_weight, device=logits.device)
+        return {"bce": F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=pw)}
+
+    @torch.no_grad()
+    def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        masks = outputs["logits"].float().sigmoid()[:, 0] > self.threshold  # (B*N, H, W)
+        return [{"mask": m} for m in masks]
+
+    def metric(self) -> BinaryIoU:
+        return BinaryIoU()
+
+
+class BinaryIoU(Metric):
+    """IoU of a binary mask accumulated over every pixel seen (decoded "mask" vs target "mask")."""
+
+    def __init__(self):
+        self.inter = 0
+        self.union = 0
+
+    def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
+        for det, gt in zip(decoded, targets["mask"], strict=True):
+            pred, gt = det["mask"].cpu().bool(), gt.cpu().reshape(det["mask"].shape) > 0.5
+            self.inter += int((pred & gt).sum())
+            self.union += int((pred | gt).sum())
+
+    def compute(self) -> dict[str, float]:
+        return {"iou": self.inter / self.union if self.union else float("nan")}

@@ -1,0 +1,80 @@
+"""Surface normals per camera (unit vectors in the camera frame: x right, y down, z forward).
+
+The head predicts an unnormalized 3-vector per pixel; the loss normalizes it and takes the mean
+of 1 - cos(angle) to the ground truth over valid pixels (ground-truth normal nonzero; the
+angular / cosine loss of Bansal et al., "Marr Revisited", CVPR 2016, and Eigen & Fergus, ICCV
+2015). Metrics over every valid pixel: mean angular error in degrees and the share of pixels
+under 11.25, 22.5 and 30 degrees (Fouhey et al., ICCV 2013).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hydranet.tasks.base import DenseHead, Metric, Task, masked_mean, require
+
+
+class NormalsTask(Task):
+    """Per camera: raw vectors (B*N, 3, H, W); decode: unit normals (H, W, 3)."""
+
+    name = "normals"
+
+    def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32):
+        super().__init__(in_channels, in_stride)
+        self.head = DenseHead(in_channels, 3, width, in_stride=in_stride)
+
+    @classmethod
+    def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> NormalsTask:
+        return cls(in_channels, **options)
+
+    def build_targets(self, sample: Mapping) -> dict[str, Any]:
+        n = np.asarray(require(sample, "normals", self.name), np.float32)  # (N, H, W, 3)
+        return {"normals": np.ascontiguousarray(n.transpose(0, 3, 1, 2))}  # (N, 3, H, W)
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        pred = F.normalize(outputs["logits"].float(), dim=1, eps=1e-6)  # (B*N, 3, H, W)
+        gt = targets["normals"]
+        valid = gt.norm(dim=1) > 0.5  # (B*N, H, W)
+        cos = (pred * gt).sum(dim=1)
+        return {"cosine": masked_mean(1.0 - cos, valid)}
+
+    @torch.no_grad()
+    def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        n = F.normalize(outputs["logits"].float(), dim=1, eps=1e-6).permute(0, 2, 3, 1)  # (B*N, H, W, 3)
+        return [{"normals": x} for x in n]
+
+    def metric(self) -> NormalsMetric:
+        return NormalsMetric()
+
+
+class NormalsMetric(Metric):
+    """Mean angular error (degrees) and share of valid pixels under 11.25/22.5/30 degrees."""
+
+    THRESHOLDS = (11.25, 22.5, 30.0)
+
+    def __init__(self):
+        self.n = 0
+        self.sum_deg = 0.0
+        self.under = {t: 0 for t in self.THRESHOLDS}
+
+    def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
+        for det, gt in zip(decoded, targets["normals"], strict=True):
+            pred = det["normals"].cpu().double()  # (H, W, 3)
+            gt = gt.cpu().double().permute(1, 2, 0)  # (H, W, 3)
+            valid = gt.norm(dim=-1) > 0.5
+            cos = (pred[valid] * F.normalize(gt[valid], dim=-1)).sum(-1).clamp(-1.0, 1.0)
+            deg = torch.rad2deg(torch.acos(cos))
+            self.n += int(valid.sum())
+            self.sum_deg += float(deg.sum())
+            for t in self.THRESHOLDS:
+                self.under[t] += int((deg < t).sum())
+
+    def compute(self) -> dict[str, float]:
+        if not self.n:
+            return {"mean_angle_deg": float("nan"), **{f"under_{t:g}": float("nan") for t in self.THRESHOLDS}}
+        return {"mean_angle_deg": self.sum_deg / self.n, **{f"under_{t:g}": self.under[t] / self.n for t in self.THRESHOLDS}}

@@ -1,0 +1,100 @@
+"""Traffic-sign class and traffic-light state, as a detection head of their own.
+
+A CenterNet-style head (see `det2d.py`; Zhou et al., "Objects as Points", 2019) whose classes are
+the sign classes and light states of the dataset meta (`sign_classes`, `light_states`): a stop
+sign is detected as class "sign:stop", a red light as "light:red". Ground truth comes from the
+`traffic_sign` / `traffic_light` boxes and their `sign_class` / `light_state` attributes.
+
+Metric (attribute accuracy at known locations): every ground-truth sign/light is matched to the
+highest-scoring detection of its kind overlapping it at IoU >= 0.5; `accuracy` is the share of
+matched ones whose predicted class is right (also per kind), `recall` the share matched at all.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torchvision.ops import box_iou
+
+from hydranet.tasks.base import Metric
+from hydranet.tasks.det2d import Det2dTask, _meta_list
+
+SIGN_BOX_CLASS, LIGHT_BOX_CLASS = "traffic_sign", "traffic_light"
+
+
+class SignsLightsTask(Det2dTask):
+    """Detect signs by class and lights by state; classes "sign:<c>" then "light:<s>"."""
+
+    name = "signs_lights"
+
+    def __init__(self, sign_classes: Sequence[str], light_states: Sequence[str], in_channels: int, **det_options: Any):
+        self.sign_classes, self.light_states = list(sign_classes), list(light_states)
+        classes = [f"sign:{c}" for c in self.sign_classes] + [f"light:{s}" for s in self.light_states]
+        super().__init__(classes, in_channels, **det_options)
+
+    @classmethod
+    def from_meta(cls, meta: Mapping, in_channels: int, in_stride: int = 8, out_stride: int = 4, width: int = 64,
+                  heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
+                  score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100) -> SignsLightsTask:
+        return cls(_meta_list(meta, "sign_classes", cls.name), _meta_list(meta, "light_states", cls.name), in_channels,
+                   in_stride=in_stride, out_stride=out_stride, width=width, heatmap_weight=heatmap_weight,
+                   offset_weight=offset_weight, size_weight=size_weight, score_threshold=score_threshold,
+                   nms_iou=nms_iou, max_detections=max_detections)
+
+    def camera_boxes(self, cam: Mapping, where: str) -> tuple[np.ndarray, np.ndarray]:
+        boxes, labels = [], []
+        for b in cam.get("boxes2d", []):
+            if b["class"] == SIGN_BOX_CLASS:
+                key, values, prefix = "sign_class", self.sign_classes, "sign"
+            elif b["class"] == LIGHT_BOX_CLASS:
+                key, values, prefix = "light_state", self.light_states, "light"
+            else:
+                continue
+            value = b.get("attributes", {}).get(key)
+            if value not in values:
+                raise ValueError(f"task '{self.name}': {where} has a {b['class']} box (track {b.get('track_id')}) "
+                                 f"with {key}={value!r}, expected one of {values}")
+            x0, y0, x1, y1 = b["bbox"]
+            if x1 > x0 and y1 > y0:
+                boxes.append((x0, y0, x1, y1))
+                labels.append(self.classes.index(f"{prefix}:{value}"))
+        return np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64)
+
+    def metric(self) -> AttributeAccuracy:
+        return AttributeAccuracy(self.classes)
+
+
+class AttributeAccuracy(Metric):
+    """Sign-class / light-state accuracy of detections matched to ground truth at IoU >= 0.5."""
+
+    def __init__(self, classes: Sequence[str], iou_threshold: float = 0.5):
+        self.kind = [c.split(":", 1)[0] for c in classes]  # "sign" or "light" per class id
+        self.iou_threshold = iou_threshold
+        self.counts = {k: {"total": 0, "matched": 0, "correct": 0} for k in ("sign", "light")}
+
+    def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
+        for det, gb, gl in zip(decoded, targets["gt_boxes"], targets["gt_labels"], strict=True):
+            boxes, scores, labels = det["boxes"].cpu(), det["scores"].cpu(), det["labels"].cpu()
+            gb, gl = gb.cpu().reshape(-1, 4), gl.cpu().reshape(-1)
+            iou = box_iou(gb, boxes) if len(gb) and len(boxes) else torch.zeros(len(gb), len(boxes))
+            for g in range(len(gb)):
+                kind = self.kind[int(gl[g])]
+                c = self.counts[kind]
+                c["total"] += 1
+                same_kind = torch.tensor([self.kind[int(l)] == kind for l in labels], dtype=torch.bool)
+                ok = (iou[g] >= self.iou_threshold) & same_kind
+                if ok.any():
+                    best = torch.where(ok, scores, torch.full_like(scores, -1.0)).argmax()
+                    c["matched"] += 1
+                    c["correct"] += int(labels[best] == gl[g])
+
+    def compute(self) -> dict[str, float]:
+        def ratio(a: int, b: int) -> float:
+            return a / b if b else float("nan")
+
+        tot = {k: sum(c[k] for c in self.counts.values()) for k in ("total", "matched", "correct")}
+        return {"accuracy": ratio(tot["correct"], tot["matched"]), "recall": ratio(tot["matched"], tot["total"]),
+                "sign_accuracy": ratio(self.counts["sign"]["correct"], self.counts["sign"]["matched"]),
+                "light_accuracy": ratio(self.counts["light"]["correct"], self.counts["light"]["matched"])}

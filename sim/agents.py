@@ -1,0 +1,173 @@
+"""Road users and their kinematics: box-part bodies, lane following with the Intelligent
+Driver Model (Treiber et al. 2000), stopping at red lights and stop signs, pedestrians on
+sidewalks and crosswalks. Every agent has an exact velocity at every step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.roads import Path
+
+# (length, width, height) ranges per class; bodies are unions of boxes inside these bounds.
+CLASS_SIZES = {
+    "car": ((4.2, 4.9), (1.8, 2.0), (1.45, 1.7)),
+    "truck": ((6.5, 9.0), (2.4, 2.6), (2.9, 3.6)),
+    "bus": ((10.5, 12.5), (2.5, 2.6), (3.0, 3.3)),
+    "pedestrian": ((0.5, 0.7), (0.5, 0.7), (1.55, 1.9)),
+    "cyclist": ((1.7, 1.9), (0.6, 0.7), (1.6, 1.8)),
+    "traffic_cone": ((0.4, 0.45), (0.4, 0.45), (0.7, 0.8)),
+    "debris": ((0.5, 1.4), (0.4, 1.0), (0.15, 0.4)),
+    "construction_vehicle": ((6.0, 7.0), (2.6, 2.9), (3.3, 3.8)),
+}
+CAR_COLORS = np.array([[0.8, 0.1, 0.1], [0.1, 0.2, 0.6], [0.85, 0.85, 0.85], [0.1, 0.1, 0.1],
+                       [0.5, 0.5, 0.55], [0.2, 0.45, 0.25], [0.9, 0.7, 0.2], [0.35, 0.2, 0.15]])
+
+
+@dataclass
+class Part:
+    """An axis-aligned box in the object frame (origin on the ground under the centre)."""
+
+    center: np.ndarray  # (3,)
+    size: np.ndarray  # (3,)
+    color: np.ndarray  # (3,) linear RGB
+    emissive: float = 0.0
+    light: str = ""  # "head" / "tail" lamps light up at night; "red"/"yellow"/"green" signal lamps
+    semantic: str = ""  # overrides the object's semantic class (e.g. "pole" under a sign)
+
+
+def _box(cx, cy, cz, l, w, h, color, emissive=0.0, light="") -> Part:
+    return Part(np.array([cx, cy, cz], float), np.array([l, w, h], float), np.asarray(color, float), emissive, light)
+
+
+def make_body(cls: str, rng: np.random.Generator) -> list[Part]:
+    """Box parts of one object of class `cls`, with z = 0 on the ground."""
+    (l0, l1), (w0, w1), (h0, h1) = CLASS_SIZES[cls]
+    L, W, H = rng.uniform(l0, l1), rng.uniform(w0, w1), rng.uniform(h0, h1)
+    grey, black = (0.2, 0.2, 0.22), (0.05, 0.05, 0.05)
+    if cls == "car":
+        c = CAR_COLORS[rng.integers(len(CAR_COLORS))]
+        parts = [_box(0, 0, 0.25 + 0.45 * (H - 0.25) * 0.5 + 0.0, L, W, 0.45 * (H - 0.25) + 0.0, c),
+                 _box(-0.1 * L, 0, 0, 0.5 * L, 0.9 * W, H, c * 0.7 + 0.05)]
+        parts[0].center[2] = 0.25 + parts[0].size[2] / 2
+        parts[0].size[2] += 0.0
+        parts[1].size[2] = H - (0.25 + parts[0].size[2])
+        parts[1].center[2] = H - parts[1].size[2] / 2
+        parts.append(_box(0, 0, 0.125, 0.9 * L, W * 0.98, 0.25, black))  # wheels / underbody
+    elif cls in ("truck", "construction_vehicle"):
+        c = np.array([0.95, 0.7, 0.1]) if cls == "construction_vehicle" else CAR_COLORS[rng.integers(len(CAR_COLORS))]
+        cab = 0.25 * L
+        parts = [_box(L / 2 - cab / 2, 0, 0.4 + 0.35 * H, cab, W, 0.7 * H - 0.4 + 0.0, c),
+                 _box(-cab / 2, 0, 0.3 + 0.5 * (H - 0.3), L - cab, W, H - 0.3, (0.8, 0.8, 0.8) if cls == "truck" else c * 0.8),
+                 _box(0, 0, 0.2, L, W * 0.95, 0.4, black)]
+        parts[0].size[2] = 0.75 * H - 0.4
+        parts[0].center[2] = 0.4 + parts[0].size[2] / 2
+        if cls == "construction_vehicle":  # a raised arm: the unusual silhouette
+            parts[1] = _box(-cab / 2, 0, 0.4 + 0.25 * (H - 0.4), L - cab, W, 0.5 * (H - 0.4), c * 0.8)
+            parts.append(_box(0.0, 0, H - 0.3, 0.5 * L, 0.35, 0.6, c))
+    elif cls == "bus":
+        c = CAR_COLORS[rng.integers(len(CAR_COLORS))]
+        parts = [_box(0, 0, 0.3 + (H - 0.3) / 2, L, W, H - 0.3, c),
+                 _box(0, 0, 0.3 + 0.7 * (H - 0.3), L * 1.0, W * 1.0, 0.25 * (H - 0.3), (0.1, 0.12, 0.15)),
+                 _box(0, 0, 0.15, L * 0.9, W * 0.95, 0.3, black)]
+        parts[1].size[:2] += 0.02  # window band sits on the body's surface
+    elif cls == "pedestrian":
+        shirt = rng.uniform(0.1, 0.9, 3)
+        legs = 0.47 * H
+        parts = [_box(0, 0, legs / 2, 0.3 * L / 0.6, 0.45 * W / 0.6, legs, (0.15, 0.15, 0.3)),
+                 _box(0, 0, legs + 0.38 * H / 2, 0.45 * L / 0.6 * 0.6, W, 0.38 * H, shirt),
+                 _box(0, 0, H - 0.075 * H, 0.36 * L, 0.36 * W, 0.15 * H, (0.8, 0.6, 0.45))]
+    elif cls == "cyclist":
+        shirt = rng.uniform(0.1, 0.9, 3)
+        parts = [_box(0, 0, 0.45, L, 0.12, 0.8, (0.1, 0.1, 0.1)),
+                 _box(-0.1, 0, 0.85 + 0.3, 0.45, W, 0.6, shirt),
+                 _box(-0.05, 0, H - 0.12, 0.25, 0.25, 0.24, (0.8, 0.6, 0.45))]
+    elif cls == "traffic_cone":
+        parts = [_box(0, 0, 0.025, L, W, 0.05, (0.9, 0.35, 0.05)),
+                 _box(0, 0, 0.05 + (H - 0.05) / 2, 0.55 * L, 0.55 * W, H - 0.05, (0.95, 0.4, 0.05)),
+                 _box(0, 0, 0.55 * H, 0.57 * L, 0.57 * W, 0.12, (0.95, 0.95, 0.95))]
+    elif cls == "debris":
+        parts = [_box(0, 0, H / 2, L, W, H, rng.uniform(0.2, 0.5, 3)),
+                 _box(0.2 * L, 0.1 * W, H * 0.35, 0.5 * L, 0.6 * W, 0.7 * H, rng.uniform(0.3, 0.6, 3))]
+    else:
+        raise ValueError(f"unknown agent class {cls!r}; known: {sorted(CLASS_SIZES)}")
+    if cls in ("car", "truck", "bus", "construction_vehicle"):
+        body = parts[0]
+        zl = body.center[2]
+        front, back = L / 2, -L / 2
+        for y in (-0.35 * W, 0.35 * W):
+            parts.append(_box(front + 0.01, y, zl, 0.04, 0.25, 0.12, (1.0, 1.0, 0.85), 0.0, "head"))
+            parts.append(_box(back - 0.01, y, zl, 0.04, 0.25, 0.12, (0.7, 0.02, 0.02), 0.0, "tail"))
+    return parts
+
+
+def body_bounds(parts: list[Part]) -> tuple[np.ndarray, np.ndarray]:
+    """Tight box (centre, size) of the parts in the object frame."""
+    lo = np.min([p.center - p.size / 2 for p in parts], axis=0)
+    hi = np.max([p.center + p.size / 2 for p in parts], axis=0)
+    return (lo + hi) / 2, hi - lo
+
+
+@dataclass
+class Agent:
+    track_id: int
+    cls: str
+    parts: list[Part]
+    path: Path | None  # None: static (parked, cone, debris)
+    s: float = 0.0
+    speed: float = 0.0
+    desired_speed: float = 0.0
+    pos: np.ndarray = field(default_factory=lambda: np.zeros(2))
+    heading: float = 0.0
+    stops: list = field(default_factory=list)  # [(path_s, intersection_index, approach)]
+    waited: float = 0.0  # seconds stopped at a stop sign
+    follows_traffic: bool = True  # vehicles and cyclists; pedestrians just walk
+    attributes: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.box_center, self.box_size = body_bounds(self.parts)
+        self.update_pose()
+
+    def update_pose(self):
+        if self.path is not None:
+            self.pos, self.heading = self.path.at(self.s)
+
+    @property
+    def velocity(self) -> np.ndarray:
+        """World-frame velocity (3,) over the ground, m/s."""
+        return np.array([np.cos(self.heading), np.sin(self.heading), 0.0]) * self.speed
+
+    def pose(self) -> np.ndarray:
+        """Object-to-world 4x4."""
+        c, s = np.cos(self.heading), np.sin(self.heading)
+        T = np.eye(4)
+        T[:2, :2] = [[c, -s], [s, c]]
+        T[:2, 3] = self.pos
+        return T
+
+
+def idm_acceleration(v: float, v0: float, gap: float, dv: float) -> float:
+    """Intelligent Driver Model: acceleration for speed v, desired v0, gap to leader and
+    closing speed dv (v - v_leader)."""
+    a, b, s0, T = 1.5, 3.0, 2.0, 1.2
+    s_star = s0 + max(0.0, v * T + v * dv / (2 * np.sqrt(a * b)))
+    return a * (1 - (v / max(v0, 0.1)) ** 4 - (s_star / max(gap, 0.1)) ** 2)
+
+
+def leader_gap(me: Agent, others: list[Agent]) -> tuple[float, float]:
+    """Gap (m) and speed of the nearest agent ahead of `me` inside its lane corridor."""
+    best, v_lead = 1e9, 0.0
+    c, s = np.cos(me.heading), np.sin(me.heading)
+    for o in others:
+        if o is me:
+            continue
+        d = o.pos - me.pos
+        ahead, lateral = d[0] * c + d[1] * s, -d[0] * s + d[1] * c
+        half = me.box_size[1] / 2 + o.box_size[1] / 2 + 0.4
+        if 0 < ahead < 60 and abs(lateral) < half:
+            gap = ahead - me.box_size[0] / 2 - max(o.box_size[0], o.box_size[1]) / 2
+            if gap < best:
+                best = gap
+                v_lead = float(np.dot(o.velocity[:2], [c, s]))
+    return best, v_lead

@@ -1,0 +1,396 @@
+"""A seeded driving scene: road network, buildings, vegetation, street furniture, signs,
+traffic lights with signal phases, and road users moving under `sim.agents` kinematics.
+
+`World(cfg, seed)` samples everything from one `numpy.random.Generator`; `world.step(dt)`
+advances time. Same config and seed give the same world, step by step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.agents import Agent, Part, idm_acceleration, leader_gap, make_body
+from sim.config import SimConfig
+from sim.roads import LANE_WIDTH, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network
+
+SIGN_CLASSES = ("stop", "yield", "speed_limit", "no_entry", "pedestrian_crossing")
+LIGHT_STATES = ("red", "yellow", "green")
+SIGNAL_CYCLE = 24.0  # s: main green 10, yellow 3, red 11 (cross green 8, yellow 3)
+EGO_START_S = 45.0
+
+
+@dataclass
+class Prop:
+    """A static object: box parts in its own frame, a pose, semantic class and track id."""
+
+    semantic: str
+    parts: list[Part]
+    pos: np.ndarray  # (2,) on the ground
+    heading: float
+    track_id: int = 0  # 0: not an object with labels (buildings, trees, poles)
+    attributes: dict = field(default_factory=dict)
+    z: float = 0.0
+
+    def pose(self) -> np.ndarray:
+        c, s = np.cos(self.heading), np.sin(self.heading)
+        T = np.eye(4)
+        T[:2, :2] = [[c, -s], [s, c]]
+        T[:3, 3] = [self.pos[0], self.pos[1], self.z]
+        return T
+
+
+@dataclass
+class Conditions:
+    time_of_day: str
+    weather: str
+    sun_direction: np.ndarray  # (3,) towards the sun
+    rare: list[str]
+
+
+def _box(c, size, color, emissive=0.0, light="", semantic="") -> Part:
+    return Part(np.asarray(c, float), np.asarray(size, float), np.asarray(color, float), emissive, light, semantic)
+
+
+def sign_parts(cls: str) -> list[Part]:
+    """A sign on a pole, facing +x. The plate's design tells the class apart."""
+    red, white, blue, black = (0.75, 0.05, 0.05), (0.92, 0.92, 0.92), (0.05, 0.2, 0.7), (0.05, 0.05, 0.05)
+    pole = _box((0, 0, 1.1), (0.08, 0.08, 2.2), (0.4, 0.4, 0.42), semantic="pole")
+    z = 2.55
+    designs = {
+        "stop": [((0.7, 0.7), red, 0.0), ((0.5, 0.14), white, 0.0)],
+        "yield": [((0.8, 0.7), red, 0.0), ((0.55, 0.45), white, 0.05)],
+        "speed_limit": [((0.6, 0.8), red, 0.0), ((0.5, 0.7), white, 0.0), ((0.25, 0.3), black, 0.0)],
+        "no_entry": [((0.65, 0.65), red, 0.0), ((0.5, 0.1), white, 0.0), ((0.1, 0.5), red, 0.0)],
+        "pedestrian_crossing": [((0.7, 0.7), blue, 0.0), ((0.45, 0.45), white, 0.0), ((0.1, 0.35), black, 0.0)],
+    }
+    parts = [pole]
+    for i, ((w, h), color, dz) in enumerate(designs[cls]):
+        parts.append(_box((0.05 + 0.01 * i, 0, z + dz), (0.04, w, h), color))
+    return parts
+
+
+def light_parts(state: str) -> list[Part]:
+    """A signal head on a pole, facing +x, with the lamp of `state` lit."""
+    parts = [_box((0, 0, 1.4), (0.12, 0.12, 2.8), (0.3, 0.3, 0.32), semantic="pole"),
+             _box((0.05, 0, 3.2), (0.3, 0.36, 0.95), (0.08, 0.08, 0.08))]
+    lamps = {"red": (3.5, (1.0, 0.1, 0.05)), "yellow": (3.2, (1.0, 0.75, 0.05)), "green": (2.9, (0.1, 1.0, 0.4))}
+    for name, (z, color) in lamps.items():
+        on = name == state
+        c = np.asarray(color) * (1.0 if on else 0.18)
+        parts.append(_box((0.215, 0, z), (0.03, 0.22, 0.22), c, 1.0 if on else 0.0, name if on else ""))
+    return parts
+
+
+def signal_state(t: float, offset: float, approach: str) -> str:
+    ph = (t + offset) % SIGNAL_CYCLE
+    if approach == "main":
+        return "green" if ph < 10 else "yellow" if ph < 13 else "red"
+    return "green" if 13 <= ph < 21 else "yellow" if ph >= 21 else "red"
+
+
+class World:
+    """One scene. Attributes: road, props, agents, ego, conditions, t."""
+
+    def __init__(self, cfg: SimConfig, seed: int):
+        self.cfg = cfg
+        self.rng = rng = np.random.default_rng(seed)
+        self.t = 0.0
+        self._next_id = 1
+        lanes = int(rng.choice(cfg.lanes_per_direction))
+        self.road: RoadNetwork = build_road_network(rng, lanes)
+        self.conditions = self._sample_conditions()
+        self.signal_offsets = rng.uniform(0, SIGNAL_CYCLE, len(self.road.intersections))
+        self.props: list[Prop] = []
+        self.lights: list[tuple[Prop, int, str]] = []  # (prop, intersection, approach)
+        self.agents: list[Agent] = []
+        self._place_buildings_and_vegetation()
+        self._place_signs_and_lights()
+        self.ego = Agent(0, "car", make_body("car", rng), self.road.lane_path(0, True), EGO_START_S,
+                         speed=rng.uniform(5, 10), desired_speed=rng.uniform(8, 13))
+        self._attach_stops(self.ego)
+        self._place_traffic()
+        self._place_rare()
+        self._cleared: set = set()
+
+    # ---- sampling -------------------------------------------------------------------------
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def _sample_conditions(self) -> Conditions:
+        c, rng = self.cfg.conditions, self.rng
+        tod = str(rng.choice(c.time_of_day, p=np.asarray(c.time_of_day_weights) / sum(c.time_of_day_weights)))
+        weather = str(rng.choice(c.weather, p=np.asarray(c.weather_weights) / sum(c.weather_weights)))
+        r = self.cfg.rare
+        rare = [name for name, p in (("cones_on_road", r.cones_on_road), ("debris_on_road", r.debris_on_road),
+                                     ("night_pedestrian_crossing", r.night_pedestrian_crossing),
+                                     ("unusual_vehicle", r.unusual_vehicle)) if rng.random() < p]
+        if "night_pedestrian_crossing" in rare:
+            tod = "night"
+        elev = {"day": rng.uniform(35, 65), "dusk": rng.uniform(4, 12), "night": 40.0}[tod]
+        az = rng.uniform(0, 2 * np.pi)
+        e = np.radians(elev)
+        sun = np.array([np.cos(e) * np.cos(az), np.cos(e) * np.sin(az), np.sin(e)])
+        return Conditions(tod, weather, sun, rare)
+
+    def _free(self, xy: np.ndarray, margin: float) -> bool:
+        return not self.road.near_road(np.atleast_2d(xy), margin).any()
+
+    def _place_buildings_and_vegetation(self):
+        rng, road = self.rng, self.road
+        edges = [(road.main, road.half_width)] + [(it.cross, it.cross_half_width) for it in road.intersections]
+        for path, hw in edges:
+            for side in (-1, 1):
+                s = rng.uniform(0, 10)
+                while s < path.length:
+                    c, h = path.at(s)
+                    n = np.array([-np.sin(h), np.cos(h)]) * side
+                    kind = rng.random()
+                    if kind < 0.55:
+                        L, D, H = rng.uniform(8, 22), rng.uniform(8, 16), rng.uniform(5, 28)
+                        setback = hw + SIDEWALK_WIDTH + rng.uniform(2, 8) + D / 2
+                        p = c + n * setback
+                        corners = p + np.array([[a * L / 2, b * D / 2] for a in (-1, 1) for b in (-1, 1)]) @ np.array(
+                            [[np.cos(h), np.sin(h)], [-np.sin(h), np.cos(h)]])
+                        if self._free(corners, SIDEWALK_WIDTH + 1.0):
+                            color = rng.uniform(0.35, 0.75) * np.array([1.0, rng.uniform(0.85, 1.0), rng.uniform(0.7, 0.95)])
+                            parts = [_box((0, 0, H / 2), (L, D, H), color),
+                                     _box((0, 0, H * 0.55), (L + 0.04, D + 0.04, H * 0.08), color * 0.45)]
+                            self.props.append(Prop("building", parts, p, h))
+                        s += L + rng.uniform(1, 8)
+                    else:
+                        p = c + n * (hw + SIDEWALK_WIDTH + rng.uniform(0.8, 3.0))
+                        if self._free(p, SIDEWALK_WIDTH + 0.5):
+                            th, cw = rng.uniform(1.5, 3.0), rng.uniform(1.8, 4.0)
+                            green = np.array([0.1, rng.uniform(0.3, 0.5), 0.1])
+                            parts = [_box((0, 0, th / 2), (0.3, 0.3, th), (0.3, 0.2, 0.1)),
+                                     _box((0, 0, th + cw / 2), (cw, cw, cw), green),
+                                     _box((0, 0, th + cw * 0.6), (cw * 1.2, cw * 0.7, cw * 0.5), green * 1.15)]
+                            self.props.append(Prop("vegetation", parts, p, rng.uniform(0, np.pi)))
+                        s += rng.uniform(4, 12)
+            # street lights along the sidewalk's outer edge
+            for s in np.arange(rng.uniform(0, 30), path.length, 30.0):
+                c, h = path.at(s)
+                side = 1 if int(s / 30) % 2 else -1
+                p = c + np.array([-np.sin(h), np.cos(h)]) * side * (hw + SIDEWALK_WIDTH - 0.4)
+                if self._free(p, SIDEWALK_WIDTH - 0.6):
+                    parts = [_box((0, 0, 3.0), (0.15, 0.15, 6.0), (0.35, 0.35, 0.37), semantic="pole"),
+                             _box((0, -side * 0.6, 6.0), (0.5, 1.4, 0.15), (0.9, 0.9, 0.8), 0.0, "street", "pole")]
+                    self.props.append(Prop("pole", parts, p, h))
+
+    def _add_sign(self, cls: str, path: Path, s: float, offset: float):
+        """A sign `offset` metres right of `path` at `s`, facing traffic coming along the path."""
+        c, h = path.at(s)
+        p = c - np.array([-np.sin(h), np.cos(h)]) * offset
+        self.props.append(Prop("traffic_sign", sign_parts(cls), p, h + np.pi, self.new_id(), {"sign_class": cls}))
+
+    def _place_signs_and_lights(self):
+        rng, road = self.rng, self.road
+        hw = road.half_width
+        for fwd in (True, False):
+            path = road.main if fwd else road.main.reversed()
+            for s in np.arange(rng.uniform(10, 40), path.length, rng.uniform(45, 80)):
+                cls = str(rng.choice(["speed_limit", "speed_limit", "no_entry", "yield"]))
+                if not any(abs(path.nearest_s(it.center) - s) < it.cross_half_width + 12 for it in road.intersections):
+                    self._add_sign(cls, path, s, hw + 0.6)
+        for k, it in enumerate(road.intersections):
+            wc = it.cross_half_width
+            for fwd in (True, False):
+                path = road.main if fwd else road.main.reversed()
+                s_it = path.nearest_s(it.center)
+                if it.signalized:
+                    light = Prop("traffic_light", light_parts("red"), path.at(s_it - wc - 5.5)[0], 0.0, self.new_id())
+                    c, h = path.at(s_it - wc - 5.5)
+                    light.pos = c - np.array([-np.sin(h), np.cos(h)]) * (hw + 0.7)
+                    light.heading = h + np.pi
+                    self.props.append(light)
+                    self.lights.append((light, k, "main"))
+                self._add_sign("pedestrian_crossing", path, s_it - wc - 8.0, hw + 0.9)
+            for fwd in (True, False):
+                cross = it.cross if fwd else it.cross.reversed()
+                t_it = cross.length / 2
+                if it.signalized:
+                    c, h = cross.at(t_it - hw - 5.5)
+                    light = Prop("traffic_light", light_parts("red"), c - np.array([-np.sin(h), np.cos(h)]) * (wc + 0.7),
+                                 h + np.pi, self.new_id())
+                    self.props.append(light)
+                    self.lights.append((light, k, "cross"))
+                else:
+                    self._add_sign(str(rng.choice(["stop", "stop", "yield"])), cross, t_it - hw - 4.0, wc + 0.7)
+
+    def _attach_stops(self, a: Agent):
+        """Stop lines on `a.path`: the point before each intersection it drives through."""
+        hw = self.road.half_width
+        for k, it in enumerate(self.road.intersections):
+            s_c = a.path.nearest_s(it.center)
+            if np.linalg.norm(a.path.at(s_c)[0] - it.center) > hw + 1.0:
+                continue
+            _, h = a.path.at(max(s_c - 12.0, 0.0))
+            along_main = abs(np.cos(h - it.heading)) > 0.7
+            back = (it.cross_half_width if along_main else hw) + 6.0
+            if s_c - back > 0:
+                a.stops.append((s_c - back, k, "main" if along_main else "cross"))
+
+    def _vehicle(self, cls: str, path: Path, s: float, speed: float) -> Agent:
+        a = Agent(self.new_id(), cls, make_body(cls, self.rng), path, s, speed, speed * self.rng.uniform(0.9, 1.3))
+        self._attach_stops(a)
+        return a
+
+    def _lane_free(self, path: Path, s: float, gap: float) -> bool:
+        xy, _ = path.at(s)
+        return all(np.linalg.norm(o.pos - xy) > gap for o in self.agents + [self.ego])
+
+    def _place_traffic(self):
+        rng, road, tc = self.rng, self.road, self.cfg.traffic
+        for _ in range(tc.vehicles * 3):
+            if sum(a.cls in ("car", "truck", "bus") for a in self.agents) >= tc.vehicles:
+                break
+            k, fwd = int(rng.integers(road.lanes)), bool(rng.random() < 0.55)
+            path = road.lane_path(k, fwd)
+            ego_s = path.nearest_s(self.ego.pos)
+            s = ego_s + rng.uniform(-50, 110) * (1 if fwd else -1)
+            cls = str(rng.choice(["car"] * 8 + ["truck", "bus"]))
+            if 0 < s < path.length and self._lane_free(path, s, 9.0 if cls == "car" else 15.0):
+                self.agents.append(self._vehicle(cls, path, s, rng.uniform(4, 12)))
+        for it in road.intersections:
+            if abs(road.main.nearest_s(it.center) - EGO_START_S) > 160:
+                continue
+            for _ in range(int(rng.integers(1, 4))):
+                fwd = bool(rng.random() < 0.5)
+                cross = it.cross if fwd else it.cross.reversed()
+                lane = cross.offset(-LANE_WIDTH / 2)
+                s = cross.length / 2 - road.half_width - rng.uniform(8, 45)
+                if rng.random() < 0.4:  # right turn onto the main road
+                    lane = _right_turn(lane, cross.length / 2 - road.half_width - 1.0, road, it, fwd)
+                if self._lane_free(lane, s, 9.0):
+                    self.agents.append(self._vehicle("car", lane, s, rng.uniform(3, 9)))
+        for _ in range(tc.cyclists):
+            path = road.main.offset(-(road.half_width - 0.9))
+            s = road.main.nearest_s(self.ego.pos) + rng.uniform(-20, 80)
+            if self._lane_free(path, s, 5.0):
+                a = Agent(self.new_id(), "cyclist", make_body("cyclist", rng), path, s, rng.uniform(3, 6), rng.uniform(4, 6.5),
+                          attributes={"has_rider": True})
+                self._attach_stops(a)
+                self.agents.append(a)
+        for i in range(tc.pedestrians):
+            if i % 4 == 3 and road.intersections:  # crossing at a crosswalk
+                it = road.intersections[int(rng.integers(len(road.intersections)))]
+                self.agents.append(self._crossing_pedestrian(it.s + rng.choice([-1, 1]) * (it.cross_half_width + 2.5), rng.uniform(-8, 0)))
+                continue
+            side = rng.choice([-1, 1])
+            path = road.main.offset(side * (road.half_width + rng.uniform(0.8, 2.2)))
+            if rng.random() < 0.5:
+                path = path.reversed()
+            s = path.nearest_s(self.ego.pos) + rng.uniform(-40, 70)
+            if 0 < s < path.length:
+                self.agents.append(Agent(self.new_id(), "pedestrian", make_body("pedestrian", rng), path, s, rng.uniform(0.9, 1.6),
+                                         0.0, follows_traffic=False))
+
+    def _crossing_pedestrian(self, s_main: float, start: float) -> Agent:
+        """A pedestrian walking across the main road at `s_main`, `start` metres before the kerb."""
+        rng, road = self.rng, self.road
+        c, h = road.main.at(s_main)
+        n = np.array([-np.sin(h), np.cos(h)]) * rng.choice([-1, 1])
+        w = road.half_width + 1.5
+        pts = c + np.linspace(-w, w, int(2 * w / 0.5) + 1)[:, None] * n
+        d = np.array([np.cos(h), np.sin(h)])
+        pts = np.concatenate([pts, pts[-1] + np.arange(1, 60)[:, None] * 0.5 * d])
+        return Agent(self.new_id(), "pedestrian", make_body("pedestrian", rng), Path(pts), start, rng.uniform(1.0, 1.5), 0.0,
+                     follows_traffic=False)
+
+    def _place_rare(self):
+        rng, road, rare = self.rng, self.road, self.conditions.rare
+        ego_s = EGO_START_S
+        if "cones_on_road" in rare:  # a taper closing the lane next to the ego's
+            k = min(1, road.lanes - 1)
+            s0 = ego_s + rng.uniform(25, 45)
+            for i in range(int(rng.integers(4, 8))):
+                xy, h = road.main.at(s0 + 4.0 * i)
+                off = -(road.lanes - k - 0.5) * LANE_WIDTH + (1.2 - 0.35 * i if k == 0 else 1.5)
+                self._static("traffic_cone", xy + np.array([-np.sin(h), np.cos(h)]) * off, h)
+        if "debris_on_road" in rare:
+            for _ in range(int(rng.integers(1, 4))):
+                xy, h = road.main.at(ego_s + rng.uniform(20, 50))
+                off = rng.uniform(-road.half_width + 0.5, road.half_width - 0.5)
+                self._static("debris", xy + np.array([-np.sin(h), np.cos(h)]) * off, rng.uniform(0, np.pi))
+        if "night_pedestrian_crossing" in rare:
+            s = ego_s + rng.uniform(18, 28)
+            self.agents.append(self._crossing_pedestrian(s, rng.uniform(-1.0, 2.0)))
+        if "unusual_vehicle" in rare:
+            fwd = bool(rng.random() < 0.5)
+            path = road.lane_path(int(rng.integers(road.lanes)), fwd)
+            s = path.nearest_s(self.ego.pos) + (rng.uniform(20, 40) if fwd else -rng.uniform(20, 40))
+            self.agents.append(self._vehicle("construction_vehicle", path, s, rng.uniform(2, 5)))
+
+    def _static(self, cls: str, xy: np.ndarray, heading: float):
+        a = Agent(self.new_id(), cls, make_body(cls, self.rng), None, pos=np.asarray(xy, float), heading=float(heading))
+        self.agents.append(a)
+
+    # ---- time -----------------------------------------------------------------------------
+    def signal(self, k: int, approach: str) -> str:
+        return signal_state(self.t, self.signal_offsets[k], approach)
+
+    def _stop_gap(self, a: Agent) -> float:
+        """Distance to the first stop line `a` must respect, or inf."""
+        for i, (s_stop, k, approach) in enumerate(a.stops):
+            d = s_stop - a.s - a.box_size[0] / 2
+            if d < -1.0 or (id(a), i) in self._cleared:
+                continue
+            it = self.road.intersections[k]
+            if it.signalized:
+                state = self.signal(k, approach)
+                if state == "green" or (state == "yellow" and d < a.speed ** 2 / 6.0):
+                    continue
+                return max(d, 0.0)
+            if approach == "cross":
+                if a.speed < 0.3 and d < 1.0:
+                    a.waited += 0.05
+                    if a.waited > 1.5:
+                        self._cleared.add((id(a), i))
+                        a.waited = 0.0
+                        continue
+                return max(d, 0.0)
+        return np.inf
+
+    def step(self, dt: float = 0.1, substeps: int = 2):
+        h = dt / substeps
+        movers = [a for a in self.agents + [self.ego] if a.path is not None]
+        everyone = self.agents + [self.ego]
+        for _ in range(substeps):
+            acc = {}
+            for a in movers:
+                if not a.follows_traffic:
+                    continue
+                gap, v_lead = leader_gap(a, everyone)
+                stop = self._stop_gap(a)
+                if stop < gap:
+                    gap, v_lead = stop, 0.0
+                acc[id(a)] = idm_acceleration(a.speed, a.desired_speed, gap, a.speed - v_lead)
+            for a in movers:
+                if id(a) in acc:
+                    a.speed = max(0.0, a.speed + acc[id(a)] * h)
+                a.s += a.speed * h
+                a.update_pose()
+        self.t += dt
+
+
+def _right_turn(lane: Path, s_turn: float, road: RoadNetwork, it, fwd: bool) -> Path:
+    """`lane` up to `s_turn`, then a quadratic Bezier onto the main road's rightmost lane in
+    the direction to the car's right."""
+    head = lane.slice(0, s_turn)
+    p0 = head.points[-1]
+    h_in = head.heading[-1]
+    h_out = h_in - np.pi / 2
+    main_fwd = np.cos(h_out - it.heading) > 0
+    target = road.lane_path(0, bool(main_fwd))
+    s_join = target.nearest_s(p0) + 9.0
+    tail = target.slice(s_join, s_join + 150.0)
+    p2 = tail.points[0]
+    # control point: where the incoming and outgoing tangents meet
+    A = np.array([[np.cos(h_in), -np.cos(h_out)], [np.sin(h_in), -np.sin(h_out)]])
+    t = np.linalg.solve(A, p2 - p0)
+    p1 = p0 + t[0] * np.array([np.cos(h_in), np.sin(h_in)])
+    u = np.linspace(0, 1, 24)[1:-1, None]
+    curve = (1 - u) ** 2 * p0 + 2 * (1 - u) * u * p1 + u ** 2 * p2
+    return Path(np.concatenate([head.points, curve, tail.points]))

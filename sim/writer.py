@@ -1,0 +1,230 @@
+"""Write a `hydranet-sim` dataset (docs/dataset_format.md), atomically.
+
+    with DatasetWriter(out_root, meta) as w:   # meta: every dataset.json key except "scenes"
+        w.write_scene(scene_meta)              # the scene.json content
+        w.write_frame("scene_0000", frame)     # images + labels of one frame
+
+Everything goes into `ROOT.tmp-<pid>`; on a clean exit `dataset.json` is written last and the
+folder is renamed to `ROOT`. On any exception (KeyboardInterrupt included) the temp folder is
+removed and the exception re-raised, so `ROOT` never appears half-written.
+
+Encodings (the reader in `hydranet.data.dataset` inverts them):
+  rgb      uint8 (H, W, 3) RGB   -> CAM.jpg          JPEG quality 95
+  depth    float32 (H, W) m      -> CAM.depth.png    uint16 round(d * 256), clipped to 65535; 0 = none
+  normal   float32 (H, W, 3)     -> CAM.normal.png   uint8 round((n + 1) * 127.5); (0,0,0) where n == 0
+  semantic uint8 (H, W)          -> CAM.semantic.png uint8
+  instance int32 (H, W)          -> CAM.instance.png uint16 (ids above 65535 raise)
+  bev      uint8 (3, X, Y)       -> bev.png          RGB
+  labels   dict                  -> labels.json
+
+JSON files have sorted keys and floats rounded to 6 decimals, so a run is byte-deterministic.
+This module must not import torch (the sim runs as a car does).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+FORMAT = "hydranet-sim"
+VERSION = 1
+META_KEYS = ("format", "version", "rig", "classes", "semantic_classes", "sign_classes", "light_states",
+             "lane_types", "bev", "frame_rate_hz", "seed", "sim_config")
+FLOAT_DECIMALS = 6
+_PNG = [cv2.IMWRITE_PNG_COMPRESSION, 1]
+_JPEG = [cv2.IMWRITE_JPEG_QUALITY, 95]
+
+
+class DatasetWriteError(OSError):
+    """The dataset cannot be written where asked (one line: what is wrong, what to do)."""
+
+
+def to_json(obj, indent: int | None = 1) -> str:
+    """Deterministic JSON: sorted keys, floats rounded, numpy scalars/arrays turned into lists."""
+    return json.dumps(_plain(obj), sort_keys=True, indent=indent,
+                      separators=(",", ": ") if indent is not None else (",", ":")) + "\n"
+
+
+def _plain(obj):
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _plain(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        x = round(float(obj), FLOAT_DECIMALS)
+        if not np.isfinite(x):
+            raise ValueError(f"cannot write a non-finite float ({x}) to JSON; check the labels")
+        return x + 0.0  # turns -0.0 into 0.0
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def encode_depth(depth: np.ndarray) -> np.ndarray:
+    """(H, W) float metres -> (H, W) uint16 in 1/256 m; non-finite or <= 0 -> 0 (none)."""
+    d = np.where(np.isfinite(depth) & (depth > 0), depth, 0.0)
+    return np.clip(np.round(d * 256.0), 0, 65535).astype(np.uint16)
+
+
+def encode_normals(normal: np.ndarray) -> np.ndarray:
+    """(H, W, 3) float in [-1, 1] -> (H, W, 3) uint8 RGB; all-zero normals stay (0, 0, 0)."""
+    n = np.nan_to_num(normal.astype(np.float32), nan=0.0)
+    enc = np.clip(np.round((n + 1.0) * 127.5), 0, 255).astype(np.uint8)
+    enc[~n.any(axis=-1)] = 0
+    return enc
+
+
+def encode_instance(instance: np.ndarray, where: str) -> np.ndarray:
+    """(H, W) int track ids -> uint16; raises if an id does not fit."""
+    if instance.size and (instance.min() < 0 or instance.max() > 65535):
+        raise ValueError(f"{where}: instance ids must lie in 0..65535, got {instance.min()}..{instance.max()}; "
+                         "renumber the track ids")
+    return instance.astype(np.uint16)
+
+
+class DatasetWriter:
+    """Writes one dataset into `ROOT.tmp-<pid>` and renames it to `ROOT` on a clean exit.
+
+    `meta` holds every dataset.json key but "scenes" (`format`/`version` may be left out); the
+    writer adds "scenes" = [{"name", "num_frames"}] in the order `write_scene` was first called.
+    At close every scene's written frame dirs must equal the dirs listed in its scene.json.
+    """
+
+    def __init__(self, out_root: str | os.PathLike, meta: dict):
+        self.root = Path(out_root)
+        self.tmp = self.root.with_name(f"{self.root.name}.tmp-{os.getpid()}")
+        meta = {"format": FORMAT, "version": VERSION, **meta}
+        missing = [k for k in META_KEYS if k not in meta]
+        if missing:
+            raise ValueError(f"dataset meta is missing {missing}; give every dataset.json key but 'scenes'")
+        if "scenes" in meta:
+            raise ValueError("dataset meta must not contain 'scenes'; the writer fills it in")
+        if (meta["format"], meta["version"]) != (FORMAT, VERSION):
+            raise ValueError(f"this writer writes {FORMAT} version {VERSION}, not {meta['format']} {meta['version']}")
+        self.meta = meta
+        self.cameras = {c["name"]: (int(c["height"]), int(c["width"])) for c in meta["rig"]["cameras"]}
+        b = meta["bev"]
+        self.bev_shape = (3, round((b["x_range"][1] - b["x_range"][0]) / b["resolution"]),
+                          round((b["y_range"][1] - b["y_range"][0]) / b["resolution"]))
+        self._scenes: dict[str, list[str]] = {}  # scene name -> frame dirs listed in scene.json
+        self._written: dict[str, list[str]] = {}  # scene name -> frame dirs written
+        self._open = False
+
+    # -- context -------------------------------------------------------------------------
+    def __enter__(self) -> "DatasetWriter":
+        if self.root.exists():
+            raise DatasetWriteError(f"{self.root} exists; pass another --out or delete it")
+        try:
+            if self.tmp.exists():  # left by an earlier process with our pid
+                shutil.rmtree(self.tmp)
+            (self.tmp / "scenes").mkdir(parents=True)
+        except OSError as e:
+            raise DatasetWriteError(f"cannot write to {self.root.parent}: {e.strerror or e}; choose a writable --out") from None
+        self._open = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            try:
+                self._finish()
+            except BaseException:
+                self._abort()
+                raise
+        else:
+            self._abort()
+        return False  # re-raise any exception
+
+    def _abort(self) -> None:
+        self._open = False
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _finish(self) -> None:
+        scenes = []
+        for name, dirs in self._scenes.items():
+            written = self._written[name]
+            if sorted(written) != sorted(dirs):
+                raise ValueError(f"scene {name}: frames written {sorted(written)} differ from the frames of its "
+                                 f"scene.json {sorted(dirs)}; write every listed frame")
+            scenes.append({"name": name, "num_frames": len(dirs)})
+        (self.tmp / "dataset.json").write_text(to_json({**self.meta, "scenes": scenes}))
+        if self.root.exists():
+            raise DatasetWriteError(f"{self.root} appeared while writing; pass another --out or delete it")
+        os.replace(self.tmp, self.root)
+        self._open = False
+
+    # -- content -------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if not self._open:
+            raise RuntimeError("DatasetWriter is not open; use it as `with DatasetWriter(...) as w:`")
+
+    def write_scene(self, scene_meta: dict) -> None:
+        """Write scenes/<name>/scene.json ({"name", "seed", "conditions", "frames"}); may be called again to update it."""
+        self._check_open()
+        name = str(scene_meta["name"])
+        dirs = [str(f["dir"]) for f in scene_meta["frames"]]
+        if len(set(dirs)) != len(dirs):
+            raise ValueError(f"scene {name}: frame dirs must be unique")
+        folder = self.tmp / "scenes" / name
+        folder.mkdir(exist_ok=True)
+        (folder / "scene.json").write_text(to_json(scene_meta))
+        self._scenes[name] = dirs
+        self._written.setdefault(name, [])
+
+    def write_frame(self, scene_name: str, frame: dict) -> None:
+        """Write one frame folder: five images per camera, bev.png and labels.json.
+
+        frame = {"dir": "000000", "cameras": {name: {"rgb", "depth", "normal", "semantic", "instance"}},
+                 "bev": uint8 (3, X, Y), "labels": dict}
+        """
+        self._check_open()
+        if scene_name not in self._scenes:
+            raise ValueError(f"unknown scene '{scene_name}'; call write_scene first")
+        folder = self.tmp / "scenes" / scene_name / str(frame["dir"])
+        where = f"{scene_name}/{frame['dir']}"
+        if set(frame["cameras"]) != set(self.cameras):
+            raise ValueError(f"{where}: cameras {sorted(frame['cameras'])} differ from the rig's {sorted(self.cameras)}")
+        folder.mkdir()
+        for cam, (h, w) in self.cameras.items():
+            self._write_camera(folder, cam, frame["cameras"][cam], h, w, f"{where} {cam}")
+        bev = np.asarray(frame["bev"])
+        _check(bev, self.bev_shape, np.uint8, f"{where} bev")
+        _imwrite(folder / "bev.png", cv2.cvtColor(np.ascontiguousarray(bev.transpose(1, 2, 0)), cv2.COLOR_RGB2BGR), _PNG)
+        (folder / "labels.json").write_text(to_json(frame["labels"], indent=None))
+        self._written[scene_name].append(str(frame["dir"]))
+
+    def _write_camera(self, folder: Path, cam: str, images: dict, h: int, w: int, where: str) -> None:
+        rgb, depth, normal = (np.asarray(images[k]) for k in ("rgb", "depth", "normal"))
+        semantic, instance = np.asarray(images["semantic"]), np.asarray(images["instance"])
+        _check(rgb, (h, w, 3), np.uint8, f"{where} rgb")
+        _check(depth, (h, w), None, f"{where} depth")
+        _check(normal, (h, w, 3), None, f"{where} normal")
+        _check(semantic, (h, w), np.uint8, f"{where} semantic")
+        _check(instance, (h, w), None, f"{where} instance")
+        _imwrite(folder / f"{cam}.jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), _JPEG)
+        _imwrite(folder / f"{cam}.depth.png", encode_depth(depth), _PNG)
+        _imwrite(folder / f"{cam}.normal.png", cv2.cvtColor(encode_normals(normal), cv2.COLOR_RGB2BGR), _PNG)
+        _imwrite(folder / f"{cam}.semantic.png", semantic, _PNG)
+        _imwrite(folder / f"{cam}.instance.png", encode_instance(instance, where), _PNG)
+
+
+def _check(a: np.ndarray, shape: tuple, dtype, where: str) -> None:
+    if a.shape != tuple(shape) or (dtype is not None and a.dtype != dtype):
+        want = f"{np.dtype(dtype).name} " if dtype is not None else ""
+        raise ValueError(f"{where}: expected {want}{tuple(shape)}, got {a.dtype} {a.shape}")
+
+
+def _imwrite(path: Path, img: np.ndarray, params: list) -> None:
+    ok, buf = cv2.imencode(path.suffix, img, params)
+    if not ok:
+        raise DatasetWriteError(f"cannot encode {path}; check the image dtype and shape")
+    path.write_bytes(buf.tobytes())
