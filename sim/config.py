@@ -46,4 +46,3 @@ class SimConfig:
     bev_range: float = 50.0  # metres each side of the ego
     bev_resolution: float = 0.5  # metres per cell
     label_range: float = 60.0  # 3D boxes and lane lines within this distance
-    jpeg_quality: int = 95

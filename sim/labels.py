@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 
 from hydranet.geometry import Camera, box_corners, invert_rigid, transform_points
-from sim.classes import BOX3D_CLASSES, OBJECT_CLASSES
+from sim.classes import BOX3D_CLASSES, OBJECT_CLASSES, SEMANTIC_ID
 from sim.render import NEAR, CameraImages
 from sim.world import World
 
@@ -108,11 +108,19 @@ def _runs(keep: np.ndarray) -> list[np.ndarray]:
     return np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1)
 
 
-def lanes_2d(lanes_ego: list[dict], cam: Camera) -> list[dict]:
+# a lane point is labelled where the pixel shows the road or a road user standing on it (as
+# CULane labels lanes through cars), not behind buildings, kerbs or vegetation
+_LANE_VISIBLE = np.zeros(256, bool)
+_LANE_VISIBLE[[SEMANTIC_ID[n] for n in ("road", "lane_marking", "crosswalk") + BOX3D_CLASSES]] = True
+
+
+def lanes_2d(lanes_ego: list[dict], cam: Camera, img: CameraImages) -> list[dict]:
     out = []
     for lane in lanes_ego:
         uv, z = cam.project_ego(lane["points"])
         inside = (z > 0.5) & (uv[:, 0] >= 0) & (uv[:, 0] <= cam.width - 1) & (uv[:, 1] >= 0) & (uv[:, 1] <= cam.height - 1)
+        pix = np.round(np.where(inside[:, None], uv, 0)).astype(int)
+        inside &= _LANE_VISIBLE[img.semantic[pix[:, 1], pix[:, 0]]]
         for run in _runs(inside):
             if len(run) >= 2:
                 out.append({"points": np.round(uv[run], 2).tolist(), "type": lane["type"], "lane_id": lane["lane_id"]})
@@ -186,7 +194,7 @@ def frame_labels(world: World, rig_cams: list[Camera], images: list[CameraImages
         b2d, pix = boxes_2d(img, cam, world2cam, objects)
         for k, v in pix.items():
             pixels[k] = pixels.get(k, 0) + v
-        cams[cam.name] = {"boxes2d": b2d, "lanes2d": lanes_2d(lanes_ego, cam)}
+        cams[cam.name] = {"boxes2d": b2d, "lanes2d": lanes_2d(lanes_ego, cam, img)}
     b3d = boxes_3d(world, world2ego, pixels, label_range)
     labels = {
         "cameras": cams,

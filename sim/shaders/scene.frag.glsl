@@ -51,8 +51,8 @@ void main() {
     c = mix(fog_color, c, exp(-fog_density * dist));
     vec2 px = gl_FragCoord.xy;
     if (rain > 0.0) {  // slanted streaks, brighter near the camera
-        uvec3 cell = uvec3(uint(px.x / 2.0), uint((px.y + px.x * 0.35) / 14.0), seed);
-        if (hash(cell) < 0.02 * rain) c = mix(c, vec3(0.8), 0.35);
+        uvec3 cell = uvec3(uint(px.x), uint((px.y + px.x * 0.35) / 10.0), seed);
+        if (hash(cell) < 0.012 * rain) c = mix(c, vec3(0.75), 0.2);
     }
     c = pow(clamp(c * exposure, 0.0, 1.0), vec3(1.0 / 2.2));
     float g = hash(uvec3(uint(px.x), uint(px.y), seed)) + hash(uvec3(uint(px.y), uint(px.x), seed + 7u)) - 1.0;

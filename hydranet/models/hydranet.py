@@ -1,0 +1,150 @@
+"""HydraNet: one shared trunk for every camera, cheap task heads on top.
+
+The multi-task, multi-camera architecture Tesla described (Karpathy, CVPR 2021 WAD and AI Day
+2021): all N cameras of B frames go through one backbone as a single batch of B*N images, a BiFPN
+neck (Tan et al., CVPR 2020) builds the shared feature pyramid, and every task head reads it.
+An optional `fusion` module lifts image features into a bird's-eye-view grid for BEV tasks.
+
+`forward(batch, mode)`:
+  - batch["images"]: float (B, N, 3, H, W) RGB in [0, 1] (or uint8 0..255); H and W divisible by the
+    coarsest neck stride. ImageNet mean/std normalization happens inside the model.
+  - batch["targets"] (mode "loss"): {task name: Task.collate(...) output}, cameras flattened b*N+n.
+  - mode "tensor": {task: {output name: raw tensor (B*N, ...)}} (what deploy exports);
+    "loss": {"<task>.<component>": scalar, "<task>": task sum, "loss": balanced total};
+    "predict": {task: list of B*N per-image results, index b*N + n}.
+Mode is an argument, never `self.training`; `loss(outputs, targets)` and `decode(outputs)` let one
+pass give both. Train with `model.backward(losses)` (gradient balancers such as PCGrad need it).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hydranet.models.backbones import build_backbone
+from hydranet.models.balancing import FixedWeights, build_balancer
+from hydranet.models.bifpn import BiFPN
+from hydranet.models.config import ModelConfig
+from hydranet.models.state_dict import load_state_dict_checked
+from hydranet.tasks import Task, build_task
+
+MODES = ("tensor", "loss", "predict")
+_IMAGENET_MEAN = (0.485, 0.456, 0.406)
+_IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class HydraNet(nn.Module):
+    """Shared backbone + neck over all cameras, a dict of task heads, optional BEV fusion."""
+
+    def __init__(self, backbone: nn.Module, neck: nn.Module, heads: Mapping[str, Task], fusion: nn.Module | None = None,
+                 balancer: FixedWeights | None = None):
+        super().__init__()
+        if list(neck.in_channels) != list(backbone.out_channels):
+            raise ValueError(f"neck expects input channels {list(neck.in_channels)} but the backbone gives "
+                             f"{list(backbone.out_channels)}; build the neck from backbone.out_channels")
+        if not heads:
+            raise ValueError("HydraNet needs at least one task head")
+        for name, task in heads.items():
+            if not isinstance(task, Task):
+                raise ValueError(f"head '{name}' is a {type(task).__name__}, not a hydranet.tasks.Task")
+            if task.name != name:
+                raise ValueError(f"head registered as '{name}' is task '{task.name}'; the keys must be task names")
+            if task.space == "bev":
+                if fusion is None:
+                    raise ValueError(f"task '{name}' reads bird's-eye-view features but no fusion module was given")
+                if task.in_channels != fusion.out_channels:
+                    raise ValueError(f"task '{name}' expects {task.in_channels} channels, fusion gives {fusion.out_channels}")
+                continue
+            bad = [c for c in neck.out_channels if c != task.in_channels]
+            if bad:
+                raise ValueError(f"task '{name}' expects {task.in_channels} channels on every level, the neck gives "
+                                 f"{list(neck.out_channels)}; build the task with in_channels={neck.out_channels[0]}")
+            if task.in_stride != neck.strides[0]:
+                raise ValueError(f"task '{name}' expects its finest level at stride {task.in_stride}, the neck's is "
+                                 f"at stride {neck.strides[0]}")
+        self.backbone, self.neck, self.fusion = backbone, neck, fusion
+        self.heads = nn.ModuleDict(heads)
+        self.balancer = balancer if balancer is not None else FixedWeights(list(heads))
+        if set(self.balancer.task_names) != set(heads):
+            raise ValueError(f"balancer tasks {sorted(self.balancer.task_names)} differ from heads {sorted(heads)}")
+        self.register_buffer("mean", torch.tensor(_IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(_IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    @property
+    def size_divisor(self) -> int:
+        return max(self.neck.strides)
+
+    def features(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """Neck pyramid of every camera: images (B, N, 3, H, W) -> [(B*N, C, H/s, W/s)]."""
+        if images.dim() != 5 or images.shape[2] != 3:
+            raise ValueError(f"batch['images'] must be (B, N, 3, H, W), got shape {tuple(images.shape)}")
+        H, W = images.shape[-2:]
+        d = self.size_divisor
+        if H % d or W % d:
+            raise ValueError(f"image size {H}x{W} is not divisible by {d} (the neck's coarsest stride); "
+                             f"resize or pad the images to a multiple of {d}")
+        x = images.flatten(0, 1)  # (B*N, 3, H, W)
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x
+        x = (x - self.mean.to(x.dtype)) / self.std.to(x.dtype)
+        return self.neck(self.backbone(x))  # [(B*N, C, H/8, W/8), ...]
+
+    def forward(self, batch: Mapping[str, Any], mode: str = "tensor") -> dict[str, Any]:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode '{mode}'; modes: {list(MODES)}")
+        feats = self.features(batch["images"])
+        bev = self.fusion(feats, batch) if self.fusion is not None else None
+        outputs = {name: task(bev if task.space == "bev" else feats) for name, task in self.heads.items()}
+        if mode == "tensor":
+            return outputs
+        if mode == "loss":
+            if "targets" not in batch:
+                raise ValueError("mode 'loss' needs batch['targets'] ({task: Task.collate(...)})")
+            return self.loss(outputs, batch["targets"])
+        return self.decode(outputs)
+
+    def loss(self, outputs: Mapping[str, Any], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        """Named losses: "<task>.<component>", "<task>" (sum of its components), "loss" (balanced total)."""
+        out: dict[str, torch.Tensor] = {}
+        for name, task in self.heads.items():
+            if name not in targets:
+                raise ValueError(f"no targets for task '{name}' (targets have {sorted(targets)})")
+            parts = task.loss(outputs[name], targets[name])
+            out.update({f"{name}.{k}": v for k, v in parts.items()})
+            out[name] = sum(parts.values())
+        out["loss"] = self.balancer.combine({n: out[n] for n in self.heads})
+        return out
+
+    def decode(self, outputs: Mapping[str, Any]) -> dict[str, list]:
+        """Per task the list of B*N per-image results (index b*N + n)."""
+        return {name: task.decode(outputs[name]) for name, task in self.heads.items()}
+
+    def shared_parameters(self) -> list[nn.Parameter]:
+        """Parameters every task shares (backbone, neck, fusion)."""
+        mods = [self.backbone, self.neck] + ([self.fusion] if self.fusion is not None else [])
+        return [p for m in mods for p in m.parameters()]
+
+    def backward(self, losses: Mapping[str, torch.Tensor]) -> None:
+        """Backpropagate `forward(batch, "loss")` output through the balancer."""
+        shared = self.shared_parameters()
+        ids = {id(p) for p in shared}
+        others = [p for p in self.parameters() if id(p) not in ids]
+        self.balancer.backward({n: losses[n] for n in self.heads}, shared, others)
+
+    def load_weights(self, state: Mapping[str, torch.Tensor], partial: bool = False) -> dict[str, list[str]]:
+        """Load a state dict; one that does not fit raises ValueError listing the keys (unless `partial`)."""
+        return load_state_dict_checked(self, state, where="checkpoint", partial=partial)
+
+
+def build_model(cfg: ModelConfig, meta: Mapping[str, Any]) -> HydraNet:
+    """HydraNet from a ModelConfig and the dataset meta (class lists for the heads)."""
+    names = [t.name for t in cfg.tasks]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"task '{dup[0]}' appears twice in model.tasks")
+    backbone = build_backbone(cfg.backbone, cfg.weights_path)
+    neck = BiFPN(backbone.out_channels, cfg.neck_width, cfg.neck_repeats, cfg.neck_levels)
+    heads = {t.name: build_task(t.name, meta, neck.out_channels[0], t.options) for t in cfg.tasks}
+    balancer = build_balancer(cfg.balancer, names, {t.name: t.weight for t in cfg.tasks})
+    return HydraNet(backbone, neck, heads, balancer=balancer)
