@@ -90,6 +90,9 @@ class Renderer:
         self.targets = [ctx.texture((W, H), 4, dtype="f1"), ctx.texture((W, H), 4, dtype="f1"),
                         ctx.texture((W, H), 1, dtype="f4"), ctx.texture((W, H), 1, dtype="u4")]
         self.fbo = ctx.framebuffer(color_attachments=self.targets, depth_attachment=ctx.depth_renderbuffer((W, H)))
+        # the sky colour is cleared through a second framebuffer on the colour texture alone, so
+        # label targets keep their zero clear (0 = sky / no surface in every label channel)
+        self.clear_color = ctx.framebuffer(color_attachments=self.targets[:1])
         self.projs = [projection(c.K, c.width, c.height).astype("f4") for c in rig.cameras]
         self.static_vao = None
         self.dyn_vbo = None
@@ -99,14 +102,40 @@ class Renderer:
     def _vao(self, vbo):
         return self.ctx.vertex_array(self.prog, [(vbo, "3f 3f 3f 1f 1f 1f", *_ATTRS)])
 
-    def set_static(self, verts: np.ndarray) -> None:
-        """Upload the scene's static triangles (V, 12) once per scene."""
+    def set_static(self, verts: np.ndarray, tile: float = 24.0) -> None:
+        """Upload the scene's static triangles (V, 12) once per scene, sorted into square
+        tiles of `tile` metres so each camera draws only the tiles inside its frustum."""
         if self.static_vao is not None:
             self.static_vao.release()
             self.static_vbo.release()
-        self.static_vbo = self.ctx.buffer(np.ascontiguousarray(verts, np.float32).tobytes())
+        tris = verts.reshape(-1, 3, verts.shape[1])  # (T, 3, 12)
+        key = np.floor(tris[:, :, :2].mean(1) / tile).astype(np.int64)  # (T, 2)
+        key = key[:, 0] * 100003 + key[:, 1]
+        order = np.argsort(key, kind="stable")
+        tris, key = tris[order], key[order]
+        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        ends = np.r_[starts[1:], len(key)]
+        lo = np.minimum.reduceat(tris[:, :, :3].min(1), starts)  # (K, 3) per-tile bounds
+        hi = np.maximum.reduceat(tris[:, :, :3].max(1), starts)
+        self.tile_ranges = np.stack([starts * 3, (ends - starts) * 3], 1)  # (K, 2) first vertex, count
+        corners = np.stack([np.where(np.array([i & 1, i & 2, i & 4]) > 0, hi, lo) for i in range(8)], 1)  # (K, 8, 3)
+        self.tile_corners = np.concatenate([corners, np.ones(corners.shape[:2] + (1,))], -1)  # (K, 8, 4)
+        self.static_vbo = self.ctx.buffer(np.ascontiguousarray(tris, np.float32).tobytes())
         self.static_vao = self._vao(self.static_vbo)
-        self.static_count = len(verts)
+
+    def _visible_ranges(self, clip_from_world: np.ndarray) -> list[tuple[int, int]]:
+        """(first, count) vertex ranges of the static tiles that intersect the frustum."""
+        c = self.tile_corners @ clip_from_world.T  # (K, 8, 4) clip coordinates
+        x, y, z, w = c[..., 0], c[..., 1], c[..., 2], c[..., 3]
+        outside = ((x < -w).all(1) | (x > w).all(1) | (y < -w).all(1) | (y > w).all(1)
+                   | (z < -w).all(1) | (z > w).all(1))
+        ranges: list[tuple[int, int]] = []
+        for first, count in self.tile_ranges[~outside]:
+            if ranges and ranges[-1][0] + ranges[-1][1] == first:  # merge neighbours in the buffer
+                ranges[-1] = (ranges[-1][0], ranges[-1][1] + int(count))
+            else:
+                ranges.append((int(first), int(count)))
+        return ranges
 
     def _set_dynamic(self, verts: np.ndarray) -> int:
         data = np.ascontiguousarray(verts, np.float32).tobytes()
@@ -146,30 +175,30 @@ class Renderer:
             raise RenderError("set_static() must be called before render()")
         n_dyn = self._set_dynamic(dynamic)
         ctx = self.ctx
+        sky = np.clip(lighting.fog_color * np.mean(exposures), 0, 1) ** (1 / 2.2)
+        self.fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
+        self.clear_color.clear(*sky, 1.0)
         self.fbo.use()
         ctx.enable(ctx.DEPTH_TEST)
         ctx.disable(ctx.CULL_FACE)
         self._uniforms(lighting)
-        sky = np.clip(lighting.fog_color * np.mean(exposures), 0, 1) ** (1 / 2.2)
         world2ego = invert_rigid(ego2world)
         for i, cam in enumerate(self.rig.cameras):
             x0 = int(self.offsets[i])
             ctx.viewport = (x0, 0, cam.width, cam.height)
-            # clears every target: alpha 0 marks "no surface" in the normal target
-            self.fbo.clear(*sky, 0.0, depth=1.0, viewport=(x0, 0, cam.width, cam.height))
-            w2c = (cam.ego2cam @ world2ego).astype("f4")
-            self.prog["world2cam"].write(w2c.T.tobytes())
+            w2c = cam.ego2cam @ world2ego
+            self.prog["world2cam"].write(w2c.astype("f4").T.tobytes())
             self.prog["proj"].write(self.projs[i].T.tobytes())
             self.prog["exposure"].value = float(exposures[i])
             self.prog["seed"].value = int(seed * 16 + i) & 0xFFFFFFFF
-            self.static_vao.render(vertices=self.static_count)
+            for first, count in self._visible_ranges(self.projs[i].astype(np.float64) @ w2c):
+                self.static_vao.render(first=first, vertices=count)
             if n_dyn:
                 self.dyn_vao.render(vertices=n_dyn)
         return self._read()
 
     def _read(self) -> list[CameraImages]:
         W, H = self.size
-        # the colour attachments' clear set RGB to the sky; labels use their own zero clear
         color = np.frombuffer(self.fbo.read(attachment=0, components=4), np.uint8).reshape(H, W, 4)
         normal = np.frombuffer(self.fbo.read(attachment=1, components=4), np.uint8).reshape(H, W, 4)
         depth = np.frombuffer(self.fbo.read(attachment=2, components=1, dtype="f4"), np.float32).reshape(H, W)
@@ -178,15 +207,14 @@ class Renderer:
         for i, cam in enumerate(self.rig.cameras):
             x0, x1 = int(self.offsets[i]), int(self.offsets[i]) + cam.width
             sl = (slice(0, cam.height), slice(x0, x1))
-            surface = normal[sl][..., 3] > 0
             n = normal[sl][..., :3].astype(np.float32) * (2.0 / 255.0) - 1.0
-            n[~surface] = 0.0
+            n *= normal[sl][..., 3:] > 0  # alpha 0: no surface, normal stays 0
             lab = label[sl]
             out.append(CameraImages(
                 rgb=np.ascontiguousarray(color[sl][..., :3]),
                 normal=n,
-                depth=np.where(surface, depth[sl], 0.0).astype(np.float32),
-                semantic=np.where(surface, lab >> 16, 0).astype(np.uint8),
-                instance=np.where(surface, lab & 0xFFFF, 0).astype(np.int32),
+                depth=np.ascontiguousarray(depth[sl]),
+                semantic=(lab >> 16).astype(np.uint8),
+                instance=(lab & 0xFFFF).astype(np.int32),
             ))
         return out

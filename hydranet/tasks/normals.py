@@ -8,7 +8,6 @@ under 11.25, 22.5 and 30 degrees (Fouhey et al., ICCV 2013).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 

@@ -1,0 +1,73 @@
+"""Sim throughput: camera images per second rendered with every label channel (RGB, normals,
+z-depth, semantic, instance) for the 6-camera rig, side by side with the time OpenCV needs to
+decode the same images from JPEG (quality 95). Run by hand, not in CI:
+
+    .venv/bin/python benchmarks/sim_throughput.py [--frames 40]
+
+Prints one table; the last line is the ratio render rate / JPEG decode rate.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import cv2
+import numpy as np
+
+from sim.config import SimConfig
+from sim.generate import sim_rig
+from sim.labels import frame_labels
+from sim.meshes import DynamicMesh, scene_lights, static_mesh
+from sim.render import Renderer
+from sim.scene import FRAME_DT, ego_pose, scene_lighting
+from sim.world import World
+
+
+def measure(width: int, height: int, frames: int, seed: int = 1) -> dict:
+    cfg = SimConfig(image_width=width, image_height=height)
+    rig = sim_rig(cfg)
+    world = World(cfg, seed)
+    renderer = Renderer(rig)
+    renderer.set_static(static_mesh(world))
+    dynamic, lighting = DynamicMesh(world), scene_lighting(world, cfg)
+    exposures = np.ones(len(rig))
+    renderer.render(dynamic.build(), ego_pose(world), lighting, exposures, 0)  # warm-up (shader JIT)
+    render_s, label_s, jpegs = [], [], []
+    for f in range(frames):
+        world.step(FRAME_DT)
+        t0 = time.perf_counter()
+        lighting.lights = scene_lights(world)
+        images = renderer.render(dynamic.build(), ego_pose(world), lighting, exposures, f)
+        t1 = time.perf_counter()
+        frame_labels(world, list(rig.cameras), images, ego_pose(world), cfg.label_range, cfg.bev_range, cfg.bev_resolution)
+        t2 = time.perf_counter()
+        render_s.append(t1 - t0)
+        label_s.append(t2 - t1)
+        jpegs += [cv2.imencode(".jpg", im.rgb, [cv2.IMWRITE_JPEG_QUALITY, 95])[1] for im in images]
+    decode_s = []
+    for buf in jpegs:
+        t0 = time.perf_counter()
+        cv2.imdecode(buf, cv2.IMREAD_COLOR)
+        decode_s.append(time.perf_counter() - t0)
+    n = len(rig)
+    return {
+        "size": f"{height}x{width}",
+        "render": n / float(np.median(render_s)),
+        "render_labels": n / float(np.median(np.add(render_s, label_s))),
+        "decode": 1.0 / float(np.median(decode_s)),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--frames", type=int, default=40)
+    args = ap.parse_args()
+    rows = [measure(320, 192, args.frames), measure(800, 448, max(args.frames // 2, 5))]
+    print(f"{'resolution':>10} | {'render+channels img/s':>21} | {'+ all labels img/s':>18} | {'JPEG decode img/s':>17} | ratio")
+    for r in rows:
+        print(f"{r['size']:>10} | {r['render']:>21.0f} | {r['render_labels']:>18.0f} | {r['decode']:>17.0f} | {r['render'] / r['decode']:.2f}")
+    print(f"ratio render/decode at 192x320: {rows[0]['render'] / rows[0]['decode']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

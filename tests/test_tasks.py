@@ -1,0 +1,223 @@
+"""Every registered task: forward, loss, gradients, target round trips and metrics."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pycocotools.coco import COCO
+
+from fake_samples import FAKE_META, make_batch, make_sample
+from hydranet.models import ModelConfig, TaskConfig, build_model
+from hydranet.tasks import TASKS, build_task
+from hydranet.tasks.det2d import coco_dicts, coco_map, write_coco_json
+
+WIDTH, H, W = 16, 64, 96
+DOC = Path(__file__).resolve().parents[1] / "docs" / "adding_a_head.md"
+
+
+def _pyramid(batch: int = 2) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [torch.randn(batch, WIDTH, H // s, W // s, requires_grad=True) for s in (8, 16, 32)]  # [(B*N, C, h, w)]
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return make_sample(num_cameras=2, height=H, width=W, seed=3)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_task_forward_loss_backward_decode_metric(name, sample):
+    task = build_task(name, FAKE_META, WIDTH)
+    feats = _pyramid()
+    out = task(feats)
+    assert isinstance(out, dict) and out
+    for v in out.values():
+        assert v.shape[0] == 2 and torch.isfinite(v).all()
+        assert v.shape[-2:] in {(H, W), (H // 4, W // 4)}
+    targets = task.collate([task.build_targets(sample)])
+    losses = task.loss(out, targets)
+    assert losses and all(v.dim() == 0 and torch.isfinite(v) for v in losses.values())
+    sum(losses.values()).backward()
+    assert [n for n, p in task.named_parameters() if p.grad is None] == []
+    assert all(f.grad is not None for f in feats)
+    decoded = task.decode(out)
+    assert len(decoded) == 2
+    metric = task.metric()
+    metric.update(decoded, targets)
+    values = metric.compute()
+    assert values and all(isinstance(v, float) for v in values.values())
+
+
+def test_head_returns_logits_not_probabilities():
+    task = build_task("drivable", FAKE_META, WIDTH)
+    with torch.no_grad():
+        task.head.out.bias.fill_(5.0)
+    logits = task(_pyramid())["logits"]
+    assert logits.min() > 1.0  # a sigmoid in the head would cap it at 1
+
+
+def _outputs_from_det_targets(t: dict) -> dict:
+    """Head outputs that a perfect CenterNet would produce for these targets."""
+    p = t["heatmap"].clamp(1e-6, 1 - 1e-6)
+    return {"heatmap": torch.log(p / (1 - p)), "box": t["box"]}
+
+
+@pytest.mark.parametrize("name", ["det2d", "signs_lights"])
+def test_det_targets_decode_back_to_ground_truth(name, sample):
+    task = build_task(name, FAKE_META, WIDTH, {"score_threshold": 0.5})
+    t = task.collate([task.build_targets(sample)])
+    decoded = task.decode(_outputs_from_det_targets(t))
+    for det, gb, gl in zip(decoded, t["gt_boxes"], t["gt_labels"]):
+        assert len(gb) > 0
+        order_p = np.lexsort(det["boxes"].numpy().T[::-1])
+        order_g = np.lexsort(gb.numpy().T[::-1])
+        np.testing.assert_allclose(det["boxes"].numpy()[order_p], gb.numpy()[order_g], atol=1e-3)
+        assert det["labels"].numpy()[order_p].tolist() == gl.numpy()[order_g].tolist()
+    metric = task.metric()
+    metric.update(decoded, t)
+    values = metric.compute()
+    key = "mAP" if name == "det2d" else "accuracy"
+    assert values[key] == pytest.approx(1.0)
+
+
+def test_signs_lights_classes_come_from_attributes(sample):
+    task = build_task("signs_lights", FAKE_META, WIDTH)
+    assert task.classes[:2] == ["sign:stop", "sign:yield"] and task.classes[-1] == "light:green"
+    t = task.build_targets(sample)
+    boxes = sample["labels"]["cameras"]["CAM_0"]["boxes2d"]
+    sign = next(b for b in boxes if b["class"] == "traffic_sign")
+    assert task.classes.index(f"sign:{sign['attributes']['sign_class']}") in t["gt_labels"][0].tolist()
+    assert len(t["gt_labels"][0]) == sum(b["class"] in ("traffic_sign", "traffic_light") for b in boxes)
+    bad = json.loads(json.dumps(sample["labels"]))
+    bad["cameras"]["CAM_0"]["boxes2d"][0]["attributes"] = {}
+    with pytest.raises(ValueError, match="traffic_sign box .*sign_class=None"):
+        task.build_targets({**sample, "labels": bad})
+
+
+def _gt_and_preds(shift: float = 0.0):
+    rng = np.random.default_rng(0)
+    gts, preds = [], []
+    for _ in range(3):
+        xy = rng.uniform(0, 200, (5, 2))
+        boxes = np.concatenate([xy, xy + rng.uniform(20, 60, (5, 2))], 1).astype(np.float32)
+        labels = rng.integers(0, 10, 5)
+        gts.append((boxes, labels))
+        preds.append((boxes + np.float32(shift), np.ones(5, np.float32), labels))
+    return gts, preds
+
+
+def test_coco_ground_truth_as_predictions_scores_one_and_shifted_lower(tmp_path):
+    gts, preds = _gt_and_preds()
+    perfect = coco_map(*coco_dicts(gts, preds, FAKE_META["classes"]))
+    assert perfect == {"mAP": pytest.approx(1.0), "mAP50": pytest.approx(1.0)}
+    shifted = coco_map(*coco_dicts(*_gt_and_preds(shift=8.0), FAKE_META["classes"]))
+    assert shifted["mAP"] < 0.9 and shifted["mAP"] < perfect["mAP"]
+    write_coco_json(gts, preds, FAKE_META["classes"], tmp_path / "gt.json", tmp_path / "pred.json")
+    coco = COCO(str(tmp_path / "gt.json"))  # the files load with pycocotools' own readers
+    res = coco.loadRes(str(tmp_path / "pred.json"))
+    assert len(coco.getAnnIds()) == 15 and len(res.getAnnIds()) == 15
+    assert [c["name"] for c in coco.loadCats(coco.getCatIds())] == FAKE_META["classes"]
+    assert math.isnan(coco_map(*coco_dicts([(np.zeros((0, 4)), np.zeros(0))], [(np.zeros((0, 4)), [], [])],
+                                           ["car"]))["mAP"])
+
+
+def _logits_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    return (mask * 2 - 1) * 10.0
+
+
+def test_dense_targets_decode_to_perfect_metrics(sample):
+    lanes = build_task("lanes", FAKE_META, WIDTH)
+    t = lanes.collate([lanes.build_targets(sample)])
+    assert t["mask"].shape == (2, 1, H, W) and t["mask"].sum() > 0 and len(t["lanes"]) == 2
+    m = lanes.metric()
+    m.update(lanes.decode({"logits": _logits_from_mask(t["mask"])}), t)
+    assert m.compute()["pixel_iou"] == 1.0 and m.compute()["f1"] == 1.0
+
+    drivable = build_task("drivable", FAKE_META, WIDTH)
+    t = drivable.collate([drivable.build_targets(sample)])
+    m = drivable.metric()
+    m.update(drivable.decode({"logits": _logits_from_mask(t["mask"])}), t)
+    assert m.compute()["iou"] == 1.0
+
+    depth = build_task("depth", FAKE_META, WIDTH)
+    t = depth.collate([depth.build_targets(sample)])
+    logits = t["depth"].clamp(min=0.1).log()
+    assert float(depth.loss({"logits": logits}, t)["silog"]) < 1e-3
+    m = depth.metric()
+    m.update(depth.decode({"logits": logits}), t)
+    v = m.compute()
+    assert v["abs_rel"] < 1e-5 and v["rmse"] < 1e-3 and v["delta1"] == 1.0
+
+    normals = build_task("normals", FAKE_META, WIDTH)
+    t = normals.collate([normals.build_targets(sample)])
+    assert float(normals.loss({"logits": t["normals"] * 3.0}, t)["cosine"]) < 1e-6
+    m = normals.metric()
+    m.update(normals.decode({"logits": t["normals"]}), t)
+    v = m.compute()
+    assert v["mean_angle_deg"] < 0.1 and v["under_11.25"] == 1.0
+
+
+def test_lane_f1_counts_a_missing_lane():
+    lanes = build_task("lanes", FAKE_META, WIDTH)
+    s = make_sample(num_cameras=1, height=H, width=W)
+    t = lanes.collate([lanes.build_targets(s)])
+    assert len(t["lanes"][0]) == 2
+    only_first = lanes.collate([lanes.build_targets({**s, "labels": {"cameras": {"CAM_0": {
+        "lanes2d": s["labels"]["cameras"]["CAM_0"]["lanes2d"][:1]}}}})])
+    m = lanes.metric()
+    m.update(lanes.decode({"logits": _logits_from_mask(only_first["mask"])}), t)
+    assert m.compute()["f1"] == pytest.approx(2 / 3)  # tp 1, fn 1
+
+
+def test_missing_sample_key_and_unknown_class_are_errors(sample):
+    with pytest.raises(ValueError, match="task 'depth' needs sample key 'depth'"):
+        build_task("depth", FAKE_META, WIDTH).build_targets({k: v for k, v in sample.items() if k != "depth"})
+    labels = json.loads(json.dumps(sample["labels"]))
+    labels["cameras"]["CAM_1"]["boxes2d"][0]["class"] = "spaceship"
+    with pytest.raises(ValueError, match="camera CAM_1 has a box of class 'spaceship'"):
+        build_task("det2d", FAKE_META, WIDTH).build_targets({**sample, "labels": labels})
+    with pytest.raises(ValueError, match="unknown task 'nope'; known tasks: .*'depth'"):
+        build_task("nope", FAKE_META, WIDTH)
+    with pytest.raises(ValueError, match="unknown option 'max_dpth'; allowed options: .*max_depth"):
+        build_task("depth", FAKE_META, WIDTH, {"max_dpth": 50.0})
+
+
+def _load_doc_example():
+    """The Python file shown in docs/adding_a_head.md, imported as a module."""
+    code = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
+    spec = importlib.util.spec_from_loader("hydranet_doc_sky", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    exec(compile(code, str(DOC), "exec"), module.__dict__)
+    return module
+
+
+def test_adding_a_head_doc(monkeypatch):
+    sky = _load_doc_example()
+    monkeypatch.setitem(TASKS, "sky", sky.SkyTask.from_meta)  # the doc's one registration line
+    assert "register_task(\"sky\", SkyTask.from_meta)" in DOC.read_text()
+    torch.manual_seed(0)
+    cfg = ModelConfig(backbone="tiny", neck_width=16, neck_repeats=1,
+                      tasks=(TaskConfig("det2d"), TaskConfig("sky", 0.5, {"width": 16})))
+    model = build_model(cfg, FAKE_META)
+    batch = make_batch(model.heads, [make_sample(num_cameras=1, seed=s) for s in range(2)])
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    history = []
+    for _ in range(15):
+        losses = model(batch, "loss")
+        history.append(losses["sky"].item())
+        opt.zero_grad()
+        model.backward(losses)
+        opt.step()
+    assert history[-1] < 0.7 * history[0]
+    preds = model(batch, "predict")["sky"]
+    metric = model.heads["sky"].metric()
+    metric.update(preds, batch["targets"]["sky"])
+    assert metric.compute()["iou"] > 0.5
