@@ -248,7 +248,8 @@ class _Exporter:
                 box2world = ego2world @ make_transform(rot_z(b["yaw"]), b["center"])
                 tr, rot = _pose(box2world)
                 ann = {
-                    "token": token("sample_annotation", name, frame["dir"], tid), "sample_token": stok, "instance_token": token("instance", name, tid),
+                    "token": token("sample_annotation", name, frame["dir"], tid), "sample_token": stok,
+                    "instance_token": token("instance", name, tid),
                     "visibility_token": visibility_token(vis.get(tid, 0.0)),
                     "attribute_tokens": [token("attribute", a) for a in box_attributes(cls, b.get("attributes", {}))],
                     "translation": tr, "size": [w_, l, h_], "rotation": rot,

@@ -187,5 +187,5 @@ def test_short_training_lowers_every_head_loss():
         opt.zero_grad()
         model.backward(losses)
         opt.step()
-    last = {k: float(v) for k, v in model(batch, "loss").items() if k in model.heads}
+    last = {k: v.item() for k, v in model(batch, "loss").items() if k in model.heads}
     assert all(last[k] < first[k] for k in model.heads), (first, last)

@@ -84,7 +84,7 @@ def test_annotations_match_labels(export, nusc):
         labels = ds.load(i)["labels"]
         kept = {b["track_id"]: b for b in labels["boxes3d"] if b["num_pixels"] > 0}
         anns = [nusc.get("sample_annotation", t) for t in sample["anns"]]
-        assert len(anns) == len(kept) > 0
+        assert len(anns) == len(kept)
         for ann in anns:
             b = kept[track[ann["token"]]]
             assert ann["category_name"] == CATEGORY[b["class"]]

@@ -149,7 +149,12 @@ def test_road_normals_point_up(scene):
 
 # (e) ---------------------------------------------------------------------------------------
 def test_lanes2d_on_road_and_match_lanes3d(scene):
-    on_road, total = 0, 0
+    """Lane points sit on road pixels at the lane's own depth, or on a road user in front of
+    the lane (labels run through cars, as CULane's do); each is the projection of a 3D point."""
+    from sim.classes import BOX3D_CLASSES
+
+    road_users = [SEMANTIC_ID[n] for n in BOX3D_CLASSES]
+    near_on_road, near_total, total = 0, 0, 0
     for fi, f, cam, img, lab in views(scene):
         lanes3d = {}
         for l in f["labels"]["lanes3d"]:
@@ -158,18 +163,26 @@ def test_lanes2d_on_road_and_match_lanes3d(scene):
             uv = np.asarray(lane["points"])
             assert len(uv) >= 2
             assert ((uv >= 0) & (uv <= [cam.width - 1, cam.height - 1])).all()
-            pix = np.round(uv).astype(int)
-            sem = img.semantic[pix[:, 1], pix[:, 0]]
-            on_road += np.isin(sem, ROADLIKE).sum()
-            total += len(uv)
             # each 2D point is the projection of a point of a 3D lane line with the same id
-            proj = [cam.project_ego(p)[0] for p in lanes3d[lane["lane_id"]]]
-            proj = np.concatenate(proj)
-            d = np.linalg.norm(uv[:, None] - proj[None], axis=-1).min(1)
-            assert d.max() < 0.1, (fi, cam.name, lane["lane_id"], d.max())
-    assert total > 50
-    # the rest stand on road users standing on the lane (labelled through, as CULane does)
-    assert on_road / total > 0.85, on_road / total
+            puv, pz = cam.project_ego(np.concatenate(lanes3d[lane["lane_id"]]))
+            dist = np.linalg.norm(uv[:, None] - puv[None], axis=-1)
+            assert dist.min(1).max() < 0.1, (fi, cam.name, lane["lane_id"], dist.min(1).max())
+            z = pz[dist.argmin(1)]
+            pix = np.round(uv).astype(int)
+            sem, depth = img.semantic[pix[:, 1], pix[:, 0]], img.depth[pix[:, 1], pix[:, 0]]
+            road = np.isin(sem, ROADLIKE)
+            assert (road | np.isin(sem, road_users)).all(), (fi, cam.name, sem)
+            # on the road: the pixel shows the ground where the lane is (pixel rounding at grazing
+            # angles moves the depth by a few per cent); on a road user: it stands in front
+            assert (np.abs(depth[road] - z[road]) < 0.2 * z[road]).all(), (fi, cam.name)
+            assert (depth[~road] < 1.1 * z[~road]).all(), (fi, cam.name)
+            near = z < 15
+            near_on_road += road[near].sum()
+            near_total += near.sum()
+            total += len(uv)
+    assert total > 50 and near_total > 30
+    # far points often pass behind traffic near the horizon; near ones mostly show the road
+    assert near_on_road / near_total > 0.85, near_on_road / near_total
 
 
 # (f) ---------------------------------------------------------------------------------------
@@ -231,24 +244,61 @@ def test_visible_fraction_and_num_pixels(scene):
 
 
 # (i) ---------------------------------------------------------------------------------------
+def _motion(f0, f1, a, b):
+    """World-frame displacement speed of a box between two frames and its labelled velocities."""
+    p0 = transform_points(f0["ego2world"], np.asarray(a["center"]))
+    p1 = transform_points(f1["ego2world"], np.asarray(b["center"]))
+    v0 = f0["ego2world"][:3, :3] @ np.asarray(a["velocity"])
+    v1 = f1["ego2world"][:3, :3] @ np.asarray(b["velocity"])
+    return (p1 - p0) / FRAME_DT, v0, v1
+
+
 def test_velocity_matches_motion(scene):
-    f0, f1 = scene["frames"][0], scene["frames"][1]
-    b0, b1 = boxes3d_by_id(f0), boxes3d_by_id(f1)
+    """Box displacement between frames agrees with the labelled velocity: within 0.3 m/s of the
+    mean of the two frames' velocities where the speed barely changes, and between the two
+    speeds (along the heading) where it does (see test_agent_kinematics_plausible)."""
     checked = 0
-    for tid, a in b0.items():
-        if tid not in b1:
-            continue
-        b = b1[tid]
-        p0 = transform_points(f0["ego2world"], np.asarray(a["center"]))
-        p1 = transform_points(f1["ego2world"], np.asarray(b["center"]))
-        v_motion = (p1 - p0) / FRAME_DT
-        v0 = f0["ego2world"][:3, :3] @ np.asarray(a["velocity"])
-        v1 = f1["ego2world"][:3, :3] @ np.asarray(b["velocity"])
-        err = np.linalg.norm(v_motion - (v0 + v1) / 2)
-        assert err < 0.3, (a["class"], tid, v_motion, v0, v1)
-        checked += a["attributes"]["moving"]
-    assert checked >= 3
-    # the ego's own velocity agrees with its pose change too
-    d = (f1["ego2world"][:3, 3] - f0["ego2world"][:3, 3]) / FRAME_DT
-    v = (f0["ego2world"][:3, :3] @ f0["labels"]["ego_velocity"] + f1["ego2world"][:3, :3] @ f1["labels"]["ego_velocity"]) / 2
-    assert np.linalg.norm(d - v) < 0.3
+    for f0, f1 in zip(scene["frames"], scene["frames"][1:]):
+        b0, b1 = boxes3d_by_id(f0), boxes3d_by_id(f1)
+        for tid, a in b0.items():
+            if tid not in b1:
+                continue
+            v_motion, v0, v1 = _motion(f0, f1, a, b1[tid])
+            s0, s1, s = np.linalg.norm(v0), np.linalg.norm(v1), np.linalg.norm(v_motion)
+            assert abs(v_motion[2]) < 1e-6 and abs(v0[2]) < 1e-6
+            if abs(s1 - s0) < 0.5:
+                assert np.linalg.norm(v_motion - (v0 + v1) / 2) < 0.3, (a["class"], tid, v_motion, v0, v1)
+            else:
+                assert min(s0, s1) - 0.3 < s < max(s0, s1) + 0.3, (a["class"], tid, v_motion, v0, v1)
+            if s > 0.5:  # moving along its labelled heading
+                heading = np.array([np.cos(a["yaw"]), np.sin(a["yaw"]), 0.0])
+                heading_w = f0["ego2world"][:3, :3] @ heading
+                assert v_motion @ heading_w / s > 0.95, (a["class"], tid)
+            checked += a["attributes"]["moving"]
+        # the ego's own velocity agrees with its pose change too
+        d = (f1["ego2world"][:3, 3] - f0["ego2world"][:3, 3]) / FRAME_DT
+        e0 = f0["ego2world"][:3, :3] @ f0["labels"]["ego_velocity"]
+        e1 = f1["ego2world"][:3, :3] @ f1["labels"]["ego_velocity"]
+        assert min(np.linalg.norm(e0), np.linalg.norm(e1)) - 0.3 < np.linalg.norm(d) < max(np.linalg.norm(e0), np.linalg.norm(e1)) + 0.3
+    assert checked >= 5
+
+
+@pytest.mark.xfail(strict=True, reason="sim/agents.py idm_acceleration has no braking limit: agents "
+                   "spawned close to a leader or a red stop line brake at 15-75 m/s^2 (up to 7.6 g, the "
+                   "ego included) in the first step, so the labelled speed jumps between frames")
+def test_agent_kinematics_plausible():
+    """No road user (ego included) brakes harder than 10 m/s^2 (about 1 g) between frames."""
+    cfg = SimConfig(rig="nuscenes6", image_width=160, image_height=96)
+    worst = []
+    for seed in range(4):
+        world = World(cfg, seed)
+        movers = world.agents + [world.ego]
+        speed = [a.speed for a in movers]
+        for _ in range(10):
+            world.step(FRAME_DT)
+            for i, a in enumerate(movers):
+                acc = (a.speed - speed[i]) / FRAME_DT
+                if acc < -10:
+                    worst.append((seed, a.cls, a.track_id, round(float(acc), 1)))
+                speed[i] = a.speed
+    assert not worst, worst
