@@ -57,7 +57,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             return tuple(_convert(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"config key '{key}': expected {len(args)} values, got {len(value)}")
-        return tuple(_convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(args, value)))
+        return tuple(_convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"config key '{key}': expected a mapping, got {value!r}")

@@ -162,6 +162,7 @@ class Camera:
         sx, sy = width / self.width, height / self.height
         K = self.K.copy()  # pixel centres sit at integer coordinates (OpenCV)
         K[0, 0] *= sx
+        K[0, 1] *= sx
         K[1, 1] *= sy
         K[0, 2] = (K[0, 2] + 0.5) * sx - 0.5
         K[1, 2] = (K[1, 2] + 0.5) * sy - 0.5

@@ -147,12 +147,20 @@ class Agent:
         return T
 
 
+MAX_BRAKE = 8.0  # m/s^2, an emergency stop on dry asphalt
+
+
+def safe_speed(gap: float) -> float:
+    """Highest speed from which a car stops within `gap` metres at a comfortable 3 m/s^2."""
+    return float(np.sqrt(2 * 3.0 * max(gap - 2.0, 0.0)))
+
+
 def idm_acceleration(v: float, v0: float, gap: float, dv: float) -> float:
     """Intelligent Driver Model: acceleration for speed v, desired v0, gap to leader and
     closing speed dv (v - v_leader)."""
     a, b, s0, T = 1.5, 3.0, 2.0, 1.2
     s_star = s0 + max(0.0, v * T + v * dv / (2 * np.sqrt(a * b)))
-    return a * (1 - (v / max(v0, 0.1)) ** 4 - (s_star / max(gap, 0.1)) ** 2)
+    return max(a * (1 - (v / max(v0, 0.1)) ** 4 - (s_star / max(gap, 0.1)) ** 2), -MAX_BRAKE)
 
 
 def leader_gap(me: Agent, others: list[Agent]) -> tuple[float, float]:

@@ -118,12 +118,13 @@ def lanes_2d(lanes_ego: list[dict], cam: Camera, img: CameraImages) -> list[dict
     out = []
     for lane in lanes_ego:
         uv, z = cam.project_ego(lane["points"])
+        uv = np.round(uv, 2)  # as stored; the visibility test below reads the pixel of the stored point
         inside = (z > 0.5) & (uv[:, 0] >= 0) & (uv[:, 0] <= cam.width - 1) & (uv[:, 1] >= 0) & (uv[:, 1] <= cam.height - 1)
         pix = np.round(np.where(inside[:, None], uv, 0)).astype(int)
         inside &= _LANE_VISIBLE[img.semantic[pix[:, 1], pix[:, 0]]]
         for run in _runs(inside):
             if len(run) >= 2:
-                out.append({"points": np.round(uv[run], 2).tolist(), "type": lane["type"], "lane_id": lane["lane_id"]})
+                out.append({"points": uv[run].tolist(), "type": lane["type"], "lane_id": lane["lane_id"]})
     return out
 
 

@@ -161,10 +161,10 @@ class _Exporter:
                                   "description": CATEGORY_DESCRIPTION[name]})
         for name, desc in ATTRIBUTES.items():
             t["attribute"].append({"token": token("attribute", name), "name": name, "description": desc})
-        for tok, level, lo in VISIBILITY:
-            hi = {"v0-40": 40, "v40-60": 60, "v60-80": 80, "v80-100": 100}[level]
+        for tok, level, _ in VISIBILITY:
+            lo, hi = level[1:].split("-")
             t["visibility"].append({"token": tok, "level": level,
-                                    "description": f"visibility of whole object is between {round(lo * 100)} and {hi}%"})
+                                    "description": f"visibility of whole object is between {lo} and {hi}%"})
         for cam in self.ds.rig.cameras:
             t["sensor"].append({"token": token("sensor", cam.name), "channel": cam.name, "modality": "camera"})
             tr, rot = _pose(cam.cam2ego)
@@ -172,7 +172,8 @@ class _Exporter:
                                            "sensor_token": token("sensor", cam.name), "translation": tr,
                                            "rotation": rot, "camera_intrinsic": np.asarray(cam.K).tolist()})
         t["sensor"].append({"token": token("sensor", LIDAR), "channel": LIDAR, "modality": "lidar"})
-        t["calibrated_sensor"].append({"token": token("calibrated_sensor", LIDAR), "sensor_token": token("sensor", LIDAR),
+        t["calibrated_sensor"].append({"token": token("calibrated_sensor", LIDAR),
+                                       "sensor_token": token("sensor", LIDAR),
                                        "translation": [0.0, 0.0, 0.0], "rotation": [1.0, 0.0, 0.0, 0.0],
                                        "camera_intrinsic": []})
 
@@ -300,7 +301,8 @@ def export_nuscenes(dataset_root, out_dir, version: str = "v1.0-mini", progress:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
     except OSError as e:
-        raise DatasetWriteError(f"cannot write to {out_dir.parent}: {e.strerror or e}; choose a writable output folder") from None
+        raise DatasetWriteError(f"cannot write to {out_dir.parent}: {e.strerror or e}; "
+                                "choose a writable output folder") from None
     try:
         ex = _Exporter(ds, tmp, version)
         ex.static_tables()

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.agents import Agent, Part, idm_acceleration, leader_gap, make_body
+from sim.agents import Agent, Part, idm_acceleration, leader_gap, make_body, safe_speed
 from sim.config import SimConfig
 from sim.roads import LANE_WIDTH, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network
 
@@ -110,8 +110,9 @@ class World:
                          speed=rng.uniform(5, 10), desired_speed=rng.uniform(8, 13))
         self._attach_stops(self.ego)
         self._place_traffic()
-        self._place_rare()
         self._cleared: set = set()
+        self._place_rare()
+        self._settle_speeds()
 
     # ---- sampling -------------------------------------------------------------------------
     def new_id(self) -> int:
@@ -326,6 +327,14 @@ class World:
     def _static(self, cls: str, xy: np.ndarray, heading: float):
         a = Agent(self.new_id(), cls, make_body(cls, self.rng), None, pos=np.asarray(xy, float), heading=float(heading))
         self.agents.append(a)
+
+    def _settle_speeds(self):
+        """Cap initial speeds so nobody starts closer to a leader or a red light than it can stop."""
+        everyone = self.agents + [self.ego]
+        for a in everyone:
+            if a.path is not None and a.follows_traffic:
+                gap = min(leader_gap(a, everyone)[0], self._stop_gap(a))
+                a.speed = min(a.speed, safe_speed(gap))
 
     # ---- time -----------------------------------------------------------------------------
     def signal(self, k: int, approach: str) -> str:

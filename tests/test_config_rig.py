@@ -74,9 +74,6 @@ def test_literal_and_variadic_tuple_types():
     assert to_dict(cfg)["tasks"] == ["a", "b"]
 
 
-@pytest.mark.xfail(strict=True, reason="hydranet/config.py _convert: fixed-length tuple branch unpacks "
-                   "zip(args, value) as (v, a), so it converts the type against the value and raises "
-                   "'unsupported annotation 0.8'")
 def test_fixed_length_tuple_type():
     cfg = from_dict(Exp, {"optim": {"betas": [0.8, 0.9]}})
     assert cfg.optim.betas == (0.8, 0.9)

@@ -139,8 +139,6 @@ def test_camera_scaled_keeps_projection():
     np.testing.assert_allclose(project(corner_rays, small.K)[0], [[-0.5, -0.5], [159.5, 95.5]], atol=1e-8)
 
 
-@pytest.mark.xfail(strict=True, reason="Camera.scaled does not scale the skew K[0, 1] by width ratio "
-                   "(hydranet/geometry.py Camera.scaled); harmless for the zero-skew presets")
 def test_camera_scaled_keeps_projection_with_skew():
     rng = np.random.default_rng(6)
     cam = Camera("CAM", random_K(rng, 1600, 900, skew=True), random_pose(rng), 1600, 900)

@@ -44,9 +44,8 @@ def nusc(export):
 
 def _track_of(nusc, ds: SimDataset):
     """sample_annotation token -> our track id (through the instance's deterministic key)."""
-    inst = {token("instance", sc["name"], b["track_id"]): b["track_id"]
-            for i, (name, _) in enumerate(ds.frame_ids) for sc in ds.scenes if sc["name"] == name
-            for b in ds.load(i)["labels"]["boxes3d"]}
+    inst = {token("instance", name, b["track_id"]): b["track_id"]
+            for i, (name, _) in enumerate(ds.frame_ids) for b in ds.load(i)["labels"]["boxes3d"]}
     return {a["token"]: inst[a["instance_token"]] for a in nusc.sample_annotation}
 
 
@@ -124,7 +123,8 @@ def test_boxes_project_where_the_objects_are(export, nusc):
                 if tid not in ours:
                     continue
                 uv = view_points(box.corners(), K, normalize=True)[:2]  # (2, 8)
-                ext = [max(uv[0].min(), 0), max(uv[1].min(), 0), min(uv[0].max(), cam.width), min(uv[1].max(), cam.height)]
+                ext = [max(uv[0].min(), 0), max(uv[1].min(), 0),  # projected extent clipped to the image
+                       min(uv[0].max(), cam.width), min(uv[1].max(), cam.height)]
                 # our bbox is [min col, min row, max col + 1, max row + 1] with pixel centres at
                 # integer coordinates: its continuous extent is bbox - 0.5
                 x0, y0, x1, y1 = np.asarray(ours[tid], np.float64) - 0.5
@@ -178,12 +178,12 @@ def test_box_velocity_matches_labels(export, nusc):
             if nusc.get("instance", ann["instance_token"])["nbr_annotations"] < 3 or not (ann["prev"] and ann["next"]):
                 continue  # centred differences only: a one-sided one lags the labelled speed
             v = nusc.box_velocity(ann["token"])
-            assert np.linalg.norm(v - R @ np.array(b["velocity"])) < 1.0, (b["class"], b["track_id"], v, R @ b["velocity"])
+            v_label = R @ np.array(b["velocity"])  # ego axes -> world axes
+            assert np.linalg.norm(v - v_label) < 1.0, (b["class"], b["track_id"], v, v_label)
             checked += 1
     assert checked > 5
 
 
-@needs_devkit
 def test_from_sim_is_deterministic_and_cleans_up(export, tmp_path):
     _, first = export
     out = export_nuscenes_from_sim(tmp_path / "again", CFG, SCENES, SEED, VERSION, progress=False)
@@ -192,7 +192,8 @@ def test_from_sim_is_deterministic_and_cleans_up(export, tmp_path):
     assert files == sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     for rel in files:
         assert (first / rel).read_bytes() == (out / rel).read_bytes(), rel
-    json.loads((out / VERSION / "splits.json").read_text())
+    splits = json.loads((out / VERSION / "splits.json").read_text())
+    assert splits == {"sim_train": ["scene_0000", "scene_0001"], "sim_val": []}
 
 
 def test_refuses_existing_output_and_leaves_nothing_on_failure(export, tmp_path):

@@ -116,8 +116,6 @@ def test_object_depth_lies_on_its_box(scene):
             tol = 0.03 + d * 1e-5
             excess = q - np.asarray(box["size"]) / 2
             assert (excess <= tol[:, None]).all(), (fi, cam.name, box["class"], tid, excess.max())
-            # and on its surface: some face of the box within tolerance for box-shaped parts is
-            # too strict (parts are several boxes), but no pixel may be deep inside a thin box
             checked += 1
     assert checked >= 10
 
@@ -283,9 +281,6 @@ def test_velocity_matches_motion(scene):
     assert checked >= 5
 
 
-@pytest.mark.xfail(strict=True, reason="sim/agents.py idm_acceleration has no braking limit: agents "
-                   "spawned close to a leader or a red stop line brake at 15-75 m/s^2 (up to 7.6 g, the "
-                   "ego included) in the first step, so the labelled speed jumps between frames")
 def test_agent_kinematics_plausible():
     """No road user (ego included) brakes harder than 10 m/s^2 (about 1 g) between frames."""
     cfg = SimConfig(rig="nuscenes6", image_width=160, image_height=96)
