@@ -199,21 +199,22 @@ class Renderer:
 
     def _read(self) -> list[CameraImages]:
         W, H = self.size
-        color = np.frombuffer(self.fbo.read(attachment=0, components=4), np.uint8).reshape(H, W, 4)
-        normal = np.frombuffer(self.fbo.read(attachment=1, components=4), np.uint8).reshape(H, W, 4)
+        color = np.frombuffer(self.fbo.read(attachment=0, components=3), np.uint8).reshape(H, W, 3)
+        normal = np.frombuffer(self.fbo.read(attachment=1, components=3), np.uint8).reshape(H, W, 3)
         depth = np.frombuffer(self.fbo.read(attachment=2, components=1, dtype="f4"), np.float32).reshape(H, W)
         label = np.frombuffer(self.fbo.read(attachment=3, components=1, dtype="u4"), np.uint32).reshape(H, W)
         out = []
         for i, cam in enumerate(self.rig.cameras):
-            x0, x1 = int(self.offsets[i]), int(self.offsets[i]) + cam.width
-            sl = (slice(0, cam.height), slice(x0, x1))
-            n = normal[sl][..., :3].astype(np.float32) * (2.0 / 255.0) - 1.0
-            n *= normal[sl][..., 3:] > 0  # alpha 0: no surface, normal stays 0
+            x0 = int(self.offsets[i])
+            sl = (slice(0, cam.height), slice(x0, x0 + cam.width))
+            d = depth[sl]
+            n = normal[sl] * np.float32(2.0 / 255.0) - np.float32(1.0)
+            n *= (d > 0)[..., None]  # depth 0: no surface (sky), normal stays 0
             lab = label[sl]
             out.append(CameraImages(
-                rgb=np.ascontiguousarray(color[sl][..., :3]),
+                rgb=np.ascontiguousarray(color[sl]),
                 normal=n,
-                depth=np.ascontiguousarray(depth[sl]),
+                depth=np.ascontiguousarray(d),
                 semantic=(lab >> 16).astype(np.uint8),
                 instance=(lab & 0xFFFF).astype(np.int32),
             ))

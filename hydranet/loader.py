@@ -1,0 +1,221 @@
+"""Training input pipeline: a torch Dataset over `SimDataset` frames, augmentation, collate and a
+resumable, shardable batch order.
+
+- `resize_crop(sample, sx, sy, x0, y0, out_hw)`: scale every camera by (sx, sy) and crop the window
+  at (x0, y0); images bilinear, dense labels nearest; intrinsics, 2D boxes and 2D lanes follow.
+  Pixel centres sit at integer coordinates (docs/dataset_format.md): a pixel centre u maps to
+  sx * (u + 0.5) - 0.5 - x0, a box edge x to sx * x - x0.
+- `Augmenter`: per camera a photometric albumentations pipeline (brightness/contrast, blur, noise,
+  fog, rain, shadows) and a random zoom (scale >= 1, then crop back to the output size), seeded
+  from (seed, epoch, frame, camera) so a resumed run sees the very same pixels.
+- `StepBatchSampler`: the frame order of epoch e is a permutation drawn from (seed, e); rank r of
+  W takes every W-th frame (as torch's DistributedSampler); batches are numbered by global step,
+  so resuming at step s yields exactly the batches s, s+1, ... of an uninterrupted run.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+
+from hydranet.data import SimDataset
+from hydranet.tasks import Task
+
+DENSE_KEYS = ("depth", "normals", "semantic", "drivable", "instance")
+
+
+def _warp(arr: np.ndarray, M: np.ndarray, out_hw: tuple[int, int], linear: bool) -> np.ndarray:
+    """One camera's (H, W[, C]) array through the 2x3 forward affine M (dst = M @ src)."""
+    dtype = arr.dtype
+    # cv2 does not warp bool or int32: bool via uint8, int32 ids (< 2**24) exactly via float32
+    src = arr.astype(np.uint8) if dtype == bool else arr.astype(np.float32) if dtype == np.int32 else arr
+    out = cv2.warpAffine(src, M, (out_hw[1], out_hw[0]), flags=cv2.INTER_LINEAR if linear else cv2.INTER_NEAREST,
+                         borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    if out.ndim == arr.ndim - 1:  # cv2 drops a trailing channel axis of size 1
+        out = out[..., None]
+    return out.astype(dtype) if out.dtype != dtype else out
+
+
+def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets: Sequence[tuple[float, float]],
+                out_hw: tuple[int, int]) -> dict:
+    """A new sample whose camera n is camera n of `sample` scaled by scales[n] = (sx, sy) and
+    cropped at offsets[n] = (x0, y0) (in scaled pixels) to out_hw = (H, W).
+
+    Updates images (bilinear), the dense channels present (nearest), `intrinsics`, and the per
+    camera `boxes2d` (clipped; boxes left empty are dropped) and `lanes2d` (points outside the new
+    image dropped; a polyline is kept with its remaining points) of `labels`."""
+    out = dict(sample)
+    H, W = out_hw
+    n_cam = len(sample["camera_names"])
+    Ms = []
+    for (sx, sy), (x0, y0) in zip(scales, offsets, strict=True):
+        Ms.append(np.array([[sx, 0.0, 0.5 * sx - 0.5 - x0], [0.0, sy, 0.5 * sy - 0.5 - y0]], np.float64))
+    if "images" in sample:
+        out["images"] = np.stack([_warp(sample["images"][i], Ms[i], out_hw, True) for i in range(n_cam)])  # (N, H, W, 3)
+    for key in DENSE_KEYS:
+        if key in sample:
+            out[key] = np.stack([_warp(sample[key][i], Ms[i], out_hw, False) for i in range(n_cam)])
+    K = np.array(sample["intrinsics"], np.float32, copy=True)  # (N, 3, 3)
+    for i, M in enumerate(Ms):
+        K[i, 0, :] = M[0, 0] * K[i, 0, :] + M[0, 2] * K[i, 2, :]
+        K[i, 1, :] = M[1, 1] * K[i, 1, :] + M[1, 2] * K[i, 2, :]
+    out["intrinsics"] = K
+    labels = copy.deepcopy(sample["labels"])
+    for i, name in enumerate(sample["camera_names"]):
+        cam = labels["cameras"].get(name)
+        if cam is None:
+            continue
+        (sx, sy), (x0, y0) = scales[i], offsets[i]
+        boxes = []
+        for b in cam.get("boxes2d", []):
+            bx0, by0, bx1, by1 = b["bbox"]
+            nb = [min(max(sx * bx0 - x0, 0.0), W), min(max(sy * by0 - y0, 0.0), H),
+                  min(max(sx * bx1 - x0, 0.0), W), min(max(sy * by1 - y0, 0.0), H)]
+            if nb[2] > nb[0] and nb[3] > nb[1]:
+                boxes.append({**b, "bbox": nb})
+        cam["boxes2d"] = boxes
+        lanes = []
+        for lane in cam.get("lanes2d", []):
+            pts = np.asarray(lane["points"], np.float64).reshape(-1, 2)
+            pts = pts * [sx, sy] + [0.5 * sx - 0.5 - x0, 0.5 * sy - 0.5 - y0]
+            inside = (pts[:, 0] >= -0.5) & (pts[:, 0] < W - 0.5) & (pts[:, 1] >= -0.5) & (pts[:, 1] < H - 0.5)
+            if inside.any():
+                lanes.append({**lane, "points": pts[inside].tolist()})
+        cam["lanes2d"] = lanes
+    out["labels"] = labels
+    return out
+
+
+def resize_to(sample: Mapping, out_hw: tuple[int, int]) -> dict:
+    """Every camera resized to out_hw (no crop); a no-op when it already has that size."""
+    H, W = sample["images"].shape[1:3]
+    if (H, W) == tuple(out_hw):
+        return dict(sample)
+    n = len(sample["camera_names"])
+    return resize_crop(sample, [(out_hw[1] / W, out_hw[0] / H)] * n, [(0.0, 0.0)] * n, out_hw)
+
+
+def photometric_pipeline():
+    """Per-camera photometric augmentation (albumentations): lighting, blur, noise, weather, shadows."""
+    import albumentations as A  # imported here: the car-side runtime does not need it
+
+    return A.Compose([
+        A.RandomBrightnessContrast(brightness_limit=0.25, contrast_limit=0.25, p=0.6),
+        A.OneOf([A.GaussianBlur(blur_limit=(3, 5)), A.MotionBlur(blur_limit=(3, 5))], p=0.2),
+        A.GaussNoise(std_range=(0.02, 0.06), p=0.2),
+        A.RandomFog(fog_coef_range=(0.1, 0.3), p=0.08),
+        A.RandomRain(drop_length=8, blur_value=3, brightness_coefficient=0.9, p=0.08),
+        A.RandomShadow(p=0.1),
+    ], seed=0)
+
+
+class Augmenter:
+    """Seeded per-camera augmentation: `__call__(sample, key)` with key = (seed, epoch, frame)."""
+
+    def __init__(self, photometric: bool = True, geometric: bool = True, scale_range: tuple[float, float] = (1.0, 1.25),
+                 geometric_p: float = 0.5):
+        if not 1.0 <= scale_range[0] <= scale_range[1]:
+            raise ValueError(f"augment.scale_range must satisfy 1 <= low <= high, got {list(scale_range)}")
+        self.photometric, self.geometric = photometric, geometric
+        self.scale_range, self.geometric_p = scale_range, geometric_p
+        self._photo = photometric_pipeline() if photometric else None
+
+    def __call__(self, sample: Mapping, key: Sequence[int]) -> dict:
+        rng = np.random.default_rng(list(key))
+        n = len(sample["camera_names"])
+        H, W = sample["images"].shape[1:3]
+        out = dict(sample)
+        if self.geometric:
+            scales, offsets = [], []
+            for _ in range(n):
+                s = rng.uniform(*self.scale_range) if rng.random() < self.geometric_p else 1.0
+                x0, y0 = rng.uniform(0, W * s - W), rng.uniform(0, H * s - H)
+                scales.append((s, s))
+                offsets.append((float(np.floor(x0)), float(np.floor(y0))))
+            out = resize_crop(out, scales, offsets, (H, W))
+        if self._photo is not None:
+            imgs = []
+            for i in range(n):
+                self._photo.set_random_seed(int(rng.integers(2**31 - 1)))
+                imgs.append(self._photo(image=np.ascontiguousarray(out["images"][i]))["image"])
+            out["images"] = np.stack(imgs)
+        return out
+
+
+class TrainingFrames(torch.utils.data.Dataset):
+    """Items are (epoch, frame) pairs (see StepBatchSampler) -> {"images": float (N, 3, H, W) in [0, 1],
+    "targets": {task: build_targets}}. Without an augmenter, items may be plain frame indices."""
+
+    def __init__(self, data: SimDataset, tasks: Mapping[str, Task], image_hw: tuple[int, int],
+                 augmenter: Augmenter | None = None, seed: int = 0):
+        self.data, self.tasks, self.image_hw = data, dict(tasks), tuple(image_hw)
+        self.augmenter, self.seed = augmenter, seed
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def prepare(self, item: int | tuple[int, int]) -> dict:
+        """The transformed numpy sample (uint8 images (N, H, W, 3), labels updated)."""
+        epoch, index = item if isinstance(item, tuple) else (0, item)
+        sample = resize_to(self.data[index], self.image_hw)
+        if self.augmenter is not None:
+            sample = self.augmenter(sample, (self.seed, epoch, index))
+        return sample
+
+    def __getitem__(self, item: int | tuple[int, int]) -> dict:
+        sample = self.prepare(item)
+        targets = {name: task.build_targets(sample) for name, task in self.tasks.items()}
+        images = torch.from_numpy(np.ascontiguousarray(sample["images"])).permute(0, 3, 1, 2)  # (N, 3, H, W) uint8
+        return {"images": images, "targets": targets}
+
+
+class Collate:
+    """Frames -> batch {"images": float (B, N, 3, H, W) in [0, 1], "targets": {task: task.collate(...)}}."""
+
+    def __init__(self, tasks: Mapping[str, Task]):
+        self.tasks = dict(tasks)
+
+    def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict:
+        images = torch.stack([it["images"] for it in items]).float().div_(255.0)  # (B, N, 3, H, W)
+        return {"images": images,
+                "targets": {n: t.collate([it["targets"][n] for it in items]) for n, t in self.tasks.items()}}
+
+
+class StepBatchSampler(torch.utils.data.Sampler):
+    """Batches of (epoch, frame) for global steps start_step .. total_steps-1 of rank `rank` of `world`.
+
+    Epoch e's order is `default_rng([seed, e]).permutation(n)`, padded by wrapping to a multiple of
+    world (as DistributedSampler); rank r takes positions r, r + world, ...; the last incomplete
+    batch of an epoch is dropped. Step s is batch s % per_epoch of epoch s // per_epoch."""
+
+    def __init__(self, num_frames: int, batch_size: int, seed: int, total_steps: int, start_step: int = 0,
+                 rank: int = 0, world: int = 1):
+        per_rank = -(-num_frames // world)
+        if per_rank < batch_size:
+            raise ValueError(f"the training set has {num_frames} frames, {per_rank} per process: fewer than "
+                             f"batch_size {batch_size}; generate more frames or lower batch_size")
+        self.n, self.batch_size, self.seed = num_frames, batch_size, seed
+        self.total_steps, self.start_step, self.rank, self.world = total_steps, start_step, rank, world
+        self.per_epoch = per_rank // batch_size
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        order = np.random.default_rng([self.seed, epoch]).permutation(self.n)
+        total = -(-self.n // self.world) * self.world
+        order = np.concatenate([order, order[:total - self.n]]) if total > self.n else order
+        return order[self.rank::self.world]
+
+    def batch(self, step: int) -> list[tuple[int, int]]:
+        epoch, b = divmod(step, self.per_epoch)
+        idx = self.epoch_order(epoch)[b * self.batch_size:(b + 1) * self.batch_size]
+        return [(epoch, int(i)) for i in idx]
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        for step in range(self.start_step, self.total_steps):
+            yield self.batch(step)
+
+    def __len__(self) -> int:
+        return max(self.total_steps - self.start_step, 0)
