@@ -10,6 +10,10 @@
       tasks:
         - {name: det2d, weight: 1.0, options: {out_stride: 4}}
         - {name: depth, weight: 0.5}
+        - {name: det3d}             # a BEV task: builds the fusion (view transform + video), docs/bev.md
+      bev:                          # read only when a BEV task (det3d, bevmap) is configured
+        downsample: 4               # cells = dataset bev resolution * downsample (0.5 m * 4 = 2 m)
+        video_frames: 3             # current + 2 past frames; 1 = single frame
 """
 from __future__ import annotations
 
@@ -30,6 +34,27 @@ ALL_TASKS = ("det2d", "lanes", "drivable", "depth", "normals", "signs_lights")
 
 
 @dataclass(frozen=True)
+class BevConfig:
+    """The BEV grid, the view transform and the video module (docs/bev.md).
+
+    x_range/y_range/resolution: the grid in ego metres; None = the dataset's meta["bev"] extent
+    with its resolution times `downsample`. heights: ego z (m) of the points each cell is projected
+    at. image_size: [H, W] model input (None = the rig's common camera size). video_frames: queue
+    length including the current frame (1 = no video module)."""
+
+    x_range: tuple[float, float] | None = None
+    y_range: tuple[float, float] | None = None
+    resolution: float | None = None
+    downsample: int = 4
+    heights: tuple[float, ...] = (0.0, 0.6, 1.2, 1.8)
+    channels: int = 64
+    method: str = "lut"
+    encoder_depth: int = 2
+    image_size: tuple[int, int] | None = None
+    video_frames: int = 1
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     backbone: str = "tiny"
     weights_path: str | None = None
@@ -38,3 +63,4 @@ class ModelConfig:
     neck_levels: int = 3
     balancer: str = "fixed"
     tasks: tuple[TaskConfig, ...] = tuple(TaskConfig(n) for n in ALL_TASKS)
+    bev: BevConfig = field(default_factory=BevConfig)

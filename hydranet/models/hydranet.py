@@ -14,6 +14,12 @@ An optional `fusion` module lifts image features into a bird's-eye-view grid for
     "predict": {task: list of B*N per-image results, index b*N + n}.
 Mode is an argument, never `self.training`; `loss(outputs, targets)` and `decode(outputs)` let one
 pass give both. Train with `model.backward(losses)` (gradient balancers such as PCGrad need it).
+
+With BEV tasks (docs/bev.md) the `fusion` module (hydranet.models.video.BevFusion) reads
+batch["intrinsics"] (B, N, 3, 3), batch["cam2ego"] (B, N, 4, 4) and, for the video module,
+batch["prev_bev"]/batch["ego_motion"]; BEV task outputs and results are per frame (B items). A clip
+batch has images (B, T, N, 3, H, W) and ego2world (B, T, 4, 4): heads read its last frame. With the
+video module, "tensor" and "predict" outputs also hold {"bev_state": {"bev_queue": (B, T-1, C, X, Y)}}.
 """
 from __future__ import annotations
 
@@ -26,13 +32,18 @@ from torch import nn
 from hydranet.models.backbones import build_backbone
 from hydranet.models.balancing import FixedWeights, build_balancer
 from hydranet.models.bifpn import BiFPN
-from hydranet.models.config import ModelConfig
+from hydranet.bevgrid import BevGrid
+from hydranet.models.config import BevConfig, ModelConfig
 from hydranet.models.state_dict import load_state_dict_checked
-from hydranet.tasks import Task, build_task
+from hydranet.models.video import BevFusion, VideoQueue
+from hydranet.models.view_transform import LutViewTransform, calibration_of, rig_input_size
+from hydranet.rig import rig_from_dict
+from hydranet.tasks import BEV_TASKS, Task, build_task
 
 MODES = ("tensor", "loss", "predict")
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
+VIEW_TRANSFORMS = {"lut": LutViewTransform}  # model.bev.method -> view transform class
 
 
 class HydraNet(nn.Module):
@@ -93,16 +104,21 @@ class HydraNet(nn.Module):
     def forward(self, batch: Mapping[str, Any], mode: str = "tensor") -> dict[str, Any]:
         if mode not in MODES:
             raise ValueError(f"unknown mode '{mode}'; modes: {list(MODES)}")
-        feats = self.features(batch["images"])
-        bev = self.fusion(feats, batch) if self.fusion is not None else None
+        images = batch["images"]
+        clip = images.dim() == 6  # (B, T, N, 3, H, W): heads read the last frame
+        feats = self.features(images.flatten(0, 1) if clip else images)
+        bev, state = self.fusion(feats, batch) if self.fusion is not None else (None, {})
+        if clip and any(t.space != "bev" for t in self.heads.values()):
+            B, T, N = images.shape[:3]
+            feats = [f.view(B, T, N, *f.shape[1:])[:, -1].flatten(0, 1) for f in feats]  # [(B*N, C, h, w)]
         outputs = {name: task(bev if task.space == "bev" else feats) for name, task in self.heads.items()}
         if mode == "tensor":
-            return outputs
+            return {**outputs, "bev_state": state} if state else outputs
         if mode == "loss":
             if "targets" not in batch:
                 raise ValueError("mode 'loss' needs batch['targets'] ({task: Task.collate(...)})")
             return self.loss(outputs, batch["targets"])
-        return self.decode(outputs)
+        return {**self.decode(outputs), "bev_state": state} if state else self.decode(outputs)
 
     def loss(self, outputs: Mapping[str, Any], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Named losses: "<task>.<component>", "<task>" (sum of its components), "loss" (balanced total)."""
@@ -145,6 +161,31 @@ def build_model(cfg: ModelConfig, meta: Mapping[str, Any]) -> HydraNet:
         raise ValueError(f"task '{dup[0]}' appears twice in model.tasks")
     backbone = build_backbone(cfg.backbone, cfg.weights_path)
     neck = BiFPN(backbone.out_channels, cfg.neck_width, cfg.neck_repeats, cfg.neck_levels)
-    heads = {t.name: build_task(t.name, meta, neck.out_channels[0], t.options) for t in cfg.tasks}
+    fusion, bev_meta = None, meta
+    if any(t.name in BEV_TASKS for t in cfg.tasks):
+        fusion = build_fusion(cfg.bev, meta, neck.out_channels[0], neck.strides[0])
+        bev_meta = {**meta, "bev_grid": fusion.grid.as_dict()}
+    heads = {t.name: build_task(t.name, bev_meta, cfg.bev.channels, t.options) if t.name in BEV_TASKS
+             else build_task(t.name, meta, neck.out_channels[0], t.options) for t in cfg.tasks}
     balancer = build_balancer(cfg.balancer, names, {t.name: t.weight for t in cfg.tasks})
-    return HydraNet(backbone, neck, heads, balancer=balancer)
+    return HydraNet(backbone, neck, heads, fusion=fusion, balancer=balancer)
+
+
+def build_fusion(cfg: BevConfig, meta: Mapping[str, Any], in_channels: int, stride: int) -> BevFusion:
+    """View transform (+ video queue) on the configured grid; its table is precomputed from
+    meta["rig"] when the meta has one (else from the first batch's intrinsics/cam2ego)."""
+    if cfg.method not in VIEW_TRANSFORMS:
+        raise ValueError(f"unknown model.bev.method '{cfg.method}'; known: {list(VIEW_TRANSFORMS)}")
+    if cfg.x_range is not None and cfg.y_range is not None and cfg.resolution is not None:
+        grid = BevGrid(tuple(cfg.x_range), tuple(cfg.y_range), float(cfg.resolution))
+    else:
+        base = BevGrid.from_meta(meta, cfg.downsample)
+        grid = BevGrid(tuple(cfg.x_range or base.x_range), tuple(cfg.y_range or base.y_range),
+                       float(cfg.resolution or base.resolution))
+    view = VIEW_TRANSFORMS[cfg.method](in_channels, cfg.channels, grid, cfg.heights, stride, cfg.encoder_depth)
+    if "rig" in meta:
+        rig = rig_from_dict(meta["rig"], "meta rig")
+        K, T, cam_names = calibration_of(rig, rig_input_size(rig, cfg.image_size))
+        view.set_calibration(K, T, rig_input_size(rig, cfg.image_size), cam_names)
+    video = VideoQueue(cfg.channels, grid, cfg.video_frames) if cfg.video_frames > 1 else None
+    return BevFusion(view, video)

@@ -4,6 +4,11 @@
 `in_channels` the neck width, `options` the task's constructor options from the config. Adding a
 task is one new file in this package plus one `register_task` line below (see
 docs/adding_a_head.md).
+
+Tasks that read the fused bird's-eye-view features (`space = "bev"`) are registered in
+`BEV_TASKS` (`register_task(..., bev=True)`): their `in_channels` is the BEV feature width and
+their meta carries the model's grid as meta["bev_grid"] (docs/bev.md). `TASKS` holds the camera
+tasks; names are unique across both.
 """
 from __future__ import annotations
 
@@ -12,8 +17,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from hydranet.tasks.base import Metric, Task, to_device
+from hydranet.tasks.bevmap import BevMapTask
 from hydranet.tasks.depth import DepthTask
 from hydranet.tasks.det2d import Det2dTask
+from hydranet.tasks.det3d import Det3dTask
 from hydranet.tasks.drivable import DrivableTask
 from hydranet.tasks.lanes import LanesTask
 from hydranet.tasks.normals import NormalsTask
@@ -21,13 +28,15 @@ from hydranet.tasks.signs_lights import SignsLightsTask
 
 TaskBuilder = Callable[..., Task]
 TASKS: dict[str, TaskBuilder] = {}
+BEV_TASKS: dict[str, TaskBuilder] = {}
 
 
-def register_task(name: str, builder: TaskBuilder) -> None:
-    """Register `builder(meta, in_channels, **options)` under `name`; a duplicate name raises."""
-    if name in TASKS:
+def register_task(name: str, builder: TaskBuilder, bev: bool = False) -> None:
+    """Register `builder(meta, in_channels, **options)` under `name` (in BEV_TASKS if `bev`); a
+    duplicate name raises."""
+    if name in TASKS or name in BEV_TASKS:
         raise ValueError(f"task '{name}' is already registered")
-    TASKS[name] = builder
+    (BEV_TASKS if bev else TASKS)[name] = builder
 
 
 register_task("det2d", Det2dTask.from_meta)
@@ -36,6 +45,8 @@ register_task("drivable", DrivableTask.from_meta)
 register_task("depth", DepthTask.from_meta)
 register_task("normals", NormalsTask.from_meta)
 register_task("signs_lights", SignsLightsTask.from_meta)
+register_task("det3d", Det3dTask.from_meta, bev=True)
+register_task("bevmap", BevMapTask.from_meta, bev=True)
 
 
 def task_options(builder: TaskBuilder) -> list[str]:
@@ -51,9 +62,10 @@ def task_options(builder: TaskBuilder) -> list[str]:
 
 def build_task(name: str, meta: Mapping, in_channels: int, options: Mapping[str, Any] | None = None) -> Task:
     """The task registered as `name`; unknown names and options raise ValueError listing the known ones."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task '{name}'; known tasks: {sorted(TASKS)}")
-    builder, options = TASKS[name], dict(options or {})
+    known = {**TASKS, **BEV_TASKS}
+    if name not in known:
+        raise ValueError(f"unknown task '{name}'; known tasks: {sorted(known)}")
+    builder, options = known[name], dict(options or {})
     allowed = task_options(builder)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -64,4 +76,4 @@ def build_task(name: str, meta: Mapping, in_channels: int, options: Mapping[str,
     return task
 
 
-__all__ = ["TASKS", "Task", "Metric", "build_task", "register_task", "task_options", "to_device"]
+__all__ = ["BEV_TASKS", "TASKS", "Task", "Metric", "build_task", "register_task", "task_options", "to_device"]

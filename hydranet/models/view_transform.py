@@ -1,0 +1,260 @@
+"""Image features of all cameras lifted into one bird's-eye-view grid by projection look-up tables.
+
+Fast-BEV (Li et al., "Fast-BEV: A Fast and Strong Bird's-Eye View Perception Baseline", 2023)
+and M2BEV (Xie et al., 2022): under the assumption of a uniform depth along a ray, every BEV cell
+takes the image features of the pixels its 3D points project to. The projection depends only on
+the calibration, so it is computed once, in numpy, into a table:
+
+    for every BEV cell, every height in `heights`, every camera:
+        ego point (x, y, z) -> camera pixel (u, v) -> feature pixel (i, j) at the neck's stride
+
+A cell's feature is the mean over the (camera, height) pairs that see it (cameras overlap at the
+seams). At run time the lift is S gathers (`index_select` on constant indices) and a weighted
+sum, S being the most (camera, height) pairs any cell has: standard ONNX ops (Gather, Mul, Add),
+no custom operator, so the whole network exports to one graph. Cells no camera sees stay zero
+and are reported (`LutViewTransform.coverage`); a rig that sees none of the grid is a ValueError
+naming its cameras.
+
+Calibration: `set_calibration(K, cam2ego, image_hw)` precomputes the table (build_model does it
+from meta["rig"]); a batch carrying `intrinsics`/`cam2ego` uses the table of that calibration,
+computed on first sight and cached (augmentations that change K just add cache entries). Cameras
+of different resolutions are resized to one model input size with K scaled (`resize_cameras`).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import torch
+from torch import nn
+
+from hydranet.bevgrid import BevGrid
+from hydranet.tasks.base import MergeLevels
+
+MIN_DEPTH = 0.1  # metres in front of the camera for a point to count as seen
+_CACHE_SIZE = 16
+
+
+@dataclass
+class ProjectionLut:
+    """Look-up table of one calibration. index/weight: (X*Y, S); index points into the features
+    flattened as (N*h*w) rows, N*h*w being an all-zero padding row; weight = 1/#pairs or 0."""
+
+    index: np.ndarray  # (X*Y, S) int64
+    weight: np.ndarray  # (X*Y, S) float32
+    seen: np.ndarray  # (X, Y) bool
+    cells_per_camera: dict[str, int]
+    feature_hw: tuple[int, int]
+
+
+def projection_lut(grid: BevGrid, heights: Sequence[float], intrinsics: np.ndarray, cam2ego: np.ndarray,
+                   image_hw: tuple[int, int], stride: int, camera_names: Sequence[str] | None = None) -> ProjectionLut:
+    """The table for cameras K (N, 3, 3), cam2ego (N, 4, 4) at image size (H, W) and feature stride.
+
+    A point is seen by a camera when its z-depth is > MIN_DEPTH and its pixel (u, v) lies in the
+    image ([-0.5, W - 0.5) with pixel centres at integers); its feature pixel is
+    (floor((v + 0.5) / stride), floor((u + 0.5) / stride))."""
+    K = np.asarray(intrinsics, np.float64).reshape(-1, 3, 3)
+    T = np.asarray(cam2ego, np.float64).reshape(-1, 4, 4)
+    N = len(K)
+    names = list(camera_names) if camera_names is not None else [f"camera {n}" for n in range(N)]
+    H, W = image_hw
+    if H % stride or W % stride:
+        raise ValueError(f"image size {H}x{W} is not divisible by the feature stride {stride}")
+    h, w = H // stride, W // stride
+    X, Y = grid.shape
+    Z = len(heights)
+    xy = grid.cell_centers().reshape(-1, 1, 2).repeat(Z, 1)  # (X*Y, Z, 2)
+    z = np.broadcast_to(np.asarray(heights, np.float64)[None, :, None], (X * Y, Z, 1))
+    pts = np.concatenate([xy, z], -1).reshape(-1, 3)  # (P = X*Y*Z, 3) ego
+    cells, feats, per_cam = [], [], {}
+    for n in range(N):
+        R, t = T[n, :3, :3], T[n, :3, 3]
+        pc = (pts - t) @ R  # (P, 3) camera frame = R^T (p - t)
+        depth = pc[:, 2]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            uvw = pc @ K[n].T
+            u, v = uvw[:, 0] / uvw[:, 2], uvw[:, 1] / uvw[:, 2]
+        ok = (depth > MIN_DEPTH) & (u >= -0.5) & (u < W - 0.5) & (v >= -0.5) & (v < H - 0.5)
+        j = np.floor((u[ok] + 0.5) / stride).astype(np.int64)
+        i = np.floor((v[ok] + 0.5) / stride).astype(np.int64)
+        cell = np.nonzero(ok)[0] // Z
+        cells.append(cell)
+        feats.append(n * h * w + i * w + j)
+        per_cam[names[n]] = int(len(np.unique(cell)))
+    cell, feat = np.concatenate(cells), np.concatenate(feats)
+    if len(cell) == 0:
+        raise ValueError(f"no camera of the rig ({', '.join(names)}) sees any cell of the BEV grid "
+                         f"x {grid.x_range}, y {grid.y_range} m at heights {list(heights)}; check the extrinsics "
+                         "(cam2ego) or enlarge model.bev x_range/y_range")
+    order = np.argsort(cell, kind="stable")
+    cell, feat = cell[order], feat[order]
+    count = np.bincount(cell, minlength=X * Y)  # (X*Y,)
+    S = int(count.max())
+    slot = np.arange(len(cell)) - np.repeat(np.cumsum(count) - count, count)  # position within its cell
+    index = np.full((X * Y, S), N * h * w, np.int64)
+    weight = np.zeros((X * Y, S), np.float32)
+    index[cell, slot] = feat
+    weight[cell, slot] = 1.0 / count[cell]
+    return ProjectionLut(index, weight, (count > 0).reshape(X, Y), per_cam, (h, w))
+
+
+def lift_features(feats: torch.Tensor, index: torch.Tensor, weight: torch.Tensor, grid_shape: tuple[int, int]) -> torch.Tensor:
+    """feats (F, N, C, h, w) of F frames sharing one table -> BEV (F, C, X, Y): per cell the
+    weighted sum of its S gathered feature pixels (index/weight (X*Y, S))."""
+    F_, N, C, h, w = feats.shape
+    flat = feats.permute(0, 1, 3, 4, 2).reshape(F_, N * h * w, C)
+    flat = torch.cat([flat, flat.new_zeros(F_, 1, C)], 1)  # (F, N*h*w + 1, C): last row = zero padding
+    out = flat.new_zeros(F_, index.shape[0], C)
+    for s in range(index.shape[1]):  # S gathers of (X*Y) rows each
+        out = out + flat.index_select(1, index[:, s]) * weight[:, s, None].to(flat.dtype)
+    return out.transpose(1, 2).reshape(F_, C, *grid_shape)  # (F, C, X, Y)
+
+
+def _conv_bn_relu(cin: int, cout: int) -> list[nn.Module]:
+    return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+
+
+class LutViewTransform(nn.Module):
+    """Neck pyramid of N cameras -> one BEV feature map (F, out_channels, X, Y).
+
+    The pyramid is merged to its finest level (stride `stride`), reduced by a 1x1 conv to
+    `out_channels`, lifted through the projection table and refined by `encoder_depth` 3x3 convs
+    on the BEV grid (Fast-BEV's BEV encoder)."""
+
+    def __init__(self, in_channels: int, out_channels: int, grid: BevGrid, heights: Sequence[float] = (0.0, 0.6, 1.2, 1.8),
+                 stride: int = 8, encoder_depth: int = 2):
+        super().__init__()
+        if not heights:
+            raise ValueError("the view transform needs at least one height (model.bev.heights)")
+        self.grid, self.heights, self.stride = grid, tuple(float(z) for z in heights), stride
+        self.out_channels = out_channels
+        self.merge = MergeLevels()
+        self.reduce = nn.Conv2d(in_channels, out_channels, 1)
+        layers: list[nn.Module] = []
+        for _ in range(encoder_depth):
+            layers += _conv_bn_relu(out_channels, out_channels)
+        self.encoder = nn.Sequential(*layers)
+        self.register_buffer("lut_index", torch.zeros(0, 0, dtype=torch.long), persistent=False)
+        self.register_buffer("lut_weight", torch.zeros(0, 0), persistent=False)
+        self._default_key: tuple | None = None
+        self._cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self.lut: ProjectionLut | None = None  # the table of the default calibration
+
+    # -- calibration ------------------------------------------------------------------------
+    def _key(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int]) -> tuple:
+        return (np.asarray(K, np.float32).tobytes(), np.asarray(T, np.float32).tobytes(), tuple(image_hw))
+
+    def set_calibration(self, intrinsics, cam2ego, image_hw: tuple[int, int],
+                        camera_names: Sequence[str] | None = None) -> ProjectionLut:
+        """Precompute the default table (used when a batch has no calibration, and by export)."""
+        K, T = np.asarray(intrinsics, np.float32), np.asarray(cam2ego, np.float32)
+        lut = projection_lut(self.grid, self.heights, K, T, image_hw, self.stride, camera_names)
+        dev = self.reduce.weight.device
+        self.lut_index = torch.from_numpy(lut.index).to(dev)
+        self.lut_weight = torch.from_numpy(lut.weight).to(dev)
+        self._default_key, self.lut = self._key(K, T, image_hw), lut
+        return lut
+
+    @property
+    def coverage(self) -> float:
+        """Share of BEV cells the default calibration's cameras see (the rest get zeros)."""
+        if self.lut is None:
+            raise ValueError("no calibration set yet: call set_calibration or run a batch with intrinsics/cam2ego")
+        return float(self.lut.seen.mean())
+
+    def _table(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int], device) -> tuple[torch.Tensor, torch.Tensor]:
+        key = self._key(K, T, image_hw)
+        if key == self._default_key:
+            return self.lut_index, self.lut_weight
+        key = key + (str(device),)
+        if key not in self._cache:
+            lut = projection_lut(self.grid, self.heights, K, T, image_hw, self.stride)
+            self._cache[key] = (torch.from_numpy(lut.index).to(device), torch.from_numpy(lut.weight).to(device))
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(key)
+        return self._cache[key]
+
+    # -- forward ----------------------------------------------------------------------------
+    def forward(self, feats: Sequence[torch.Tensor], num_frames: int, image_hw: tuple[int, int],
+                intrinsics: torch.Tensor | None = None, cam2ego: torch.Tensor | None = None) -> torch.Tensor:
+        """feats: pyramid [(F*N, C, h, w), ...]; intrinsics (F, N, 3, 3) and cam2ego (F, N, 4, 4) or
+        None (use the default table). Returns (F, out_channels, X, Y)."""
+        x = self.reduce(self.merge(feats))  # (F*N, C', h, w)
+        FN, C, h, w = x.shape
+        x = x.view(num_frames, FN // num_frames, C, h, w)  # (F, N, C', h, w)
+        exporting = torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+        if intrinsics is None or cam2ego is None or exporting:
+            if self._default_key is None:
+                raise ValueError("the view transform has no calibration: pass batch['intrinsics'] and batch['cam2ego'] "
+                                 "or build the model with meta['rig'] (or call model.fusion.view.set_calibration)")
+            if (h * self.stride, w * self.stride) != tuple(self._default_key[2]):
+                raise ValueError(f"images are {h * self.stride}x{w * self.stride} but the calibration was set for "
+                                 f"{self._default_key[2][0]}x{self._default_key[2][1]}; pass batch['intrinsics'] for this size")
+            bev = lift_features(x, self.lut_index, self.lut_weight, self.grid.shape)
+        else:
+            Ks = intrinsics.detach().cpu().numpy().reshape(num_frames, -1, 3, 3)
+            Ts = cam2ego.detach().cpu().numpy().reshape(num_frames, -1, 4, 4)
+            if Ks.shape[1] != x.shape[1] or Ts.shape[1] != x.shape[1]:
+                raise ValueError(f"batch has {x.shape[1]} cameras but intrinsics/cam2ego for {Ks.shape[1]}/{Ts.shape[1]}")
+            tables = [self._table(Ks[f], Ts[f], image_hw, x.device) for f in range(num_frames)]
+            if all(t[0] is tables[0][0] for t in tables):
+                bev = lift_features(x, *tables[0], self.grid.shape)
+            else:
+                bev = torch.cat([lift_features(x[f:f + 1], *tables[f], self.grid.shape) for f in range(num_frames)])
+        return self.encoder(bev)  # (F, C', X, Y)
+
+
+def resize_cameras(images: Sequence[np.ndarray], intrinsics: np.ndarray, size_hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Cameras of different resolutions -> one model input size: images N x (H_n, W_n, 3) uint8 are
+    resized (bilinear) to size_hw = (H, W) and K scaled per axis with the pixel-centre convention
+    (as `Camera.scaled`). Returns images (N, H, W, 3) and intrinsics (N, 3, 3) float32."""
+    H, W = size_hw
+    out, Ks = [], []
+    for img, K in zip(images, np.asarray(intrinsics, np.float64), strict=True):
+        sy, sx = H / img.shape[0], W / img.shape[1]
+        out.append(cv2.resize(img, (W, H), interpolation=cv2.INTER_LINEAR))
+        K = K.copy()
+        K[0, :2] *= sx
+        K[1, 1] *= sy
+        K[0, 2] = (K[0, 2] + 0.5) * sx - 0.5
+        K[1, 2] = (K[1, 2] + 0.5) * sy - 0.5
+        Ks.append(K)
+    return np.stack(out), np.stack(Ks).astype(np.float32)
+
+
+def rig_input_size(rig, image_size: tuple[int, int] | None) -> tuple[int, int]:
+    """(H, W) the model sees for a rig: `image_size` if given, else the cameras' common size
+    (a rig with several resolutions must name one: model.bev.image_size)."""
+    if image_size is not None:
+        return tuple(image_size)
+    sizes = {(c.height, c.width) for c in rig.cameras}
+    if len(sizes) > 1:
+        detail = ", ".join(f"{c.name} {c.width}x{c.height}" for c in rig.cameras)
+        raise ValueError(f"rig cameras have different resolutions ({detail}); set model.bev.image_size [H, W] and "
+                         "resize the images to it (hydranet.models.view_transform.resize_cameras)")
+    return sizes.pop()
+
+
+def calibration_of(rig, size_hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """K (N, 3, 3) scaled to size_hw, cam2ego (N, 4, 4), names of a `hydranet.rig.Rig`."""
+    cams = [c.scaled(size_hw[1], size_hw[0]) for c in rig.cameras]
+    return np.stack([c.K for c in cams]), np.stack([c.cam2ego for c in cams]), [c.name for c in cams]
+
+
+def batch_calibration(batch: Mapping, frames: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """batch intrinsics/cam2ego as (F, N, 3, 3)/(F, N, 4, 4) for F frames (a clip's (B, T, N, ...)
+    or a (B, N, ...) calibration repeated over the T frames of each clip)."""
+    K, T = batch.get("intrinsics"), batch.get("cam2ego")
+    if K is None or T is None:
+        return None, None
+    K, T = torch.as_tensor(K), torch.as_tensor(T)
+    B = K.shape[0]
+    if K.dim() == 4 and frames != B:  # (B, N, 3, 3) for clips of frames // B frames
+        K = K[:, None].expand(B, frames // B, *K.shape[1:])
+        T = T[:, None].expand(B, frames // B, *T.shape[1:])
+    return K.reshape(frames, -1, 3, 3), T.reshape(frames, -1, 4, 4)

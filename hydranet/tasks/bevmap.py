@@ -1,0 +1,118 @@
+"""BEV map segmentation: drivable area, lane lines and object occupancy on the BEV grid.
+
+As the map heads of BEVFusion (Liu et al., ICRA 2023) and Lift-Splat-Shoot (Philion & Fidler,
+ECCV 2020): independent per-cell binary channels (a cell can be drivable and hold a lane line),
+trained with BCE-with-logits, evaluated with IoU per channel. Targets come from the dataset's
+`bev` raster (docs/dataset_format.md: drivable, lane lines, object class + 1) area-resampled to the
+model's grid: a cell is drivable when at least `drivable_fraction` of its raster pixels are, holds
+a lane line / an object when any of its pixels does (thin lines survive coarse cells). Cells the
+raster does not cover are ignored by loss and metric.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hydranet.bevgrid import BevGrid, grid_of, resample_raster
+from hydranet.tasks.base import Metric, Task, decode_numpy, masked_mean, require
+
+CHANNELS = ("drivable", "lanes", "objects")  # the bev.png channels, in order
+
+
+class BevMapHead(nn.Module):
+    """BEV features (B, C, X, Y) -> {"logits": (B, K, X, Y)}: 3x3 conv-BN-ReLU (x depth), 1x1 conv."""
+
+    def __init__(self, in_channels: int, num_channels: int, width: int = 32, depth: int = 2):
+        super().__init__()
+        layers: list[nn.Module] = []
+        c = in_channels
+        for _ in range(depth):
+            layers += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+            c = width
+        self.body = nn.Sequential(*layers)
+        self.out = nn.Conv2d(c, num_channels, 1)
+
+    def forward(self, bev: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logits": self.out(self.body(bev))}
+
+
+class BevMapTask(Task):
+    """Per-cell binary map channels (subset of CHANNELS). Loss "bce" (masked, per-channel
+    `pos_weight` optional); decode gives per frame {"mask": (K, X, Y) bool}; metric: IoU per
+    channel and their mean."""
+
+    name = "bevmap"
+    space = "bev"
+
+    def __init__(self, in_channels: int, grid: BevGrid, source_grid: BevGrid | None, channels: Sequence[str] = CHANNELS,
+                 width: int = 32, depth: int = 2, drivable_fraction: float = 0.5,
+                 pos_weight: Sequence[float] | None = None, threshold: float = 0.5):
+        super().__init__(in_channels, in_stride=1)
+        unknown = [c for c in channels if c not in CHANNELS]
+        if unknown or not channels:
+            raise ValueError(f"task '{self.name}': unknown map channel '{unknown[0] if unknown else ''}'; "
+                             f"choose from {list(CHANNELS)}")
+        if pos_weight is not None and len(pos_weight) != len(channels):
+            raise ValueError(f"task '{self.name}': pos_weight has {len(pos_weight)} values for {len(channels)} channels")
+        self.channels, self.grid, self.source_grid = list(channels), grid, source_grid
+        self.head = BevMapHead(in_channels, len(self.channels), width, depth)
+        self.drivable_fraction, self.threshold = drivable_fraction, threshold
+        self.register_buffer("pos_weight", torch.tensor(pos_weight if pos_weight is not None else [1.0] * len(channels),
+                                                        dtype=torch.float32).view(-1, 1, 1), persistent=False)
+
+    @classmethod
+    def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> BevMapTask:
+        source = BevGrid.from_meta(meta) if "bev" in meta else None
+        return cls(in_channels, grid_of(meta), source, **options)
+
+    def build_targets(self, sample: Mapping) -> dict[str, Any]:
+        raster = np.asarray(require(sample, "bev", self.name))  # (3, Xs, Ys) uint8
+        src = self.source_grid or self.grid
+        frac, covered = resample_raster(raster, src, self.grid)  # (3, X, Y), (X, Y)
+        thresholds = {"drivable": self.drivable_fraction, "lanes": 1e-6, "objects": 1e-6}
+        mask = np.stack([frac[CHANNELS.index(c)] >= thresholds[c] for c in self.channels]).astype(np.float32)
+        return {"mask": mask[None], "valid": covered[None]}  # (1, K, X, Y), (1, X, Y)
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        logits = outputs["logits"].float()
+        if logits.shape != targets["mask"].shape:
+            raise ValueError(f"task '{self.name}': logits {tuple(logits.shape)} vs target {tuple(targets['mask'].shape)}; "
+                             "targets must be built on the model's BEV grid")
+        bce = F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=self.pos_weight, reduction="none")
+        return {"bce": masked_mean(bce, targets["valid"][:, None].expand_as(bce))}
+
+    def decoding(self) -> dict[str, Any]:
+        return {"kind": "multi_mask", "params": {"threshold": self.threshold}}
+
+    @torch.no_grad()
+    def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        """sigmoid > threshold per channel: `hydranet.decoding.decode_multi_mask` (shared with deploy)."""
+        return decode_numpy(self.decoding(), outputs)
+
+    def metric(self) -> ChannelIoU:
+        return ChannelIoU(self.channels)
+
+
+class ChannelIoU(Metric):
+    """IoU per channel over every valid cell seen ("iou/<channel>") and their mean ("mIoU")."""
+
+    def __init__(self, channels: Sequence[str]):
+        self.channels = list(channels)
+        self.inter = np.zeros(len(channels))
+        self.union = np.zeros(len(channels))
+
+    def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
+        for det, gt, valid in zip(decoded, targets["mask"], targets["valid"], strict=True):
+            p, g, v = det["mask"].cpu().bool(), gt.cpu().bool(), valid.cpu().bool()[None]
+            self.inter += ((p & g) & v).flatten(1).sum(1).numpy()
+            self.union += ((p | g) & v).flatten(1).sum(1).numpy()
+
+    def compute(self) -> dict[str, float]:
+        ious = {f"iou/{c}": float(i / u) if u > 0 else float("nan") for c, i, u in zip(self.channels, self.inter, self.union)}
+        vals = [v for v in ious.values() if v == v]
+        return {**ious, "mIoU": float(np.mean(vals)) if vals else float("nan")}

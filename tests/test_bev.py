@@ -1,0 +1,275 @@
+"""BEV fusion: projection tables against an independent projection, the video warp, the BEV heads
+(det3d, bevmap) on preset and custom rigs, and the ONNX export of the fused model."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from fake_samples import FAKE_META
+from hydranet.bevgrid import BevGrid, resample_raster
+from hydranet.geometry import make_transform, rot_z
+from hydranet.models import ModelConfig, TaskConfig, build_model
+from hydranet.models.config import BevConfig
+from hydranet.models.video import VideoQueue, relative_motion
+from hydranet.models.view_transform import calibration_of, lift_features, projection_lut, resize_cameras
+from hydranet.rig import load_rig, rig_from_dict
+from hydranet.tasks import BEV_TASKS, build_task
+
+H, W, STRIDE = 64, 96, 8
+META = {**FAKE_META, "bev": {"x_range": [-32, 32], "y_range": [-32, 32], "resolution": 0.5}}
+GRID = BevGrid((-32.0, 32.0), (-32.0, 32.0), 2.0)  # META's raster with 4x coarser cells: 32 x 32
+BEV = BevConfig(downsample=4, heights=(0.0, 1.0), channels=16, encoder_depth=1, image_size=(H, W))
+TINY = ModelConfig(backbone="tiny", neck_width=16, neck_repeats=1, bev=BEV,
+                   tasks=(TaskConfig("det3d", options={"width": 16}), TaskConfig("bevmap", options={"width": 16})))
+
+CUSTOM5 = {"name": "custom5", "cameras": [
+    {"name": "FRONT_TELE", "width": 192, "height": 128, "hfov_deg": 40.0, "translation": [2.0, 0.0, 1.4], "ypr_deg": [0, 0, 0]},
+    {"name": "FRONT_WIDE", "width": 96, "height": 64, "hfov_deg": 110.0, "translation": [2.0, 0.1, 1.4], "ypr_deg": [0, 3, 0]},
+    {"name": "LEFT", "width": 144, "height": 96, "hfov_deg": 100.0, "translation": [1.0, 0.9, 1.2], "ypr_deg": [95, 5, 0]},
+    {"name": "RIGHT", "width": 144, "height": 96, "hfov_deg": 100.0, "translation": [1.0, -0.9, 1.2], "ypr_deg": [-95, 5, 0]},
+    {"name": "REAR", "width": 48, "height": 32, "intrinsics": {"fx": 30.0, "fy": 30.0, "cx": 23.5, "cy": 15.5},
+     "translation": [-1.0, 0.0, 1.3], "ypr_deg": [180, 8, 0]},
+]}
+
+
+def _rig(name: str):
+    return rig_from_dict(CUSTOM5, "custom5") if name == "custom5" else load_rig(name)
+
+
+def _no_grad_params(module: torch.nn.Module) -> list[str]:
+    return [n for n, p in module.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)]
+
+
+def _sample(rig, seed: int = 0) -> dict:
+    """One frame in the SimDataset form at the model size: random pixels, boxes3d, a bev raster.
+    A rig with several resolutions is resized to (H, W) with resize_cameras."""
+    rng = np.random.default_rng(seed)
+    images = [rng.integers(0, 255, (c.height, c.width, 3), dtype=np.uint8) for c in rig.cameras]
+    images, K = resize_cameras(images, np.stack([c.K for c in rig.cameras]), (H, W))
+    classes = ["car", "truck", "pedestrian", "cyclist", "traffic_cone"]
+    boxes = [{"center": [float(x), float(y), 0.8], "size": [4.0, 1.8, 1.6], "yaw": float(rng.uniform(-3, 3)),
+              "velocity": [float(rng.normal()), float(rng.normal()), 0.0], "class": classes[k % 5], "track_id": k + 1,
+              "num_pixels": 50, "attributes": {}}
+             for k, (x, y) in enumerate([(10.3, 4.1), (-15.2, -7.7), (25.0, 20.4), (3.0, -12.9), (-28.1, 27.3)])]
+    bev = np.zeros((3, 128, 128), np.uint8)
+    bev[0, :, 40:90] = 255  # a road along x
+    bev[1, :, 64] = 255  # a lane line
+    bev[2, 50:58, 60:66] = 1  # an object
+    return {"images": images, "intrinsics": K, "cam2ego": np.stack([c.cam2ego for c in rig.cameras]).astype(np.float32),
+            "ego2world": make_transform(rot_z(0.1 * seed), [100.0 + 2 * seed, 50.0, 0.0]), "camera_names": rig.names,
+            "bev": bev, "labels": {"cameras": {}, "boxes3d": boxes, "lanes3d": [], "ego_velocity": [0.0, 0.0, 0.0]}}
+
+
+def _batch(model, frames: list[dict]) -> dict:
+    """A clip batch (B=1, T frames); the last frame's targets."""
+    t = lambda key, dtype=torch.float32: torch.from_numpy(np.stack([f[key] for f in frames])[None]).to(dtype)  # noqa: E731
+    images = torch.from_numpy(np.stack([f["images"] for f in frames])[None]).permute(0, 1, 2, 5, 3, 4).float() / 255
+    return {"images": images, "intrinsics": t("intrinsics"), "cam2ego": t("cam2ego"), "ego2world": t("ego2world", torch.float64),
+            "targets": {n: task.collate([task.build_targets(frames[-1])]) for n, task in model.heads.items()}}
+
+
+# -- view transform -----------------------------------------------------------------------------
+@pytest.mark.parametrize("rig_name", ["nuscenes6", "tesla8"])
+def test_lut_matches_brute_force_projection(rig_name):
+    """Every (cell, height, camera) projected by hand with Camera.project_ego: the table holds exactly
+    the feature pixels that see the cell, each weighted 1 / #pairs."""
+    rig = _rig(rig_name).resized(W, H)
+    heights = (0.0, 1.0)
+    K, T, names = calibration_of(rig, (H, W))
+    lut = projection_lut(GRID, heights, K, T, (H, W), STRIDE, names)
+    h, w = H // STRIDE, W // STRIDE
+    centers = GRID.cell_centers().reshape(-1, 2)
+    expected: dict[int, list[int]] = {}
+    for n, cam in enumerate(rig.cameras):
+        for z in heights:
+            pts = np.concatenate([centers, np.full((len(centers), 1), z)], 1)
+            uv, depth = cam.project_ego(pts)
+            for cell in range(len(centers)):
+                u, v = uv[cell]
+                if depth[cell] > 0.1 and -0.5 <= u < W - 0.5 and -0.5 <= v < H - 0.5:
+                    i, j = int((v + 0.5) // STRIDE), int((u + 0.5) // STRIDE)
+                    expected.setdefault(cell, []).append(n * h * w + i * w + j)
+    for cell in range(len(centers)):
+        got = sorted(lut.index[cell][lut.weight[cell] > 0].tolist())
+        assert got == sorted(expected.get(cell, [])), cell
+        if got:
+            np.testing.assert_allclose(lut.weight[cell][lut.weight[cell] > 0], 1 / len(got), rtol=1e-6)
+    assert lut.seen.reshape(-1).tolist() == [c in expected for c in range(len(centers))]
+    assert 0.2 < lut.seen.mean() <= 1.0 and all(v > 0 for v in lut.cells_per_camera.values())
+
+
+def test_feature_at_a_known_ego_point_lands_in_its_cell():
+    rig = load_rig("nuscenes6").resized(W, H)
+    K, T, names = calibration_of(rig, (H, W))
+    lut = projection_lut(GRID, (1.0,), K, T, (H, W), STRIDE, names)
+    point = np.array([[13.0, 5.0, 1.0]])  # ego, in CAM_FRONT's view, cell centre (13, 5)
+    uv, _ = rig.cameras[0].project_ego(point)
+    feats = torch.zeros(1, len(rig), 1, H // STRIDE, W // STRIDE)  # (F, N, C, h, w)
+    feats[0, 0, 0, int((uv[0, 1] + 0.5) // STRIDE), int((uv[0, 0] + 0.5) // STRIDE)] = 1.0
+    bev = lift_features(feats, torch.from_numpy(lut.index), torch.from_numpy(lut.weight), GRID.shape)[0, 0]  # (X, Y)
+    r, c = np.floor(GRID.to_cell(point[0, :2]) + 0.5).astype(int)
+    assert bev[r, c] > 0
+    # every lit cell lies on the same camera ray (bearing of the point from the camera within a cell pitch)
+    cam_xy = rig.cameras[0].cam2ego[:2, 3]
+    lit = GRID.cell_centers()[bev.numpy() > 0] - cam_xy
+    bearing = np.arctan2(point[0, 1] - cam_xy[1], point[0, 0] - cam_xy[0])
+    assert np.all(np.abs(np.arctan2(lit[:, 1], lit[:, 0]) - bearing) < 0.25)
+
+
+def test_rig_that_sees_none_of_the_grid_is_an_error():
+    far = {"name": "far", "cameras": [
+        {"name": "CAM_A", "width": W, "height": H, "hfov_deg": 60.0, "translation": [200.0, 0.0, 1.5], "ypr_deg": [0, 5, 0]},
+        {"name": "CAM_B", "width": W, "height": H, "hfov_deg": 60.0, "translation": [-200.0, 0.0, 1.5], "ypr_deg": [180, 5, 0]}]}
+    with pytest.raises(ValueError, match="no camera of the rig \\(CAM_A, CAM_B\\) sees any cell"):
+        build_model(TINY, {**META, "rig": far})
+
+
+def test_cameras_of_different_resolutions_need_a_model_size():
+    with pytest.raises(ValueError, match="different resolutions.*FRONT_TELE 192x128.*image_size"):
+        build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, image_size=None)), {**META, "rig": CUSTOM5})
+    rig = rig_from_dict(CUSTOM5, "custom5")
+    _, K = resize_cameras([np.zeros((c.height, c.width, 3), np.uint8) for c in rig.cameras],
+                          np.stack([c.K for c in rig.cameras]), (H, W))
+    np.testing.assert_allclose(K, np.stack([c.scaled(W, H).K for c in rig.cameras]), rtol=1e-6)
+
+
+# -- video module -------------------------------------------------------------------------------
+def test_video_warp_keeps_static_objects_put_in_the_world():
+    torch.manual_seed(0)
+    video = VideoQueue(1, GRID, frames=2)
+    prev_pose = torch.from_numpy(make_transform(rot_z(0.3), [50.0, -20.0, 0.0]))
+    prev = torch.zeros(1, 1, 1, *GRID.shape)  # (B, T-1, C, X, Y)
+    r0, c0 = np.floor(GRID.to_cell(np.array([9.0, 5.0])) + 0.5).astype(int)  # a static object at ego (9, 5)
+    prev[0, 0, 0, r0, c0] = 1.0
+    # 1) the car drives 2 m (one cell) forward: the object is one row further behind
+    cur_pose = prev_pose @ torch.from_numpy(make_transform(np.eye(3), [2.0, 0.0, 0.0]))
+    out = video.warp(prev, relative_motion(prev_pose[None], cur_pose[None]))[0, 0, 0]
+    assert out[r0 + 1, c0] == pytest.approx(1.0, abs=1e-5) and out.sum() == pytest.approx(1.0, abs=1e-5)
+    # 2) the car turns 90 deg left in place: the object at (9, 5) is now at (5, -9) (ahead-right)
+    cur_pose = prev_pose @ torch.from_numpy(make_transform(rot_z(np.pi / 2), [0.0, 0.0, 0.0]))
+    out = video.warp(prev, relative_motion(prev_pose[None], cur_pose[None]))[0, 0, 0]
+    r1, c1 = np.floor(GRID.to_cell(np.array([5.0, -9.0])) + 0.5).astype(int)
+    assert out[r1, c1] == pytest.approx(1.0, abs=1e-4) and out.sum() == pytest.approx(1.0, abs=1e-4)
+
+
+# -- BEV heads ----------------------------------------------------------------------------------
+def test_det3d_targets_decode_back_to_ground_truth():
+    task = build_task("det3d", {**META, "bev_grid": GRID.as_dict()}, 16, {"score_threshold": 0.5})
+    sample = _sample(load_rig("nuscenes6").resized(W, H))
+    t = task.collate([task.build_targets(sample)])
+    gt = t["gt_boxes"][0].numpy()
+    assert len(gt) == 5 and t["heatmap"].shape == (1, len(task.classes), 32, 32)
+    p = t["heatmap"].clamp(1e-6, 1 - 1e-6)
+    outputs = {"heatmap": torch.log(p / (1 - p)), **{k: t[k] for k in ("offset", "height", "size", "rot", "vel")}}
+    det = task.decode(outputs)[0]
+    boxes = det["boxes"].numpy()
+    assert len(boxes) == len(gt)
+    order_p, order_g = np.argsort(boxes[:, 0]), np.argsort(gt[:, 0])
+    boxes, gt = boxes[order_p], gt[order_g]
+    np.testing.assert_allclose(boxes[:, :6], gt[:, :6], atol=1e-4)  # centre, size
+    np.testing.assert_allclose(np.cos(boxes[:, 6] - gt[:, 6]), 1.0, atol=1e-5)  # yaw
+    np.testing.assert_allclose(boxes[:, 7:], gt[:, 7:], atol=1e-5)  # velocity
+    assert det["labels"].numpy()[order_p].tolist() == t["gt_labels"][0].numpy()[order_g].tolist()
+    metric = task.metric()
+    metric.update([det], t)
+    assert metric.compute()["mAP"] == pytest.approx(1.0) and metric.compute()["mATE"] < 1e-3
+
+
+def test_bevmap_targets_resample_and_score_perfectly():
+    task = build_task("bevmap", {**META, "bev_grid": GRID.as_dict()}, 16)
+    t = task.collate([task.build_targets(_sample(load_rig("nuscenes6").resized(W, H)))])
+    mask = t["mask"][0]  # (3, 32, 32) drivable, lanes, objects
+    assert mask.shape == (3, 32, 32) and t["valid"].all()
+    assert mask[0, :, 10:22].all() and not mask[0, :, :9].any()  # raster cols 40..89 -> cells 10..22
+    assert mask[1, :, 16].all() and mask[1].sum() == 32  # a 1-pixel lane survives 2 m cells
+    assert mask[2, 12:15, 15:17].all() and mask[2].sum() == 6
+    metric = task.metric()
+    metric.update(task.decode({"logits": (t["mask"] * 2 - 1) * 10}), t)
+    assert metric.compute()["mIoU"] == 1.0
+    frac, covered = resample_raster(np.ones((1, 4, 4), np.uint8), BevGrid((0, 2), (0, 2), 0.5), BevGrid((0, 4), (0, 4), 1.0))
+    assert covered.sum() == 4 and frac[0][covered].min() == 1.0
+
+
+@pytest.mark.parametrize("rig_name", ["nuscenes6", "tesla8", "custom5"])
+def test_fused_model_forward_backward_on_any_rig(rig_name):
+    """det3d + bevmap with a 2-frame video queue on a clip, same code for every rig."""
+    torch.manual_seed(0)
+    rig = _rig(rig_name)
+    cfg = dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2))
+    model = build_model(cfg, {**META, "rig": rig.to_dict()})
+    assert sorted(model.heads) == sorted(BEV_TASKS) and 0.2 < model.fusion.view.coverage <= 1
+    batch = _batch(model, [_sample(rig, seed=s) for s in range(2)])  # images (1, 2, N, 3, 64, 96)
+    raw = model(batch, "tensor")
+    assert raw["det3d"]["heatmap"].shape == (1, len(model.heads["det3d"].classes), 32, 32)
+    assert raw["bevmap"]["logits"].shape == (1, 3, 32, 32)
+    assert raw["bev_state"]["bev_queue"].shape == (1, 1, 16, 32, 32)
+    losses = model(batch, "loss")
+    assert all(torch.isfinite(v) for v in losses.values()) and {"det3d.heatmap", "det3d.vel", "bevmap.bce"} <= set(losses)
+    model.backward(losses)
+    assert _no_grad_params(model) == []
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    preds = model(batch, "predict")
+    assert len(preds["det3d"]) == 1 and preds["bevmap"][0]["mask"].shape == (3, 32, 32)
+
+
+def test_streaming_state_equals_the_clip():
+    """Feeding frames one by one with prev_bev/ego_motion gives the clip's result (eval mode)."""
+    torch.manual_seed(0)
+    rig = load_rig("nuscenes6")
+    model = build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=3)),
+                        {**META, "rig": rig.to_dict()}).eval()
+    frames = [_sample(rig.resized(W, H), seed=s) for s in range(3)]
+    clip = _batch(model, frames)
+    with torch.no_grad():
+        ref = model(clip, "tensor")
+        state, prev_pose = None, None
+        for k in range(3):
+            step = {key: clip[key][:, k] for key in ("images", "intrinsics", "cam2ego")}
+            if state is not None:
+                step["prev_bev"], step["ego_motion"] = state, relative_motion(prev_pose, clip["ego2world"][:, k])
+            out = model(step, "tensor")
+            state, prev_pose = out["bev_state"]["bev_queue"], clip["ego2world"][:, k]
+    torch.testing.assert_close(out["det3d"]["heatmap"], ref["det3d"]["heatmap"], atol=1e-4, rtol=1e-4)
+
+
+# -- export ---------------------------------------------------------------------------------------
+class _Exported(torch.nn.Module):
+    """Flat tensors in and out: images (B, N, 3, H, W), prev_bev, ego_motion -> head outputs + queue."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images, prev_bev, ego_motion):
+        out = self.model({"images": images, "prev_bev": prev_bev, "ego_motion": ego_motion}, "tensor")
+        return (*out["det3d"].values(), out["bevmap"]["logits"], out["bev_state"]["bev_queue"])
+
+
+def test_onnx_export_of_the_fused_model_equals_eager(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    rig = load_rig("nuscenes6")
+    model = build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2)),
+                        {**META, "rig": rig.to_dict()}).eval()
+    wrapped = _Exported(model).eval()
+    images = torch.rand(1, len(rig), 3, H, W)
+    prev = torch.randn(1, 1, 16, 32, 32)
+    motion = relative_motion(torch.eye(4, dtype=torch.float64)[None],
+                             torch.from_numpy(make_transform(rot_z(0.05), [1.3, 0.2, 0.0]))[None])
+    path = tmp_path / "bev.onnx"
+    torch.onnx.export(wrapped, (images, prev, motion), str(path), dynamo=False, opset_version=17,
+                      input_names=["images", "prev_bev", "ego_motion"])
+    graph = onnx.load(str(path)).graph
+    assert {n.domain for n in graph.node} <= {"", "ai.onnx"}  # standard operators only
+    assert "GridSample" in {n.op_type for n in graph.node}
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"images": images.numpy(), "prev_bev": prev.numpy(), "ego_motion": motion.numpy()})
+    with torch.no_grad():
+        ref = wrapped(images, prev, motion)
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r.numpy(), atol=1e-4, rtol=1e-4)
