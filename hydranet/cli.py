@@ -60,6 +60,45 @@ def cmd_demo(args) -> None:
     run_demo(Path(args.out))
 
 
+def cmd_eval_nuscenes(args) -> None:
+    from hydranet.metrics import DetectionConfig, evaluate_nuscenes, format_metrics, write_metrics
+
+    cfg = DetectionConfig.from_json(args.config) if args.config else None
+    metrics = evaluate_nuscenes(args.dataroot, args.version, args.split, args.results, cfg)
+    print(format_metrics(metrics))
+    print(f"wrote {write_metrics(metrics, args.out)}")
+
+
+def cmd_train(args) -> None:
+    from hydranet.train import config_from_checkpoint, load_checkpoint, load_experiment, train
+
+    if args.config is None and args.resume is None:
+        raise ValueError("give --config FILE (a new run) or --resume RUN_DIR (continue one)")
+    if args.config is not None:
+        cfg = load_experiment(args.config, args.set)
+    else:  # resuming without a config file: the run's own resolved config
+        cfg = config_from_checkpoint(load_checkpoint(args.resume), args.set)
+    out = args.out or args.resume
+    if out is None:
+        raise ValueError("give --out RUN_DIR")
+    train(cfg, out, resume=args.resume, progress=not args.quiet)
+    print(f"wrote {Path(out) / 'checkpoint.pt'}")
+
+
+def cmd_eval(args) -> None:
+    from hydranet.evaluate import evaluate_checkpoint, format_table
+
+    results = evaluate_checkpoint(args.checkpoint, args.data, args.out, args.save_predictions, progress=not args.quiet)
+    print(format_table(results))
+    print(f"wrote {args.out}" + (f" and COCO JSON in {args.save_predictions}" if args.save_predictions else ""))
+
+
+def cmd_viz(args) -> None:
+    from hydranet.evaluate import viz_checkpoint
+
+    print(f"wrote {viz_checkpoint(args.checkpoint, args.data, args.out, args.frame)}")
+
+
 def _add_sim_args(p: argparse.ArgumentParser, scenes: bool = True) -> None:
     p.add_argument("--config", type=Path, default=None, help="sim config YAML (configs/sim.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
@@ -91,6 +130,38 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", type=Path, required=True)
     _add_sim_args(e)
     e.set_defaults(func=cmd_sim_export_nuscenes)
+
+    t = sub.add_parser("train", help="train a HydraNet experiment (configs/tiny.yaml); torchrun for several processes")
+    t.add_argument("--config", type=Path, default=None, help="experiment YAML (configs/tiny.yaml)")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    t.add_argument("--out", type=Path, default=None, help="run folder (checkpoint.pt, config.json, tb/)")
+    t.add_argument("--resume", type=Path, default=None, help="run folder or checkpoint to continue exactly")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("eval", help="every head's metrics against trivial baselines; JSON and a table")
+    ev.add_argument("--checkpoint", type=Path, required=True, help="checkpoint.pt or its run folder")
+    ev.add_argument("--data", type=Path, required=True, help="a generated dataset to evaluate on")
+    ev.add_argument("--out", type=Path, default=Path("metrics.json"))
+    ev.add_argument("--save-predictions", type=Path, default=None, metavar="DIR", help="write det2d COCO JSON here")
+    ev.add_argument("--quiet", action="store_true", help="no progress bar")
+    ev.set_defaults(func=cmd_eval)
+
+    v = sub.add_parser("viz", help="PNG: predictions next to ground truth for every camera")
+    v.add_argument("--checkpoint", type=Path, required=True)
+    v.add_argument("--data", type=Path, required=True)
+    v.add_argument("--out", type=Path, default=Path("predictions.png"))
+    v.add_argument("--frame", type=int, default=0)
+    v.set_defaults(func=cmd_viz)
+
+    n = sub.add_parser("eval-nuscenes", help="nuScenes detection metrics (mAP, NDS, TP errors) of a submission file")
+    n.add_argument("--dataroot", type=Path, required=True, help="nuScenes-format dataset root")
+    n.add_argument("--version", default="v1.0-trainval", help="version folder under the dataroot")
+    n.add_argument("--split", required=True, help="split name: mini_train, mini_val, a key of <version>/splits.json, all")
+    n.add_argument("--results", type=Path, required=True, help="submission JSON {meta, results}")
+    n.add_argument("--out", type=Path, default=Path("metrics.json"), help="metrics_summary.json-style output")
+    n.add_argument("--config", type=Path, default=None, help="devkit detection config JSON (default detection_cvpr_2019)")
+    n.set_defaults(func=cmd_eval_nuscenes)
 
     d = sub.add_parser("demo", help="the main job on the built-in sim (what `make demo` runs)")
     d.add_argument("--out", type=Path, default=Path("out/demo"))

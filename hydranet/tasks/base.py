@@ -156,6 +156,23 @@ class Task(nn.Module, abc.ABC):
     def metric(self) -> Metric:
         """A fresh metric accumulator for this task."""
 
+    def decoding(self) -> dict[str, Any] | None:
+        """{"kind": a `hydranet.decoding.DECODERS` key, "params": its keyword arguments}: how the
+        torch-free runtime decodes this head (deploy writes it into the ONNX metadata). None: no
+        numpy decoder, the runtime hands out the raw outputs."""
+        return None
+
+
+def decode_numpy(spec: Mapping[str, Any], outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """A task's `decode` through the one numpy implementation (`hydranet.decoding`) the deployed
+    runtime uses too: outputs -> numpy -> decoder -> tensors on the outputs' device."""
+    from hydranet import decoding
+
+    device = next(iter(outputs.values())).device
+    arrays = {k: v.detach().float().cpu().numpy() for k, v in outputs.items()}
+    results = decoding.decode(spec["kind"], arrays, spec["params"])
+    return [{k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in r.items()} for r in results]
+
 
 def to_device(obj: Any, device: torch.device | str) -> Any:
     """Move tensors inside nested dicts/lists/tuples to `device` (other values unchanged)."""

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydranet.tasks.base import DenseHead, Metric, Task, require
+from hydranet.tasks.base import DenseHead, Metric, Task, decode_numpy, require
 
 
 class DepthTask(Task):
@@ -50,10 +50,13 @@ class DepthTask(Task):
         silog = (d.pow(2).mean() - self.silog_lambda * d.mean().pow(2)).clamp(min=1e-8).sqrt()
         return {"silog": silog}
 
+    def decoding(self) -> dict[str, Any]:
+        return {"kind": "depth", "params": {"min_depth": self.min_depth, "max_depth": self.max_depth}}
+
     @torch.no_grad()
     def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        depth = outputs["logits"].float()[:, 0].clamp(max=math.log(self.max_depth)).exp()  # (B*N, H, W)
-        return [{"depth": d.clamp(min=self.min_depth)} for d in depth]
+        """exp of the clamped log depth: `hydranet.decoding.decode_depth` (shared with deploy)."""
+        return decode_numpy(self.decoding(), outputs)
 
     def metric(self) -> DepthMetric:
         return DepthMetric(self.max_depth)

@@ -5,7 +5,7 @@ peaks are object centres, plus per-pixel box regression. The heatmap is trained 
 penalty-reduced focal loss of CornerNet (Law & Deng, ECCV 2018) on elliptical Gaussians whose
 spread follows the box (TTFNet, Liu et al., AAAI 2020). The box branch regresses, at the centre
 cell, the sub-cell centre offset and log width/height in stride units (L1). Decoding keeps 3x3
-local maxima, then class-wise NMS (`torchvision.ops.batched_nms`). Metric: COCO mAP@[.5:.95] and
+local maxima, then class-wise NMS (numpy, `hydranet.decoding`, shared with the deployed runtime). Metric: COCO mAP@[.5:.95] and
 mAP50 computed by pycocotools; `write_coco_json` writes ground truth and predictions as COCO JSON.
 """
 from __future__ import annotations
@@ -23,9 +23,8 @@ import torch.nn.functional as F
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
-from torchvision.ops import batched_nms
 
-from hydranet.tasks.base import MergeLevels, Metric, Task, camera_labels, image_hw
+from hydranet.tasks.base import MergeLevels, Metric, Task, camera_labels, decode_numpy, image_hw
 
 _GAUSS_ALPHA = 0.54  # TTFNet: Gaussian sigma = alpha * size / 6
 
@@ -159,29 +158,14 @@ class Det2dTask(Task):
                 "offset": self.weights["offset"] * err[:, :2].sum() / num,
                 "size": self.weights["size"] * err[:, 2:].sum() / num}
 
+    def decoding(self) -> dict[str, Any]:
+        return {"kind": "centernet", "params": {"stride": self.out_stride, "score_threshold": self.score_threshold,
+                                                "nms_iou": self.nms_iou, "max_detections": self.max_detections}}
+
     @torch.no_grad()
     def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        heat = outputs["heatmap"].float().sigmoid()  # (B, C, h, w)
-        box = outputs["box"].float()  # (B, 4, h, w)
-        B, C, h, w = heat.shape
-        s = self.out_stride
-        peaks = heat * (F.max_pool2d(heat, 3, stride=1, padding=1) == heat)
-        scores, idx = peaks.flatten(1).topk(min(self.max_detections, C * h * w), dim=1)  # (B, K)
-        results = []
-        for b in range(B):
-            keep = scores[b] > self.score_threshold
-            sc, ix = scores[b][keep], idx[b][keep]
-            cls, pix = ix // (h * w), ix % (h * w)
-            ys, xs = pix // w, pix % w
-            dx, dy, lw, lh = box[b][:, ys, xs]  # each (K,)
-            cx, cy = (xs + dx) * s, (ys + dy) * s
-            bw, bh = lw.clamp(max=12).exp() * s, lh.clamp(max=12).exp() * s
-            boxes = torch.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], dim=1)
-            boxes[:, 0::2] = boxes[:, 0::2].clamp(0, w * s)
-            boxes[:, 1::2] = boxes[:, 1::2].clamp(0, h * s)
-            k = batched_nms(boxes, sc, cls, self.nms_iou)
-            results.append({"boxes": boxes[k], "scores": sc[k], "labels": cls[k]})
-        return results
+        """3x3 peaks, top-k, class-wise NMS: `hydranet.decoding.decode_centernet` (shared with deploy)."""
+        return decode_numpy(self.decoding(), outputs)
 
     def metric(self) -> CocoMetric:
         return CocoMetric(self.classes)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hydranet.tasks.base import DenseHead, Metric, Task, require
+from hydranet.tasks.base import DenseHead, Metric, Task, decode_numpy, require
 
 
 class DrivableTask(Task):
@@ -42,10 +42,13 @@ class DrivableTask(Task):
         pw = torch.tensor(self.pos_weight, device=logits.device)
         return {"bce": F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=pw)}
 
+    def decoding(self) -> dict[str, Any]:
+        return {"kind": "binary_mask", "params": {"threshold": self.threshold}}
+
     @torch.no_grad()
     def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        masks = outputs["logits"].float().sigmoid()[:, 0] > self.threshold  # (B*N, H, W)
-        return [{"mask": m} for m in masks]
+        """sigmoid > threshold: `hydranet.decoding.decode_binary_mask` (shared with deploy)."""
+        return decode_numpy(self.decoding(), outputs)
 
     def metric(self) -> BinaryIoU:
         return BinaryIoU()

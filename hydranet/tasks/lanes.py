@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hydranet.tasks.base import DenseHead, Metric, Task, camera_labels, image_hw
+from hydranet.tasks.base import DenseHead, Metric, Task, camera_labels, decode_numpy, image_hw
 from hydranet.tasks.drivable import BinaryIoU
 
 CULANE_WIDTH_FRAC = 30 / 590  # CULane evaluation draws lanes 30 px wide on 590-row images
@@ -79,19 +79,13 @@ class LanesTask(Task):
         pw = torch.tensor(self.pos_weight, device=logits.device)
         return {"bce": F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=pw)}
 
+    def decoding(self) -> dict[str, Any]:
+        return {"kind": "lanes", "params": {"threshold": self.threshold, "min_area_frac": self.min_area_frac}}
+
     @torch.no_grad()
     def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        masks = (outputs["logits"].float().sigmoid()[:, 0] > self.threshold).cpu()  # (B*N, H, W)
-        results = []
-        for m in masks:
-            min_area = self.min_area_frac * m.numel()
-            n, labels, stats, _ = cv2.connectedComponentsWithStats(m.numpy().astype(np.uint8), connectivity=8)
-            lut = np.zeros(n, np.int32)
-            keep = [i for i in range(1, n) if stats[i, cv2.CC_STAT_AREA] >= min_area]
-            lut[keep] = np.arange(1, len(keep) + 1)
-            inst = torch.from_numpy(lut[labels])
-            results.append({"mask": inst > 0, "instances": inst})
-        return results
+        """Threshold, then 8-connected components: `hydranet.decoding.decode_lanes` (shared with deploy)."""
+        return decode_numpy(self.decoding(), outputs)
 
     def metric(self) -> LaneMetric:
         return LaneMetric(self.line_width_frac, self.eval_width_frac)

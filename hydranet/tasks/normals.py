@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hydranet.tasks.base import DenseHead, Metric, Task, masked_mean, require
+from hydranet.tasks.base import DenseHead, Metric, Task, decode_numpy, masked_mean, require
 
 
 class NormalsTask(Task):
@@ -42,10 +42,13 @@ class NormalsTask(Task):
         cos = (pred * gt).sum(dim=1)
         return {"cosine": masked_mean(1.0 - cos, valid)}
 
+    def decoding(self) -> dict[str, Any]:
+        return {"kind": "normals", "params": {}}
+
     @torch.no_grad()
     def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        n = F.normalize(outputs["logits"].float(), dim=1, eps=1e-6).permute(0, 2, 3, 1)  # (B*N, H, W, 3)
-        return [{"normals": x} for x in n]
+        """Unit vectors (H, W, 3): `hydranet.decoding.decode_normals` (shared with deploy)."""
+        return decode_numpy(self.decoding(), outputs)
 
     def metric(self) -> NormalsMetric:
         return NormalsMetric()

@@ -1,0 +1,384 @@
+"""Export a trained HydraNet checkpoint as ONE ONNX graph that checks itself.
+
+    hydranet export --checkpoint runs/tiny --out model.onnx [--dynamic-batch] [--format onnx|tensorrt]
+
+All cameras go in as one tensor `images` (B, N, 3, H, W) (uint8 RGB by default; normalization is
+inside the graph), every registered head's raw outputs come out under "<head>.<output>" (the
+model's "tensor" mode, camera heads flattened (B*N, ...), index b*N + n; BEV heads (B, ...)).
+A model with the video module also takes `prev_bev` (B, T-1, C, X, Y) and `ego_motion` (B, 4, 4)
+and gives `bev_state.bev_queue`: the deployed graph is stateless, the runtime carries the state.
+
+Steps: torch.onnx.export (TorchScript exporter, opset 17; static shapes, optionally a dynamic
+batch axis) -> onnx.checker (full check) -> onnxslim -> checker again -> metadata (everything
+the runtime needs: `hydranet.*` keys, docs/deploy.md) -> a parity report against PyTorch for
+every output on real sim frames (max absolute and relative error) -> the TensorRT compatibility
+checks (deploy/trt_check.py). Above tolerance the export fails and leaves no model file.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hydranet.models import HydraNet
+
+FORMAT, FORMAT_VERSION = "hydranet-onnx", 1
+OPSET = 17
+STATE_INPUTS = ("prev_bev", "ego_motion")
+STATE_OUTPUT = "bev_state.bev_queue"
+ATOL, RTOL = 1e-3, 1e-3  # parity: max |onnx - torch| <= ATOL + RTOL * max |torch| per output
+
+
+class ExportError(ValueError):
+    """The export cannot be done or did not verify (parity, checker); the message says what to do."""
+
+
+class ExportGraph(nn.Module):
+    """Flat tensors in and out around `HydraNet.forward(batch, "tensor")`:
+    images (B, N, 3, H, W) [, prev_bev (B, T-1, C, X, Y), ego_motion (B, 4, 4)] -> tuple of every
+    head's outputs in `output_names` order (+ the BEV queue)."""
+
+    def __init__(self, model: HydraNet, output_keys: Sequence[tuple[str, str]], video: bool):
+        super().__init__()
+        self.model, self.output_keys, self.video = model, list(output_keys), video
+
+    def forward(self, images: torch.Tensor, prev_bev: torch.Tensor | None = None,
+                ego_motion: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        batch: dict[str, Any] = {"images": images}
+        if self.video:
+            batch["prev_bev"], batch["ego_motion"] = prev_bev, ego_motion
+        out = self.model(batch, "tensor")
+        flat = [out[head][key] for head, key in self.output_keys]
+        if self.video:
+            flat.append(out["bev_state"]["bev_queue"])
+        return tuple(flat)
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    parity: list[dict[str, Any]]
+    trt_report: Any
+    metadata: dict[str, str]
+    warnings: list[str] = field(default_factory=list)
+
+
+# -- inputs ----------------------------------------------------------------------------------------
+def has_video(model: HydraNet) -> bool:
+    return model.fusion is not None and getattr(model.fusion, "video", None) is not None
+
+
+def example_inputs(model: HydraNet, images: np.ndarray, prev_bev: np.ndarray | None = None,
+                   ego_motion: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Graph inputs for frames `images` (B, N, 3, H, W); an empty queue / identity motion by default."""
+    feeds = {"images": images}
+    if has_video(model):
+        B = images.shape[0]
+        if prev_bev is None:
+            v = model.fusion.video
+            X, Y = v.grid.shape
+            prev_bev = np.zeros((B, v.frames - 1, v.channels, X, Y), np.float32)
+        if ego_motion is None:
+            ego_motion = np.broadcast_to(np.eye(4, dtype=np.float32), (B, 4, 4)).copy()
+        feeds["prev_bev"], feeds["ego_motion"] = prev_bev.astype(np.float32), ego_motion.astype(np.float32)
+    return feeds
+
+
+def sim_frames(cfg, data: str | Path, count: int) -> list[dict]:
+    """Up to `count` consecutive frames of `data` (the checkpoint's cameras, resized to its image size):
+    {"images" (N, 3, H, W) uint8, "ego2world" (4, 4), "scene"}."""
+    from hydranet.data import SimDataset
+    from hydranet.loader import resize_to
+
+    ds = SimDataset(data, cameras=list(cfg.data.cameras) if cfg.data.cameras else None)
+    out = []
+    for i in range(min(count, len(ds))):
+        s = resize_to(ds[i], tuple(cfg.data.image_size))
+        out.append({"images": np.ascontiguousarray(s["images"].transpose(0, 3, 1, 2)), "ego2world": s["ego2world"],
+                    "scene": s["scene"]})
+    if not out:
+        raise ExportError(f"dataset {data} has no frames for the parity check")
+    return out
+
+
+def frame_feeds(model: HydraNet, frames: Sequence[Mapping], dtype: str, run_torch) -> list[dict[str, np.ndarray]]:
+    """Inputs for a sequence of frames; with the video module the queue is carried from the torch
+    outputs and ego_motion is the relative pose of consecutive frames of one scene."""
+    from hydranet.models.video import relative_motion
+
+    feeds, state, prev = [], None, None
+    for f in frames:
+        img = f["images"][None]  # (1, N, 3, H, W) uint8
+        img = img if dtype == "uint8" else (img.astype(np.float32) / 255.0)
+        motion = None
+        if has_video(model) and prev is not None and prev["scene"] == f["scene"]:
+            motion = relative_motion(torch.from_numpy(prev["ego2world"])[None],
+                                     torch.from_numpy(f["ego2world"])[None]).numpy()
+        else:
+            state = None
+        feed = example_inputs(model, img, state, motion)
+        feeds.append(feed)
+        if has_video(model):
+            state = run_torch(feed)[STATE_OUTPUT]
+        prev = f
+    return feeds
+
+
+# -- metadata --------------------------------------------------------------------------------------
+def _layout(name: str, shape: Sequence[int], space: str, N: int) -> str:
+    if space == "image":
+        return f"(B*N, {', '.join(str(s) for s in shape[1:])}) camera-major: row b*N + n is camera n of frame b (N={N})"
+    if space == "state":
+        return f"(B, T-1, C, X, Y) = ({', '.join(str(s) for s in shape)}): feed back as prev_bev next frame"
+    return f"(B, {', '.join(str(s) for s in shape[1:])}) per frame, BEV rows = -x (ahead first), columns = -y (left first)"
+
+
+def build_metadata(model: HydraNet, cfg, meta: Mapping, input_shapes: Mapping[str, Sequence], input_dtype: str,
+                   outputs: Mapping[str, tuple[str, str, Sequence[int]]], dynamic_batch: bool,
+                   source: Mapping[str, Any]) -> dict[str, str]:
+    """`hydranet.*` metadata_props (JSON values): see docs/deploy.md for every key."""
+    from hydranet.models.hydranet import _IMAGENET_MEAN, _IMAGENET_STD
+    from hydranet.rig import rig_from_dict
+    from hydranet.models.view_transform import calibration_of
+
+    H, W = cfg.data.image_size
+    rig = rig_from_dict(meta["rig"], "checkpoint meta rig")
+    if cfg.data.cameras:
+        by = {c.name: c for c in rig.cameras}
+        missing = [n for n in cfg.data.cameras if n not in by]
+        if missing:
+            raise ExportError(f"config data.cameras names '{missing[0]}', the checkpoint's rig has {rig.names}")
+        cams = [by[n] for n in cfg.data.cameras]
+    else:
+        cams = list(rig.cameras)
+    from hydranet.rig import Rig
+
+    sub = Rig(rig.name, tuple(cams))
+    K, T, names = calibration_of(sub, (H, W))
+    N = len(names)
+    heads = {}
+    for name, task in model.heads.items():
+        entry: dict[str, Any] = {"space": task.space, "outputs": [f"{name}.{k}" for (h, k, _) in outputs.values() if h == name],
+                                 "decoding": task.decoding()}
+        for attr in ("classes", "channels", "sign_classes", "light_states"):
+            if isinstance(getattr(task, attr, None), (list, tuple)):
+                entry[attr] = list(getattr(task, attr))
+        heads[name] = entry
+    out_meta = {}
+    for oname, (head, key, shape) in outputs.items():
+        space = "state" if head == "bev_state" else model.heads[head].space
+        out_meta[oname] = {"head": head, "key": key, "shape": list(shape), "space": space,
+                           "layout": _layout(oname, shape, space, N)}
+    inputs = {"images": {"shape": list(input_shapes["images"]), "dtype": input_dtype,
+                         "layout": "(B, N, 3, H, W) RGB, cameras in rig order"}}
+    bev = None
+    if model.fusion is not None:
+        grid = model.fusion.grid
+        bev = {"grid": grid.as_dict(), "shape": list(grid.shape), "channels": model.fusion.out_channels,
+               "video_frames": model.fusion.video.frames if has_video(model) else 1}
+        if has_video(model):
+            inputs["prev_bev"] = {"shape": list(input_shapes["prev_bev"]), "dtype": "float32",
+                                  "layout": "(B, T-1, C, X, Y) the previous call's bev_state.bev_queue; zeros at start"}
+            inputs["ego_motion"] = {"shape": list(input_shapes["ego_motion"]), "dtype": "float32",
+                                    "layout": "(B, 4, 4) previous ego -> current ego = inv(E_t) @ E_{t-1}, E = ego2world"}
+            bev["state"] = {"input": "prev_bev", "output": STATE_OUTPUT, "motion": "ego_motion"}
+    light_meta = {k: v for k, v in meta.items() if k != "scenes"}
+    md = {
+        "format": {"name": FORMAT, "version": FORMAT_VERSION, "opset": OPSET},
+        "inputs": inputs,
+        "outputs": out_meta,
+        "output_names": list(outputs),
+        "heads": heads,
+        "head_names": list(model.heads),
+        "classes": list(meta.get("classes", [])),
+        "rig": {"name": rig.name, "names": names, "K": np.round(K, 6).tolist(), "cam2ego": np.round(T, 9).tolist(),
+                "image_size": [H, W], "source_sizes": [[c.height, c.width] for c in cams]},
+        "normalization": {"input_dtype": input_dtype, "scale": 1 / 255 if input_dtype == "uint8" else 1.0,
+                          "mean": list(_IMAGENET_MEAN), "std": list(_IMAGENET_STD), "in_graph": True,
+                          "note": "feed RGB; (x*scale - mean)/std happens inside the graph"},
+        "dynamic_batch": dynamic_batch,
+        "bev": bev,
+        "config": json.loads(json.dumps(_plain_config(cfg))),
+        "meta": light_meta,
+        "source": dict(source),
+    }
+    return {f"hydranet.{k}": json.dumps(v) for k, v in md.items()}
+
+
+def _plain_config(cfg) -> dict:
+    from hydranet.config import to_dict
+
+    return to_dict(cfg)
+
+
+def read_metadata(model_or_path) -> dict[str, Any]:
+    """The decoded `hydranet.*` metadata of an ONNX ModelProto or file."""
+    import onnx
+
+    m = onnx.load(str(model_or_path), load_external_data=False) if isinstance(model_or_path, (str, Path)) else model_or_path
+    return {p.key[len("hydranet."):]: json.loads(p.value) for p in m.metadata_props if p.key.startswith("hydranet.")}
+
+
+def set_metadata(model, props: Mapping[str, str]) -> None:
+    keep = [p for p in model.metadata_props if p.key not in props]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    for k, v in props.items():
+        e = model.metadata_props.add()
+        e.key, e.value = k, v
+
+
+# -- parity ----------------------------------------------------------------------------------------
+def parity_report(onnx_path: str | Path, run_torch, feeds: Sequence[Mapping[str, np.ndarray]],
+                  atol: float = ATOL, rtol: float = RTOL) -> list[dict[str, Any]]:
+    """Per output: max abs error, relative error (max abs / max |torch|), pass flag, over all feeds."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    stats: dict[str, dict[str, float]] = {n: {"max_abs": 0.0, "ref_max": 0.0} for n in names}
+    for feed in feeds:
+        got = dict(zip(names, sess.run(None, dict(feed))))
+        ref = run_torch(feed)
+        for n in names:
+            r, g = ref[n].astype(np.float64), got[n].astype(np.float64)
+            if r.shape != g.shape:
+                raise ExportError(f"output '{n}': ONNX shape {g.shape} vs PyTorch {r.shape}")
+            stats[n]["max_abs"] = max(stats[n]["max_abs"], float(np.abs(r - g).max()) if r.size else 0.0)
+            stats[n]["ref_max"] = max(stats[n]["ref_max"], float(np.abs(r).max()) if r.size else 0.0)
+    rows = []
+    for n in names:
+        s = stats[n]
+        rows.append({"output": n, "max_abs": s["max_abs"], "rel": s["max_abs"] / max(s["ref_max"], 1e-12),
+                     "ok": s["max_abs"] <= atol + rtol * s["ref_max"]})
+    return rows
+
+
+def format_parity(rows: Sequence[Mapping[str, Any]], frames: int) -> str:
+    w = max(len(r["output"]) for r in rows)
+    lines = [f"parity vs PyTorch over {frames} sim frame(s) (pass: max_abs <= {ATOL:g} + {RTOL:g} * max|torch|)",
+             f"{'output'.ljust(w)}  {'max_abs':>10}  {'rel':>10}  ok"]
+    lines += [f"{r['output'].ljust(w)}  {r['max_abs']:10.3e}  {r['rel']:10.3e}  {'yes' if r['ok'] else 'NO'}" for r in rows]
+    return "\n".join(lines)
+
+
+def torch_runner(graph: ExportGraph, names: Sequence[str]):
+    def run(feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        args = [torch.from_numpy(np.ascontiguousarray(feed["images"]))]
+        if graph.video:
+            args += [torch.from_numpy(feed["prev_bev"]), torch.from_numpy(feed["ego_motion"])]
+        with torch.no_grad():
+            outs = graph(*args)
+        return {n: o.numpy() for n, o in zip(names, outs)}
+    return run
+
+
+# -- export ----------------------------------------------------------------------------------------
+def export_model(model: HydraNet, cfg, meta: Mapping, out: str | Path, frames: Sequence[Mapping],
+                 dynamic_batch: bool = False, input_dtype: str = "uint8", simplify: bool = True,
+                 source: Mapping[str, Any] | None = None, atol: float = ATOL, rtol: float = RTOL,
+                 verbose: bool = True) -> ExportResult:
+    """Export `model` to `out`, verify it (checker, parity on `frames`, TensorRT checks); on failure
+    the file is removed and ExportError raised."""
+    import onnx
+
+    from deploy.trt_check import check_tensorrt
+
+    if input_dtype not in ("uint8", "float32"):
+        raise ExportError(f"input dtype must be uint8 or float32, got {input_dtype!r}")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model = model.eval().cpu()
+    video = has_video(model)
+    feeds_probe = example_inputs(model, frames[0]["images"][None] if input_dtype == "uint8"
+                                 else frames[0]["images"][None].astype(np.float32) / 255.0)
+    probe_args = [torch.from_numpy(feeds_probe["images"])]
+    if video:
+        probe_args += [torch.from_numpy(feeds_probe["prev_bev"]), torch.from_numpy(feeds_probe["ego_motion"])]
+    with torch.no_grad():
+        raw = model({"images": probe_args[0], **({"prev_bev": probe_args[1], "ego_motion": probe_args[2]} if video else {})},
+                    "tensor")
+    output_keys = [(h, k) for h in model.heads for k in raw[h]]
+    names = [f"{h}.{k}" for h, k in output_keys] + ([STATE_OUTPUT] if video else [])
+    shapes = [tuple(raw[h][k].shape) for h, k in output_keys] + ([tuple(raw["bev_state"]["bev_queue"].shape)] if video else [])
+    graph = ExportGraph(model, output_keys, video).eval()
+    input_names = ["images"] + (list(STATE_INPUTS) if video else [])
+    dynamic_axes = None
+    if dynamic_batch:
+        dynamic_axes = {n: {0: "batch"} for n in input_names + names}
+    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(graph, tuple(probe_args), str(tmp), dynamo=False, opset_version=OPSET,
+                              input_names=input_names, output_names=names, dynamic_axes=dynamic_axes,
+                              do_constant_folding=True)
+        m = onnx.load(str(tmp))
+        onnx.checker.check_model(m, full_check=True)
+        if simplify:
+            import onnxslim
+
+            m = onnxslim.slim(m)
+            onnx.checker.check_model(m, full_check=True)
+        outputs = {n: (("bev_state", "bev_queue") if n == STATE_OUTPUT else output_keys[i]) + (s,)
+                   for i, (n, s) in enumerate(zip(names, shapes))}
+        src = dict(source or {})
+        in_shapes = {k: v.shape for k, v in feeds_probe.items()}
+        props = build_metadata(model, cfg, meta, in_shapes, input_dtype, outputs, dynamic_batch, src)
+        set_metadata(m, props)
+        onnx.save(m, str(tmp))
+        run_torch = torch_runner(graph, names)
+        feeds = frame_feeds(model, frames, input_dtype, run_torch)
+        rows = parity_report(tmp, run_torch, feeds, atol, rtol)
+        if dynamic_batch:  # the batch axis must really be free: run two frames at once
+            both = {k: np.concatenate([feeds[0][k], feeds[-1][k]]) for k in feeds[0]}
+            rows_b = parity_report(tmp, run_torch, [both], atol, rtol)
+            for r, rb in zip(rows, rows_b):
+                r["max_abs"], r["rel"], r["ok"] = max(r["max_abs"], rb["max_abs"]), max(r["rel"], rb["rel"]), r["ok"] and rb["ok"]
+        if verbose:
+            print(format_parity(rows, len(feeds) + (1 if dynamic_batch else 0)))
+        bad = [r for r in rows if not r["ok"]]
+        if bad:
+            raise ExportError(f"ONNX output '{bad[0]['output']}' differs from PyTorch by {bad[0]['max_abs']:.3g} (rel "
+                              f"{bad[0]['rel']:.3g}), above tolerance {atol:g} + {rtol:g}*max; no model written")
+        report = check_tensorrt(m)
+        props["hydranet.parity"] = json.dumps(rows)
+        props["hydranet.tensorrt_check"] = json.dumps(report.as_dict())
+        set_metadata(m, props)
+        onnx.save(m, str(tmp))
+        os.replace(tmp, out)
+    except Exception:
+        tmp.unlink(missing_ok=True)
+        raise
+    return ExportResult(out, rows, report, props)
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path | None = None, frames: int = 2,
+                      dynamic_batch: bool = False, input_dtype: str = "uint8", simplify: bool = True,
+                      verbose: bool = True) -> ExportResult:
+    """Load a checkpoint and export it; parity frames come from `data` (default: the config's
+    data.val_root, else data.root)."""
+    from hydranet.train import config_from_checkpoint, load_checkpoint, model_from_checkpoint
+
+    ckpt = load_checkpoint(checkpoint)
+    cfg = config_from_checkpoint(ckpt)
+    model = model_from_checkpoint(ckpt, cfg)
+    meta = json.loads(ckpt["meta"])
+    if data is None:
+        data = next((d for d in (cfg.data.val_root, cfg.data.root) if d and Path(d, "dataset.json").is_file()), None)
+        if data is None:
+            raise ExportError(f"no sim dataset for the parity check: the checkpoint's data.root {cfg.data.root!r} does not "
+                              "exist here; pass --data DIR (a dataset generated with `hydranet sim generate`)")
+    fr = sim_frames(cfg, data, frames)
+    return export_model(model, cfg, meta, out, fr, dynamic_batch, input_dtype, simplify,
+                        {"checkpoint": str(checkpoint), "step": int(ckpt["step"]), "parity_data": str(data)},
+                        verbose=verbose)

@@ -1,0 +1,191 @@
+"""Decoders of every head's raw outputs, in numpy only: the one implementation used by the torch
+tasks' `decode` (through `.cpu().numpy()`) and by the torch-free runtime in the car
+(`deploy/runtime.py`). This module must not import torch (a test checks it in a fresh process).
+
+A decoder is `DECODERS[kind](outputs, **params) -> list of per-item results`, `outputs` being the
+head's raw outputs {name: numpy array with a leading batch axis}, `params` what the task records
+in `Task.decoding()` (and the ONNX export in its metadata). Results hold numpy arrays.
+
+- "centernet" (det2d, signs_lights): CenterNet peaks (Zhou et al., "Objects as Points", 2019):
+  3x3 local maxima of the sigmoid heatmap, top-k, box from (dx, dy, log w, log h) in stride units,
+  class-wise greedy NMS (as torchvision's `batched_nms`).
+- "lanes": sigmoid > threshold, 8-connected components of at least min_area_frac of the image.
+- "binary_mask" (drivable), "multi_mask" (bevmap): sigmoid > threshold.
+- "depth": exp of log depth clamped to [min_depth, max_depth]. "normals": unit vectors (H, W, 3).
+- "centerpoint" (det3d): CenterPoint peaks on the BEV grid (Yin et al., CVPR 2021) -> (K, 9) boxes
+  x, y, z, l, w, h, yaw, vx, vy in the ego frame.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float32)
+    return (1.0 / (1.0 + np.exp(-np.clip(x, -80.0, 80.0)))).astype(np.float32)
+
+
+def max_pool3x3(x: np.ndarray) -> np.ndarray:
+    """3x3 max filter, stride 1, over the last two axes (padding never wins, as -inf padding)."""
+    pad = np.pad(x, [(0, 0)] * (x.ndim - 2) + [(1, 1), (1, 1)], constant_values=-np.inf)
+    h, w = x.shape[-2:]
+    out = pad[..., 0:h, 0:w]
+    for i in range(3):
+        for j in range(3):
+            out = np.maximum(out, pad[..., i:i + h, j:j + w])
+    return out
+
+
+def topk(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Largest k of a 1-D array, descending (ties: lower index first)."""
+    k = min(k, values.size)
+    if k <= 0:
+        return values[:0], np.zeros(0, np.int64)
+    part = np.argpartition(-values, k - 1)[:k] if k < values.size else np.arange(values.size)
+    order = part[np.lexsort((part, -values[part]))]
+    return values[order], order.astype(np.int64)
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of xyxy boxes a (M, 4) and b (K, 4) -> (M, K)."""
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    area_b = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    lt = np.maximum(a[:, None, :2], b[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    wh = np.clip(rb - lt, 0, None)
+    inter = wh[..., 0] * wh[..., 1]
+    return inter / np.maximum(area_a[:, None] + area_b[None, :] - inter, 1e-12)
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """Greedy NMS: indices kept, by decreasing score; a box is dropped when its IoU with a kept,
+    higher-scoring box is > iou_threshold (torchvision.ops.nms semantics)."""
+    order = np.lexsort((np.arange(len(scores)), -scores))
+    keep = []
+    suppressed = np.zeros(len(scores), bool)
+    iou = box_iou(boxes, boxes) if len(boxes) else np.zeros((0, 0))
+    for i in order:
+        if suppressed[i]:
+            continue
+        keep.append(i)
+        suppressed |= iou[i] > iou_threshold
+    return np.asarray(keep, np.int64)
+
+
+def batched_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """Class-wise NMS: boxes of different classes never suppress each other."""
+    if len(boxes) == 0:
+        return np.zeros(0, np.int64)
+    offset = classes.astype(np.float64)[:, None] * (float(boxes.max()) + 1.0)
+    return nms(boxes.astype(np.float64) + offset, scores, iou_threshold)
+
+
+# -- decoders ------------------------------------------------------------------------------------
+def decode_centernet(outputs: Mapping[str, np.ndarray], stride: int, score_threshold: float, nms_iou: float,
+                     max_detections: int) -> list[dict[str, np.ndarray]]:
+    """heatmap (B, C, h, w) logits, box (B, 4, h, w) -> per image {"boxes" (K, 4) xyxy pixels float32,
+    "scores" (K,) float32, "labels" (K,) int64}."""
+    heat = sigmoid(outputs["heatmap"])  # (B, C, h, w)
+    box = np.asarray(outputs["box"], np.float32)  # (B, 4, h, w)
+    B, C, h, w = heat.shape
+    peaks = np.where(max_pool3x3(heat) == heat, heat, 0.0).reshape(B, -1)
+    results = []
+    for b in range(B):
+        sc, ix = topk(peaks[b], max_detections)
+        keep = sc > score_threshold
+        sc, ix = sc[keep].astype(np.float32), ix[keep]
+        cls, pix = ix // (h * w), ix % (h * w)
+        ys, xs = pix // w, pix % w
+        dx, dy, lw, lh = box[b][:, ys, xs]  # each (K,)
+        cx, cy = (xs + dx) * stride, (ys + dy) * stride
+        bw, bh = np.exp(np.minimum(lw, 12)) * stride, np.exp(np.minimum(lh, 12)) * stride
+        boxes = np.stack([cx - bw / 2, cy - bh / 2, cx + bw / 2, cy + bh / 2], axis=1).astype(np.float32).reshape(-1, 4)
+        boxes[:, 0::2] = np.clip(boxes[:, 0::2], 0, w * stride)
+        boxes[:, 1::2] = np.clip(boxes[:, 1::2], 0, h * stride)
+        k = batched_nms(boxes, sc, cls, nms_iou)
+        results.append({"boxes": boxes[k], "scores": sc[k], "labels": cls[k].astype(np.int64)})
+    return results
+
+
+def decode_lanes(outputs: Mapping[str, np.ndarray], threshold: float, min_area_frac: float) -> list[dict[str, np.ndarray]]:
+    """logits (B, 1, H, W) -> per image {"mask" (H, W) bool, "instances" (H, W) int32, 0 = background}."""
+    import cv2  # the car-side runtime has OpenCV; imported here so numpy-only decoders need not
+
+    masks = sigmoid(outputs["logits"])[:, 0] > threshold  # (B, H, W)
+    results = []
+    for m in masks:
+        min_area = min_area_frac * m.size
+        n, labels, stats, _ = cv2.connectedComponentsWithStats(m.astype(np.uint8), connectivity=8)
+        lut = np.zeros(n, np.int32)
+        keep = [i for i in range(1, n) if stats[i, cv2.CC_STAT_AREA] >= min_area]
+        lut[keep] = np.arange(1, len(keep) + 1)
+        inst = lut[labels]
+        results.append({"mask": inst > 0, "instances": inst})
+    return results
+
+
+def decode_binary_mask(outputs: Mapping[str, np.ndarray], threshold: float) -> list[dict[str, np.ndarray]]:
+    """logits (B, 1, H, W) -> per image {"mask" (H, W) bool}."""
+    return [{"mask": m} for m in sigmoid(outputs["logits"])[:, 0] > threshold]
+
+
+def decode_multi_mask(outputs: Mapping[str, np.ndarray], threshold: float) -> list[dict[str, np.ndarray]]:
+    """logits (B, K, X, Y) -> per item {"mask" (K, X, Y) bool} (independent channels)."""
+    return [{"mask": m} for m in sigmoid(outputs["logits"]) > threshold]
+
+
+def decode_depth(outputs: Mapping[str, np.ndarray], min_depth: float, max_depth: float) -> list[dict[str, np.ndarray]]:
+    """log-depth logits (B, 1, H, W) -> per image {"depth" (H, W) float32 metres}."""
+    logd = np.minimum(np.asarray(outputs["logits"], np.float32)[:, 0], np.float32(np.log(max_depth)))
+    return [{"depth": np.maximum(np.exp(d), np.float32(min_depth)).astype(np.float32)} for d in logd]
+
+
+def decode_normals(outputs: Mapping[str, np.ndarray], eps: float = 1e-6) -> list[dict[str, np.ndarray]]:
+    """raw vectors (B, 3, H, W) -> per image {"normals" (H, W, 3) float32 unit vectors}."""
+    v = np.asarray(outputs["logits"], np.float32)
+    n = v / np.maximum(np.sqrt((v * v).sum(1, keepdims=True)), eps)
+    return [{"normals": np.ascontiguousarray(x.transpose(1, 2, 0))} for x in n]
+
+
+def decode_centerpoint(outputs: Mapping[str, np.ndarray], x_range: tuple[float, float], y_range: tuple[float, float],
+                       resolution: float, score_threshold: float, max_detections: int) -> list[dict[str, np.ndarray]]:
+    """heatmap (B, K, X, Y) logits, offset (B, 2), height (B, 1), size (B, 3), rot (B, 2), vel (B, 2)
+    -> per frame {"boxes" (K, 9) x, y, z, l, w, h, yaw, vx, vy (ego), "scores" (K,), "labels" (K,)}."""
+    heat = sigmoid(outputs["heatmap"])
+    B, C, X, Y = heat.shape
+    peaks = np.where(max_pool3x3(heat) == heat, heat, 0.0).reshape(B, -1)
+    xmax, ymax = float(x_range[1]), float(y_range[1])
+    get = {k: np.asarray(outputs[k], np.float32) for k in ("offset", "height", "size", "rot", "vel")}
+    results = []
+    for b in range(B):
+        sc, ix = topk(peaks[b], max_detections)
+        keep = sc > score_threshold
+        sc, ix = sc[keep].astype(np.float32), ix[keep]
+        cls, cell = ix // (X * Y), ix % (X * Y)
+        r, c = cell // Y, cell % Y
+        off, z = get["offset"][b][:, r, c], get["height"][b][0, r, c]
+        size = np.exp(np.minimum(get["size"][b][:, r, c], 6))  # (3, K)
+        sin, cos = get["rot"][b][:, r, c]
+        vel = get["vel"][b][:, r, c]
+        x = xmax - (r + off[0] + 0.5) * resolution
+        y = ymax - (c + off[1] + 0.5) * resolution
+        boxes = np.stack([x, y, z, size[0], size[1], size[2], np.arctan2(sin, cos), vel[0], vel[1]], 1)
+        results.append({"boxes": boxes.astype(np.float32).reshape(-1, 9), "scores": sc, "labels": cls.astype(np.int64)})
+    return results
+
+
+DECODERS: dict[str, Callable[..., list]] = {
+    "centernet": decode_centernet, "lanes": decode_lanes, "binary_mask": decode_binary_mask,
+    "multi_mask": decode_multi_mask, "depth": decode_depth, "normals": decode_normals,
+    "centerpoint": decode_centerpoint,
+}
+
+
+def decode(kind: str, outputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> list:
+    """Run the decoder `kind` on numpy outputs; an unknown kind raises naming the known ones."""
+    if kind not in DECODERS:
+        raise ValueError(f"no decoder of kind '{kind}'; known kinds: {sorted(DECODERS)}")
+    return DECODERS[kind](outputs, **params)
