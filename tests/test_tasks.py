@@ -221,3 +221,21 @@ def test_adding_a_head_doc(monkeypatch):
     metric = model.heads["sky"].metric()
     metric.update(preds, batch["targets"]["sky"])
     assert metric.compute()["iou"] > 0.5
+
+
+def test_tiny_or_hidden_boxes_are_ignore_regions():
+    """Boxes under det2d's min_size or min_visibility are not trained on, and a detection on
+    one is neither a hit nor a false positive (pycocotools iscrowd)."""
+    task = build_task("det2d", FAKE_META, 64, {"min_size": 6.0, "min_visibility": 0.2})
+    cam = {"boxes2d": [{"bbox": [10, 10, 40, 30], "class": "car", "visible_fraction": 0.9},
+                       {"bbox": [50, 10, 54, 14], "class": "car", "visible_fraction": 1.0},
+                       {"bbox": [60, 10, 90, 40], "class": "bus", "visible_fraction": 0.1}]}
+    boxes, labels, ignore = task.camera_boxes(cam, "camera CAM")
+    assert ignore.tolist() == [False, True, True]
+    gt = (boxes[~ignore], labels[~ignore], boxes[ignore], labels[ignore])
+    hit = (boxes[:1], np.ones(1), labels[:1])
+    assert coco_map(*coco_dicts([gt], [hit], FAKE_META["classes"]))["mAP"] == pytest.approx(1.0)
+    on_ignored = (boxes, np.array([0.9, 0.95, 0.99]), labels)  # higher scores on the ignored boxes
+    assert coco_map(*coco_dicts([gt], [on_ignored], FAKE_META["classes"]))["mAP"] == pytest.approx(1.0)
+    not_ignored = (boxes, np.array([0.9, 0.95, 0.99]), labels)  # the same detections without ignore regions
+    assert coco_map(*coco_dicts([gt[:2]], [not_ignored], FAKE_META["classes"]))["mAP"] < 1.0

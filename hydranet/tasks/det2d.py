@@ -107,7 +107,8 @@ class Det2dTask(Task):
 
     def __init__(self, classes: Sequence[str], in_channels: int, in_stride: int = 8, out_stride: int = 4,
                  width: int = 64, heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
-                 score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100):
+                 score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100,
+                 min_size: float = 6.0, min_visibility: float = 0.1):
         super().__init__(in_channels, in_stride)
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
@@ -116,35 +117,50 @@ class Det2dTask(Task):
         self.head = CenterNetHead(in_channels, len(self.classes), width, in_stride, out_stride)
         self.weights = {"heatmap": heatmap_weight, "offset": offset_weight, "size": size_weight}
         self.score_threshold, self.nms_iou, self.max_detections = score_threshold, nms_iou, max_detections
+        # boxes smaller than `min_size` pixels (short side, at the model input size) or less visible
+        # than `min_visibility` are ignore regions: not trained on, and detections on them count
+        # neither as hits nor as false positives (COCO iscrowd), as KITTI's "DontCare" boxes
+        self.min_size, self.min_visibility = min_size, min_visibility
 
     @classmethod
     def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> Det2dTask:
         return cls(_meta_list(meta, "classes", cls.name), in_channels, **options)
 
-    def camera_boxes(self, cam: Mapping, where: str) -> tuple[np.ndarray, np.ndarray]:
-        """xyxy boxes (M, 4) float32 and class ids (M,) int64 of one camera's labels entry."""
-        boxes, labels = [], []
+    def box_label(self, box: Mapping, where: str) -> int | None:
+        """Class id of one labels `boxes2d` entry, None for boxes this task does not detect."""
+        if box["class"] not in self.classes:
+            raise ValueError(f"task '{self.name}': {where} has a box of class '{box['class']}', "
+                             f"not in the dataset classes {self.classes}")
+        return self.classes.index(box["class"])
+
+    def camera_boxes(self, cam: Mapping, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """xyxy boxes (M, 4) float32, class ids (M,) int64 and ignore flags (M,) bool of one
+        camera's labels entry."""
+        boxes, labels, ignore = [], [], []
         for b in cam.get("boxes2d", []):
-            if b["class"] not in self.classes:
-                raise ValueError(f"task '{self.name}': {where} has a box of class '{b['class']}', "
-                                 f"not in the dataset classes {self.classes}")
+            label = self.box_label(b, where)
             x0, y0, x1, y1 = b["bbox"]
-            if x1 > x0 and y1 > y0:
-                boxes.append((x0, y0, x1, y1))
-                labels.append(self.classes.index(b["class"]))
-        return np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64)
+            if label is None or not (x1 > x0 and y1 > y0):
+                continue
+            boxes.append((x0, y0, x1, y1))
+            labels.append(label)
+            ignore.append(min(x1 - x0, y1 - y0) < self.min_size or b.get("visible_fraction", 1.0) < self.min_visibility)
+        return (np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64),
+                np.asarray(ignore, bool).reshape(-1))
 
     def build_targets(self, sample: Mapping) -> dict[str, Any]:
         H, W = image_hw(sample)
         out_hw = (H // self.out_stride, W // self.out_stride)
         per_cam = [self.camera_boxes(cam, f"camera {name}")
                    for cam, name in zip(camera_labels(sample, self.name), sample["camera_names"])]
-        enc = [encode_boxes(b, l, len(self.classes), out_hw, self.out_stride) for b, l in per_cam]
+        enc = [encode_boxes(b[~ig], l[~ig], len(self.classes), out_hw, self.out_stride) for b, l, ig in per_cam]
         return {"heatmap": np.stack([e[0] for e in enc]),  # (N, C, h, w)
                 "box": np.stack([e[1] for e in enc]),  # (N, 4, h, w)
                 "box_mask": np.stack([e[2] for e in enc]),  # (N, h, w)
-                "gt_boxes": [b for b, _ in per_cam],  # N x (M, 4)
-                "gt_labels": [l for _, l in per_cam]}  # N x (M,)
+                "gt_boxes": [b[~ig] for b, _, ig in per_cam],  # N x (M, 4)
+                "gt_labels": [l[~ig] for _, l, ig in per_cam],  # N x (M,)
+                "ignore_boxes": [b[ig] for b, _, ig in per_cam],  # N x (K, 4) ignore regions
+                "ignore_labels": [l[ig] for _, l, ig in per_cam]}  # N x (K,)
 
     def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         heat_logits, box = outputs["heatmap"], outputs["box"]  # (B*N, C, h, w), (B*N, 4, h, w)
@@ -177,22 +193,27 @@ def _meta_list(meta: Mapping, key: str, task: str) -> list[str]:
     return list(meta[key])
 
 
-def coco_dicts(gts: Sequence[tuple[np.ndarray, np.ndarray]], preds: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+def coco_dicts(gts: Sequence[tuple[np.ndarray, ...]], preds: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
                classes: Sequence[str]) -> tuple[dict, list[dict]]:
     """COCO ground-truth dataset dict and detection-result list.
 
-    gts: per image (boxes (M, 4) xyxy, labels (M,)); preds: per image (boxes (K, 4) xyxy,
-    scores (K,), labels (K,)). Image ids are 1-based positions, category id = class index + 1.
+    gts: per image (boxes (M, 4) xyxy, labels (M,)) or (boxes, labels, ignore boxes (K, 4),
+    ignore labels (K,)), the ignore regions written with iscrowd=1; preds: per image (boxes
+    (K, 4) xyxy, scores (K,), labels (K,)). Image ids are 1-based positions, category id =
+    class index + 1.
     """
     if len(gts) != len(preds):
         raise ValueError(f"coco_dicts: {len(gts)} ground-truth images but {len(preds)} prediction images")
     images, anns, dets = [], [], []
-    for img_id, ((gb, gl), (pb, ps, pl)) in enumerate(zip(gts, preds), start=1):
+    for img_id, (gt, (pb, ps, pl)) in enumerate(zip(gts, preds), start=1):
         images.append({"id": img_id})
-        for box, label in zip(np.asarray(gb, np.float64).reshape(-1, 4), np.asarray(gl).reshape(-1)):
-            w, h = box[2] - box[0], box[3] - box[1]
-            anns.append({"id": len(anns) + 1, "image_id": img_id, "category_id": int(label) + 1,
-                         "bbox": [float(box[0]), float(box[1]), float(w), float(h)], "area": float(w * h), "iscrowd": 0})
+        groups = [(gt[0], gt[1], 0)] + ([(gt[2], gt[3], 1)] if len(gt) == 4 else [])
+        for gb, gl, crowd in groups:
+            for box, label in zip(np.asarray(gb, np.float64).reshape(-1, 4), np.asarray(gl).reshape(-1)):
+                w, h = box[2] - box[0], box[3] - box[1]
+                anns.append({"id": len(anns) + 1, "image_id": img_id, "category_id": int(label) + 1,
+                             "bbox": [float(box[0]), float(box[1]), float(w), float(h)], "area": float(w * h),
+                             "iscrowd": crowd})
         for box, score, label in zip(np.asarray(pb, np.float64).reshape(-1, 4), np.asarray(ps).reshape(-1),
                                      np.asarray(pl).reshape(-1)):
             dets.append({"image_id": img_id, "category_id": int(label) + 1, "score": float(score),
@@ -210,7 +231,7 @@ def write_coco_json(gts, preds, classes: Sequence[str], gt_path: str | Path, pre
 
 def coco_map(gt: dict, dets: list[dict]) -> dict[str, float]:
     """{"mAP": mAP@[.5:.95], "mAP50"} by pycocotools; NaN when there is no ground truth box."""
-    if not gt["annotations"]:
+    if not any(a["iscrowd"] == 0 for a in gt["annotations"]):
         return {"mAP": float("nan"), "mAP50": float("nan")}
     if not dets:
         return {"mAP": 0.0, "mAP50": 0.0}
@@ -230,12 +251,14 @@ class CocoMetric(Metric):
 
     def __init__(self, classes: Sequence[str]):
         self.classes = list(classes)
-        self.gts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.gts: list[tuple[np.ndarray, ...]] = []
         self.preds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
-        for det, gb, gl in zip(decoded, targets["gt_boxes"], targets["gt_labels"], strict=True):
-            self.gts.append((np.asarray(gb.cpu()), np.asarray(gl.cpu())))
+        n = len(targets["gt_boxes"])
+        ignore = zip(targets.get("ignore_boxes", [np.zeros((0, 4))] * n), targets.get("ignore_labels", [np.zeros(0)] * n))
+        for det, gb, gl, (ib, il) in zip(decoded, targets["gt_boxes"], targets["gt_labels"], ignore, strict=True):
+            self.gts.append(tuple(np.asarray(a.cpu() if torch.is_tensor(a) else a) for a in (gb, gl, ib, il)))
             self.preds.append(tuple(np.asarray(det[k].cpu()) for k in ("boxes", "scores", "labels")))
 
     def compute(self) -> dict[str, float]:

@@ -37,30 +37,25 @@ class SignsLightsTask(Det2dTask):
     @classmethod
     def from_meta(cls, meta: Mapping, in_channels: int, in_stride: int = 8, out_stride: int = 4, width: int = 64,
                   heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
-                  score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100) -> SignsLightsTask:
+                  score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100,
+                  min_size: float = 4.0, min_visibility: float = 0.1) -> SignsLightsTask:
         return cls(_meta_list(meta, "sign_classes", cls.name), _meta_list(meta, "light_states", cls.name), in_channels,
                    in_stride=in_stride, out_stride=out_stride, width=width, heatmap_weight=heatmap_weight,
                    offset_weight=offset_weight, size_weight=size_weight, score_threshold=score_threshold,
-                   nms_iou=nms_iou, max_detections=max_detections)
+                   nms_iou=nms_iou, max_detections=max_detections, min_size=min_size, min_visibility=min_visibility)
 
-    def camera_boxes(self, cam: Mapping, where: str) -> tuple[np.ndarray, np.ndarray]:
-        boxes, labels = [], []
-        for b in cam.get("boxes2d", []):
-            if b["class"] == SIGN_BOX_CLASS:
-                key, values, prefix = "sign_class", self.sign_classes, "sign"
-            elif b["class"] == LIGHT_BOX_CLASS:
-                key, values, prefix = "light_state", self.light_states, "light"
-            else:
-                continue
-            value = b.get("attributes", {}).get(key)
-            if value not in values:
-                raise ValueError(f"task '{self.name}': {where} has a {b['class']} box (track {b.get('track_id')}) "
-                                 f"with {key}={value!r}, expected one of {values}")
-            x0, y0, x1, y1 = b["bbox"]
-            if x1 > x0 and y1 > y0:
-                boxes.append((x0, y0, x1, y1))
-                labels.append(self.classes.index(f"{prefix}:{value}"))
-        return np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64)
+    def box_label(self, box: Mapping, where: str) -> int | None:
+        if box["class"] == SIGN_BOX_CLASS:
+            key, values, prefix = "sign_class", self.sign_classes, "sign"
+        elif box["class"] == LIGHT_BOX_CLASS:
+            key, values, prefix = "light_state", self.light_states, "light"
+        else:
+            return None
+        value = box.get("attributes", {}).get(key)
+        if value not in values:
+            raise ValueError(f"task '{self.name}': {where} has a {box['class']} box (track {box.get('track_id')}) "
+                             f"with {key}={value!r}, expected one of {values}")
+        return self.classes.index(f"{prefix}:{value}")
 
     def metric(self) -> AttributeAccuracy:
         return AttributeAccuracy(self.classes)
