@@ -12,9 +12,20 @@ baseline per head, so a table shows what training bought:
 | drivable      | the per-pixel majority mask of the evaluated frames                   |
 | depth         | the mean depth of the evaluated frames, everywhere                    |
 | normals       | the mean normal of the evaluated frames, everywhere                   |
+| det3d         | the empty detection set                                               |
+| bevmap        | the per-cell majority map of the evaluated frames                     |
 
 Baselines use statistics of the evaluated set itself, which favours them (an oracle constant).
-`prediction_picture` draws predictions next to ground truth for all cameras of a frame.
+`prediction_picture` draws predictions next to ground truth for all cameras of a frame, and the
+bird's-eye view (true and predicted 3D boxes with velocity arrows, the BEV map) for BEV models.
+
+BEV models (docs/bev.md): a model with the video module is evaluated as it runs in the car, frame
+by frame in scene order, feeding back its BEV queue (`prev_bev`, `ego_motion`; reset at every new
+scene), so every frame is scored. `det3d` also gets the nuScenes metrics ("nuscenes/mAP",
+"nuscenes/NDS", "nuscenes/mATE".."nuscenes/mAAE": hydranet.metrics.evaluate_boxes on GT built from
+the labels as the nuScenes export filters them, hydranet/nuscenes_results.py) and its predictions
+can be written as a nuScenes submission file (`results_json`) whose sample tokens are those of
+`export_nuscenes` of the same dataset, for `hydranet eval-nuscenes`.
 """
 from __future__ import annotations
 
@@ -30,16 +41,19 @@ import torch
 
 from hydranet.loader import Collate, TrainingFrames
 from hydranet.models import HydraNet
+from hydranet.models.video import relative_motion
 from hydranet.tasks import to_device
-from hydranet.viz import draw_camera, mosaic
+from hydranet.viz import draw_bev, draw_camera, mosaic
 
 # the metric each head is judged by, and whether higher is better
 PRIMARY: dict[str, tuple[str, bool]] = {
     "det2d": ("mAP50", True), "signs_lights": ("accuracy", True), "lanes": ("pixel_iou", True),
-    "drivable": ("iou", True), "depth": ("abs_rel", False), "normals": ("mean_angle_deg", False)}
+    "drivable": ("iou", True), "depth": ("abs_rel", False), "normals": ("mean_angle_deg", False),
+    "det3d": ("nuscenes/NDS", True), "bevmap": ("mIoU", True)}
 BASELINE_NAMES = {
     "det2d": "empty detections", "signs_lights": "GT boxes, majority class", "lanes": "no lanes",
-    "drivable": "per-pixel majority", "depth": "mean depth", "normals": "mean normal"}
+    "drivable": "per-pixel majority", "depth": "mean depth", "normals": "mean normal",
+    "det3d": "empty detections", "bevmap": "per-cell majority"}
 
 
 def _frames_for(model: HydraNet, cfg, data: str | Path) -> TrainingFrames:
@@ -50,29 +64,90 @@ def _frames_for(model: HydraNet, cfg, data: str | Path) -> TrainingFrames:
     return TrainingFrames(ds, dict(model.heads.items()), cfg.data.image_size, None, cfg.seed)
 
 
+def _video_frames(model: HydraNet) -> int:
+    video = getattr(model.fusion, "video", None)
+    return int(video.frames) if video is not None else 1
+
+
+def _nuscenes_summary(metrics) -> dict[str, float]:
+    out = {"nuscenes/mAP": float(metrics.mean_ap), "nuscenes/NDS": float(metrics.nd_score)}
+    short = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
+    out.update({f"nuscenes/{short[k]}": float(v) for k, v in metrics.tp_errors.items()})
+    return out
+
+
 @torch.no_grad()
 def evaluate(model: HydraNet, frames: TrainingFrames, batch_size: int = 2, device: str | torch.device = "cpu",
-             progress: bool = False, coco_dir: str | Path | None = None) -> dict[str, Any]:
-    """{"model": {task: metrics}, "baseline": {task: metrics}, "baseline_kind", "primary", "beats_baseline"}."""
+             progress: bool = False, coco_dir: str | Path | None = None,
+             results_json: str | Path | None = None) -> dict[str, Any]:
+    """{"model": {task: metrics}, "baseline": {task: metrics}, "baseline_kind", "primary", "beats_baseline"}.
+
+    `frames`: single frames (clip_length 1); a model with the video module runs them in order, one
+    at a time, feeding its BEV queue back within each scene. `results_json`: write det3d
+    predictions there in the nuScenes submission format (hydranet/nuscenes_results.py)."""
+    from hydranet.data import SimDataset
+    from hydranet.metrics import DetectionConfig, evaluate_boxes
+    from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
+                                           write_results)
+
+    if frames.clip_length != 1:
+        raise ValueError("evaluate() takes single frames (TrainingFrames clip_length=1); the video queue is fed "
+                         "frame by frame")
     model.eval().to(device)
-    loader = torch.utils.data.DataLoader(frames, batch_size=batch_size, shuffle=False, collate_fn=Collate(model.heads))
+    video = _video_frames(model) > 1
+    loader = torch.utils.data.DataLoader(frames, batch_size=1 if video else batch_size, shuffle=False,
+                                         collate_fn=Collate(model.heads))
     metrics = {n: t.metric() for n, t in model.heads.items()}
     kept: list[dict] = []
+    det3d = model.heads["det3d"] if "det3d" in model.heads else None
+    labels_ds = SimDataset(frames.data.root, channels=()) if det3d is not None else None
+    nus_cfg = DetectionConfig()
+    submission: dict[str, list] = {}
+    nus_gt: dict[str, list] = {}
+    nus_pred: dict[str, list] = {}
     it = loader
     if progress:
         from tqdm import tqdm
 
         it = tqdm(loader, desc="eval", unit="batch", dynamic_ncols=True)
+    pos, state, prev_pose, prev_scene = 0, None, None, None
     for batch in it:
+        idx = [frames.frame_index(pos + b) for b in range(len(batch["images"]))]
+        pos += len(idx)
+        if video:  # stream: the queue of the previous frame of the same scene
+            scene = frames.data.frame_ids[idx[0]][0]
+            if state is not None and scene == prev_scene:
+                batch["prev_bev"], batch["ego_motion"] = state, relative_motion(prev_pose, batch["ego2world"])
+            prev_scene, prev_pose = scene, batch["ego2world"]
         decoded = model(to_device(batch, device), "predict")
+        if video:
+            state = decoded["bev_state"]["bev_queue"].cpu()
         for n, m in metrics.items():
             m.update(decoded[n], batch["targets"][n])
+        if det3d is not None:
+            for b, i in enumerate(idx):
+                lab = labels_ds.load(i)
+                tok = sample_token(*labels_ds.frame_ids[i])
+                d = decoded["det3d"][b]
+                entries = frame_results(d["boxes"].cpu().numpy(), d["scores"].cpu().numpy(), d["labels"].cpu().numpy(),
+                                        det3d.classes, lab["ego2world"], tok)
+                submission[tok] = entries
+                nus_pred[tok] = result_eval_boxes(entries, lab["ego2world"], nus_cfg)
+                nus_gt[tok] = frame_eval_boxes(lab["labels"], lab["ego2world"], tok, nus_cfg)
         kept.append(batch["targets"])
     results = {n: m.compute() for n, m in metrics.items()}
+    nus_baseline = None
+    if det3d is not None:
+        results["det3d"].update(_nuscenes_summary(evaluate_boxes(nus_gt, nus_pred, nus_cfg)[0]))
+        nus_baseline = _nuscenes_summary(evaluate_boxes(nus_gt, {t: [] for t in nus_gt}, nus_cfg)[0])
+        if results_json is not None:
+            write_results(results_json, submission)
     if coco_dir is not None and "det2d" in metrics:
         Path(coco_dir).mkdir(parents=True, exist_ok=True)
         metrics["det2d"].write_json(Path(coco_dir) / "det2d_gt.json", Path(coco_dir) / "det2d_predictions.json")
     base = baselines(model, kept)
+    if nus_baseline is not None:
+        base["det3d"].update(nus_baseline)
     primary, beats = {}, {}
     for n in model.heads:
         if n in PRIMARY and n in base:
@@ -145,6 +220,20 @@ def baselines(model: HydraNet, targets: list[Mapping[str, Any]]) -> dict[str, di
                 dec.append({"boxes": gb.reshape(-1, 4).float(), "scores": torch.ones(len(labels)), "labels": labels})
             m.update(dec, t["signs_lights"])
         out["signs_lights"] = m.compute()
+    if "det3d" in heads:
+        m = heads["det3d"].metric()
+        for t in targets:
+            n = len(t["det3d"]["gt_boxes"])
+            m.update([{"boxes": torch.zeros(0, 9), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}
+                      for _ in range(n)], t["det3d"])
+        out["det3d"] = m.compute()
+    if "bevmap" in heads:
+        frac = sum(t["bevmap"]["mask"].double().sum(0) for t in targets) / sum(len(t["bevmap"]["mask"]) for t in targets)
+        majority = frac > 0.5  # (K, X, Y)
+        m = heads["bevmap"].metric()
+        for t in targets:
+            m.update([{"mask": majority} for _ in range(len(t["bevmap"]["mask"]))], t["bevmap"])
+        out["bevmap"] = m.compute()
     return out
 
 
@@ -177,8 +266,11 @@ def _plain(obj: Any) -> Any:
 
 
 def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Path | None = None,
-                        save_predictions: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
-    """Load a checkpoint, evaluate it on `data`, write metrics JSON to `out`; returns the results."""
+                        save_predictions: str | Path | None = None, progress: bool = True,
+                        results_json: str | Path | None = None) -> dict[str, Any]:
+    """Load a checkpoint, evaluate it on `data`, write metrics JSON to `out`; returns the results.
+    A model with det3d writes its nuScenes submission file to `results_json` (default: next to
+    `out`, nuscenes_results.json); its path is results["nuscenes_results"]."""
     from hydranet.train import config_from_checkpoint, load_checkpoint, model_from_checkpoint
 
     ckpt = load_checkpoint(checkpoint)
@@ -186,8 +278,12 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Pat
     model = model_from_checkpoint(ckpt, cfg)
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
     frames = _frames_for(model, cfg, data)
-    results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions)
+    if results_json is None and out is not None and "det3d" in model.heads:
+        results_json = Path(out).parent / "nuscenes_results.json"
+    results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, results_json)
     results.update({"checkpoint": str(checkpoint), "data": str(data), "step": int(ckpt["step"])})
+    if results_json is not None and "det3d" in model.heads:
+        results["nuscenes_results"] = str(results_json)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(_plain(results), indent=2) + "\n")
@@ -208,14 +304,72 @@ def _normals_rgb(n: np.ndarray) -> np.ndarray:
 
 
 @torch.no_grad()
-def prediction_picture(model: HydraNet, frames: TrainingFrames, index: int = 0) -> np.ndarray:
-    """RGB mosaic, one row per camera: ground truth | prediction (boxes, lanes, drivable) and,
-    for the heads present, depth and normals ground truth | prediction."""
+def predict_frame(model: HydraNet, frames: TrainingFrames, index: int) -> tuple[dict, dict]:
+    """(sample, decoded predictions) of dataset frame `index` (no augmentation). A model with the
+    video module first runs the up to T-1 earlier frames of the same scene, as in the car."""
     model.eval()
     device = next(model.parameters()).device
-    sample = frames.prepare(index)
-    batch = Collate(model.heads)([frames[index]])
-    pred = model(to_device(batch, device), "predict")
+    single = TrainingFrames(frames.data, frames.tasks, frames.image_hw)
+    s, f = frames.data._frames[index]
+    first = max(index - f, index - _video_frames(model) + 1)
+    state, prev_pose, pred = None, None, None
+    for i in range(first, index + 1):
+        batch = Collate(model.heads)([single[i]])
+        if state is not None:
+            batch["prev_bev"], batch["ego_motion"] = state, relative_motion(prev_pose, batch["ego2world"])
+        pred = model(to_device(batch, device), "predict")
+        state, prev_pose = (pred["bev_state"]["bev_queue"] if "bev_state" in pred else None), batch["ego2world"]
+    return single.prepare(index), pred
+
+
+def _bev_boxes(boxes: np.ndarray, labels: np.ndarray, classes: list[str], scores: np.ndarray | None = None,
+               min_score: float = 0.3) -> list[dict]:
+    out = []
+    for k, b in enumerate(np.asarray(boxes).reshape(-1, 9)):
+        if scores is not None and scores[k] < min_score:
+            continue
+        out.append({"center": b[:3].tolist(), "size": b[3:6].tolist(), "yaw": float(b[6]),
+                    "velocity": [float(b[7]), float(b[8]), 0.0], "class": classes[int(labels[k])]})
+    return out
+
+
+def bev_picture(model: HydraNet, sample: dict, pred: dict, meta: dict, size: int = 256) -> np.ndarray | None:
+    """Two BEV panels side by side: truth (dataset raster, true boxes with velocity arrows) |
+    prediction (predicted BEV map, predicted boxes with arrows, true boxes as white outlines).
+    None for a model without BEV heads."""
+    if "det3d" not in pred and "bevmap" not in pred:
+        return None
+    head = model.heads["det3d"] if "det3d" in model.heads else model.heads["bevmap"]
+    g = head.grid
+    classes = list(model.heads["det3d"].classes) if "det3d" in model.heads else list(meta["classes"])
+    gt = [b for b in sample["labels"]["boxes3d"] if b["class"] in classes and b.get("num_pixels", 1) > 0]
+    b = meta["bev"]
+    truth = draw_bev(sample.get("bev"), gt, classes, b["x_range"], b["y_range"], b["resolution"], size=size)
+    predicted_map = None
+    if "bevmap" in pred:
+        chans = model.heads["bevmap"].channels
+        mask = pred["bevmap"][0]["mask"].cpu().numpy()  # (K, X, Y)
+        predicted_map = np.zeros((2, *mask.shape[1:]), np.uint8)
+        for k, name in enumerate(("drivable", "lanes")):
+            if name in chans:
+                predicted_map[k] = mask[chans.index(name)] * 255
+    boxes = []
+    if "det3d" in pred:
+        d = pred["det3d"][0]
+        boxes = _bev_boxes(d["boxes"].cpu().numpy(), d["labels"].cpu().numpy(), classes, d["scores"].cpu().numpy())
+    gt_model = [x for x in gt if g.x_range[0] <= x["center"][0] < g.x_range[1] and g.y_range[0] <= x["center"][1] < g.y_range[1]]
+    predicted = draw_bev(predicted_map, boxes, classes, g.x_range, g.y_range, g.resolution, size=size, gt_boxes3d=gt_model)
+    for img, text in ((truth, "BEV truth"), (predicted, "BEV prediction")):
+        cv2.putText(img, text, (4, 12), cv2.FONT_HERSHEY_PLAIN, 0.8, (255, 255, 255), 1, cv2.LINE_AA)
+    return np.concatenate([truth, np.full((truth.shape[0], 4, 3), 255, np.uint8), predicted], 1)
+
+
+@torch.no_grad()
+def prediction_picture(model: HydraNet, frames: TrainingFrames, index: int = 0) -> np.ndarray:
+    """RGB mosaic, one row per camera: ground truth | prediction (boxes, lanes, drivable) and,
+    for the heads present, depth and normals ground truth | prediction; BEV models add the
+    bird's-eye view on the right (`bev_picture`). `index` is a dataset frame index."""
+    sample, pred = predict_frame(model, frames, index)
     classes = list(frames.data.classes)
     tiles, names = [], []
     for i, cam in enumerate(sample["camera_names"]):
@@ -243,7 +397,8 @@ def prediction_picture(model: HydraNet, frames: TrainingFrames, index: int = 0) 
             labels += ["normals truth", "normals prediction"]
         tiles += row
         names += labels
-    return mosaic(tiles, names, cols=len(tiles) // len(sample["camera_names"]))
+    side = bev_picture(model, sample, pred, frames.data.meta)
+    return mosaic(tiles, names, side, cols=len(tiles) // len(sample["camera_names"]))
 
 
 def viz_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Path, frame: int = 0) -> Path:

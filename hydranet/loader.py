@@ -91,12 +91,12 @@ def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets:
 
 
 def resize_to(sample: Mapping, out_hw: tuple[int, int]) -> dict:
-    """Every camera resized to out_hw (no crop); a no-op when it already has that size."""
-    H, W = sample["images"].shape[1:3]
-    if (H, W) == tuple(out_hw):
+    """Every camera resized to out_hw (no crop); a no-op when it already has that size. Cameras of
+    several resolutions (a list of images, see SimDataset) are each scaled by their own factors."""
+    sizes = [img.shape[:2] for img in sample["images"]]
+    if all(tuple(hw) == tuple(out_hw) for hw in sizes) and not isinstance(sample["images"], list):
         return dict(sample)
-    n = len(sample["camera_names"])
-    return resize_crop(sample, [(out_hw[1] / W, out_hw[0] / H)] * n, [(0.0, 0.0)] * n, out_hw)
+    return resize_crop(sample, [(out_hw[1] / w, out_hw[0] / h) for h, w in sizes], [(0.0, 0.0)] * len(sizes), out_hw)
 
 
 def photometric_pipeline():
@@ -147,42 +147,77 @@ class Augmenter:
 
 
 class TrainingFrames(torch.utils.data.Dataset):
-    """Items are (epoch, frame) pairs (see StepBatchSampler) -> {"images": float (N, 3, H, W) in [0, 1],
-    "targets": {task: build_targets}}. Without an augmenter, items may be plain frame indices."""
+    """Items are (epoch, i) pairs (see StepBatchSampler) -> {"images": uint8 (N, 3, H, W),
+    "intrinsics" (N, 3, 3), "cam2ego" (N, 4, 4), "ego2world" (4, 4), "targets": {task: build_targets}}.
+    Without an augmenter, items may be plain indices.
+
+    `clip_length` T > 1 (a model with the video module, docs/bev.md): item i is the clip of T
+    frames of one scene ending at dataset frame `clip_ends(T)[i]`; images (T, N, 3, H, W),
+    intrinsics (T, N, 3, 3), cam2ego (T, N, 4, 4), ego2world (T, 4, 4), targets of the last frame.
+    Every frame of a clip gets the same augmentation (same crop per camera, same photometrics)."""
 
     def __init__(self, data: SimDataset, tasks: Mapping[str, Task], image_hw: tuple[int, int],
-                 augmenter: Augmenter | None = None, seed: int = 0):
+                 augmenter: Augmenter | None = None, seed: int = 0, clip_length: int = 1):
         self.data, self.tasks, self.image_hw = data, dict(tasks), tuple(image_hw)
-        self.augmenter, self.seed = augmenter, seed
+        self.augmenter, self.seed, self.clip_length = augmenter, seed, int(clip_length)
+        self.ends = data.clip_ends(self.clip_length) if self.clip_length > 1 else None
+        if self.ends is not None and not self.ends:
+            raise ValueError(f"{data.root}: no scene has {self.clip_length} frames for a clip of model.bev.video_frames="
+                             f"{self.clip_length}; generate longer scenes (sim frames_per_scene) or lower video_frames")
 
     def __len__(self) -> int:
-        return len(self.data)
+        return len(self.data) if self.ends is None else len(self.ends)
 
-    def prepare(self, item: int | tuple[int, int]) -> dict:
-        """The transformed numpy sample (uint8 images (N, H, W, 3), labels updated)."""
-        epoch, index = item if isinstance(item, tuple) else (0, item)
-        sample = resize_to(self.data[index], self.image_hw)
+    def frame_index(self, item: int | tuple[int, int]) -> int:
+        """The dataset frame index of an item (the last frame of its clip)."""
+        index = item[1] if isinstance(item, tuple) else item
+        return int(index) if self.ends is None else self.ends[index]
+
+    def _transform(self, sample: Mapping, epoch: int, index: int) -> dict:
+        sample = resize_to(sample, self.image_hw)
         if self.augmenter is not None:
             sample = self.augmenter(sample, (self.seed, epoch, index))
         return sample
 
+    def prepare(self, item: int | tuple[int, int]) -> dict:
+        """The transformed numpy sample (uint8 images (N, H, W, 3), labels updated) of the item's
+        (last) frame."""
+        epoch, index = item if isinstance(item, tuple) else (0, item)
+        return self._transform(self.data[self.frame_index(index)], epoch, index)
+
+    def prepare_clip(self, item: int | tuple[int, int]) -> list[dict]:
+        """The transformed samples of the item's clip, oldest first (one sample without clips)."""
+        epoch, index = item if isinstance(item, tuple) else (0, item)
+        if self.ends is None:
+            return [self.prepare(item)]
+        return [self._transform(s, epoch, index) for s in self.data.clip(self.ends[index], self.clip_length)]
+
     def __getitem__(self, item: int | tuple[int, int]) -> dict:
-        sample = self.prepare(item)
-        targets = {name: task.build_targets(sample) for name, task in self.tasks.items()}
-        images = torch.from_numpy(np.ascontiguousarray(sample["images"])).permute(0, 3, 1, 2)  # (N, 3, H, W) uint8
-        return {"images": images, "targets": targets}
+        clip = self.prepare_clip(item)
+        targets = {name: task.build_targets(clip[-1]) for name, task in self.tasks.items()}
+        out = {key: np.stack([np.asarray(s[key], dtype) for s in clip])
+               for key, dtype in (("images", np.uint8), ("intrinsics", np.float32), ("cam2ego", np.float32),
+                                  ("ego2world", np.float64))}  # (T, N, H, W, 3), (T, N, 3, 3), (T, N, 4, 4), (T, 4, 4)
+        out = {k: torch.from_numpy(np.ascontiguousarray(v if self.ends is not None else v[0])) for k, v in out.items()}
+        out["images"] = out["images"].movedim(-1, -3)  # ([T,] N, 3, H, W) uint8
+        return {**out, "targets": targets}
 
 
 class Collate:
-    """Frames -> batch {"images": float (B, N, 3, H, W) in [0, 1], "targets": {task: task.collate(...)}}."""
+    """Frames -> batch {"images": float ([B, T,] N, 3, H, W) in [0, 1], "intrinsics", "cam2ego",
+    "ego2world" stacked over B (when the items have them), "targets": {task: task.collate(...)}}."""
 
     def __init__(self, tasks: Mapping[str, Task]):
         self.tasks = dict(tasks)
 
     def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict:
-        images = torch.stack([it["images"] for it in items]).float().div_(255.0)  # (B, N, 3, H, W)
-        return {"images": images,
-                "targets": {n: t.collate([it["targets"][n] for it in items]) for n, t in self.tasks.items()}}
+        images = torch.stack([it["images"] for it in items]).float().div_(255.0)  # (B, [T,] N, 3, H, W)
+        batch = {"images": images}
+        for key in ("intrinsics", "cam2ego", "ego2world"):
+            if all(key in it for it in items):
+                batch[key] = torch.stack([it[key] for it in items])
+        batch["targets"] = {n: t.collate([it["targets"][n] for it in items]) for n, t in self.tasks.items()}
+        return batch
 
 
 class StepBatchSampler(torch.utils.data.Sampler):

@@ -95,6 +95,10 @@ def check_experiment(cfg: ExperimentConfig) -> None:
     H, W = cfg.data.image_size
     if H % 32 or W % 32 or H <= 0 or W <= 0:
         raise ConfigError(f"config key 'data.image_size': {[H, W]} must be positive multiples of 32")
+    bev_hw = cfg.model.bev.image_size
+    if bev_hw is not None and tuple(bev_hw) != (H, W):
+        raise ConfigError(f"config key 'model.bev.image_size': {list(bev_hw)} differs from data.image_size {[H, W]}, "
+                          "the size every camera is resized to; leave it null or set both alike")
     for key in ("steps", "batch_size", "checkpoint_every", "log_every"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"config key '{key}' must be >= 1, got {getattr(cfg, key)}")
@@ -255,13 +259,30 @@ def check_finite(losses: dict[str, torch.Tensor], heads: list[str], step: int, d
                                f"{last_good}. Lower optim.lr or check that head's targets")
 
 
-def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None = None, augment: bool = True):
+def video_frames(model: HydraNet) -> int:
+    """The clip length a model trains on: its video queue length, 1 without the video module."""
+    video = getattr(model.fusion, "video", None)
+    return int(video.frames) if video is not None else 1
+
+
+def model_meta(cfg: ExperimentConfig, ds: SimDataset) -> dict[str, Any]:
+    """The dataset meta the model is built from: its rig is the selected cameras resized to
+    data.image_size (what the network sees), so the BEV view transform's build-time table (and
+    an export) match the training input."""
+    H, W = cfg.data.image_size
+    return {**ds.meta, "rig": ds.rig.resized(W, H).to_dict()}
+
+
+def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None = None, augment: bool = True,
+                        clip_length: int | None = None):
+    """Training items of `root` (default data.root): clips of the model's video length (docs/bev.md)."""
     ds = SimDataset(root or cfg.data.root, cameras=list(cfg.data.cameras) if cfg.data.cameras else None,
                     on_bad_frame=cfg.data.on_bad_frame)
     a = cfg.augment
     aug = Augmenter(a.photometric, a.geometric, a.scale_range, a.geometric_p) \
         if augment and (a.photometric or a.geometric) else None
-    return TrainingFrames(ds, dict(model.heads.items()), cfg.data.image_size, aug, cfg.seed)
+    T = video_frames(model) if clip_length is None else clip_length
+    return TrainingFrames(ds, dict(model.heads.items()), cfg.data.image_size, aug, cfg.seed, clip_length=T)
 
 
 def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = None, progress: bool = True,
@@ -280,7 +301,8 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
 
     meta_ds = SimDataset(cfg.data.root, cameras=list(cfg.data.cameras) if cfg.data.cameras else None,
                          channels=(), on_bad_frame=cfg.data.on_bad_frame)
-    model = build_model(cfg.model, meta_ds.meta).to(d.device)
+    meta = model_meta(cfg, meta_ds)
+    model = build_model(cfg.model, meta).to(d.device)
     optimizer = make_optimizer(cfg.optim, model)
     scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
     start = 0
@@ -303,7 +325,7 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     heads = list(model.heads)
     ckpt_path = out / CHECKPOINT
     config_json = json.dumps(to_dict(cfg))
-    meta_json = json.dumps(meta_ds.meta)
+    meta_json = json.dumps(meta)
     last_good = f"the last good checkpoint is {ckpt_path} (step {start})" if ckpt is not None else "no checkpoint was written yet"
     writer = None
     if d.main:

@@ -90,6 +90,9 @@ class SimDataset:
             0..len-1 and a DataLoader keeps its length; only if no frame is readable it raises.
             `clip` skips the same way, to the next end frame whose whole clip is readable.
 
+    A rig whose cameras have several resolutions gives per-camera lists instead of stacked (N, ...)
+    arrays for the image channels (`hydranet.loader.resize_to` brings them to one size).
+
     Attributes: `meta` (dataset.json), `rig`, `classes`, `semantic_classes`, `scenes` (the
     scene.json dicts, in order), `frame_ids` (list of (scene name, frame dir)), `skipped`.
     """
@@ -225,25 +228,31 @@ class SimDataset:
         ch = self.channels
 
         def per_cam(suffix, shape3, dtype, color=False):
-            return np.stack([read_image(folder / f"{c.name}{suffix}", (c.height, c.width) + shape3, dtype, color)
-                             for c in cams])
+            arrs = [read_image(folder / f"{c.name}{suffix}", (c.height, c.width) + shape3, dtype, color) for c in cams]
+            # a rig with several resolutions gives a list (resize with hydranet.loader.resize_to)
+            return np.stack(arrs) if len({a.shape for a in arrs}) == 1 else arrs
 
         if "images" in ch:
             sample["images"] = per_cam(".jpg", (3,), np.uint8, color=True)  # (N, H, W, 3)
         if "depth" in ch:
-            sample["depth"] = decode_depth(per_cam(".depth.png", (), np.uint16))  # (N, H, W)
+            sample["depth"] = _each(decode_depth, per_cam(".depth.png", (), np.uint16))  # (N, H, W)
         if "normals" in ch:
-            sample["normals"] = decode_normals(per_cam(".normal.png", (3,), np.uint8, color=True))  # (N, H, W, 3)
+            sample["normals"] = _each(decode_normals, per_cam(".normal.png", (3,), np.uint8, color=True))  # (N, H, W, 3)
         if "semantic" in ch:
             sample["semantic"] = per_cam(".semantic.png", (), np.uint8)  # (N, H, W)
-            sample["drivable"] = self._drivable_lut[sample["semantic"]]  # (N, H, W) bool
+            sample["drivable"] = _each(lambda s: self._drivable_lut[s], sample["semantic"])  # (N, H, W) bool
         if "instance" in ch:
-            sample["instance"] = per_cam(".instance.png", (), np.uint16).astype(np.int32)  # (N, H, W)
+            sample["instance"] = _each(lambda a: a.astype(np.int32), per_cam(".instance.png", (), np.uint16))  # (N, H, W)
         if "bev" in ch:
             bev = read_image(folder / "bev.png", self._bev_hw + (3,), np.uint8, color=True)  # (X, Y, 3)
             sample["bev"] = np.ascontiguousarray(bev.transpose(2, 0, 1))  # (3, X, Y)
         sample["labels"] = _read_json(folder / "labels.json", "labels.json")
         return sample
+
+
+def _each(fn, arr):
+    """fn over a stacked (N, ...) array, or over each camera of a list (cameras of several sizes)."""
+    return [fn(a) for a in arr] if isinstance(arr, list) else fn(arr)
 
 
 def _select(rig: Rig, names: list[str]) -> Rig:
