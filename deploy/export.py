@@ -382,3 +382,37 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
     return export_model(model, cfg, meta, out, fr, dynamic_batch, input_dtype, simplify,
                         {"checkpoint": str(checkpoint), "step": int(ckpt["step"]), "parity_data": str(data)},
                         verbose=verbose)
+
+
+def export_command(checkpoint: str | Path, out: str | Path, data: str | Path | None = None, fmt: str = "onnx",
+                   dynamic_batch: bool = False, input_dtype: str = "uint8", int8: bool = False) -> list[str]:
+    """What `hydranet export` does; returns the lines it printed. `fmt` "tensorrt": `out` names the
+    engine; the ONNX model is written next to it (and, with int8, its Q/DQ version for TensorRT)."""
+    if fmt not in ("onnx", "tensorrt"):
+        raise ExportError(f"--format must be onnx or tensorrt, got {fmt!r}")
+    out = Path(out)
+    onnx_path = out if fmt == "onnx" else out.with_suffix(".onnx")
+    res = export_checkpoint(checkpoint, onnx_path, data, dynamic_batch=dynamic_batch, input_dtype=input_dtype)
+    lines = [res.trt_report.format()]
+    if fmt == "onnx":
+        lines.append(f"wrote {onnx_path}")
+        print("\n".join(lines))
+        return lines
+    if not res.trt_report.ok:
+        onnx_path.unlink(missing_ok=True)
+        raise ExportError(f"the graph fails the TensorRT checks ({res.trt_report.errors[0]}); no engine built")
+    from deploy.tensorrt import export_tensorrt
+
+    int8_path = None
+    if int8:
+        from deploy.quantize import QuantizeConfig, quantize_model
+
+        int8_path = onnx_path.with_name(onnx_path.stem + ".int8.trt.onnx")
+        calib = json.loads(res.metadata["hydranet.source"])["parity_data"]
+        quantize_model(onnx_path, calib, int8_path, QuantizeConfig(target="tensorrt"))
+    md = read_metadata(onnx_path)
+    shapes = {k: v["shape"] for k, v in md["inputs"].items()}
+    trt = export_tensorrt(onnx_path, out, shapes, int8_path, dynamic_batch)
+    lines += [f"wrote {onnx_path}", trt["message"]]
+    print("\n".join(lines))
+    return lines

@@ -88,9 +88,45 @@ def cmd_train(args) -> None:
 def cmd_eval(args) -> None:
     from hydranet.evaluate import evaluate_checkpoint, format_table
 
-    results = evaluate_checkpoint(args.checkpoint, args.data, args.out, args.save_predictions, progress=not args.quiet)
+    if str(args.checkpoint).endswith(".onnx"):  # an exported fp32/int8 model: same frames, same metrics
+        from deploy.onnx_eval import evaluate_onnx
+
+        results = evaluate_onnx(args.checkpoint, args.data, args.out, progress=not args.quiet,
+                                save_predictions=args.save_predictions)
+    else:
+        results = evaluate_checkpoint(args.checkpoint, args.data, args.out, args.save_predictions, progress=not args.quiet,
+                                      results_json=getattr(args, "nuscenes_results", None))
     print(format_table(results))
+    if "nuscenes_results" in results:
+        print(f"wrote {results['nuscenes_results']} (det3d in the nuScenes submission format: `hydranet eval-nuscenes "
+              f"--dataroot <export_nuscenes of {args.data}> --version v1.0-mini --split all --results ...`)")
+    if getattr(args, "reference", None) is not None:
+        from deploy.onnx_eval import evaluate_any, format_drop, primary_drop
+
+        ref = evaluate_any(args.reference, args.data, progress=False)
+        print(format_drop(primary_drop(ref, results), str(args.reference), str(args.checkpoint)))
     print(f"wrote {args.out}" + (f" and COCO JSON in {args.save_predictions}" if args.save_predictions else ""))
+
+
+def cmd_export(args) -> None:
+    from deploy.export import export_command
+
+    export_command(args.checkpoint, args.out, args.data, args.format, args.dynamic_batch, args.input_dtype, args.int8)
+
+
+def cmd_quantize(args) -> None:
+    from deploy.quantize import QuantizeConfig, parse_keep_float, quantize_model
+
+    pats, ops = parse_keep_float(args.keep_float)
+    keep = {"keep_float": pats, "keep_float_op_types": ops} if args.keep_float else {}
+    quantize_model(args.model, args.data, args.out, QuantizeConfig(target=args.target, calibration_frames=args.frames,
+                                                                    **keep))
+
+
+def cmd_bench(args) -> None:
+    from deploy.bench import run_bench
+
+    run_bench(args.checkpoint, args.out, args.data, args.runs, args.warmup, args.threads)
 
 
 def cmd_viz(args) -> None:
@@ -140,10 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", help="every head's metrics against trivial baselines; JSON and a table")
-    ev.add_argument("--checkpoint", type=Path, required=True, help="checkpoint.pt or its run folder")
+    ev.add_argument("--checkpoint", type=Path, required=True,
+                    help="checkpoint.pt or its run folder, or an exported model.onnx / model.int8.onnx")
+    ev.add_argument("--reference", type=Path, default=None,
+                    help="also evaluate this checkpoint/ONNX model and print the primary-metric drop per head")
     ev.add_argument("--data", type=Path, required=True, help="a generated dataset to evaluate on")
     ev.add_argument("--out", type=Path, default=Path("metrics.json"))
     ev.add_argument("--save-predictions", type=Path, default=None, metavar="DIR", help="write det2d COCO JSON here")
+    ev.add_argument("--nuscenes-results", type=Path, default=None, metavar="JSON",
+                    help="det3d predictions in the nuScenes submission format (default: nuscenes_results.json next to --out)")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.set_defaults(func=cmd_eval)
 
@@ -162,6 +203,36 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--out", type=Path, default=Path("metrics.json"), help="metrics_summary.json-style output")
     n.add_argument("--config", type=Path, default=None, help="devkit detection config JSON (default detection_cvpr_2019)")
     n.set_defaults(func=cmd_eval_nuscenes)
+
+    x = sub.add_parser("export", help="the whole network as one checked ONNX graph (or TensorRT engines)")
+    x.add_argument("--checkpoint", type=Path, required=True, help="checkpoint.pt or its run folder")
+    x.add_argument("--out", type=Path, required=True, help="model.onnx (--format onnx) or model.engine (tensorrt)")
+    x.add_argument("--data", type=Path, default=None, help="sim dataset for the parity check (default: the config's)")
+    x.add_argument("--format", choices=["onnx", "tensorrt"], default="onnx")
+    x.add_argument("--dynamic-batch", action="store_true", help="free batch axis (TensorRT: optimization profile)")
+    x.add_argument("--input-dtype", choices=["uint8", "float32"], default="uint8", help="dtype of the images input")
+    x.add_argument("--int8", action="store_true", help="tensorrt: also the INT8 engine from a Q/DQ model")
+    x.set_defaults(func=cmd_export)
+
+    qz = sub.add_parser("quantize", help="INT8 QDQ static quantization of an exported model, calibrated on sim frames")
+    qz.add_argument("--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
+    qz.add_argument("--data", type=Path, required=True, help="sim dataset for calibration")
+    qz.add_argument("--out", type=Path, required=True)
+    qz.add_argument("--frames", type=int, default=16, help="calibration frames")
+    qz.add_argument("--target", choices=["cpu", "tensorrt"], default="cpu")
+    qz.add_argument("--keep-float", action="append", default=[], metavar="PATTERN",
+                    help="node-name pattern (fnmatch) or op:TYPE to keep in float; repeatable (replaces the "
+                         "default '*/neck/*')")
+    qz.set_defaults(func=cmd_quantize)
+
+    b = sub.add_parser("bench", help="latency table: torch eager, ONNX Runtime fp32/int8 (+ TensorRT)")
+    b.add_argument("--checkpoint", type=Path, required=True)
+    b.add_argument("--data", type=Path, default=None, help="sim dataset (default: the config's)")
+    b.add_argument("--out", type=Path, default=Path("out/bench"), help="folder for models, latency.md and latency.json")
+    b.add_argument("--runs", type=int, default=30)
+    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--threads", type=int, default=2)
+    b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("demo", help="the main job on the built-in sim (what `make demo` runs)")
     d.add_argument("--out", type=Path, default=Path("out/demo"))

@@ -14,7 +14,6 @@ resumable, shardable batch order.
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -64,7 +63,8 @@ def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets:
         K[i, 0, :] = M[0, 0] * K[i, 0, :] + M[0, 2] * K[i, 2, :]
         K[i, 1, :] = M[1, 1] * K[i, 1, :] + M[1, 2] * K[i, 2, :]
     out["intrinsics"] = K
-    labels = copy.deepcopy(sample["labels"])
+    # per-camera entries are rebuilt below; everything else is shared with the input, not copied
+    labels = {**sample["labels"], "cameras": {k: dict(v) for k, v in sample["labels"]["cameras"].items()}}
     for i, name in enumerate(sample["camera_names"]):
         cam = labels["cameras"].get(name)
         if cam is None:

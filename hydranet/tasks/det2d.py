@@ -5,8 +5,8 @@ peaks are object centres, plus per-pixel box regression. The heatmap is trained 
 penalty-reduced focal loss of CornerNet (Law & Deng, ECCV 2018) on elliptical Gaussians whose
 spread follows the box (TTFNet, Liu et al., AAAI 2020). The box branch regresses, at the centre
 cell, the sub-cell centre offset and log width/height in stride units (L1). Decoding keeps 3x3
-local maxima, then class-wise NMS (numpy, `hydranet.decoding`, shared with the deployed runtime). Metric: COCO mAP@[.5:.95] and
-mAP50 computed by pycocotools; `write_coco_json` writes ground truth and predictions as COCO JSON.
+local maxima, then class-wise NMS (numpy, `hydranet.decoding`, shared with the deployed runtime).
+Metric: COCO mAP@[.5:.95] and mAP50 computed by pycocotools; `write_coco_json` writes ground truth and predictions as COCO JSON.
 """
 from __future__ import annotations
 

@@ -1,0 +1,213 @@
+"""The car-side runtime: numpy + onnxruntime (+ OpenCV for resizing), never torch.
+
+    rt = HydraRuntime("model.onnx")            # everything it needs comes from the model's metadata
+    res = rt(images)                           # images: N x (H, W, 3) uint8 RGB in rig order (or {name: image})
+    res["det2d"][n]["boxes"]                   # camera heads: one result per camera (b*N + n for a batch)
+    res["det3d"][0]["boxes"]                   # BEV heads: one result per frame
+    res = rt(next_images, ego2world=pose)      # a model with the video module carries its BEV queue itself
+
+Decoding is `hydranet.decoding` (numpy), the same code the torch tasks' `decode` runs, driven by
+the per-head "decoding" entry of the metadata. A head without a numpy decoder gives its raw
+outputs per item. Bad input (wrong camera count, size or dtype; a model without the metadata; a
+corrupt or truncated file) raises `DeployError`, a one-line ValueError naming what was expected.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from hydranet import decoding
+
+REQUIRED_KEYS = ("format", "inputs", "outputs", "heads", "rig", "normalization")
+
+
+class DeployError(ValueError):
+    """A model file or an input the runtime cannot use; the message says what was expected."""
+
+
+def load_session(path: str | Path, providers: Sequence[str] | None = None, threads: int | None = None,
+                 optimization: str = "all") -> ort.InferenceSession:
+    """An ORT session, or DeployError for a missing / corrupt / truncated file."""
+    path = Path(path)
+    if not path.is_file():
+        raise DeployError(f"model file {path} does not exist; export one with `hydranet export --checkpoint C --out {path}`")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    so.graph_optimization_level = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                                   "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                   "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}[optimization]
+    try:
+        return ort.InferenceSession(str(path), so, providers=list(providers or ["CPUExecutionProvider"]))
+    except Exception as e:  # onnxruntime raises its own pybind exception types
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise DeployError(f"{path} is not a readable ONNX model (truncated or corrupt?): {first}; "
+                          "re-export it with `hydranet export`") from None
+
+
+def model_metadata(session: ort.InferenceSession, where: str) -> dict[str, Any]:
+    props = session.get_modelmeta().custom_metadata_map
+    md = {k[len("hydranet."):]: v for k, v in props.items() if k.startswith("hydranet.")}
+    missing = [k for k in REQUIRED_KEYS if k not in md]
+    if missing:
+        raise DeployError(f"{where} has no HydraNet metadata (missing key 'hydranet.{missing[0]}'); the runtime needs a "
+                          "model written by `hydranet export` (or quantized from one by deploy.quantize)")
+    try:
+        return {k: json.loads(v) for k, v in md.items()}
+    except json.JSONDecodeError as e:
+        raise DeployError(f"{where}: HydraNet metadata is not valid JSON ({e}); re-export the model") from None
+
+
+def relative_motion(ego2world_prev: np.ndarray, ego2world_cur: np.ndarray) -> np.ndarray:
+    """previous ego -> current ego = inv(E_cur) @ E_prev, in float64, returned float32 (..., 4, 4)."""
+    a, b = np.asarray(ego2world_prev, np.float64), np.asarray(ego2world_cur, np.float64)
+    R, t = b[..., :3, :3], b[..., :3, 3:]
+    Rt = np.swapaxes(R, -1, -2)
+    inv = np.concatenate([np.concatenate([Rt, -Rt @ t], -1), b[..., 3:, :]], -2)
+    return (inv @ a).astype(np.float32)
+
+
+class HydraRuntime:
+    """One exported HydraNet: preprocess -> ONNX Runtime -> numpy decoding of every head.
+
+    `timings` holds the last call's seconds for "preprocess", "inference" and "postprocess"."""
+
+    def __init__(self, model_path: str | Path, providers: Sequence[str] | None = None, threads: int | None = None,
+                 optimization: str = "all"):
+        self.path = Path(model_path)
+        self.session = load_session(self.path, providers, threads, optimization)
+        self.meta = model_metadata(self.session, str(self.path))
+        fmt = self.meta["format"]
+        if fmt.get("name") != "hydranet-onnx" or fmt.get("version") != 1:
+            raise DeployError(f"{self.path}: metadata format {fmt}, this runtime reads hydranet-onnx version 1; re-export")
+        rig = self.meta["rig"]
+        self.camera_names: list[str] = list(rig["names"])
+        self.image_size: tuple[int, int] = tuple(rig["image_size"])
+        self.source_sizes = [tuple(s) for s in rig["source_sizes"]]
+        self.input_dtype = self.meta["normalization"]["input_dtype"]
+        self.heads: dict[str, dict] = self.meta["heads"]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        bev = self.meta.get("bev") or {}
+        self.state_spec = bev.get("state")
+        self.batch_fixed = None if self.meta.get("dynamic_batch") else int(self.meta["inputs"]["images"]["shape"][0])
+        self.state: np.ndarray | None = None
+        self._prev_pose: np.ndarray | None = None
+        self.timings: dict[str, float] = {}
+
+    # -- input ----------------------------------------------------------------------------------
+    @property
+    def num_cameras(self) -> int:
+        return len(self.camera_names)
+
+    def _expect(self) -> str:
+        H, W = self.image_size
+        return (f"{self.num_cameras} camera image(s) ({', '.join(self.camera_names)}) as (H, W, 3) uint8 RGB of size "
+                f"{W}x{H} (the model size) or each camera's own size")
+
+    def _camera(self, img: Any, n: int) -> np.ndarray:
+        import cv2
+
+        img = np.asarray(img)
+        name = self.camera_names[n]
+        if img.ndim != 3 or img.shape[2] != 3:
+            raise DeployError(f"camera {name}: image has shape {img.shape}; the model expects {self._expect()}")
+        if img.dtype != np.uint8:
+            raise DeployError(f"camera {name}: image is {img.dtype}; the model expects {self._expect()}")
+        H, W = self.image_size
+        if img.shape[:2] == (H, W):
+            return img
+        if img.shape[:2] == self.source_sizes[n]:
+            return cv2.resize(img, (W, H), interpolation=cv2.INTER_LINEAR)
+        sh, sw = self.source_sizes[n]
+        raise DeployError(f"camera {name}: image is {img.shape[1]}x{img.shape[0]}; the model takes {W}x{H} or the "
+                          f"camera's calibrated {sw}x{sh} (resized here); other sizes would break the calibration")
+
+    def preprocess(self, images: Any) -> np.ndarray:
+        """Frames -> the `images` input (B, N, 3, H, W). `images`: N images (list or (N, H, W, 3)),
+        a dict {camera name: image}, or a batch (B, N, H, W, 3)."""
+        if isinstance(images, Mapping):
+            unknown = [k for k in images if k not in self.camera_names]
+            missing = [k for k in self.camera_names if k not in images]
+            if unknown or missing:
+                raise DeployError(f"camera images keyed {sorted(images)}; the model expects exactly {self.camera_names}")
+            images = [images[k] for k in self.camera_names]
+        if isinstance(images, np.ndarray) and images.ndim == 5:
+            frames = [list(f) for f in images]
+        else:
+            frames = [list(images)]
+        out = []
+        for cams in frames:
+            if len(cams) != self.num_cameras:
+                raise DeployError(f"got {len(cams)} camera image(s); the model expects {self._expect()}")
+            out.append(np.stack([self._camera(c, n) for n, c in enumerate(cams)]))
+        x = np.ascontiguousarray(np.stack(out).transpose(0, 1, 4, 2, 3))  # (B, N, 3, H, W)
+        if self.batch_fixed is not None and x.shape[0] != self.batch_fixed:
+            raise DeployError(f"got a batch of {x.shape[0]} frame(s); this model was exported for batch {self.batch_fixed} "
+                              "(export with --dynamic-batch for other sizes)")
+        return x if self.input_dtype == "uint8" else x.astype(np.float32) / np.float32(255.0)
+
+    # -- run ------------------------------------------------------------------------------------
+    def feeds(self, images: np.ndarray, ego_motion: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        feeds = {"images": images}
+        if self.state_spec:
+            spec = self.meta["inputs"]["prev_bev"]["shape"]
+            B = images.shape[0]
+            if self.state is None or self.state.shape[0] != B:
+                self.state = np.zeros((B, *spec[1:]), np.float32)
+                ego_motion = None
+            motion = np.eye(4, dtype=np.float32) if ego_motion is None else np.asarray(ego_motion, np.float32)
+            feeds["prev_bev"] = self.state
+            feeds["ego_motion"] = np.ascontiguousarray(np.broadcast_to(motion, (B, 4, 4)), np.float32)
+        return feeds
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Raw outputs {name: array} of the graph."""
+        return dict(zip(self.output_names, self.session.run(None, dict(feeds))))
+
+    def decode(self, raw: Mapping[str, np.ndarray]) -> dict[str, list]:
+        """Every head's decoded results (camera heads: B*N items, index b*N + n; BEV heads: B items)."""
+        out = {}
+        for name, head in self.heads.items():
+            arrays = {o.split(".", 1)[1]: raw[o] for o in head["outputs"]}
+            spec = head.get("decoding")
+            if spec is None:
+                n = len(next(iter(arrays.values())))
+                out[name] = [{k: v[i] for k, v in arrays.items()} for i in range(n)]
+            else:
+                out[name] = decoding.decode(spec["kind"], arrays, spec["params"])
+        return out
+
+    def reset(self) -> None:
+        """Forget the video state (a new drive, or a jump in time)."""
+        self.state, self._prev_pose = None, None
+
+    def __call__(self, images: Any, ego2world: np.ndarray | None = None, ego_motion: np.ndarray | None = None) -> dict[str, list]:
+        """Preprocess, run, decode. With the video module pass `ego2world` (4, 4) of every frame (or
+        `ego_motion` prev->cur) so the remembered BEV features are aligned; the first frame after
+        `reset()` starts from an empty queue."""
+        t0 = time.perf_counter()
+        x = self.preprocess(images)
+        if self.state_spec and self.state is not None and ego_motion is None:
+            if ego2world is None or self._prev_pose is None:
+                raise DeployError("this model has a video module: pass ego2world (4x4 ego pose) with every frame (or "
+                                  "ego_motion prev->current), or call reset() before a frame without one")
+            ego_motion = relative_motion(self._prev_pose, ego2world)
+        feeds = self.feeds(x, ego_motion)
+        t1 = time.perf_counter()
+        raw = self.run(feeds)
+        t2 = time.perf_counter()
+        if self.state_spec:
+            self.state = raw[self.state_spec["output"]]
+            self._prev_pose = None if ego2world is None else np.asarray(ego2world, np.float64)
+        results = self.decode(raw)
+        t3 = time.perf_counter()
+        self.timings = {"preprocess": t1 - t0, "inference": t2 - t1, "postprocess": t3 - t2}
+        return results
