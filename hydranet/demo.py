@@ -1,13 +1,17 @@
-"""The demo `make demo` runs: generate a sim dataset and its preview, train the tiny config
-(configs/tiny.yaml), evaluate on a held-out generated set against trivial baselines, and draw
-predictions next to ground truth."""
+"""The demo `make demo` runs, end to end on the built-in sim:
+
+generate a dataset and its preview, train the tiny config (configs/tiny.yaml), evaluate on
+held-out scenes against trivial baselines, draw predictions next to ground truth, export one
+ONNX graph with its parity check, quantize it to INT8, measure the per-head drop and print the
+latency table (torch eager, ONNX Runtime fp32 and int8)."""
 from __future__ import annotations
 
 import shutil
 import time
 from pathlib import Path
 
-# hydranet.train imports torchvision, which must be loaded before the sim opens its EGL context
+# hydranet.train imports torchvision (and triton's LLVM), which must be loaded before the sim opens
+# its EGL context (Mesa's LLVM): see README, "Known issues"
 from hydranet.data import SimDataset
 from hydranet.evaluate import evaluate_checkpoint, format_table, viz_checkpoint
 from hydranet.train import load_experiment, train
@@ -18,38 +22,52 @@ from sim.generate import generate_dataset
 TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
 
 
-def run_demo(out: Path, scenes: int = 4, seed: int = 0, steps: int | None = None) -> dict:
+def _stage(name: str, t0: float) -> float:
+    now = time.perf_counter()
+    print(f"[demo] {name} took {now - t0:.1f} s")
+    return now
+
+
+def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, steps: int | None = 600) -> dict:
+    """Many short scenes (6 frames each) rather than few long ones: frames of a scene are alike."""
+    from deploy.bench import run_bench
+    from deploy.export import export_checkpoint
+    from deploy.onnx_eval import evaluate_onnx, format_drop, primary_drop
+    from deploy.quantize import QuantizeConfig, quantize_model
+
     out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    data, val = out / "sim", out / "sim_val"
-    for d in (data, val):
+    t_start = t0 = time.perf_counter()
+    data, val, run, deploy = out / "sim", out / "sim_val", out / "run", out / "deploy"
+    for d in (data, val, run, deploy):
         if d.exists():
             shutil.rmtree(d)
-    t0 = time.perf_counter()
-    sim_cfg = SimConfig(frames_per_scene=10, image_width=320, image_height=192)
+    sim_cfg = SimConfig(frames_per_scene=6, image_width=320, image_height=192)
     generate_dataset(data, sim_cfg, scenes, seed)
-    generate_dataset(val, sim_cfg, 1, seed + 1000, progress=False)  # held out: other seed, other scene
+    generate_dataset(val, sim_cfg, val_scenes, seed + 1000, progress=False)  # held out: other seeds
     ds = SimDataset(data)
-    print(f"generated {len(ds)} frames x {len(ds.rig)} cameras (+ {len(SimDataset(val))} held-out frames) "
-          f"in {time.perf_counter() - t0:.1f} s -> {data}")
-    preview = out / "preview.png"
-    write_png(preview, sample_preview(ds[5], ds.meta))
-    print(f"wrote {preview}")
+    print(f"generated {len(ds)} frames x {len(ds.rig)} cameras (+ {len(SimDataset(val))} held-out frames) -> {data}")
+    write_png(out / "preview.png", sample_preview(ds[3], ds.meta))
+    print(f"wrote {out / 'preview.png'}")
+    t0 = _stage("generate", t0)
 
-    t0 = time.perf_counter()
-    run = out / "run"
-    if run.exists():
-        shutil.rmtree(run)
-    overrides = [f"data.root={data}", f"data.val_root={val}"] + ([f"steps={steps}"] if steps else [])
-    cfg = load_experiment(TINY, overrides)
+    cfg = load_experiment(TINY, [f"data.root={data}", f"data.val_root={val}"] + ([f"steps={steps}"] if steps else []))
     train(cfg, run)
-    print(f"trained {cfg.steps} steps of configs/tiny.yaml in {time.perf_counter() - t0:.1f} s -> {run}")
+    t0 = _stage(f"train ({cfg.steps} steps of configs/tiny.yaml)", t0)
 
-    t0 = time.perf_counter()
     results = evaluate_checkpoint(run, val, out / "metrics.json", out / "predictions", progress=False)
     print(format_table(results))
-    print(f"evaluated in {time.perf_counter() - t0:.1f} s -> {out / 'metrics.json'}")
-    picture = viz_checkpoint(run, val, out / "predictions.png")
-    print(f"wrote {picture}")
+    print(f"wrote {out / 'metrics.json'} and {viz_checkpoint(run, val, out / 'predictions.png')}")
+    t0 = _stage("evaluate", t0)
+
+    deploy.mkdir()
+    fp32, int8 = deploy / "model.onnx", deploy / "model.int8.onnx"
+    export_checkpoint(run, fp32, val)
+    quantize_model(fp32, data, int8, QuantizeConfig(calibration_frames=16))
+    drop = primary_drop(results, evaluate_onnx(int8, val, deploy / "metrics.int8.json", progress=False))
+    print(format_drop(drop, "checkpoint", "ORT int8"))
+    t0 = _stage("export, parity, quantize, int8 eval", t0)
+
+    run_bench(run, deploy / "bench", val, runs=20, warmup=3, int8_model=int8)
+    _stage("latency", t0)
     print(f"demo done in {time.perf_counter() - t_start:.1f} s")
     return results
