@@ -9,11 +9,12 @@ DEMO_OUT ?= out/demo
 
 install: $(STAMP)
 
+# nuscenes-devkit pins numpy<2: its real needs come from the [nuscenes] extra, the devkit itself
+# is installed without dependencies (used by tests and cross-checks only).
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,nuscenes]'
-	# nuscenes-devkit pins numpy<2; its real needs come from the [nuscenes] extra above.
 	$(PY) -m pip install -q --no-deps 'nuscenes-devkit>=1.1'
 	touch $(STAMP)
 

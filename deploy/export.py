@@ -199,7 +199,7 @@ def build_metadata(model: HydraNet, cfg, meta: Mapping, input_shapes: Mapping[st
         "head_names": list(model.heads),
         "classes": list(meta.get("classes", [])),
         "rig": {"name": rig.name, "names": names, "K": np.round(K, 6).tolist(), "cam2ego": np.round(T, 9).tolist(),
-                "image_size": [H, W], "source_sizes": [[c.height, c.width] for c in cams]},
+                "image_size": [H, W], "source_sizes": _source_sizes(meta, cams)},
         "normalization": {"input_dtype": input_dtype, "scale": 1 / 255 if input_dtype == "uint8" else 1.0,
                           "mean": list(_IMAGENET_MEAN), "std": list(_IMAGENET_STD), "in_graph": True,
                           "note": "feed RGB; (x*scale - mean)/std happens inside the graph"},
@@ -210,6 +210,13 @@ def build_metadata(model: HydraNet, cfg, meta: Mapping, input_shapes: Mapping[st
         "source": dict(source),
     }
     return {f"hydranet.{k}": json.dumps(v) for k, v in md.items()}
+
+
+def _source_sizes(meta: Mapping, cams) -> list[list[int]]:
+    """(H, W) each camera is calibrated at: the dataset's own rig (meta "source_rig", written by
+    training) or, for older checkpoints, the model rig."""
+    own = {c["name"]: [int(c["height"]), int(c["width"])] for c in meta.get("source_rig", meta["rig"])["cameras"]}
+    return [own.get(c.name, [c.height, c.width]) for c in cams]
 
 
 def _plain_config(cfg) -> dict:

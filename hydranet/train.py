@@ -268,9 +268,10 @@ def video_frames(model: HydraNet) -> int:
 def model_meta(cfg: ExperimentConfig, ds: SimDataset) -> dict[str, Any]:
     """The dataset meta the model is built from: its rig is the selected cameras resized to
     data.image_size (what the network sees), so the BEV view transform's build-time table (and
-    an export) match the training input."""
+    an export) match the training input. `source_rig` keeps the cameras' own calibration, so a
+    deployed model accepts images at the cameras' native size too."""
     H, W = cfg.data.image_size
-    return {**ds.meta, "rig": ds.rig.resized(W, H).to_dict()}
+    return {**ds.meta, "rig": ds.rig.resized(W, H).to_dict(), "source_rig": ds.rig.to_dict()}
 
 
 def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None = None, augment: bool = True,

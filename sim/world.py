@@ -57,11 +57,11 @@ def sign_parts(cls: str) -> list[Part]:
     red, white, blue, black = (0.75, 0.05, 0.05), (0.92, 0.92, 0.92), (0.05, 0.2, 0.7), (0.05, 0.05, 0.05)
     pole = _box((0, 0, 1.1), (0.08, 0.08, 2.2), (0.4, 0.4, 0.42), semantic="pole")
     z = 2.55
-    designs = {
-        "stop": [((0.7, 0.7), red, 0.0), ((0.5, 0.14), white, 0.0)],
+    designs = {  # (width, height), colour, dz: distinct layouts that stay apart at a few pixels
+        "stop": [((0.7, 0.7), white, 0.0), ((0.6, 0.6), red, 0.0), ((0.45, 0.12), white, 0.0)],
         "yield": [((0.8, 0.7), red, 0.0), ((0.55, 0.45), white, 0.05)],
-        "speed_limit": [((0.6, 0.8), red, 0.0), ((0.5, 0.7), white, 0.0), ((0.25, 0.3), black, 0.0)],
-        "no_entry": [((0.65, 0.65), red, 0.0), ((0.5, 0.1), white, 0.0), ((0.1, 0.5), red, 0.0)],
+        "speed_limit": [((0.6, 0.8), white, 0.0), ((0.3, 0.35), black, 0.0)],
+        "no_entry": [((0.65, 0.65), red, 0.0), ((0.55, 0.2), white, 0.0)],
         "pedestrian_crossing": [((0.7, 0.7), blue, 0.0), ((0.45, 0.45), white, 0.0), ((0.1, 0.35), black, 0.0)],
     }
     parts = [pole]
