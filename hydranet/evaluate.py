@@ -160,6 +160,15 @@ def evaluate(model: HydraNet, frames: TrainingFrames, batch_size: int = 2, devic
             "primary": primary, "beats_baseline": beats, "frames": len(frames)}
 
 
+def _no_detections(task, targets: list[Mapping[str, Any]], box_dim: int) -> dict[str, float]:
+    """The metric of a detection task that detects nothing (the trivial detection baseline)."""
+    m = task.metric()
+    empty = {"boxes": torch.zeros(0, box_dim), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}
+    for t in targets:
+        m.update([empty] * len(t[task.name]["gt_boxes"]), t[task.name])
+    return m.compute()
+
+
 def baselines(model: HydraNet, targets: list[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """Trivial predictions (see the module docstring) scored by each head's own metric."""
     heads = model.heads
@@ -198,12 +207,7 @@ def baselines(model: HydraNet, targets: list[Mapping[str, Any]]) -> dict[str, di
             m.update([empty for _ in range(len(t["lanes"]["mask"]))], t["lanes"])
         out["lanes"] = m.compute()
     if "det2d" in heads:
-        m = heads["det2d"].metric()
-        for t in targets:
-            n = len(t["det2d"]["gt_boxes"])
-            m.update([{"boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}
-                      for _ in range(n)], t["det2d"])
-        out["det2d"] = m.compute()
+        out["det2d"] = _no_detections(heads["det2d"], targets, box_dim=4)
     if "signs_lights" in heads:
         task = heads["signs_lights"]
         counts = np.zeros(len(task.classes), np.int64)
@@ -221,12 +225,7 @@ def baselines(model: HydraNet, targets: list[Mapping[str, Any]]) -> dict[str, di
             m.update(dec, t["signs_lights"])
         out["signs_lights"] = m.compute()
     if "det3d" in heads:
-        m = heads["det3d"].metric()
-        for t in targets:
-            n = len(t["det3d"]["gt_boxes"])
-            m.update([{"boxes": torch.zeros(0, 9), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}
-                      for _ in range(n)], t["det3d"])
-        out["det3d"] = m.compute()
+        out["det3d"] = _no_detections(heads["det3d"], targets, box_dim=9)
     if "bevmap" in heads:
         frac = sum(t["bevmap"]["mask"].double().sum(0) for t in targets) / sum(len(t["bevmap"]["mask"]) for t in targets)
         majority = frac > 0.5  # (K, X, Y)

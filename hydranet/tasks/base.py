@@ -65,6 +65,16 @@ class MergeLevels(nn.Module):
         return out
 
 
+def conv_bn_relu(in_channels: int, width: int, depth: int) -> nn.Sequential:
+    """`depth` x (3x3 conv, BatchNorm, ReLU), the first from `in_channels`, then `width` wide."""
+    layers: list[nn.Module] = []
+    c = in_channels
+    for _ in range(depth):
+        layers += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
+        c = width
+    return nn.Sequential(*layers)
+
+
 class DenseHead(nn.Module):
     """Per-pixel head: merged pyramid -> 3x3 conv-BN-ReLU (x depth) -> 1x1 conv to `out_channels`,
     bilinearly upsampled by `in_stride` to the input resolution. Returns {"logits": (B, K, H, W)}."""
@@ -73,13 +83,8 @@ class DenseHead(nn.Module):
                  bias_init: float | None = None):
         super().__init__()
         self.merge = MergeLevels()
-        layers: list[nn.Module] = []
-        c = in_channels
-        for _ in range(depth):
-            layers += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
-            c = width
-        self.body = nn.Sequential(*layers)
-        self.out = nn.Conv2d(c, out_channels, 1)
+        self.body = conv_bn_relu(in_channels, width, depth)
+        self.out = nn.Conv2d(width if depth else in_channels, out_channels, 1)
         if bias_init is not None:
             nn.init.constant_(self.out.bias, bias_init)
         self.in_stride = in_stride

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hydranet.bevgrid import BevGrid, grid_of, resample_raster
-from hydranet.tasks.base import Metric, Task, decode_numpy, masked_mean, require
+from hydranet.tasks.base import Metric, Task, conv_bn_relu, decode_numpy, masked_mean, require
 
 CHANNELS = ("drivable", "lanes", "objects")  # the bev.png channels, in order
 
@@ -29,13 +29,8 @@ class BevMapHead(nn.Module):
 
     def __init__(self, in_channels: int, num_channels: int, width: int = 32, depth: int = 2):
         super().__init__()
-        layers: list[nn.Module] = []
-        c = in_channels
-        for _ in range(depth):
-            layers += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
-            c = width
-        self.body = nn.Sequential(*layers)
-        self.out = nn.Conv2d(c, num_channels, 1)
+        self.body = conv_bn_relu(in_channels, width, depth)
+        self.out = nn.Conv2d(width if depth else in_channels, num_channels, 1)
 
     def forward(self, bev: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"logits": self.out(self.body(bev))}
