@@ -157,9 +157,13 @@ class TrainingFrames(torch.utils.data.Dataset):
     Every frame of a clip gets the same augmentation (same crop per camera, same photometrics)."""
 
     def __init__(self, data: SimDataset, tasks: Mapping[str, Task], image_hw: tuple[int, int],
-                 augmenter: Augmenter | None = None, seed: int = 0, clip_length: int = 1):
+                 augmenter: Augmenter | None = None, seed: int = 0, clip_length: int = 1, cache_mb: int = 1024):
         self.data, self.tasks, self.image_hw = data, dict(tasks), tuple(image_hw)
         self.augmenter, self.seed, self.clip_length = augmenter, seed, int(clip_length)
+        # decoded frames at the model size, kept per process (each loader worker has its own) up to
+        # `cache_mb`: decoding PNG/JPEG is most of a frame's loading cost and small sets fit in memory
+        self._cache: dict[int, dict] = {}
+        self._cache_room = int(cache_mb) << 20
         self.ends = data.clip_ends(self.clip_length) if self.clip_length > 1 else None
         if self.ends is not None and not self.ends:
             raise ValueError(f"{data.root}: no scene has {self.clip_length} frames for a clip of model.bev.video_frames="
@@ -183,7 +187,15 @@ class TrainingFrames(torch.utils.data.Dataset):
         """The transformed numpy sample (uint8 images (N, H, W, 3), labels updated) of the item's
         (last) frame."""
         epoch, index = item if isinstance(item, tuple) else (0, item)
-        return self._transform(self.data[self.frame_index(index)], epoch, index)
+        frame = self.frame_index(index)
+        sample = self._cache.get(frame)
+        if sample is None:
+            sample = resize_to(self.data[frame], self.image_hw)
+            size = sum(v.nbytes for v in sample.values() if isinstance(v, np.ndarray))
+            if size <= self._cache_room:
+                self._cache[frame] = sample
+                self._cache_room -= size
+        return self.augmenter(sample, (self.seed, epoch, index)) if self.augmenter is not None else sample
 
     def prepare_clip(self, item: int | tuple[int, int]) -> list[dict]:
         """The transformed samples of the item's clip, oldest first (one sample without clips)."""

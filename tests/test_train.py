@@ -172,6 +172,26 @@ def test_augmentation_is_seeded(data):
     assert not np.array_equal(a["images"], c["images"])
 
 
+def test_frame_cache_gives_the_same_items_and_skips_decoding(data, monkeypatch):
+    """Items from the decoded-frame cache equal freshly loaded ones, augmentation included, and a
+    cached frame is not read from disk again."""
+    c = cfg(data)
+    model = build_model(c.model, SimDataset(data, channels=()).meta)
+    cached, fresh = build_training_data(c, model), build_training_data(c, model)
+    fresh._cache_room = 0  # nothing fits: every item is loaded and decoded again
+    items = [(0, 1), (3, 2), (1, 1)]  # (epoch, index): frame 1 twice, with other augmentations
+    for it in items:
+        a, b = cached[it], fresh[it]
+        assert torch.equal(a["images"], b["images"]) and torch.equal(a["intrinsics"], b["intrinsics"])
+        for head in a["targets"]:
+            for k, v in a["targets"][head].items():
+                if isinstance(v, np.ndarray):
+                    assert np.array_equal(v, b["targets"][head][k]), (head, k)
+    assert set(cached._cache) == {1, 2} and not fresh._cache
+    monkeypatch.setattr(type(cached.data), "__getitem__", lambda self, i: pytest.fail("cached frame decoded again"))
+    cached[(5, 1)]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="bf16 autocast training needs a CUDA device")
 def test_bf16_amp_on_cuda(data, tmp_path):
     history: list[dict[str, float]] = []
