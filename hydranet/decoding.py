@@ -84,21 +84,31 @@ def batched_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_
 
 
 # -- decoders ------------------------------------------------------------------------------------
-def decode_centernet(outputs: Mapping[str, np.ndarray], stride: int, score_threshold: float, nms_iou: float,
-                     max_detections: int) -> list[dict[str, np.ndarray]]:
-    """heatmap (B, C, h, w) logits, box (B, 4, h, w) -> per image {"boxes" (K, 4) xyxy pixels float32,
-    "scores" (K,) float32, "labels" (K,) int64}."""
-    heat = sigmoid(outputs["heatmap"])  # (B, C, h, w)
-    box = np.asarray(outputs["box"], np.float32)  # (B, 4, h, w)
-    B, C, h, w = heat.shape
+def heatmap_peaks(logits: np.ndarray, score_threshold: float, max_detections: int):
+    """CenterNet/CenterPoint peaks: per image of heatmap logits (B, C, H, W), the top
+    `max_detections` 3x3 local maxima above `score_threshold` as (scores (K,) float32, classes (K,),
+    rows (K,), cols (K,))."""
+    heat = sigmoid(logits)  # (B, C, H, W)
+    B, C, H, W = heat.shape
     peaks = np.where(max_pool3x3(heat) == heat, heat, 0.0).reshape(B, -1)
-    results = []
+    out = []
     for b in range(B):
         sc, ix = topk(peaks[b], max_detections)
         keep = sc > score_threshold
         sc, ix = sc[keep].astype(np.float32), ix[keep]
-        cls, pix = ix // (h * w), ix % (h * w)
-        ys, xs = pix // w, pix % w
+        cls, cell = ix // (H * W), ix % (H * W)
+        out.append((sc, cls, cell // W, cell % W))
+    return out
+
+
+def decode_centernet(outputs: Mapping[str, np.ndarray], stride: int, score_threshold: float, nms_iou: float,
+                     max_detections: int) -> list[dict[str, np.ndarray]]:
+    """heatmap (B, C, h, w) logits, box (B, 4, h, w) -> per image {"boxes" (K, 4) xyxy pixels float32,
+    "scores" (K,) float32, "labels" (K,) int64}."""
+    box = np.asarray(outputs["box"], np.float32)  # (B, 4, h, w)
+    h, w = box.shape[-2:]
+    results = []
+    for b, (sc, cls, ys, xs) in enumerate(heatmap_peaks(outputs["heatmap"], score_threshold, max_detections)):
         dx, dy, lw, lh = box[b][:, ys, xs]  # each (K,)
         cx, cy = (xs + dx) * stride, (ys + dy) * stride
         bw, bh = np.exp(np.minimum(lw, 12)) * stride, np.exp(np.minimum(lh, 12)) * stride
@@ -154,18 +164,10 @@ def decode_centerpoint(outputs: Mapping[str, np.ndarray], x_range: tuple[float, 
                        resolution: float, score_threshold: float, max_detections: int) -> list[dict[str, np.ndarray]]:
     """heatmap (B, K, X, Y) logits, offset (B, 2), height (B, 1), size (B, 3), rot (B, 2), vel (B, 2)
     -> per frame {"boxes" (K, 9) x, y, z, l, w, h, yaw, vx, vy (ego), "scores" (K,), "labels" (K,)}."""
-    heat = sigmoid(outputs["heatmap"])
-    B, C, X, Y = heat.shape
-    peaks = np.where(max_pool3x3(heat) == heat, heat, 0.0).reshape(B, -1)
     xmax, ymax = float(x_range[1]), float(y_range[1])
     get = {k: np.asarray(outputs[k], np.float32) for k in ("offset", "height", "size", "rot", "vel")}
     results = []
-    for b in range(B):
-        sc, ix = topk(peaks[b], max_detections)
-        keep = sc > score_threshold
-        sc, ix = sc[keep].astype(np.float32), ix[keep]
-        cls, cell = ix // (X * Y), ix % (X * Y)
-        r, c = cell // Y, cell % Y
+    for b, (sc, cls, r, c) in enumerate(heatmap_peaks(outputs["heatmap"], score_threshold, max_detections)):
         off, z = get["offset"][b][:, r, c], get["height"][b][0, r, c]
         size = np.exp(np.minimum(get["size"][b][:, r, c], 6))  # (3, K)
         sin, cos = get["rot"][b][:, r, c]

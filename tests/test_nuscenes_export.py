@@ -15,16 +15,13 @@ from sim.generate import generate_dataset
 from sim.nuscenes_export import CATEGORY, TABLES, export_nuscenes, export_nuscenes_from_sim, token
 from sim.writer import DatasetWriteError
 
-try:
+from devkit import HAVE_DEVKIT, needs_devkit
+
+if HAVE_DEVKIT:
     from nuscenes.nuscenes import NuScenes
     from nuscenes.utils.geometry_utils import BoxVisibility, view_points
     from nuscenes.utils.splits import get_scenes_of_split
-    HAVE_DEVKIT = True
-except ImportError:
-    HAVE_DEVKIT = False
 
-needs_devkit = pytest.mark.skipif(not HAVE_DEVKIT, reason="nuscenes-devkit is not installed "
-                                  "(pip install --no-deps nuscenes-devkit after pyquaternion, shapely, matplotlib)")
 CFG = SimConfig(frames_per_scene=4, image_width=160, image_height=96)
 SCENES, SEED, VERSION = 2, 3, "v1.0-mini"
 

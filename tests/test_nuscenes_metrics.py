@@ -22,16 +22,13 @@ from hydranet.metrics.nuscenes_detection import yaw_of
 from sim.config import SimConfig
 from sim.nuscenes_export import export_nuscenes_from_sim
 
-try:
+from devkit import HAVE_DEVKIT, needs_devkit
+
+if HAVE_DEVKIT:
     from nuscenes.eval.detection.config import config_factory
     from nuscenes.eval.detection.evaluate import DetectionEval
     from nuscenes.nuscenes import NuScenes
-    HAVE_DEVKIT = True
-except ImportError:
-    HAVE_DEVKIT = False
 
-needs_devkit = pytest.mark.skipif(not HAVE_DEVKIT, reason="nuscenes-devkit is not installed "
-                                  "(pip install --no-deps nuscenes-devkit after pyquaternion, shapely, matplotlib)")
 VERSION = "v1.0-mini"
 ATTRS = {"pedestrian": ["pedestrian.moving", "pedestrian.standing", "pedestrian.sitting_lying_down"],
          "bicycle": ["cycle.with_rider", "cycle.without_rider"], "motorcycle": ["cycle.with_rider"],
