@@ -9,9 +9,14 @@ from pathlib import Path
 from hydranet.config import ConfigError, load_config
 from hydranet.rig import RigError
 
-# errors a user can act on: printed as one line, exit status 2
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, RigError, FileExistsError, FileNotFoundError,
-                                                PermissionError, ValueError, RuntimeError, OSError)
+# errors a user can act on: printed as one line, exit status 2. RuntimeErrors count only when the
+# project raised them (RenderError, TrainingDiverged): one from torch is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, RigError, ValueError, OSError)
+OUR_PACKAGES = ("hydranet", "sim", "deploy", "data_engine")
+
+
+def _is_user_error(e: BaseException) -> bool:
+    return isinstance(e, USER_ERRORS) or (isinstance(e, RuntimeError) and type(e).__module__.split(".")[0] in OUR_PACKAGES)
 
 
 def _sim_config(args):
@@ -247,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except USER_ERRORS as e:
+    except Exception as e:  # noqa: BLE001 - sorted below: actionable errors become one line, bugs re-raise
+        if not _is_user_error(e):
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -25,3 +25,15 @@ def test_cli_reports_missing_driver_and_writes_nothing(monkeypatch, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: no usable OpenGL") and len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_keeps_the_traceback_of_a_foreign_runtime_error(monkeypatch, tmp_path):
+    """Only the project's own RuntimeErrors become one line; anything else is a bug and re-raises."""
+    import sim.generate
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch deep inside a library")
+
+    monkeypatch.setattr(sim.generate, "generate_dataset", broken)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        main(["sim", "generate", "--out", str(tmp_path / "ds"), "--scenes", "1", "--quiet"])
