@@ -93,8 +93,10 @@ def load_experiment(path: str | Path | None, overrides: list[str] | tuple[str, .
 
 def check_experiment(cfg: ExperimentConfig) -> None:
     H, W = cfg.data.image_size
-    if H % 32 or W % 32 or H <= 0 or W <= 0:
-        raise ConfigError(f"config key 'data.image_size': {[H, W]} must be positive multiples of 32")
+    div = 32 * 2 ** max(cfg.model.neck_levels - 3, 0)  # the coarsest neck level's stride
+    if H % div or W % div or H <= 0 or W <= 0:
+        raise ConfigError(f"config key 'data.image_size': {[H, W]} must be positive multiples of {div} "
+                          f"(the stride of the coarsest of model.neck_levels={cfg.model.neck_levels} levels)")
     bev_hw = cfg.model.bev.image_size
     if bev_hw is not None and tuple(bev_hw) != (H, W):
         raise ConfigError(f"config key 'model.bev.image_size': {list(bev_hw)} differs from data.image_size {[H, W]}, "
