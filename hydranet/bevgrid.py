@@ -7,7 +7,7 @@ x = x_max - (r + 0.5) * res, y = y_max - (c + 0.5) * res (ego frame, metres).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np

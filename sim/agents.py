@@ -45,7 +45,7 @@ def make_body(cls: str, rng: np.random.Generator) -> list[Part]:
     """Box parts of one object of class `cls`, with z = 0 on the ground."""
     (l0, l1), (w0, w1), (h0, h1) = CLASS_SIZES[cls]
     L, W, H = rng.uniform(l0, l1), rng.uniform(w0, w1), rng.uniform(h0, h1)
-    grey, black = (0.2, 0.2, 0.22), (0.05, 0.05, 0.05)
+    black = (0.05, 0.05, 0.05)
     if cls == "car":
         c = CAR_COLORS[rng.integers(len(CAR_COLORS))]
         parts = [_box(0, 0, 0.25 + 0.45 * (H - 0.25) * 0.5 + 0.0, L, W, 0.45 * (H - 0.25) + 0.0, c),

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.agents import Agent, Part
+from sim.agents import Part
 from sim.classes import SEMANTIC_ID
 from sim.roads import CURB_HEIGHT, MARKING_WIDTH, SIDEWALK_WIDTH, RoadNetwork, marking_pieces
-from sim.world import Prop, World
+from sim.world import World, light_parts
 
 VERTEX_FLOATS = 12
 GROUND_Z = -0.03  # off-road terrain sits just under the road surface
@@ -155,8 +155,6 @@ class DynamicMesh:
         self.local = [parts_local(a.parts, a.cls, a.track_id, lit) for a in world.agents]
 
     def build(self) -> np.ndarray:
-        from sim.world import light_parts
-
         w = self.world
         out = [transform_local(v, a.pose()) for v, a in zip(self.local, w.agents)]
         for prop, k, approach in w.lights:

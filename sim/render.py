@@ -12,7 +12,6 @@ import numpy as np
 
 from hydranet.geometry import invert_rigid
 from hydranet.rig import Rig
-from sim.meshes import VERTEX_FLOATS
 
 SHADERS = Path(__file__).parent / "shaders"
 NEAR, FAR = 0.3, 250.0  # nothing beyond FAR is drawn: depth stays inside the uint16 encoding
