@@ -10,9 +10,10 @@ import torch
 
 from fake_samples import FAKE_META
 from hydranet.bevgrid import BevGrid, resample_raster
-from hydranet.geometry import make_transform, rot_z
+from hydranet.geometry import make_transform, rot_z, transform_points, unproject
 from hydranet.models import ModelConfig, TaskConfig, build_model
 from hydranet.models.config import BevConfig
+from hydranet.models.depth_lift import depth_bins, frustum_table, splat_features
 from hydranet.models.video import VideoQueue, relative_motion
 from hydranet.models.view_transform import calibration_of, lift_features, projection_lut, resize_cameras
 from hydranet.rig import load_rig, rig_from_dict
@@ -119,6 +120,78 @@ def test_feature_at_a_known_ego_point_lands_in_its_cell():
     assert np.all(np.abs(np.arctan2(lit[:, 1], lit[:, 0]) - bearing) < 0.25)
 
 
+@pytest.mark.parametrize("rig_name", ["nuscenes6", "custom5"])
+def test_frustum_table_matches_brute_force_unprojection(rig_name):
+    """Every (camera, depth bin, feature pixel) unprojected by hand with geometry.unproject and
+    cam2ego: the table holds its cell, or the dump index X*Y when it is off the grid or z range."""
+    rig = _rig(rig_name).resized(W, H)
+    depths, z_range = depth_bins((1.0, 40.0, 3.0)), (-1.0, 3.0)
+    K, T, names = calibration_of(rig, (H, W))
+    table = frustum_table(GRID, depths, z_range, K, T, (H, W), STRIDE, names)
+    h, w = H // STRIDE, W // STRIDE
+    X, Y = GRID.shape
+    expected = []
+    for n, cam in enumerate(rig.cameras):
+        for d in depths:
+            for i in range(h):
+                for j in range(w):
+                    uv = np.array([[(j + 0.5) * STRIDE - 0.5, (i + 0.5) * STRIDE - 0.5]])
+                    x, y, z = transform_points(cam.cam2ego, unproject(uv, np.array([d]), cam.K))[0]
+                    r = int(np.floor((GRID.x_range[1] - x) / GRID.resolution))
+                    c = int(np.floor((GRID.y_range[1] - y) / GRID.resolution))
+                    inside = 0 <= r < X and 0 <= c < Y and z_range[0] <= z <= z_range[1]
+                    expected.append(r * Y + c if inside else X * Y)
+    assert table.index.tolist() == expected
+    seen = np.zeros(X * Y, bool)
+    seen[[e for e in expected if e < X * Y]] = True
+    assert table.seen.reshape(-1).tolist() == seen.tolist() and 0.1 < table.seen.mean() < 1.0
+    assert all(v > 0 for v in table.cells_per_camera.values())
+
+
+def test_splat_sums_depth_weighted_context_per_cell():
+    """splat_features against a loop over every frustum point."""
+    rng = np.random.default_rng(0)
+    F_, N, D, C, h, w = 2, 3, 4, 5, 2, 3
+    X, Y = 3, 4
+    index = rng.integers(0, X * Y + 1, N * D * h * w)  # X*Y = dump
+    depth = torch.softmax(torch.from_numpy(rng.normal(size=(F_, N, D, h, w))).float(), 2)
+    context = torch.from_numpy(rng.normal(size=(F_, N, C, h, w))).float()
+    got = splat_features(depth, context, torch.from_numpy(index), (X, Y))
+    ref = torch.zeros(F_, C, X * Y + 1)
+    for f in range(F_):
+        for k, (n, d, i, j) in enumerate(np.ndindex(N, D, h, w)):
+            ref[f, :, index[k]] += depth[f, n, d, i, j] * context[f, n, :, i, j]
+    torch.testing.assert_close(got, ref[:, :, :-1].reshape(F_, C, X, Y), atol=1e-5, rtol=1e-5)
+
+
+def test_depth_lift_puts_a_feature_at_its_depth_not_along_the_whole_ray():
+    """A feature pixel whose depth distribution is one-hot at the distance of a known point lights
+    exactly that point's cell (the LUT lift would light every cell on the ray)."""
+    rig = load_rig("nuscenes6").resized(W, H)
+    K, T, names = calibration_of(rig, (H, W))
+    depths = depth_bins((1.0, 40.0, 1.0))
+    table = frustum_table(GRID, depths, (-1.0, 3.0), K, T, (H, W), STRIDE, names)
+    h, w = H // STRIDE, W // STRIDE
+    i, j, b = 5, 6, 16  # a feature pixel of CAM_FRONT below the horizon, depth bin 16 (17 m)
+    uv = np.array([[(j + 0.5) * STRIDE - 0.5, (i + 0.5) * STRIDE - 0.5]])
+    point = transform_points(rig.cameras[0].cam2ego, unproject(uv, depths[b:b + 1], rig.cameras[0].K))[0]
+    depth = torch.zeros(1, len(rig), len(depths), h, w)
+    depth[0, 0, b, i, j] = 1.0
+    context = torch.zeros(1, len(rig), 1, h, w)
+    context[0, 0, 0, i, j] = 2.0
+    bev = splat_features(depth, context, torch.from_numpy(table.index), GRID.shape)[0, 0]  # (X, Y)
+    r, c = np.floor(GRID.to_cell(point[:2]) + 0.5).astype(int)
+    assert bev[r, c] == 2.0 and int((bev != 0).sum()) == 1
+
+
+@pytest.mark.parametrize("bad, match", [({"bins": (5.0, 1.0, 1.0)}, "depth_bins"), ({"z_range": (2.0, 1.0)}, "z_range")])
+def test_bad_depth_lift_config_is_an_error(bad, match):
+    cfg = dataclasses.replace(TINY, bev=dataclasses.replace(BEV, method="lss", **{("depth_bins" if "bins" in bad else
+                                                                                  "z_range"): next(iter(bad.values()))}))
+    with pytest.raises(ValueError, match=match):
+        build_model(cfg, {**META, "rig": load_rig("nuscenes6").resized(W, H).to_dict()})
+
+
 def test_rig_that_sees_none_of_the_grid_is_an_error():
     far = {"name": "far", "cameras": [
         {"name": "CAM_A", "width": W, "height": H, "hfov_deg": 60.0, "translation": [200.0, 0.0, 1.5], "ypr_deg": [0, 5, 0]},
@@ -193,12 +266,13 @@ def test_bevmap_targets_resample_and_score_perfectly():
     assert covered.sum() == 4 and frac[0][covered].min() == 1.0
 
 
-@pytest.mark.parametrize("rig_name", ["nuscenes6", "tesla8", "custom5"])
-def test_fused_model_forward_backward_on_any_rig(rig_name):
-    """det3d + bevmap with a 2-frame video queue on a clip, same code for every rig."""
+@pytest.mark.parametrize("rig_name, method", [("nuscenes6", "lut"), ("tesla8", "lut"), ("custom5", "lut"),
+                                             ("nuscenes6", "lss"), ("custom5", "lss")])
+def test_fused_model_forward_backward_on_any_rig(rig_name, method):
+    """det3d + bevmap with a 2-frame video queue on a clip, same code for every rig and view transform."""
     torch.manual_seed(0)
     rig = _rig(rig_name)
-    cfg = dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2))
+    cfg = dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2, method=method))
     model = build_model(cfg, {**META, "rig": rig.to_dict()})
     assert sorted(model.heads) == sorted(BEV_TASKS) and 0.2 < model.fusion.view.coverage <= 1
     batch = _batch(model, [_sample(rig, seed=s) for s in range(2)])  # images (1, 2, N, 3, 64, 96)
@@ -248,12 +322,13 @@ class _Exported(torch.nn.Module):
         return (*out["det3d"].values(), out["bevmap"]["logits"], out["bev_state"]["bev_queue"])
 
 
-def test_onnx_export_of_the_fused_model_equals_eager(tmp_path):
+@pytest.mark.parametrize("method, lift_op", [("lut", "Gather"), ("lss", "ScatterElements")])
+def test_onnx_export_of_the_fused_model_equals_eager(tmp_path, method, lift_op):
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     torch.manual_seed(0)
     rig = load_rig("nuscenes6")
-    model = build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2)),
+    model = build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2, method=method)),
                         {**META, "rig": rig.to_dict()}).eval()
     wrapped = _Exported(model).eval()
     images = torch.rand(1, len(rig), 3, H, W)
@@ -265,7 +340,7 @@ def test_onnx_export_of_the_fused_model_equals_eager(tmp_path):
                       input_names=["images", "prev_bev", "ego_motion"])
     graph = onnx.load(str(path)).graph
     assert {n.domain for n in graph.node} <= {"", "ai.onnx"}  # standard operators only
-    assert "GridSample" in {n.op_type for n in graph.node}
+    assert {"GridSample", lift_op} <= {n.op_type for n in graph.node}
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = sess.run(None, {"images": images.numpy(), "prev_bev": prev.numpy(), "ego_motion": motion.numpy()})
     with torch.no_grad():

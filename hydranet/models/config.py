@@ -39,8 +39,9 @@ class BevConfig:
 
     x_range/y_range/resolution: the grid in ego metres; None = the dataset's meta["bev"] extent
     with its resolution times `downsample`. heights: ego z (m) of the points each cell is projected
-    at. image_size: [H, W] model input (None = the rig's common camera size). video_frames: queue
-    length including the current frame (1 = no video module)."""
+    at (method "lut"). depth_bins: [min, max, step] metres and z_range: [min, max] ego z of the
+    frustum points kept (method "lss"). image_size: [H, W] model input (None = the rig's common
+    camera size). video_frames: queue length including the current frame (1 = no video module)."""
 
     x_range: tuple[float, float] | None = None
     y_range: tuple[float, float] | None = None
@@ -48,7 +49,9 @@ class BevConfig:
     downsample: int = 4
     heights: tuple[float, ...] = (0.0, 0.6, 1.2, 1.8)
     channels: int = 64
-    method: str = "lut"
+    method: str = "lut"  # lut (Fast-BEV projection tables) | lss (Lift-Splat-Shoot depth distributions)
+    depth_bins: tuple[float, float, float] = (1.0, 50.0, 1.0)
+    z_range: tuple[float, float] = (-1.0, 4.0)
     encoder_depth: int = 2
     image_size: tuple[int, int] | None = None
     video_frames: int = 1

@@ -36,6 +36,7 @@ from hydranet.bevgrid import BevGrid
 from hydranet.models.config import BevConfig, ModelConfig
 from hydranet.models.state_dict import load_state_dict_checked
 from hydranet.models.video import BevFusion, VideoQueue
+from hydranet.models.depth_lift import DepthViewTransform
 from hydranet.models.view_transform import LutViewTransform, calibration_of, rig_input_size
 from hydranet.rig import rig_from_dict
 from hydranet.tasks import BEV_TASKS, Task, build_task
@@ -43,7 +44,11 @@ from hydranet.tasks import BEV_TASKS, Task, build_task
 MODES = ("tensor", "loss", "predict")
 _IMAGENET_MEAN = (0.485, 0.456, 0.406)
 _IMAGENET_STD = (0.229, 0.224, 0.225)
-VIEW_TRANSFORMS = {"lut": LutViewTransform}  # model.bev.method -> view transform class
+VIEW_TRANSFORMS = {  # model.bev.method -> view transform (in_channels, grid, feature stride, BevConfig)
+    "lut": lambda c, grid, stride, cfg: LutViewTransform(c, cfg.channels, grid, cfg.heights, stride, cfg.encoder_depth),
+    "lss": lambda c, grid, stride, cfg: DepthViewTransform(c, cfg.channels, grid, cfg.depth_bins, cfg.z_range, stride,
+                                                          cfg.encoder_depth),
+}
 
 
 class HydraNet(nn.Module):
@@ -182,7 +187,7 @@ def build_fusion(cfg: BevConfig, meta: Mapping[str, Any], in_channels: int, stri
         base = BevGrid.from_meta(meta, cfg.downsample)
         grid = BevGrid(tuple(cfg.x_range or base.x_range), tuple(cfg.y_range or base.y_range),
                        float(cfg.resolution or base.resolution))
-    view = VIEW_TRANSFORMS[cfg.method](in_channels, cfg.channels, grid, cfg.heights, stride, cfg.encoder_depth)
+    view = VIEW_TRANSFORMS[cfg.method](in_channels, grid, stride, cfg)
     if "rig" in meta:
         rig = rig_from_dict(meta["rig"], "meta rig")
         K, T, cam_names = calibration_of(rig, rig_input_size(rig, cfg.image_size))

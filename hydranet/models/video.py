@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hydranet.bevgrid import BevGrid
-from hydranet.models.view_transform import LutViewTransform, batch_calibration
+from hydranet.models.view_transform import ViewTransform, batch_calibration
 
 
 def relative_motion(ego2world_prev: torch.Tensor, ego2world_cur: torch.Tensor) -> torch.Tensor:
@@ -90,7 +90,7 @@ class BevFusion(nn.Module):
     `forward(feats, batch)` -> (bev (B, C, X, Y), state): state is {} without video, else
     {"bev_queue": (B, T-1, C, X, Y)}. See docs/bev.md for the batch keys."""
 
-    def __init__(self, view: LutViewTransform, video: VideoQueue | None = None):
+    def __init__(self, view: ViewTransform, video: VideoQueue | None = None):
         super().__init__()
         if video is not None and video.channels != view.out_channels:
             raise ValueError(f"video module has {video.channels} channels, the view transform gives {view.out_channels}")

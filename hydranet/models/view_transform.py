@@ -49,6 +49,15 @@ class ProjectionLut:
     cells_per_camera: dict[str, int]
     feature_hw: tuple[int, int]
 
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.index, self.weight
+
+
+def no_camera_sees(names: Sequence[str], grid: BevGrid, where: str) -> ValueError:
+    return ValueError(f"no camera of the rig ({', '.join(names)}) sees any cell of the BEV grid x {grid.x_range}, "
+                      f"y {grid.y_range} m at {where}; check the extrinsics (cam2ego) or enlarge model.bev x_range/y_range")
+
 
 def projection_lut(grid: BevGrid, heights: Sequence[float], intrinsics: np.ndarray, cam2ego: np.ndarray,
                    image_hw: tuple[int, int], stride: int, camera_names: Sequence[str] | None = None) -> ProjectionLut:
@@ -87,9 +96,7 @@ def projection_lut(grid: BevGrid, heights: Sequence[float], intrinsics: np.ndarr
         per_cam[names[n]] = int(len(np.unique(cell)))
     cell, feat = np.concatenate(cells), np.concatenate(feats)
     if len(cell) == 0:
-        raise ValueError(f"no camera of the rig ({', '.join(names)}) sees any cell of the BEV grid "
-                         f"x {grid.x_range}, y {grid.y_range} m at heights {list(heights)}; check the extrinsics "
-                         "(cam2ego) or enlarge model.bev x_range/y_range")
+        raise no_camera_sees(names, grid, f"heights {list(heights)}")
     order = np.argsort(cell, kind="stable")
     cell, feat = cell[order], feat[order]
     count = np.bincount(cell, minlength=X * Y)  # (X*Y,)
@@ -118,62 +125,70 @@ def _conv_bn_relu(cin: int, cout: int) -> list[nn.Module]:
     return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
 
 
-class LutViewTransform(nn.Module):
+class ViewTransform(nn.Module):
     """Neck pyramid of N cameras -> one BEV feature map (F, out_channels, X, Y).
 
     The pyramid is merged to its finest level (stride `stride`), reduced by a 1x1 conv to
-    `out_channels`, lifted through the projection table and refined by `encoder_depth` 3x3 convs
-    on the BEV grid (Fast-BEV's BEV encoder)."""
+    `lift_channels`, lifted onto the grid through a table precomputed from the calibration and
+    refined by `encoder_depth` 3x3 convs on the BEV grid (Fast-BEV's BEV encoder). Subclasses give
+    the table (`make_table`, whose `arrays` become the buffers named in `table_names`) and the
+    lift (`lift`); calibration handling and its cache are shared."""
 
-    def __init__(self, in_channels: int, out_channels: int, grid: BevGrid, heights: Sequence[float] = (0.0, 0.6, 1.2, 1.8),
-                 stride: int = 8, encoder_depth: int = 2):
+    table_names: tuple[str, ...] = ()
+
+    def __init__(self, in_channels: int, lift_channels: int, out_channels: int, grid: BevGrid, stride: int,
+                 encoder_depth: int):
         super().__init__()
-        if not heights:
-            raise ValueError("the view transform needs at least one height (model.bev.heights)")
-        self.grid, self.heights, self.stride = grid, tuple(float(z) for z in heights), stride
-        self.out_channels = out_channels
+        self.grid, self.stride, self.out_channels = grid, stride, out_channels
         self.merge = MergeLevels()
-        self.reduce = nn.Conv2d(in_channels, out_channels, 1)
+        self.reduce = nn.Conv2d(in_channels, lift_channels, 1)
         layers: list[nn.Module] = []
         for _ in range(encoder_depth):
             layers += _conv_bn_relu(out_channels, out_channels)
         self.encoder = nn.Sequential(*layers)
-        self.register_buffer("lut_index", torch.zeros(0, 0, dtype=torch.long), persistent=False)
-        self.register_buffer("lut_weight", torch.zeros(0, 0), persistent=False)
+        for name in self.table_names:
+            self.register_buffer(name, torch.zeros(0), persistent=False)
         self._default_key: tuple | None = None
-        self._cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
-        self.lut: ProjectionLut | None = None  # the table of the default calibration
+        self._cache: OrderedDict[tuple, tuple[torch.Tensor, ...]] = OrderedDict()
+        self.table = None  # the table of the default calibration (its `seen`, `cells_per_camera`)
+
+    def make_table(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int],
+                   camera_names: Sequence[str] | None = None):
+        raise NotImplementedError
+
+    def lift(self, x: torch.Tensor, tables: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """x (F, N, lift_channels, h, w) -> (F, out_channels, X, Y)."""
+        raise NotImplementedError
 
     # -- calibration ------------------------------------------------------------------------
     def _key(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int]) -> tuple:
         return (np.asarray(K, np.float32).tobytes(), np.asarray(T, np.float32).tobytes(), tuple(image_hw))
 
-    def set_calibration(self, intrinsics, cam2ego, image_hw: tuple[int, int],
-                        camera_names: Sequence[str] | None = None) -> ProjectionLut:
+    def set_calibration(self, intrinsics, cam2ego, image_hw: tuple[int, int], camera_names: Sequence[str] | None = None):
         """Precompute the default table (used when a batch has no calibration, and by export)."""
         K, T = np.asarray(intrinsics, np.float32), np.asarray(cam2ego, np.float32)
-        lut = projection_lut(self.grid, self.heights, K, T, image_hw, self.stride, camera_names)
+        table = self.make_table(K, T, image_hw, camera_names)
         dev = self.reduce.weight.device
-        self.lut_index = torch.from_numpy(lut.index).to(dev)
-        self.lut_weight = torch.from_numpy(lut.weight).to(dev)
-        self._default_key, self.lut = self._key(K, T, image_hw), lut
-        return lut
+        for name, array in zip(self.table_names, table.arrays, strict=True):
+            setattr(self, name, torch.from_numpy(array).to(dev))
+        self._default_key, self.table = self._key(K, T, image_hw), table
+        return table
 
     @property
     def coverage(self) -> float:
         """Share of BEV cells the default calibration's cameras see (the rest get zeros)."""
-        if self.lut is None:
+        if self.table is None:
             raise ValueError("no calibration set yet: call set_calibration or run a batch with intrinsics/cam2ego")
-        return float(self.lut.seen.mean())
+        return float(self.table.seen.mean())
 
-    def _table(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int], device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _tables(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int], device) -> tuple[torch.Tensor, ...]:
         key = self._key(K, T, image_hw)
         if key == self._default_key:
-            return self.lut_index, self.lut_weight
+            return tuple(getattr(self, name) for name in self.table_names)
         key = key + (str(device),)
         if key not in self._cache:
-            lut = projection_lut(self.grid, self.heights, K, T, image_hw, self.stride)
-            self._cache[key] = (torch.from_numpy(lut.index).to(device), torch.from_numpy(lut.weight).to(device))
+            arrays = self.make_table(K, T, image_hw).arrays
+            self._cache[key] = tuple(torch.from_numpy(a).to(device) for a in arrays)
             if len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
         self._cache.move_to_end(key)
@@ -195,18 +210,38 @@ class LutViewTransform(nn.Module):
             if (h * self.stride, w * self.stride) != tuple(self._default_key[2]):
                 raise ValueError(f"images are {h * self.stride}x{w * self.stride} but the calibration was set for "
                                  f"{self._default_key[2][0]}x{self._default_key[2][1]}; pass batch['intrinsics'] for this size")
-            bev = lift_features(x, self.lut_index, self.lut_weight, self.grid.shape)
+            bev = self.lift(x, tuple(getattr(self, name) for name in self.table_names))
         else:
             Ks = intrinsics.detach().cpu().numpy().reshape(num_frames, -1, 3, 3)
             Ts = cam2ego.detach().cpu().numpy().reshape(num_frames, -1, 4, 4)
             if Ks.shape[1] != x.shape[1] or Ts.shape[1] != x.shape[1]:
                 raise ValueError(f"batch has {x.shape[1]} cameras but intrinsics/cam2ego for {Ks.shape[1]}/{Ts.shape[1]}")
-            tables = [self._table(Ks[f], Ts[f], image_hw, x.device) for f in range(num_frames)]
+            tables = [self._tables(Ks[f], Ts[f], image_hw, x.device) for f in range(num_frames)]
             if all(t[0] is tables[0][0] for t in tables):
-                bev = lift_features(x, *tables[0], self.grid.shape)
+                bev = self.lift(x, tables[0])
             else:
-                bev = torch.cat([lift_features(x[f:f + 1], *tables[f], self.grid.shape) for f in range(num_frames)])
+                bev = torch.cat([self.lift(x[f:f + 1], tables[f]) for f in range(num_frames)])
         return self.encoder(bev)  # (F, C', X, Y)
+
+
+class LutViewTransform(ViewTransform):
+    """Fast-BEV: every BEV cell takes the mean of the features its points (at `heights`) project to
+    (`projection_lut`, `lift_features`). The 1x1 conv reduces to out_channels."""
+
+    table_names = ("lut_index", "lut_weight")
+
+    def __init__(self, in_channels: int, out_channels: int, grid: BevGrid, heights: Sequence[float] = (0.0, 0.6, 1.2, 1.8),
+                 stride: int = 8, encoder_depth: int = 2):
+        if not heights:
+            raise ValueError("the view transform needs at least one height (model.bev.heights)")
+        super().__init__(in_channels, out_channels, out_channels, grid, stride, encoder_depth)
+        self.heights = tuple(float(z) for z in heights)
+
+    def make_table(self, K, T, image_hw, camera_names=None) -> ProjectionLut:
+        return projection_lut(self.grid, self.heights, K, T, image_hw, self.stride, camera_names)
+
+    def lift(self, x: torch.Tensor, tables: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return lift_features(x, *tables, self.grid.shape)
 
 
 def resize_cameras(images: Sequence[np.ndarray], intrinsics: np.ndarray, size_hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
