@@ -1,5 +1,6 @@
 """Cost of BEV fusion and BEV heads on top of the camera heads: latency of the full model (camera
-heads + view transform + video queue + det3d + bevmap) against camera heads only.
+heads + view transform + video queue + det3d + bevmap) against camera heads only, with either
+view transform (lut: projection tables; lss: depth distributions, 49 bins).
 
     python benchmarks/bev_cost.py [--iters 20] [--size 96 160]
 
@@ -51,8 +52,10 @@ def main() -> None:
                                                        TaskConfig("bevmap", options={"width": 32})))
     torch.manual_seed(0)
     images = torch.rand(1, len(rig), 3, H, W)
+    lss = dataclasses.replace(full, bev=dataclasses.replace(bev, method="lss"))
     rows = []
-    for name, cfg in (("camera heads only", cam), ("camera heads + fusion + BEV heads", full)):
+    for name, cfg in (("camera heads only", cam), ("camera heads + fusion (lut) + BEV heads", full),
+                      ("camera heads + fusion (lss) + BEV heads", lss)):
         model = build_model(cfg, meta).eval()
         batch = {"images": images}
         if model.fusion is not None:
@@ -62,10 +65,10 @@ def main() -> None:
         params = sum(p.numel() for p in model.parameters()) / 1e6
         rows.append((name, latency(model, batch, args.iters), params))
     print(f"nuscenes6, 6 cameras at {H}x{W}, BEV grid 50x50 (2 m cells), video queue 3, torch threads {torch.get_num_threads()}")
-    print(f"{'model':36s} {'ms/frame':>9s} {'params M':>9s}")
+    print(f"{'model':40s} {'ms/frame':>9s} {'params M':>9s} {'ratio':>6s}")
     for name, ms, p in rows:
-        print(f"{name:36s} {ms:9.1f} {p:9.2f}")
-    print(f"latency ratio full / camera heads only = {rows[1][1] / rows[0][1]:.3f}")
+        print(f"{name:40s} {ms:9.1f} {p:9.2f} {ms / rows[0][1]:6.3f}")
+    print("ratio = latency / camera heads only")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The demo `make demo` runs, end to end on the built-in sim:
 
-generate a dataset and its preview, train the tiny config (configs/tiny.yaml), evaluate on
-held-out scenes against trivial baselines, draw predictions next to ground truth, export one
-ONNX graph with its parity check, quantize it to INT8, measure the per-head drop and print the
-latency table (torch eager, ONNX Runtime fp32 and int8)."""
+generate a dataset and its preview, train the tiny config (configs/tiny.yaml: the camera heads),
+evaluate on held-out scenes against trivial baselines, draw predictions next to ground truth,
+export one ONNX graph with its parity check, quantize it to INT8, measure the per-head drop and
+print the latency table (torch eager, ONNX Runtime fp32 and int8); then fuse all six cameras into
+the bird's-eye view (configs/bev.yaml: view transform, 3-frame video queue, det3d with velocity,
+bevmap), evaluate it with the nuScenes metrics, draw the BEV and export it with its video state."""
 from __future__ import annotations
 
 import shutil
@@ -19,7 +21,8 @@ from hydranet.viz import sample_preview, write_png
 from sim.config import SimConfig
 from sim.generate import generate_dataset
 
-TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+TINY, BEV = CONFIGS / "tiny.yaml", CONFIGS / "bev.yaml"
 
 
 def _stage(name: str, t0: float) -> float:
@@ -28,8 +31,10 @@ def _stage(name: str, t0: float) -> float:
     return now
 
 
-def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, steps: int | None = 600) -> dict:
-    """Many short scenes (6 frames each) rather than few long ones: frames of a scene are alike."""
+def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, steps: int | None = 600,
+             bev_steps: int | None = 200) -> dict:
+    """Many short scenes (6 frames each, 2 Hz like nuScenes keyframes) rather than few long ones:
+    frames of a scene are alike. bev_steps 0 skips the BEV stage."""
     from deploy.bench import run_bench
     from deploy.export import export_checkpoint
     from deploy.onnx_eval import evaluate_onnx, format_drop, primary_drop
@@ -37,11 +42,11 @@ def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, st
 
     out.mkdir(parents=True, exist_ok=True)
     t_start = t0 = time.perf_counter()
-    data, val, run, deploy = out / "sim", out / "sim_val", out / "run", out / "deploy"
-    for d in (data, val, run, deploy):
+    data, val, run, deploy, bev = out / "sim", out / "sim_val", out / "run", out / "deploy", out / "bev"
+    for d in (data, val, run, deploy, bev):
         if d.exists():
             shutil.rmtree(d)
-    sim_cfg = SimConfig(frames_per_scene=6, image_width=320, image_height=192)
+    sim_cfg = SimConfig(frames_per_scene=6, image_width=320, image_height=192, frame_rate_hz=2.0)
     generate_dataset(data, sim_cfg, scenes, seed)
     generate_dataset(val, sim_cfg, val_scenes, seed + 1000, progress=False)  # held out: other seeds
     ds = SimDataset(data)
@@ -68,6 +73,18 @@ def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, st
     t0 = _stage("export, parity, quantize, int8 eval", t0)
 
     run_bench(run, deploy / "bench", val, runs=20, warmup=3, int8_model=int8)
-    _stage("latency", t0)
+    t0 = _stage("latency", t0)
+
+    if bev_steps != 0:
+        cfg = load_experiment(BEV, [f"data.root={data}", f"data.val_root={val}", "data.image_size=[96,160]"]
+                              + ([f"steps={bev_steps}", f"checkpoint_every={bev_steps}"] if bev_steps else []))
+        train(cfg, bev / "run")
+        t0 = _stage(f"BEV train ({cfg.steps} steps of configs/bev.yaml, 6 cameras, video queue of 3)", t0)
+        bev_results = evaluate_checkpoint(bev / "run", val, bev / "metrics.json", progress=False)
+        print(format_table(bev_results))
+        print(f"wrote {bev / 'metrics.json'}, {bev_results['nuscenes_results']} (nuScenes submission format) and "
+              f"{viz_checkpoint(bev / 'run', val, bev / 'predictions.png', frame=5)}")
+        export_checkpoint(bev / "run", bev / "model.onnx", val)
+        _stage("BEV evaluate, picture, export with parity", t0)
     print(f"demo done in {time.perf_counter() - t_start:.1f} s")
     return results

@@ -38,7 +38,8 @@ class SimConfig:
     rig: str = "nuscenes6"
     image_width: int = 0  # 0 = the rig's own resolution
     image_height: int = 0
-    frames_per_scene: int = 20  # at 10 Hz
+    frames_per_scene: int = 20
+    frame_rate_hz: float = 10.0  # frames per second of sim time (nuScenes keyframes: 2)
     lanes_per_direction: tuple[int, ...] = (1, 2, 3)
     traffic: TrafficConfig = field(default_factory=TrafficConfig)
     conditions: ConditionsConfig = field(default_factory=ConditionsConfig)
@@ -46,3 +47,7 @@ class SimConfig:
     bev_range: float = 50.0  # metres each side of the ego
     bev_resolution: float = 0.5  # metres per cell
     label_range: float = 60.0  # 3D boxes and lane lines within this distance
+
+    def __post_init__(self):
+        if not self.frame_rate_hz > 0:
+            raise ValueError(f"sim frame_rate_hz must be > 0, got {self.frame_rate_hz}")

@@ -41,7 +41,7 @@ def dataset_meta(cfg: SimConfig, rig: Rig, seed: int) -> dict:
         "light_states": list(LIGHT_STATES),
         "lane_types": list(LANE_TYPES),
         "bev": {"x_range": [-r, r], "y_range": [-r, r], "resolution": cfg.bev_resolution},
-        "frame_rate_hz": 10,
+        "frame_rate_hz": cfg.frame_rate_hz,
         "seed": seed,
         "sim_config": to_dict(cfg),
     }

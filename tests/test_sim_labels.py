@@ -242,13 +242,13 @@ def test_visible_fraction_and_num_pixels(scene):
 
 
 # (i) ---------------------------------------------------------------------------------------
-def _motion(f0, f1, a, b):
+def _motion(f0, f1, a, b, dt=FRAME_DT):
     """World-frame displacement speed of a box between two frames and its labelled velocities."""
     p0 = transform_points(f0["ego2world"], np.asarray(a["center"]))
     p1 = transform_points(f1["ego2world"], np.asarray(b["center"]))
     v0 = f0["ego2world"][:3, :3] @ np.asarray(a["velocity"])
     v1 = f1["ego2world"][:3, :3] @ np.asarray(b["velocity"])
-    return (p1 - p0) / FRAME_DT, v0, v1
+    return (p1 - p0) / dt, v0, v1
 
 
 def test_velocity_matches_motion(scene):
@@ -279,6 +279,26 @@ def test_velocity_matches_motion(scene):
         e1 = f1["ego2world"][:3, :3] @ f1["labels"]["ego_velocity"]
         assert min(np.linalg.norm(e0), np.linalg.norm(e1)) - 0.3 < np.linalg.norm(d) < max(np.linalg.norm(e0), np.linalg.norm(e1)) + 0.3
     assert checked >= 5
+
+
+def test_lower_frame_rate_spaces_frames_and_moves_the_world_accordingly():
+    """frame_rate_hz 2 (nuScenes keyframes): frames 0.5 s apart, and boxes move by velocity x 0.5 s."""
+    cfg = SimConfig(rig="nuscenes6", image_width=64, image_height=48, frames_per_scene=3, frame_rate_hz=2.0)
+    rig = sim_rig(cfg)
+    renderer = Renderer(rig)
+    frames = list(simulate(World(cfg, SEED), rig, cfg, renderer, 3))
+    renderer.ctx.release()
+    assert [f["timestamp_us"] for f in frames] == [0, 500_000, 1_000_000]
+    errors = []
+    for f0, f1 in zip(frames, frames[1:]):
+        b0, b1 = boxes3d_by_id(f0), boxes3d_by_id(f1)
+        for tid in b0.keys() & b1.keys():
+            v_motion, v0, v1 = _motion(f0, f1, b0[tid], b1[tid], dt=0.5)
+            if abs(np.linalg.norm(v1) - np.linalg.norm(v0)) < 0.5:
+                errors.append(np.linalg.norm(v_motion - (v0 + v1) / 2))
+    assert len(errors) >= 5 and np.median(errors) < 0.3, errors
+    with pytest.raises(ValueError, match="frame_rate_hz"):
+        SimConfig(frame_rate_hz=0)
 
 
 def test_agent_kinematics_plausible():
