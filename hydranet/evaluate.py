@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +79,15 @@ def _nuscenes_summary(metrics) -> dict[str, float]:
 @torch.no_grad()
 def evaluate(model: HydraNet, frames: TrainingFrames, batch_size: int = 2, device: str | torch.device = "cpu",
              progress: bool = False, coco_dir: str | Path | None = None,
-             results_json: str | Path | None = None) -> dict[str, Any]:
+             results_json: str | Path | None = None,
+             on_outputs: Callable[[dict, dict], None] | None = None) -> dict[str, Any]:
     """{"model": {task: metrics}, "baseline": {task: metrics}, "baseline_kind", "primary", "beats_baseline"}.
 
     `frames`: single frames (clip_length 1); a model with the video module runs them in order, one
     at a time, feeding its BEV queue back within each scene. `results_json`: write det3d
-    predictions there in the nuScenes submission format (hydranet/nuscenes_results.py)."""
+    predictions there in the nuScenes submission format (hydranet/nuscenes_results.py).
+    `on_outputs(raw, batch)`: called with every batch's raw head outputs (mode "tensor") and the
+    batch (its targets included), for diagnostics beyond the heads' metrics."""
     from hydranet.data import SimDataset
     from hydranet.metrics import DetectionConfig, evaluate_boxes
     from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
@@ -119,9 +122,13 @@ def evaluate(model: HydraNet, frames: TrainingFrames, batch_size: int = 2, devic
             if state is not None and scene == prev_scene:
                 batch["prev_bev"], batch["ego_motion"] = state, relative_motion(prev_pose, batch["ego2world"])
             prev_scene, prev_pose = scene, batch["ego2world"]
-        decoded = model(to_device(batch, device), "predict")
+        with torch.no_grad():
+            raw = model(to_device(batch, device), "tensor")
         if video:
-            state = decoded["bev_state"]["bev_queue"].cpu()
+            state = raw.pop("bev_state")["bev_queue"].cpu()
+        if on_outputs is not None:
+            on_outputs(raw, batch)
+        decoded = model.decode(raw)  # = mode "predict"
         for n, m in metrics.items():
             m.update(decoded[n], batch["targets"][n])
         if det3d is not None:
@@ -266,7 +273,8 @@ def _plain(obj: Any) -> Any:
 
 def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Path | None = None,
                         save_predictions: str | Path | None = None, progress: bool = True,
-                        results_json: str | Path | None = None) -> dict[str, Any]:
+                        results_json: str | Path | None = None,
+                        on_outputs: Callable[[dict, dict], None] | None = None) -> dict[str, Any]:
     """Load a checkpoint, evaluate it on `data`, write metrics JSON to `out`; returns the results.
     A model with det3d writes its nuScenes submission file to `results_json` (default: next to
     `out`, nuscenes_results.json); its path is results["nuscenes_results"]."""
@@ -279,7 +287,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Pat
     frames = _frames_for(model, cfg, data)
     if results_json is None and out is not None and "det3d" in model.heads:
         results_json = Path(out).parent / "nuscenes_results.json"
-    results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, results_json)
+    results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, results_json, on_outputs)
     results.update({"checkpoint": str(checkpoint), "data": str(data), "step": int(ckpt["step"])})
     if results_json is not None and "det3d" in model.heads:
         results["nuscenes_results"] = str(results_json)
