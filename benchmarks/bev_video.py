@@ -65,7 +65,10 @@ def main() -> None:
     ap.add_argument("--val-scenes", type=int, default=6)
     ap.add_argument("--frame-rate", type=float, default=2.0, help="sim frames per second")
     ap.add_argument("--method", default="lut", choices=["lut", "lss"], help="view transform")
+    ap.add_argument("--frames", default="3,1", help="video lengths to train, compared first against last")
+    ap.add_argument("--reuse", action="store_true", help="evaluate runs already trained in --out instead of retraining")
     ap.add_argument("--cameras", default="all", help="comma-separated camera names, or all (the rig's six)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra config overrides for both runs")
     ap.add_argument("--out", type=Path, default=Path("out/bench_bev_video"))
     args = ap.parse_args()
     sim = SimConfig(image_width=96, image_height=64, frames_per_scene=8, bev_range=32.0, frame_rate_hz=args.frame_rate)
@@ -81,15 +84,20 @@ def main() -> None:
               "data.image_size=[64,96]", f"steps={args.steps}", f"checkpoint_every={args.steps}", "batch_size=2",
               "num_workers=0", "optim.warmup_steps=5", "augment.photometric=false", "model.neck_width=16",
               "model.bev.downsample=4", "model.bev.channels=32", "model.bev.heights=[0.0,1.0]", f"model.bev.method={args.method}",
-              "model.tasks=[{name: det3d, options: {width: 32}}, {name: bevmap, weight: 0.5, options: {width: 16}}]"]
+              "model.tasks=[{name: det3d, options: {width: 32}}, {name: bevmap, weight: 0.5, options: {width: 16}}]", *args.set]
     rows = {}
-    for name, frames in (("video (video_frames 3)", 3), ("single frame (video_frames 1)", 1)):
+    for frames in (int(f) for f in args.frames.split(",")):
+        name = f"video (video_frames {frames})" if frames > 1 else "single frame (video_frames 1)"
         run = args.out / f"run_t{frames}"
-        shutil.rmtree(run, ignore_errors=True)
-        cfg = load_experiment(REPO / "configs" / "bev.yaml", common + [f"model.bev.video_frames={frames}"])
-        t0 = time.perf_counter()
-        train(cfg, run, progress=False)
-        t_train = time.perf_counter() - t0
+        if args.reuse and (run / "train_seconds.txt").is_file():  # trained by an earlier call: evaluate only
+            t_train = float((run / "train_seconds.txt").read_text())
+        else:
+            shutil.rmtree(run, ignore_errors=True)
+            cfg = load_experiment(REPO / "configs" / "bev.yaml", common + [f"model.bev.video_frames={frames}"])
+            t0 = time.perf_counter()
+            train(cfg, run, progress=False)
+            t_train = time.perf_counter() - t0
+            (run / "train_seconds.txt").write_text(f"{t_train:.1f}")
         probe = CentreVelocityError()
         res = evaluate_checkpoint(run, val_root, run / "metrics.json", progress=False, on_outputs=probe)
         d, c = res["model"]["det3d"], probe.summary()

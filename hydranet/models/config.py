@@ -41,7 +41,8 @@ class BevConfig:
     with its resolution times `downsample`. heights: ego z (m) of the points each cell is projected
     at (method "lut"). depth_bins: [min, max, step] metres and z_range: [min, max] ego z of the
     frustum points kept (method "lss"). image_size: [H, W] model input (None = the rig's common
-    camera size). video_frames: queue length including the current frame (1 = no video module)."""
+    camera size). video_frames: queue length including the current frame (1 = no video module); video_fuse_depth: 3x3 conv layers
+    that fuse the current and the aligned past maps."""
 
     x_range: tuple[float, float] | None = None
     y_range: tuple[float, float] | None = None
@@ -55,6 +56,7 @@ class BevConfig:
     encoder_depth: int = 2
     image_size: tuple[int, int] | None = None
     video_frames: int = 1
+    video_fuse_depth: int = 1  # 3x3 conv layers fusing the aligned queue
 
 
 @dataclass(frozen=True)

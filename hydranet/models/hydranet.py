@@ -192,5 +192,5 @@ def build_fusion(cfg: BevConfig, meta: Mapping[str, Any], in_channels: int, stri
         rig = rig_from_dict(meta["rig"], "meta rig")
         K, T, cam_names = calibration_of(rig, rig_input_size(rig, cfg.image_size))
         view.set_calibration(K, T, rig_input_size(rig, cfg.image_size), cam_names)
-    video = VideoQueue(cfg.channels, grid, cfg.video_frames) if cfg.video_frames > 1 else None
+    video = VideoQueue(cfg.channels, grid, cfg.video_frames, cfg.video_fuse_depth) if cfg.video_frames > 1 else None
     return BevFusion(view, video)

@@ -28,6 +28,7 @@ from torch import nn
 
 from hydranet.bevgrid import BevGrid
 from hydranet.models.view_transform import ViewTransform, batch_calibration
+from hydranet.tasks.base import conv_bn_relu
 
 
 def relative_motion(ego2world_prev: torch.Tensor, ego2world_cur: torch.Tensor) -> torch.Tensor:
@@ -42,13 +43,16 @@ def relative_motion(ego2world_prev: torch.Tensor, ego2world_cur: torch.Tensor) -
 class VideoQueue(nn.Module):
     """Fuse the current BEV features with the T-1 previous ones warped by the ego motion."""
 
-    def __init__(self, channels: int, grid: BevGrid, frames: int):
+    def __init__(self, channels: int, grid: BevGrid, frames: int, fuse_depth: int = 1):
         super().__init__()
         if frames < 2:
             raise ValueError(f"the video module needs frames >= 2 (current + past), got {frames}")
+        if fuse_depth < 1:
+            raise ValueError(f"model.bev.video_fuse_depth must be >= 1, got {fuse_depth}")
         self.frames, self.channels, self.grid = frames, channels, grid
-        self.fuse = nn.Sequential(nn.Conv2d(channels * frames, channels, 3, padding=1, bias=False),
-                                  nn.BatchNorm2d(channels), nn.ReLU(inplace=True))
+        # (B, T*C, X, Y) -> (B, C, X, Y); each 3x3 layer widens the reach by one cell each side, and a
+        # moving object is displaced by speed * frame interval between the maps
+        self.fuse = conv_bn_relu(channels * frames, channels, fuse_depth)
         xy = torch.from_numpy(grid.cell_centers()).float()  # (X, Y, 2)
         self.register_buffer("centers", torch.cat([xy, torch.zeros_like(xy[..., :1])], -1), persistent=False)  # (X, Y, 3)
 

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from hydranet.bevgrid import BevGrid
-from hydranet.tasks.base import MergeLevels
+from hydranet.tasks.base import MergeLevels, conv_bn_relu
 
 MIN_DEPTH = 0.1  # metres in front of the camera for a point to count as seen
 _CACHE_SIZE = 16
@@ -121,10 +121,6 @@ def lift_features(feats: torch.Tensor, index: torch.Tensor, weight: torch.Tensor
     return out.transpose(1, 2).reshape(F_, C, *grid_shape)  # (F, C, X, Y)
 
 
-def _conv_bn_relu(cin: int, cout: int) -> list[nn.Module]:
-    return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
-
-
 class ViewTransform(nn.Module):
     """Neck pyramid of N cameras -> one BEV feature map (F, out_channels, X, Y).
 
@@ -142,10 +138,7 @@ class ViewTransform(nn.Module):
         self.grid, self.stride, self.out_channels = grid, stride, out_channels
         self.merge = MergeLevels()
         self.reduce = nn.Conv2d(in_channels, lift_channels, 1)
-        layers: list[nn.Module] = []
-        for _ in range(encoder_depth):
-            layers += _conv_bn_relu(out_channels, out_channels)
-        self.encoder = nn.Sequential(*layers)
+        self.encoder = conv_bn_relu(out_channels, out_channels, encoder_depth)
         for name in self.table_names:
             self.register_buffer(name, torch.zeros(0), persistent=False)
         self._default_key: tuple | None = None
