@@ -7,7 +7,8 @@ resumable, shardable batch order.
   sx * (u + 0.5) - 0.5 - x0, a box edge x to sx * x - x0.
 - `Augmenter`: per camera a photometric albumentations pipeline (brightness/contrast, blur, noise,
   fog, rain, shadows) and a random zoom (scale >= 1, then crop back to the output size), seeded
-  from (seed, epoch, frame, camera) so a resumed run sees the very same pixels.
+  from (seed, epoch, frame, camera) so a resumed run sees the very same pixels; for BEV models a
+  random yaw of the whole ego frame (hydranet/bev_augment.py), the same for every frame of a clip.
 - `StepBatchSampler`: the frame order of epoch e is a permutation drawn from (seed, e); rank r of
   W takes every W-th frame (as torch's DistributedSampler); batches are numbered by global step,
   so resuming at step s yields exactly the batches s, s+1, ... of an uninterrupted run.
@@ -21,6 +22,8 @@ import cv2
 import numpy as np
 import torch
 
+from hydranet.bev_augment import rotate_sample
+from hydranet.bevgrid import BevGrid
 from hydranet.data import SimDataset
 from hydranet.tasks import Task
 
@@ -138,18 +141,28 @@ class Augmenter:
     """Seeded per-camera augmentation: `__call__(sample, key)` with key = (seed, epoch, frame)."""
 
     def __init__(self, photometric: bool = True, geometric: bool = True, scale_range: tuple[float, float] = (1.0, 1.25),
-                 geometric_p: float = 0.5):
+                 geometric_p: float = 0.5, bev_rotation_deg: float = 0.0, bev_raster_grid: BevGrid | None = None):
         if not 1.0 <= scale_range[0] <= scale_range[1]:
             raise ValueError(f"augment.scale_range must satisfy 1 <= low <= high, got {list(scale_range)}")
+        if bev_rotation_deg < 0:
+            raise ValueError(f"augment.bev_rotation_deg must be >= 0, got {bev_rotation_deg}")
         self.photometric, self.geometric = photometric, geometric
         self.scale_range, self.geometric_p = scale_range, geometric_p
+        self.bev_rotation, self.bev_raster_grid = np.deg2rad(bev_rotation_deg), bev_raster_grid
         self._photo = photometric_pipeline() if photometric else None
+
+    @property
+    def active(self) -> bool:
+        return self.photometric or self.geometric or self.bev_rotation > 0
 
     def __call__(self, sample: Mapping, key: Sequence[int]) -> dict:
         rng = np.random.default_rng(list(key))
         n = len(sample["camera_names"])
         H, W = sample["images"].shape[1:3]
         out = dict(sample)
+        if self.bev_rotation > 0:  # own stream: the same key (all frames of a clip) gives the same yaw
+            theta = np.random.default_rng([*key, 0xB0A]).uniform(-self.bev_rotation, self.bev_rotation)
+            out = rotate_sample(out, theta, self.bev_raster_grid)
         if self.geometric:
             scales, offsets = [], []
             for _ in range(n):

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hydranet.bevgrid import BevGrid
 from hydranet.config import ConfigError, apply_overrides, from_dict, load_config, to_dict
 from hydranet.data import SimDataset
 from hydranet.loader import Augmenter, Collate, StepBatchSampler, TrainingFrames
@@ -54,6 +55,7 @@ class AugmentConfig:
     geometric: bool = True
     scale_range: tuple[float, float] = (1.0, 1.25)  # random zoom, then crop back to image_size
     geometric_p: float = 0.5
+    bev_rotation_deg: float = 0.0  # BEV models: random yaw of the ego frame in [-a, a] (hydranet/bev_augment.py)
 
 
 @dataclass(frozen=True)
@@ -282,8 +284,10 @@ def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None
     ds = SimDataset(root or cfg.data.root, cameras=list(cfg.data.cameras) if cfg.data.cameras else None,
                     on_bad_frame=cfg.data.on_bad_frame)
     a = cfg.augment
-    aug = Augmenter(a.photometric, a.geometric, a.scale_range, a.geometric_p) \
-        if augment and (a.photometric or a.geometric) else None
+    bev = model.fusion is not None
+    aug = Augmenter(a.photometric, a.geometric, a.scale_range, a.geometric_p, a.bev_rotation_deg if bev else 0.0,
+                    BevGrid.from_meta(ds.meta) if bev and "bev" in ds.meta else None)
+    aug = aug if augment and aug.active else None
     T = video_frames(model) if clip_length is None else clip_length
     return TrainingFrames(ds, dict(model.heads.items()), cfg.data.image_size, aug, cfg.seed, clip_length=T)
 
