@@ -88,6 +88,14 @@ def check_tensorrt(model, batch_axis_names=BATCH_AXIS_NAMES) -> TrtReport:
                               "(a plugin would be needed)")
         elif op not in ops:
             rep.errors.append(f"operator {op} is not supported by TensorRT 10's ONNX parser ({SUPPORTED_OPS_FILE.name})")
+    for n in _nodes(model.graph):
+        reduction = next((a.s.decode() for a in n.attribute if a.name == "reduction"), "none")
+        if n.op_type in ("ScatterElements", "ScatterND") and reduction != "none":
+            rep.warnings.append(f"{n.op_type} '{n.name}' with reduction '{reduction}' (the LSS splat): TensorRT's core "
+                                "layer has no reduction, the parser uses the scatterElements plugin of libnvinfer_plugin "
+                                "(load it; onnx-tensorrt #953 reports failures when indices outnumber outputs); "
+                                "model.bev.method lut avoids it")
+            break
     for vi in list(model.graph.input) + list(model.graph.output):
         dims = _dims(vi)
         sym = [d for d in dims if isinstance(d, str)]

@@ -341,6 +341,11 @@ def test_onnx_export_of_the_fused_model_equals_eager(tmp_path, method, lift_op):
     graph = onnx.load(str(path)).graph
     assert {n.domain for n in graph.node} <= {"", "ai.onnx"}  # standard operators only
     assert {"GridSample", lift_op} <= {n.op_type for n in graph.node}
+    from deploy.trt_check import check_tensorrt
+
+    rep = check_tensorrt(str(path))  # operators TensorRT parses; the LSS splat needs TensorRT's bundled plugin
+    assert rep.ok, rep.format()
+    assert any("scatterElements plugin" in w for w in rep.warnings) == (method == "lss")
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = sess.run(None, {"images": images.numpy(), "prev_bev": prev.numpy(), "ego_motion": motion.numpy()})
     with torch.no_grad():

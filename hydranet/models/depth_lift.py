@@ -10,7 +10,8 @@ Where a frustum point falls depends only on the calibration, so the cell of ever
 points outside the grid, behind the camera or outside `z_range` go to one extra dump row that is
 dropped. At run time the splat is one `scatter_add` on those constant indices (ONNX
 ScatterElements with reduction "add", opset >= 16), so the network still exports to one graph
-with no custom operator. Compared with the LUT lift (hydranet.models.view_transform), features
+with standard operators only (TensorRT runs a reducing scatter through the scatterElements
+plugin it ships; deploy/trt_check.py warns, docs/bev.md). Compared with the LUT lift (hydranet.models.view_transform), features
 land at the depth the network believes, not smeared along the whole ray.
 """
 from __future__ import annotations
