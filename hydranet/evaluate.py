@@ -87,7 +87,7 @@ def evaluate(model: HydraNet, frames: TrainingFrames, batch_size: int = 2, devic
     at a time, feeding its BEV queue back within each scene. `results_json`: write det3d
     predictions there in the nuScenes submission format (hydranet/nuscenes_results.py).
     `on_outputs(raw, batch)`: called with every batch's raw head outputs (mode "tensor") and the
-    batch (its targets included), for diagnostics beyond the heads' metrics."""
+    batch (its targets included), for diagnostics beyond the heads' metrics (torch models only)."""
     from hydranet.data import SimDataset
     from hydranet.metrics import DetectionConfig, evaluate_boxes
     from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
@@ -123,12 +123,15 @@ def evaluate(model: HydraNet, frames: TrainingFrames, batch_size: int = 2, devic
                 batch["prev_bev"], batch["ego_motion"] = state, relative_motion(prev_pose, batch["ego2world"])
             prev_scene, prev_pose = scene, batch["ego2world"]
         with torch.no_grad():
-            raw = model(to_device(batch, device), "tensor")
+            if on_outputs is None:  # an OnnxPredictor (deploy) stands in for the model here: "predict" only
+                decoded = model(to_device(batch, device), "predict")
+            else:  # the raw outputs for the probe, then the decoding of mode "predict"
+                raw = model(to_device(batch, device), "tensor")
+                bev_state = raw.pop("bev_state", None)
+                on_outputs(raw, batch)
+                decoded = {**model.decode(raw), **({"bev_state": bev_state} if bev_state is not None else {})}
         if video:
-            state = raw.pop("bev_state")["bev_queue"].cpu()
-        if on_outputs is not None:
-            on_outputs(raw, batch)
-        decoded = model.decode(raw)  # = mode "predict"
+            state = decoded["bev_state"]["bev_queue"].cpu()
         for n, m in metrics.items():
             m.update(decoded[n], batch["targets"][n])
         if det3d is not None:

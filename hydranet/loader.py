@@ -186,7 +186,8 @@ class TrainingFrames(torch.utils.data.Dataset):
     Without an augmenter, items may be plain indices.
 
     `clip_length` T > 1 (a model with the video module, docs/bev.md): item i is the clip of T
-    frames of one scene ending at dataset frame `clip_ends(T)[i]`; images (T, N, 3, H, W),
+    frames of one scene ending at dataset frame i (`SimDataset.clip(i, T, pad=True)`: the first
+    T-1 frames of a scene repeat the scene's first frame); images (T, N, 3, H, W),
     intrinsics (T, N, 3, 3), cam2ego (T, N, 4, 4), ego2world (T, 4, 4), targets of the last frame.
     Every frame of a clip gets the same augmentation (same crop per camera, same photometrics)."""
 
@@ -198,8 +199,10 @@ class TrainingFrames(torch.utils.data.Dataset):
         # `cache_mb`: decoding PNG/JPEG is most of a frame's loading cost and small sets fit in memory
         self._cache: dict[int, dict] = {}
         self._cache_room = int(cache_mb) << 20
-        self.ends = data.clip_ends(self.clip_length) if self.clip_length > 1 else None
-        if self.ends is not None and not self.ends:
+        # every frame ends a clip; the first T-1 of a scene are padded with its first frame (stream
+        # starts: the video module is trained on them as it meets them in evaluation and in the car)
+        self.ends = data.clip_ends(self.clip_length, pad=True) if self.clip_length > 1 else None
+        if self.ends is not None and not data.clip_ends(self.clip_length):
             raise ValueError(f"{data.root}: no scene has {self.clip_length} frames for a clip of model.bev.video_frames="
                              f"{self.clip_length}; generate longer scenes (sim frames_per_scene) or lower video_frames")
 
@@ -236,7 +239,7 @@ class TrainingFrames(torch.utils.data.Dataset):
         epoch, index = item if isinstance(item, tuple) else (0, item)
         if self.ends is None:
             return [self.prepare(item)]
-        return [self._transform(s, epoch, index) for s in self.data.clip(self.ends[index], self.clip_length)]
+        return [self._transform(s, epoch, index) for s in self.data.clip(self.ends[index], self.clip_length, pad=True)]
 
     def __getitem__(self, item: int | tuple[int, int]) -> dict:
         clip = self.prepare_clip(item)

@@ -309,6 +309,29 @@ def test_streaming_state_equals_the_clip():
     torch.testing.assert_close(out["det3d"]["heatmap"], ref["det3d"]["heatmap"], atol=1e-4, rtol=1e-4)
 
 
+def test_stream_start_sees_a_standing_scene():
+    """An all-zero queue (no history) is replaced by the current map: the first frame fed alone
+    equals the frame fed with itself as history (identity motion), and a clip padded with its
+    first frame (the loader's stream starts) equals streaming from that frame."""
+    torch.manual_seed(0)
+    rig = load_rig("nuscenes6")
+    model = build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=3)),
+                        {**META, "rig": rig.to_dict()}).eval()
+    f0, f1 = (_sample(rig.resized(W, H), seed=s) for s in range(2))
+    with torch.no_grad():
+        alone = model({k: v[:, 0] for k, v in _batch(model, [f0]).items() if k != "targets"}, "tensor")
+        own = alone["bev_state"]["bev_queue"][:, :1].expand(-1, 2, -1, -1, -1)  # (1, 2, C, X, Y): itself as history
+        again = model({**{k: v[:, 0] for k, v in _batch(model, [f0]).items() if k != "targets"},
+                       "prev_bev": own, "ego_motion": torch.eye(4)[None]}, "tensor")
+        torch.testing.assert_close(alone["det3d"]["heatmap"], again["det3d"]["heatmap"])
+        padded = model(_batch(model, [f0, f0, f1]), "tensor")
+        step = {k: v[:, 1] for k, v in _batch(model, [f0, f1]).items() if k in ("images", "intrinsics", "cam2ego")}
+        streamed = model({**step, "prev_bev": alone["bev_state"]["bev_queue"],
+                          "ego_motion": relative_motion(torch.from_numpy(f0["ego2world"])[None],
+                                                        torch.from_numpy(f1["ego2world"])[None])}, "tensor")
+    torch.testing.assert_close(padded["det3d"]["heatmap"], streamed["det3d"]["heatmap"], atol=1e-4, rtol=1e-4)
+
+
 # -- export ---------------------------------------------------------------------------------------
 class _Exported(torch.nn.Module):
     """Flat tensors in and out: images (B, N, 3, H, W), prev_bev, ego_motion -> head outputs + queue."""
@@ -351,5 +374,11 @@ def test_onnx_export_of_the_fused_model_equals_eager(tmp_path, method, lift_op):
     with torch.no_grad():
         ref = wrapped(images, prev, motion)
     assert len(got) == len(ref)
+    for g, r in zip(got, ref):
+        np.testing.assert_allclose(g, r.numpy(), atol=1e-4, rtol=1e-4)
+    zeros = torch.zeros_like(prev)  # a stream start: the graph fills the queue with the current map
+    got = sess.run(None, {"images": images.numpy(), "prev_bev": zeros.numpy(), "ego_motion": motion.numpy()})
+    with torch.no_grad():
+        ref = wrapped(images, zeros, motion)
     for g, r in zip(got, ref):
         np.testing.assert_allclose(g, r.numpy(), atol=1e-4, rtol=1e-4)

@@ -238,6 +238,11 @@ def test_clip(dataset):
     assert ds.clip_ends(3) == [2]
     with pytest.raises(ValueError, match="clip_ends"):
         ds.clip(1, 3)
+    # padded: a stream start repeats the scene's first frame
+    assert [s["frame_index"] for s in ds.clip(1, 3, pad=True)] == [0, 0, 1]
+    assert [s["frame_index"] for s in ds.clip(0, 3, pad=True)] == [0, 0, 0]
+    assert [s["frame_index"] for s in ds.clip(2, 3, pad=True)] == [0, 1, 2]
+    assert ds.clip_ends(3, pad=True) == list(range(len(ds)))
 
 
 def test_layering():

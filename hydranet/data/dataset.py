@@ -156,30 +156,35 @@ class SimDataset:
     def __getitem__(self, i: int) -> dict:
         return self._first_good(self._index(i))
 
-    def clip(self, i: int, length: int) -> list[dict]:
+    def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
         """The `length` consecutive frames of one scene ending at flat index i, oldest first.
-        Raises ValueError if frame i has fewer than length-1 frames before it in its scene
-        (see `clip_ends(length)` for the valid i)."""
-        i, ends = self._index(i), self.clip_ends(length)
+        Raises ValueError if frame i has fewer than length-1 frames before it in its scene (see
+        `clip_ends(length)` for the valid i), unless `pad`: then the clip starts with its scene's
+        first frame repeated (a stream start: the video module sees no motion before it)."""
+        i, ends = self._index(i), self.clip_ends(length, pad)
         if i not in ends:
             s, f = self._frames[i]
             raise ValueError(f"frame {i} is frame {f} of scene {self.scenes[s]['name']}; a clip of length {length} "
-                             f"needs at least {length - 1} earlier frames; pick i from clip_ends({length})")
+                             f"needs at least {length - 1} earlier frames; pick i from clip_ends({length}) or pass pad=True")
         pos = ends.index(i)
         order = ends[pos:] + ends[:pos]
         for j in order:
+            have = min(length - 1, self._frames[j][1])  # earlier frames of its scene in the clip
             try:
-                return [self._load_checked(k) for k in range(j - length + 1, j + 1)]
+                frames = [self._load_checked(k) for k in range(j - have, j + 1)]
             except DatasetError:
                 if self.on_bad_frame == "raise":
                     raise
+                continue
+            return [frames[0]] * (length - 1 - have) + frames
         raise DatasetError(f"{self.root}: no clip of length {length} is readable ({len(self.skipped)} bad files); regenerate the dataset")
 
-    def clip_ends(self, length: int) -> list[int]:
-        """Flat indices i for which `clip(i, length)` has enough history in its scene."""
+    def clip_ends(self, length: int, pad: bool = False) -> list[int]:
+        """Flat indices i for which `clip(i, length)` has enough history in its scene (every
+        frame with `pad`)."""
         if length < 1:
             raise ValueError(f"clip length must be >= 1, got {length}")
-        return [i for i, (_, f) in enumerate(self._frames) if f >= length - 1]
+        return [i for i, (_, f) in enumerate(self._frames) if pad or f >= length - 1]
 
     # -- loading -------------------------------------------------------------------------
     def _index(self, i: int) -> int:

@@ -78,9 +78,13 @@ class VideoQueue(nn.Module):
         return out.view(B, K, C, X, Y)
 
     def forward(self, bev: torch.Tensor, queue: torch.Tensor, ego_motion: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """bev (B, C, X, Y) of this frame, queue (B, T-1, C, X, Y), ego_motion (B, 4, 4) ->
+        """bev (B, C, X, Y) of this frame, queue (B, T-1, C, X, Y) (zeros = no history),
+        ego_motion (B, 4, 4) ->
         (fused (B, C, X, Y), new queue (B, T-1, C, X, Y) aligned to this frame)."""
-        past = self.warp(queue, ego_motion)  # (B, T-1, C, X, Y)
+        # an all-zero slot holds no history (a stream start): it takes the current map, so the
+        # first frames of a stream look like a standing scene rather than an empty one
+        empty = queue.flatten(2).abs().amax(-1) == 0  # (B, T-1)
+        past = torch.where(empty[..., None, None, None], bev[:, None].expand_as(queue), self.warp(queue, ego_motion))
         fused = self.fuse(torch.cat([bev[:, None], past], 1).flatten(1, 2))  # (B, C, X, Y)
         return fused, torch.cat([bev[:, None], past[:, :-1]], 1)
 
