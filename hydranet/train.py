@@ -289,7 +289,7 @@ def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None
                     BevGrid.from_meta(ds.meta) if bev and "bev" in ds.meta else None)
     aug = aug if augment and aug.active else None
     T = video_frames(model) if clip_length is None else clip_length
-    return TrainingFrames(ds, dict(model.heads.items()), cfg.data.image_size, aug, cfg.seed, clip_length=T)
+    return TrainingFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T)
 
 
 def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = None, progress: bool = True,
@@ -326,10 +326,10 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
 
     frames = build_training_data(cfg, model)
     sampler = StepBatchSampler(len(frames), cfg.batch_size, cfg.seed, cfg.steps, start, d.rank, d.world)
-    loader = torch.utils.data.DataLoader(frames, batch_sampler=sampler, collate_fn=Collate(model.heads),
+    loader = torch.utils.data.DataLoader(frames, batch_sampler=sampler, collate_fn=Collate(model.target_builders()),
                                          num_workers=cfg.num_workers, persistent_workers=False,
                                          generator=torch.Generator().manual_seed(cfg.seed))  # not the global RNG
-    heads = list(model.heads)
+    heads = model.objectives  # the losses every step must keep finite
     ckpt_path = out / CHECKPOINT
     config_json = json.dumps(to_dict(cfg))
     meta_json = json.dumps(meta)

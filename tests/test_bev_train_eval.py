@@ -157,7 +157,8 @@ def test_viz_shows_the_bev_panels(data, run, tmp_path):
 @pytest.mark.parametrize("method", ["lut", "lss"])
 def test_custom_rig_of_mixed_resolutions_trains_evaluates_and_exports(tmp_path, method):
     """5 cameras of 4 sizes from a calibration YAML: resized to one model input; no code change;
-    both view transforms (projection tables, depth-distribution splat), with BEV rotation augmentation."""
+    both view transforms (projection tables, depth-distribution splat with depth supervision), with
+    BEV rotation augmentation."""
     rig = tmp_path / "rig5.yaml"
     rig.write_text(RIG5)
     data = generate_dataset(tmp_path / "sim", SimConfig(rig=str(rig), frames_per_scene=2, bev_range=32.0), scenes=1,
@@ -165,7 +166,7 @@ def test_custom_rig_of_mixed_resolutions_trains_evaluates_and_exports(tmp_path, 
     assert len({img.shape for img in SimDataset(data)[0]["images"]}) == 4
     cfg = load_experiment(BEV_YAML, [f"data.root={data}", "steps=2", "checkpoint_every=2", "model.bev.video_frames=2",
                                      *SMALL, "batch_size=1", f"model.bev.method={method}",
-                                     "augment.bev_rotation_deg=30"])
+                                     "augment.bev_rotation_deg=30", f"model.bev.depth_weight={float(method == 'lss')}"])
     train(cfg, tmp_path / "run", progress=False)
     res = evaluate_checkpoint(tmp_path / "run", data, tmp_path / "metrics.json", progress=False)
     assert "nuscenes/NDS" in res["model"]["det3d"] and res["frames"] == 2

@@ -53,6 +53,7 @@ class BevConfig:
     method: str = "lut"  # lut (Fast-BEV projection tables) | lss (Lift-Splat-Shoot depth distributions)
     depth_bins: tuple[float, float, float] = (1.0, 50.0, 1.0)
     z_range: tuple[float, float] = (-1.0, 4.0)
+    depth_weight: float = 0.0  # lss: weight of the depth supervision by the camera depth maps (BEVDepth); 0 = off
     encoder_depth: int = 2
     image_size: tuple[int, int] | None = None
     video_frames: int = 1

@@ -13,14 +13,22 @@ ScatterElements with reduction "add", opset >= 16), so the network still exports
 with standard operators only (TensorRT runs a reducing scatter through the scatterElements
 plugin it ships; deploy/trt_check.py warns, docs/bev.md). Compared with the LUT lift (hydranet.models.view_transform), features
 land at the depth the network believes, not smeared along the whole ray.
+
+Depth supervision (BEVDepth, Li et al., 2023), optional (`model.bev.depth_weight` > 0): the depth
+distributions are also trained against the cameras' depth maps, which the sim renders exactly
+(`DepthSupervision`: per feature pixel the nearest surface of its stride x stride patch, as
+BEVDepth takes the nearest lidar point, in its bin; cross-entropy; pixels with no depth in range
+are ignored). It is an extra objective of the model's balancer, named "view_depth".
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from hydranet.bevgrid import BevGrid
 from hydranet.models.view_transform import ViewTransform, no_camera_sees
@@ -96,19 +104,75 @@ def splat_features(depth: torch.Tensor, context: torch.Tensor, index: torch.Tens
     return out[:, :, :-1].reshape(F_, C, X, Y)
 
 
+def depth_bin_targets(depth: np.ndarray, depths: np.ndarray, stride: int) -> np.ndarray:
+    """Camera depth maps (N, H, W) metres (0 = none) -> bin index (N, H/stride, W/stride) of the
+    nearest surface in each stride x stride patch (the bin whose centre is closest), -1 where the
+    patch has no depth or it falls outside the bins."""
+    N, H, W = depth.shape
+    d = np.where(depth > 0, depth, np.inf).reshape(N, H // stride, stride, W // stride, stride).min((2, 4))
+    step = depths[1] - depths[0] if len(depths) > 1 else 1.0
+    k = np.floor((d - depths[0]) / step + 0.5)
+    return np.where(np.isfinite(k) & (k >= 0) & (k < len(depths)), k, -1).astype(np.int64)
+
+
+class DepthSupervision:
+    """The "view_depth" objective: targets and loss in the shape of a task's (build_targets,
+    collate, loss). outputs: depth logits (B, N, D, h, w) of the last frame; targets {"bins":
+    (B, N, h, w) int64, -1 = ignored}."""
+
+    name = "view_depth"
+
+    def __init__(self, depths: np.ndarray, stride: int):
+        self.depths, self.stride = depths, stride
+
+    def build_targets(self, sample: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if "depth" not in sample:
+            raise ValueError("model.bev.depth_weight > 0 needs the cameras' depth maps: the dataset has no depth "
+                             "channel (regenerate it with depth, or set model.bev.depth_weight=0)")
+        return {"bins": depth_bin_targets(np.asarray(sample["depth"], np.float32), self.depths, self.stride)[None]}
+
+    def collate(self, targets: Sequence[Mapping[str, np.ndarray]]) -> dict[str, torch.Tensor]:
+        return {"bins": torch.from_numpy(np.concatenate([t["bins"] for t in targets]))}  # (B, N, h, w)
+
+    def loss(self, logits: torch.Tensor, targets: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        bins = targets["bins"].to(logits.device)
+        if logits.shape[:2] + logits.shape[3:] != bins.shape:
+            raise ValueError(f"view_depth: logits {tuple(logits.shape)} do not fit targets {tuple(bins.shape)}")
+        if not (bins >= 0).any():
+            return {"ce": logits.sum() * 0.0}
+        return {"ce": F.cross_entropy(logits.float().transpose(1, 2), bins, ignore_index=-1)}
+
+
 class DepthViewTransform(ViewTransform):
     """Lift-Splat-Shoot: the 1x1 conv gives D depth logits and out_channels context channels per
-    feature pixel; softmax over depth, outer product, splat through the frustum table."""
+    feature pixel; softmax over depth, outer product, splat through the frustum table. With
+    `supervise`, the last forward's depth logits (F, N, D, h, w) stay in `depth_logits` for the
+    `DepthSupervision` objective."""
 
     table_names = ("splat_index",)
 
     def __init__(self, in_channels: int, out_channels: int, grid: BevGrid, bins: Sequence[float] = (1.0, 50.0, 1.0),
-                 z_range: Sequence[float] = (-1.0, 4.0), stride: int = 8, encoder_depth: int = 2):
+                 z_range: Sequence[float] = (-1.0, 4.0), stride: int = 8, encoder_depth: int = 2, supervise: bool = False):
         depths = depth_bins(bins)
         if not z_range[0] < z_range[1]:
             raise ValueError(f"model.bev.z_range must be [min, max] with min < max, got {list(z_range)}")
         super().__init__(in_channels, len(depths) + out_channels, out_channels, grid, stride, encoder_depth)
         self.depths, self.z_range = depths, (float(z_range[0]), float(z_range[1]))
+        self.supervision = DepthSupervision(depths, stride) if supervise else None
+        self.depth_logits: torch.Tensor | None = None
+
+    def observe(self, x: torch.Tensor) -> None:
+        if self.supervision is not None:
+            self.depth_logits = x[:, :, :len(self.depths)]  # (F, N, D, h, w)
+
+    @property
+    def auxiliary(self) -> dict:
+        return {self.supervision.name: self.supervision} if self.supervision is not None else {}
+
+    def auxiliary_outputs(self) -> dict[str, torch.Tensor]:
+        if self.supervision is None or self.depth_logits is None:
+            return {}
+        return {self.supervision.name: self.depth_logits}
 
     def make_table(self, K, T, image_hw, camera_names=None) -> FrustumTable:
         return frustum_table(self.grid, self.depths, self.z_range, K, T, image_hw, self.stride, camera_names)

@@ -47,7 +47,7 @@ _IMAGENET_STD = (0.229, 0.224, 0.225)
 VIEW_TRANSFORMS = {  # model.bev.method -> view transform (in_channels, grid, feature stride, BevConfig)
     "lut": lambda c, grid, stride, cfg: LutViewTransform(c, cfg.channels, grid, cfg.heights, stride, cfg.encoder_depth),
     "lss": lambda c, grid, stride, cfg: DepthViewTransform(c, cfg.channels, grid, cfg.depth_bins, cfg.z_range, stride,
-                                                          cfg.encoder_depth),
+                                                          cfg.encoder_depth, supervise=cfg.depth_weight > 0),
 }
 
 
@@ -82,9 +82,13 @@ class HydraNet(nn.Module):
                                  f"at stride {neck.strides[0]}")
         self.backbone, self.neck, self.fusion = backbone, neck, fusion
         self.heads = nn.ModuleDict(heads)
-        self.balancer = balancer if balancer is not None else FixedWeights(list(heads))
-        if set(self.balancer.task_names) != set(heads):
-            raise ValueError(f"balancer tasks {sorted(self.balancer.task_names)} differ from heads {sorted(heads)}")
+        # auxiliary objectives of the fusion (LSS depth supervision): balanced like the heads' losses
+        self.auxiliary = dict(fusion.auxiliary) if fusion is not None and hasattr(fusion, "auxiliary") else {}
+        self.objectives = list(heads) + list(self.auxiliary)
+        self.balancer = balancer if balancer is not None else FixedWeights(self.objectives)
+        if set(self.balancer.task_names) != set(self.objectives):
+            raise ValueError(f"balancer tasks {sorted(self.balancer.task_names)} differ from the objectives "
+                             f"{sorted(self.objectives)} (heads + auxiliary)")
         self.register_buffer("mean", torch.tensor(_IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(_IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
 
@@ -122,20 +126,26 @@ class HydraNet(nn.Module):
         if mode == "loss":
             if "targets" not in batch:
                 raise ValueError("mode 'loss' needs batch['targets'] ({task: Task.collate(...)})")
+            if self.auxiliary:
+                outputs.update(self.fusion.auxiliary_outputs(images.shape[0]))
             return self.loss(outputs, batch["targets"])
         return {**self.decode(outputs), "bev_state": state} if state else self.decode(outputs)
 
     def loss(self, outputs: Mapping[str, Any], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Named losses: "<task>.<component>", "<task>" (sum of its components), "loss" (balanced total)."""
         out: dict[str, torch.Tensor] = {}
-        for name, task in self.heads.items():
+        for name, objective in self.target_builders().items():
             if name not in targets:
                 raise ValueError(f"no targets for task '{name}' (targets have {sorted(targets)})")
-            parts = task.loss(outputs[name], targets[name])
+            parts = objective.loss(outputs[name], targets[name])
             out.update({f"{name}.{k}": v for k, v in parts.items()})
             out[name] = sum(parts.values())
-        out["loss"] = self.balancer.combine({n: out[n] for n in self.heads})
+        out["loss"] = self.balancer.combine({n: out[n] for n in self.objectives})
         return out
+
+    def target_builders(self) -> dict[str, Any]:
+        """What builds and collates training targets: the heads, then the auxiliary objectives."""
+        return {**self.heads, **self.auxiliary}
 
     def decode(self, outputs: Mapping[str, Any]) -> dict[str, list]:
         """Per task the list of B*N per-image results (index b*N + n)."""
@@ -151,7 +161,7 @@ class HydraNet(nn.Module):
         shared = self.shared_parameters()
         ids = {id(p) for p in shared}
         others = [p for p in self.parameters() if id(p) not in ids]
-        self.balancer.backward({n: losses[n] for n in self.heads}, shared, others)
+        self.balancer.backward({n: losses[n] for n in self.objectives}, shared, others)
 
     def load_weights(self, state: Mapping[str, torch.Tensor], partial: bool = False) -> dict[str, list[str]]:
         """Load a state dict; one that does not fit raises ValueError listing the keys (unless `partial`)."""
@@ -172,7 +182,9 @@ def build_model(cfg: ModelConfig, meta: Mapping[str, Any]) -> HydraNet:
         bev_meta = {**meta, "bev_grid": fusion.grid.as_dict()}
     heads = {t.name: build_task(t.name, bev_meta, cfg.bev.channels, t.options) if t.name in BEV_TASKS
              else build_task(t.name, meta, neck.out_channels[0], t.options) for t in cfg.tasks}
-    balancer = build_balancer(cfg.balancer, names, {t.name: t.weight for t in cfg.tasks})
+    aux = fusion.auxiliary if fusion is not None else {}
+    weights = {t.name: t.weight for t in cfg.tasks} | {name: cfg.bev.depth_weight for name in aux}
+    balancer = build_balancer(cfg.balancer, names + list(aux), weights)
     return HydraNet(backbone, neck, heads, fusion=fusion, balancer=balancer)
 
 
@@ -181,6 +193,9 @@ def build_fusion(cfg: BevConfig, meta: Mapping[str, Any], in_channels: int, stri
     meta["rig"] when the meta has one (else from the first batch's intrinsics/cam2ego)."""
     if cfg.method not in VIEW_TRANSFORMS:
         raise ValueError(f"unknown model.bev.method '{cfg.method}'; known: {list(VIEW_TRANSFORMS)}")
+    if cfg.depth_weight < 0 or (cfg.depth_weight > 0 and cfg.method != "lss"):
+        raise ValueError(f"model.bev.depth_weight {cfg.depth_weight} supervises the depth distributions of method 'lss' "
+                         f"(method is '{cfg.method}'); set it >= 0, and only with model.bev.method=lss")
     if cfg.x_range is not None and cfg.y_range is not None and cfg.resolution is not None:
         grid = BevGrid(tuple(cfg.x_range), tuple(cfg.y_range), float(cfg.resolution))
     else:

@@ -105,6 +105,15 @@ class BevFusion(nn.Module):
         self.view, self.video = view, video
         self.out_channels, self.grid = view.out_channels, view.grid
 
+    @property
+    def auxiliary(self) -> dict:
+        """The view transform's auxiliary objectives (LSS depth supervision), {name: objective}."""
+        return self.view.auxiliary
+
+    def auxiliary_outputs(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """Inputs of the auxiliary objectives for the last frame of each clip: {name: (B, ...)}."""
+        return {k: v.reshape(batch_size, -1, *v.shape[1:])[:, -1] for k, v in self.view.auxiliary_outputs().items()}
+
     def forward(self, feats: Sequence[torch.Tensor], batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         images = batch["images"]
         B, T = images.shape[0], (images.shape[1] if images.dim() == 6 else 1)

@@ -153,6 +153,18 @@ class ViewTransform(nn.Module):
         """x (F, N, lift_channels, h, w) -> (F, out_channels, X, Y)."""
         raise NotImplementedError
 
+    def observe(self, x: torch.Tensor) -> None:
+        """Sees every forward's lift input (F, N, lift_channels, h, w) (for auxiliary objectives)."""
+
+    @property
+    def auxiliary(self) -> dict:
+        """Auxiliary objectives {name: object with build_targets, collate, loss} (none here)."""
+        return {}
+
+    def auxiliary_outputs(self) -> dict[str, torch.Tensor]:
+        """The last forward's inputs of the auxiliary objectives, per frame (F, ...)."""
+        return {}
+
     # -- calibration ------------------------------------------------------------------------
     def _key(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int]) -> tuple:
         return (np.asarray(K, np.float32).tobytes(), np.asarray(T, np.float32).tobytes(), tuple(image_hw))
@@ -195,6 +207,7 @@ class ViewTransform(nn.Module):
         x = self.reduce(self.merge(feats))  # (F*N, C', h, w)
         FN, C, h, w = x.shape
         x = x.view(num_frames, FN // num_frames, C, h, w)  # (F, N, C', h, w)
+        self.observe(x)
         exporting = torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
         if intrinsics is None or cam2ego is None or exporting:
             if self._default_key is None:
