@@ -88,14 +88,16 @@ def check_tensorrt(model, batch_axis_names=BATCH_AXIS_NAMES) -> TrtReport:
                               "(a plugin would be needed)")
         elif op not in ops:
             rep.errors.append(f"operator {op} is not supported by TensorRT 10's ONNX parser ({SUPPORTED_OPS_FILE.name})")
-    for n in _nodes(model.graph):
-        reduction = next((a.s.decode() for a in n.attribute if a.name == "reduction"), "none")
-        if n.op_type in ("ScatterElements", "ScatterND") and reduction != "none":
-            rep.warnings.append(f"{n.op_type} '{n.name}' with reduction '{reduction}' (the LSS splat): TensorRT's core "
-                                "layer has no reduction, the parser uses the scatterElements plugin of libnvinfer_plugin "
-                                "(load it; onnx-tensorrt #953 reports failures when indices outnumber outputs); "
-                                "model.bev.method lut avoids it")
-            break
+    reducing = [(n.op_type, n.name) for n in _nodes(model.graph) if n.op_type in ("ScatterElements", "ScatterND")
+                and next((a.s.decode() for a in n.attribute if a.name == "reduction"), "none") != "none"]
+    if any(op == "ScatterElements" for op, _ in reducing):
+        rep.warnings.append("ScatterElements with a reduction (the LSS splat): TensorRT's core scatter layer has none, "
+                            "its parser uses the scatterElements plugin of libnvinfer_plugin (load it; onnx-tensorrt #953 "
+                            "reports failures when indices outnumber outputs); model.bev.method lut avoids it")
+    for op, name in reducing:
+        if op == "ScatterND":
+            rep.errors.append(f"ScatterND '{name}' has a reduction: TensorRT's parser lowers ScatterND to a scatter "
+                              "layer without one (onnx-tensorrt #957), so results would be wrong; use ScatterElements")
     for vi in list(model.graph.input) + list(model.graph.output):
         dims = _dims(vi)
         sym = [d for d in dims if isinstance(d, str)]

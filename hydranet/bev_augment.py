@@ -6,10 +6,12 @@ theta, R = rot_z(theta) maps the old ego frame to the new one, so
     cam2ego  -> R cam2ego          (the view transform's tables follow: the lifted BEV turns)
     ego2world -> ego2world R^-1     (the video module's ego motion stays consistent)
     3D boxes: centre R c, yaw + theta, velocity R v;  3D lane points R p;  ego velocity R v
-    bev raster: resampled (nearest) so that cell (x', y') holds the old value at R^-1 (x', y')
+    bev raster: resampled (nearest) so that cell (x', y') holds the old value at R^-1 (x', y');
+                "bev_valid" (X, Y) marks the cells that came from inside the old raster
 
 Every frame of a clip must get the same theta (the loader seeds all frames of a clip alike).
-Cells that come from outside the old raster are 0 (no road, no object).
+Cells that come from outside the old raster are 0 and not valid: the bevmap targets ignore them
+rather than learn them as "no road, no object".
 """
 from __future__ import annotations
 
@@ -22,15 +24,19 @@ from hydranet.bevgrid import BevGrid
 from hydranet.geometry import invert_rigid, make_transform, rot_z
 
 
-def rotate_raster(raster: np.ndarray, grid: BevGrid, theta: float) -> np.ndarray:
-    """raster (C, X, Y) on `grid` turned by yaw theta about the ego origin (nearest neighbour)."""
+def rotate_raster(raster: np.ndarray, grid: BevGrid, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """raster (C, X, Y) on `grid` turned by yaw theta about the ego origin (nearest neighbour).
+    Returns the turned raster and inside (X, Y) bool: the cells whose source lies in the old raster
+    (the others are 0 and unknown, not empty)."""
     X, Y = grid.shape
     new_xy = grid.cell_centers().reshape(-1, 2)  # (X*Y, 2) ego x, y of every destination cell
     old_xy = new_xy @ rot_z(theta)[:2, :2]  # R^-1 p as row vectors: p R
     rc = grid.to_cell(old_xy).reshape(X, Y, 2).astype(np.float32)  # source (row, col)
     out = [cv2.remap(np.ascontiguousarray(ch), rc[..., 1], rc[..., 0], cv2.INTER_NEAREST,
                      borderMode=cv2.BORDER_CONSTANT, borderValue=0) for ch in raster]
-    return np.stack(out).astype(raster.dtype)
+    near = np.floor(rc + 0.5)
+    inside = (near[..., 0] >= 0) & (near[..., 0] < X) & (near[..., 1] >= 0) & (near[..., 1] < Y)
+    return np.stack(out).astype(raster.dtype), inside
 
 
 def rotate_sample(sample: Mapping, theta: float, raster_grid: BevGrid | None = None) -> dict:
@@ -45,7 +51,10 @@ def rotate_sample(sample: Mapping, theta: float, raster_grid: BevGrid | None = N
     if "bev" in sample:
         if raster_grid is None:
             raise ValueError("rotate_sample: the sample has a bev raster but no raster_grid was given")
-        out["bev"] = rotate_raster(np.asarray(sample["bev"]), raster_grid, theta)
+        out["bev"], inside = rotate_raster(np.asarray(sample["bev"]), raster_grid, theta)
+        if "bev_valid" in sample:  # already turned once: what was unknown stays unknown
+            inside &= rotate_raster(np.asarray(sample["bev_valid"])[None].astype(np.uint8), raster_grid, theta)[0][0] > 0
+        out["bev_valid"] = inside  # (X, Y) bool: raster cells that are known (bevmap ignores the rest)
     labels = dict(sample["labels"])
     labels["boxes3d"] = [{**b, "center": (R3 @ np.asarray(b["center"], np.float64)).tolist(),
                           "yaw": float(np.arctan2(np.sin(b["yaw"] + theta), np.cos(b["yaw"] + theta))),

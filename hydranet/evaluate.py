@@ -96,6 +96,8 @@ def evaluate(model: HydraNet, frames: TrainingFrames, batch_size: int = 2, devic
     if frames.clip_length != 1:
         raise ValueError("evaluate() takes single frames (TrainingFrames clip_length=1); the video queue is fed "
                          "frame by frame")
+    if on_outputs is not None and not isinstance(model, HydraNet):
+        raise ValueError(f"evaluate(on_outputs=...) needs a torch HydraNet (raw outputs), not a {type(model).__name__}")
     model.eval().to(device)
     video = _video_frames(model) > 1
     loader = torch.utils.data.DataLoader(frames, batch_size=1 if video else batch_size, shuffle=False,
@@ -122,14 +124,13 @@ def evaluate(model: HydraNet, frames: TrainingFrames, batch_size: int = 2, devic
             if state is not None and scene == prev_scene:
                 batch["prev_bev"], batch["ego_motion"] = state, relative_motion(prev_pose, batch["ego2world"])
             prev_scene, prev_pose = scene, batch["ego2world"]
-        with torch.no_grad():
-            if on_outputs is None:  # an OnnxPredictor (deploy) stands in for the model here: "predict" only
-                decoded = model(to_device(batch, device), "predict")
-            else:  # the raw outputs for the probe, then the decoding of mode "predict"
-                raw = model(to_device(batch, device), "tensor")
-                bev_state = raw.pop("bev_state", None)
-                on_outputs(raw, batch)
-                decoded = {**model.decode(raw), **({"bev_state": bev_state} if bev_state is not None else {})}
+        if on_outputs is None:  # an OnnxPredictor (deploy) stands in for the model here: "predict" only
+            decoded = model(to_device(batch, device), "predict")
+        else:  # the raw outputs for the probe, then the decoding of mode "predict"
+            raw = model(to_device(batch, device), "tensor")
+            bev_state = raw.pop("bev_state", None)
+            on_outputs(raw, batch)
+            decoded = {**model.decode(raw), **({"bev_state": bev_state} if bev_state is not None else {})}
         if video:
             state = decoded["bev_state"]["bev_queue"].cpu()
         for n, m in metrics.items():

@@ -202,9 +202,6 @@ class TrainingFrames(torch.utils.data.Dataset):
         # every frame ends a clip; the first T-1 of a scene are padded with its first frame (stream
         # starts: the video module is trained on them as it meets them in evaluation and in the car)
         self.ends = data.clip_ends(self.clip_length, pad=True) if self.clip_length > 1 else None
-        if self.ends is not None and not data.clip_ends(self.clip_length):
-            raise ValueError(f"{data.root}: no scene has {self.clip_length} frames for a clip of model.bev.video_frames="
-                             f"{self.clip_length}; generate longer scenes (sim frames_per_scene) or lower video_frames")
 
     def __len__(self) -> int:
         return len(self.data) if self.ends is None else len(self.ends)

@@ -216,10 +216,9 @@ def test_depth_supervision_trains_the_depth_distributions():
         losses["view_depth"].backward()
         opt.step()
     assert float(losses["view_depth.ce"]) < 0.5 * first
-    model.eval()
     with torch.no_grad():
-        model(batch, "loss")
-    assert (model.fusion.view.depth_logits.argmax(2) == 5).float().mean() > 0.9  # bin 5: centre 12 m
+        logits = model.eval()(batch, "tensor")["view_depth"]  # (B, N, D, h, w), also in mode "tensor"
+    assert (logits.argmax(2) == 5).float().mean() > 0.9  # bin 5: centre 12 m
 
 
 @pytest.mark.parametrize("bad, match", [({"depth_bins": (5.0, 1.0, 1.0)}, "depth_bins"), ({"z_range": (2.0, 1.0)}, "z_range"),

@@ -58,12 +58,15 @@ def test_cameras_see_the_same_pixels_and_the_world_does_not_move(theta):
 def test_raster_turns_with_the_frame():
     """A quarter turn left (theta = +90 deg) puts what was ahead (top rows) on the left (first columns)."""
     raster = np.random.default_rng(1).integers(0, 255, (3, *GRID.shape), dtype=np.uint8)
-    np.testing.assert_array_equal(rotate_raster(raster, GRID, np.pi / 2), np.rot90(raster, 1, axes=(1, 2)))
-    np.testing.assert_array_equal(rotate_raster(raster, GRID, 0.0), raster)
+    quarter, inside = rotate_raster(raster, GRID, np.pi / 2)
+    np.testing.assert_array_equal(quarter, np.rot90(raster, 1, axes=(1, 2)))
+    assert inside.all()
+    np.testing.assert_array_equal(rotate_raster(raster, GRID, 0.0)[0], raster)
     theta = 0.3  # any other yaw: every destination cell by hand (nearest source cell, 0 outside)
-    turned = rotate_raster(raster, GRID, theta)
+    turned, inside = rotate_raster(raster, GRID, theta)
     X, Y = GRID.shape
     expected = np.zeros_like(raster)
+    expected_inside = np.zeros(GRID.shape, bool)
     for r in range(X):
         for c in range(Y):
             x, y = 16.0 - (r + 0.5) * 0.5, 16.0 - (c + 0.5) * 0.5
@@ -71,7 +74,9 @@ def test_raster_turns_with_the_frame():
             ro, co = int(np.floor((16.0 - xo) / 0.5)), int(np.floor((16.0 - yo) / 0.5))
             if 0 <= ro < X and 0 <= co < Y:
                 expected[:, r, c] = raster[:, ro, co]
+                expected_inside[r, c] = True
     assert (turned != expected).any(0).mean() < 0.002  # only ties at cell borders may differ
+    assert (inside != expected_inside).mean() < 0.002 and 0.8 < inside.mean() < 0.95
     assert (turned[:, 0, 0] == 0).all() and (turned[:, X // 2, Y // 2] == raster[:, X // 2, Y // 2]).all()
 
 
@@ -103,3 +108,18 @@ def test_augmenter_turns_every_frame_of_a_clip_alike_and_is_seeded():
     assert not Augmenter(photometric=False, geometric=False).active
     with pytest.raises(ValueError, match="bev_rotation_deg"):
         Augmenter(bev_rotation_deg=-1.0)
+
+
+def test_bevmap_ignores_cells_turned_in_from_outside():
+    """The corners a turn brings in from outside the raster are unknown: bevmap's targets mark them
+    invalid instead of teaching "no road" there."""
+    from hydranet.tasks.bevmap import BevMapTask
+
+    task = BevMapTask(8, BevGrid((-16.0, 16.0), (-16.0, 16.0), 2.0), GRID)  # 16 x 16 cells over the 64 x 64 raster
+    s = _sample()
+    s["bev"] = np.full((3, *GRID.shape), 255, np.uint8)  # road everywhere
+    assert task.build_targets(s)["valid"].all()
+    t = task.build_targets(rotate_sample(s, np.deg2rad(30.0), GRID))
+    valid, road = t["valid"][0], t["mask"][0, 0]
+    assert not valid[0, 0] and not valid[-1, -1] and valid[8, 8]  # corners unknown, centre known
+    assert road[valid].all()  # every known cell is still road

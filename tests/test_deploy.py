@@ -289,6 +289,23 @@ def _graph(op: str, domain: str = "", in_type=TensorProto.FLOAT, dims=(1, 3, 8, 
     return helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=opsets)
 
 
+@pytest.mark.parametrize("op, ok", [("ScatterElements", True), ("ScatterND", False)])
+def test_trt_check_flags_reducing_scatters(op, ok):
+    """A reducing ScatterElements (the LSS splat) needs TensorRT's bundled plugin: a warning; a
+    reducing ScatterND would lose its reduction in TensorRT's parser: an error."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    idx = helper.make_tensor("idx", TensorProto.INT64, [2, 1] if op == "ScatterND" else [2], [1, 1])
+    upd = helper.make_tensor("upd", TensorProto.FLOAT, [2], [1.0, 2.0])
+    node = helper.make_node(op, ["x", "idx", "upd"], ["y"], reduction="add")
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], [idx, upd]), opset_imports=[helper.make_opsetid("", 17)])
+    rep = check_tensorrt(model)
+    assert rep.ok == ok
+    assert any("scatterElements plugin" in w for w in rep.warnings) == ok
+    assert any("#957" in e for e in rep.errors) != ok
+    assert not any("scatter" in w for w in check_tensorrt(_graph("Relu")).warnings)
+
+
 def test_trt_check_catches_unsupported_ops_dynamic_shapes_and_int64():
     assert check_tensorrt(_graph("Relu")).ok
     rep = check_tensorrt(_graph("Det", dims=(3, 3)))

@@ -146,8 +146,8 @@ class DepthSupervision:
 class DepthViewTransform(ViewTransform):
     """Lift-Splat-Shoot: the 1x1 conv gives D depth logits and out_channels context channels per
     feature pixel; softmax over depth, outer product, splat through the frustum table. With
-    `supervise`, the last forward's depth logits (F, N, D, h, w) stay in `depth_logits` for the
-    `DepthSupervision` objective."""
+    `supervise`, forward also gives the depth logits (F, N, D, h, w) for the `DepthSupervision`
+    objective ("view_depth")."""
 
     table_names = ("splat_index",)
 
@@ -159,20 +159,15 @@ class DepthViewTransform(ViewTransform):
         super().__init__(in_channels, len(depths) + out_channels, out_channels, grid, stride, encoder_depth)
         self.depths, self.z_range = depths, (float(z_range[0]), float(z_range[1]))
         self.supervision = DepthSupervision(depths, stride) if supervise else None
-        self.depth_logits: torch.Tensor | None = None
-
-    def observe(self, x: torch.Tensor) -> None:
-        if self.supervision is not None:
-            self.depth_logits = x[:, :, :len(self.depths)]  # (F, N, D, h, w)
 
     @property
     def auxiliary(self) -> dict:
         return {self.supervision.name: self.supervision} if self.supervision is not None else {}
 
-    def auxiliary_outputs(self) -> dict[str, torch.Tensor]:
-        if self.supervision is None or self.depth_logits is None:
+    def auxiliary_outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.supervision is None:
             return {}
-        return {self.supervision.name: self.depth_logits}
+        return {self.supervision.name: x[:, :, :len(self.depths)]}  # depth logits (F, N, D, h, w)
 
     def make_table(self, K, T, image_hw, camera_names=None) -> FrustumTable:
         return frustum_table(self.grid, self.depths, self.z_range, K, T, image_hw, self.stride, camera_names)

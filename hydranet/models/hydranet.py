@@ -116,18 +116,17 @@ class HydraNet(nn.Module):
         images = batch["images"]
         clip = images.dim() == 6  # (B, T, N, 3, H, W): heads read the last frame
         feats = self.features(images.flatten(0, 1) if clip else images)
-        bev, state = self.fusion(feats, batch) if self.fusion is not None else (None, {})
+        bev, state, aux = self.fusion(feats, batch) if self.fusion is not None else (None, {}, {})
         if clip and any(t.space != "bev" for t in self.heads.values()):
             B, T, N = images.shape[:3]
             feats = [f.view(B, T, N, *f.shape[1:])[:, -1].flatten(0, 1) for f in feats]  # [(B*N, C, h, w)]
         outputs = {name: task(bev if task.space == "bev" else feats) for name, task in self.heads.items()}
+        outputs.update(aux)  # the auxiliary objectives' inputs (LSS depth logits), for mode "loss"
         if mode == "tensor":
             return {**outputs, "bev_state": state} if state else outputs
         if mode == "loss":
             if "targets" not in batch:
                 raise ValueError("mode 'loss' needs batch['targets'] ({task: Task.collate(...)})")
-            if self.auxiliary:
-                outputs.update(self.fusion.auxiliary_outputs(images.shape[0]))
             return self.loss(outputs, batch["targets"])
         return {**self.decode(outputs), "bev_state": state} if state else self.decode(outputs)
 
@@ -136,7 +135,8 @@ class HydraNet(nn.Module):
         out: dict[str, torch.Tensor] = {}
         for name, objective in self.target_builders().items():
             if name not in targets:
-                raise ValueError(f"no targets for task '{name}' (targets have {sorted(targets)})")
+                raise ValueError(f"no targets for '{name}' (targets have {sorted(targets)}); build them with "
+                                 "model.target_builders(), which holds the heads and the auxiliary objectives")
             parts = objective.loss(outputs[name], targets[name])
             out.update({f"{name}.{k}": v for k, v in parts.items()})
             out[name] = sum(parts.values())

@@ -95,8 +95,9 @@ class VideoQueue(nn.Module):
 class BevFusion(nn.Module):
     """HydraNet's `fusion`: view transform, then (optionally) the video queue.
 
-    `forward(feats, batch)` -> (bev (B, C, X, Y), state): state is {} without video, else
-    {"bev_queue": (B, T-1, C, X, Y)}. See docs/bev.md for the batch keys."""
+    `forward(feats, batch)` -> (bev (B, C, X, Y), state, aux): state is {} without video, else
+    {"bev_queue": (B, T-1, C, X, Y)}; aux the auxiliary objectives' inputs of each clip's last
+    frame {name: (B, ...)} (empty without any). See docs/bev.md for the batch keys."""
 
     def __init__(self, view: ViewTransform, video: VideoQueue | None = None):
         super().__init__()
@@ -110,18 +111,15 @@ class BevFusion(nn.Module):
         """The view transform's auxiliary objectives (LSS depth supervision), {name: objective}."""
         return self.view.auxiliary
 
-    def auxiliary_outputs(self, batch_size: int) -> dict[str, torch.Tensor]:
-        """Inputs of the auxiliary objectives for the last frame of each clip: {name: (B, ...)}."""
-        return {k: v.reshape(batch_size, -1, *v.shape[1:])[:, -1] for k, v in self.view.auxiliary_outputs().items()}
-
-    def forward(self, feats: Sequence[torch.Tensor], batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def forward(self, feats: Sequence[torch.Tensor], batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict, dict]:
         images = batch["images"]
         B, T = images.shape[0], (images.shape[1] if images.dim() == 6 else 1)
         K, E = batch_calibration(batch, B * T)
-        bev = self.view(feats, B * T, tuple(images.shape[-2:]), K, E)  # (B*T, C, X, Y)
+        bev, aux = self.view(feats, B * T, tuple(images.shape[-2:]), K, E)  # (B*T, C, X, Y), {name: (B*T, ...)}
         bev = bev.view(B, T, *bev.shape[1:])
+        aux = {k: v.reshape(B, T, *v.shape[1:])[:, -1] for k, v in aux.items()}  # the last frame's
         if self.video is None:
-            return bev[:, -1], {}
+            return bev[:, -1], {}, aux
         queue, motion = batch.get("prev_bev"), batch.get("ego_motion")
         if (queue is None) != (motion is None):
             raise ValueError("the video module needs both batch['prev_bev'] and batch['ego_motion'] (or neither: "
@@ -140,11 +138,12 @@ class BevFusion(nn.Module):
         for t in range(T):
             m = motion if t == 0 else steps[:, t - 1]
             fused, queue = self.video(bev[:, t], queue, m.to(bev.dtype))
-        return fused, {"bev_queue": queue}
+        return fused, {"bev_queue": queue}, aux
 
 
 def clip_batch(tasks: Mapping[str, Any], clips: Sequence[Sequence[Mapping]]) -> dict[str, Any]:
-    """A training batch from clips (`SimDataset.clip(i, T)` lists, oldest first): images float
+    """A training batch from clips (`SimDataset.clip(i, T)` lists, oldest first) with the targets of
+    `tasks` (pass `model.target_builders()`: heads and auxiliary objectives): images float
     (B, T, N, 3, H, W) in [0, 1], intrinsics (B, T, N, 3, 3), cam2ego (B, T, N, 4, 4), ego2world
     (B, T, 4, 4) and the targets of each clip's last frame."""
     images = np.stack([np.stack([f["images"] for f in c]) for c in clips])  # (B, T, N, H, W, 3)

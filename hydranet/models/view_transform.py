@@ -153,16 +153,14 @@ class ViewTransform(nn.Module):
         """x (F, N, lift_channels, h, w) -> (F, out_channels, X, Y)."""
         raise NotImplementedError
 
-    def observe(self, x: torch.Tensor) -> None:
-        """Sees every forward's lift input (F, N, lift_channels, h, w) (for auxiliary objectives)."""
-
     @property
     def auxiliary(self) -> dict:
         """Auxiliary objectives {name: object with build_targets, collate, loss} (none here)."""
         return {}
 
-    def auxiliary_outputs(self) -> dict[str, torch.Tensor]:
-        """The last forward's inputs of the auxiliary objectives, per frame (F, ...)."""
+    def auxiliary_outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The inputs of the auxiliary objectives from the lift input x (F, N, lift_channels, h, w):
+        {name: (F, ...)}."""
         return {}
 
     # -- calibration ------------------------------------------------------------------------
@@ -207,7 +205,6 @@ class ViewTransform(nn.Module):
         x = self.reduce(self.merge(feats))  # (F*N, C', h, w)
         FN, C, h, w = x.shape
         x = x.view(num_frames, FN // num_frames, C, h, w)  # (F, N, C', h, w)
-        self.observe(x)
         exporting = torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
         if intrinsics is None or cam2ego is None or exporting:
             if self._default_key is None:
@@ -227,7 +224,7 @@ class ViewTransform(nn.Module):
                 bev = self.lift(x, tables[0])
             else:
                 bev = torch.cat([self.lift(x[f:f + 1], tables[f]) for f in range(num_frames)])
-        return self.encoder(bev)  # (F, C', X, Y)
+        return self.encoder(bev), self.auxiliary_outputs(x)  # (F, C', X, Y), {name: (F, ...)}
 
 
 class LutViewTransform(ViewTransform):

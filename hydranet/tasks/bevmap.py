@@ -69,6 +69,9 @@ class BevMapTask(Task):
         raster = np.asarray(require(sample, "bev", self.name))  # (3, Xs, Ys) uint8
         src = self.source_grid or self.grid
         frac, covered = resample_raster(raster, src, self.grid)  # (3, X, Y), (X, Y)
+        if "bev_valid" in sample:  # a turned raster (hydranet/bev_augment.py): cells from outside are unknown
+            unknown, _ = resample_raster((~np.asarray(sample["bev_valid"], bool))[None].astype(np.uint8), src, self.grid)
+            covered &= unknown[0] == 0
         thresholds = {"drivable": self.drivable_fraction, "lanes": 1e-6, "objects": 1e-6}
         mask = np.stack([frac[CHANNELS.index(c)] >= thresholds[c] for c in self.channels]).astype(np.float32)
         return {"mask": mask[None], "valid": covered[None]}  # (1, K, X, Y), (1, X, Y)
