@@ -46,7 +46,7 @@ def main() -> None:
                         "construction_vehicle", "traffic_sign", "traffic_light"],
             "semantic_classes": ["sky", "road", "lane_marking", "crosswalk"],
             "bev": {"x_range": [-50, 50], "y_range": [-50, 50], "resolution": 0.5}, "rig": rig.to_dict()}
-    bev = BevConfig(downsample=4, heights=(0.0, 0.8, 1.6), channels=32, video_frames=3)
+    bev = BevConfig(downsample=4, heights=(0.0, 0.8, 1.6), channels=32, video_frames=3, video_fuse_depth=3)  # as configs/bev.yaml
     cam = ModelConfig(backbone="tiny", neck_width=64, tasks=tuple(TaskConfig(t) for t in CAMERA_TASKS), bev=bev)
     full = dataclasses.replace(cam, tasks=cam.tasks + (TaskConfig("det3d", options={"width": 32}),
                                                        TaskConfig("bevmap", options={"width": 32})))
@@ -64,7 +64,7 @@ def main() -> None:
             batch["ego_motion"] = torch.eye(4)[None]
         params = sum(p.numel() for p in model.parameters()) / 1e6
         rows.append((name, latency(model, batch, args.iters), params))
-    print(f"nuscenes6, 6 cameras at {H}x{W}, BEV grid 50x50 (2 m cells), video queue 3, torch threads {torch.get_num_threads()}")
+    print(f"nuscenes6, 6 cameras at {H}x{W}, BEV grid 50x50 (2 m cells), video queue 3 (fuse 3 layers), torch threads {torch.get_num_threads()}")
     print(f"{'model':40s} {'ms/frame':>9s} {'params M':>9s} {'ratio':>6s}")
     for name, ms, p in rows:
         print(f"{name:40s} {ms:9.1f} {p:9.2f} {ms / rows[0][1]:6.3f}")
