@@ -22,6 +22,7 @@ of different resolutions are resized to one model input size with K scaled (`res
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -121,7 +122,7 @@ def lift_features(feats: torch.Tensor, index: torch.Tensor, weight: torch.Tensor
     return out.transpose(1, 2).reshape(F_, C, *grid_shape)  # (F, C, X, Y)
 
 
-class ViewTransform(nn.Module):
+class ViewTransform(nn.Module, ABC):
     """Neck pyramid of N cameras -> one BEV feature map (F, out_channels, X, Y).
 
     The pyramid is merged to its finest level (stride `stride`), reduced by a 1x1 conv to
@@ -145,13 +146,15 @@ class ViewTransform(nn.Module):
         self._cache: OrderedDict[tuple, tuple[torch.Tensor, ...]] = OrderedDict()
         self.table = None  # the table of the default calibration (its `seen`, `cells_per_camera`)
 
+    @abstractmethod
     def make_table(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int],
                    camera_names: Sequence[str] | None = None):
-        raise NotImplementedError
+        """The table of cameras K (N, 3, 3), cam2ego (N, 4, 4) at image size (H, W): an object with
+        `arrays` (the buffers named in `table_names`), `seen` (X, Y) and `cells_per_camera`."""
 
+    @abstractmethod
     def lift(self, x: torch.Tensor, tables: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """x (F, N, lift_channels, h, w) -> (F, out_channels, X, Y)."""
-        raise NotImplementedError
 
     @property
     def auxiliary(self) -> dict:
