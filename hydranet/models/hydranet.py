@@ -83,7 +83,7 @@ class HydraNet(nn.Module):
         self.backbone, self.neck, self.fusion = backbone, neck, fusion
         self.heads = nn.ModuleDict(heads)
         # auxiliary objectives of the fusion (LSS depth supervision): balanced like the heads' losses
-        self.auxiliary = dict(fusion.auxiliary) if fusion is not None and hasattr(fusion, "auxiliary") else {}
+        self.auxiliary = dict(fusion.auxiliary) if fusion is not None else {}
         self.objectives = list(heads) + list(self.auxiliary)
         self.balancer = balancer if balancer is not None else FixedWeights(self.objectives)
         if set(self.balancer.task_names) != set(self.objectives):
