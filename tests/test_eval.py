@@ -67,3 +67,18 @@ def test_eval_of_a_missing_checkpoint_is_one_line(run, capsys):
     assert main(["eval", "--checkpoint", str(tmp / "nope.pt"), "--data", str(data)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nope.pt does not exist" in err
+
+
+def test_on_outputs_sees_raw_outputs_and_leaves_the_metrics_unchanged(run):
+    """evaluate(on_outputs=...) gets every batch's raw head tensors and targets; the metrics equal a
+    run without it (the probe path decodes as mode "predict" does)."""
+    from hydranet.evaluate import evaluate_checkpoint
+
+    tmp, data = run
+    seen = []
+    probed = evaluate_checkpoint(tmp / "run", data, tmp / "probed.json", progress=False,
+                                 on_outputs=lambda raw, batch: seen.append((set(raw), batch["images"].shape[0])))
+    plain = evaluate_checkpoint(tmp / "run", data, tmp / "plain.json", progress=False)
+    assert sum(b for _, b in seen) == probed["frames"] == 4
+    assert all(keys == set(ALL_TASKS) for keys, _ in seen)
+    assert json.dumps(probed["model"], sort_keys=True) == json.dumps(plain["model"], sort_keys=True)
