@@ -11,6 +11,7 @@ Engines are specific to the GPU and TensorRT version: build on the Jetson itself
 """
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,9 @@ def trtexec_commands(onnx_path: str | Path, engine_path: str | Path, input_shape
                      int8_onnx: str | Path | None = None, dynamic_batch: bool = False, max_batch: int = 4,
                      workspace_mib: int = 2048) -> list[str]:
     """trtexec lines building the FP16 engine (and the INT8 engine from the Q/DQ model) with a shared
-    timing cache, then timing them. Paths are written relative to the script's folder."""
+    timing cache, then timing them. Paths are written relative to the script's folder, and every
+    argument is shell-quoted (`shlex.quote`): a space or `$(...)` in a file name stays one literal
+    argument, never split or run."""
     onnx_path, engine_path = Path(onnx_path), Path(engine_path)
     cache = engine_path.with_suffix(".timing.cache").name
     common = [f"--memPoolSize=workspace:{workspace_mib}M", f"--timingCacheFile={cache}"]
@@ -42,24 +45,30 @@ def trtexec_commands(onnx_path: str | Path, engine_path: str | Path, input_shape
         for key, b in (("min", 1), ("opt", 1), ("max", max_batch)):
             common.append(f"--{key}Shapes=" + ",".join(f"{n}:{_shape_arg([b, *s[1:]])}" for n, s in input_shapes.items()))
     fp16 = engine_path.with_name(engine_path.stem + ".fp16.engine").name
-    lines = [" ".join(["trtexec", f"--onnx={onnx_path.name}", f"--saveEngine={fp16}", "--fp16", *common])]
+    lines = [_command(["trtexec", f"--onnx={onnx_path.name}", f"--saveEngine={fp16}", "--fp16", *common])]
     engines = [fp16]
     if int8_onnx is not None:
         int8 = engine_path.with_name(engine_path.stem + ".int8.engine").name
-        lines.append(" ".join(["trtexec", f"--onnx={Path(int8_onnx).name}", f"--saveEngine={int8}", "--int8", "--fp16",
+        lines.append(_command(["trtexec", f"--onnx={Path(int8_onnx).name}", f"--saveEngine={int8}", "--int8", "--fp16",
                                *common]))
         engines.append(int8)
     for e in engines:
         shapes = []
         if dynamic_batch:
             shapes = ["--shapes=" + ",".join(f"{n}:{_shape_arg([1, *s[1:]])}" for n, s in input_shapes.items())]
-        lines.append(" ".join(["trtexec", f"--loadEngine={e}", *shapes, "--warmUp=500", "--iterations=200",
+        lines.append(_command(["trtexec", f"--loadEngine={e}", *shapes, "--warmUp=500", "--iterations=200",
                                "--useCudaGraph", "--noDataTransfers"]))
     return lines
 
 
+def _command(args: Sequence[str]) -> str:
+    """One shell command line; each argument quoted so the shell passes it through unchanged."""
+    return " ".join(shlex.quote(str(a)) for a in args)
+
+
 def write_trtexec_script(path: str | Path, lines: Sequence[str], note: str) -> Path:
     path = Path(path)
+    note = " ".join(str(note).split())  # one comment line: a newline in a file name must not end the comment
     body = ["#!/usr/bin/env bash", f"# {note}", "# Run on the Jetson (JetPack 6, TensorRT 10.3) in this folder: engines are",
             "# specific to the GPU and TensorRT version. trtexec lives in /usr/src/tensorrt/bin.", "set -euo pipefail",
             'cd "$(dirname "$0")"', 'export PATH="$PATH:/usr/src/tensorrt/bin"', *lines, ""]
