@@ -22,6 +22,23 @@ class RigError(ValueError):
     """A rig file or preset is invalid."""
 
 
+MAX_PINHOLE_FOV_DEG = 179.0  # a pinhole camera cannot see 180 degrees: the focal length goes to 0
+
+
+def check_name(name, what: str, where: str, error: type[Exception] = RigError) -> str:
+    """`name` if it is safe as one file or folder name (a camera, scene or frame name becomes a path
+    component); else raise `error` naming `where` and the name. Refused: non-strings, empty, '.', '..',
+    '/', '\\', NUL and other control characters, leading or trailing spaces."""
+    if not isinstance(name, str):
+        raise error(f"{where}: {what} name must be a string, got {name!r}")
+    bad = (not name or name in (".", "..") or "/" in name or "\\" in name or name != name.strip()
+           or any(ord(ch) < 32 or ord(ch) == 127 for ch in name))
+    if bad:
+        raise error(f"{where}: {what} name {name!r} cannot be used as a file name (it must be non-empty, not '.' "
+                    f"or '..', without '/', '\\', control characters or outer spaces); rename the {what}")
+    return name
+
+
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
@@ -67,7 +84,8 @@ def _camera_from_dict(d: dict, where: str) -> Camera:
     for key in ("name", "width", "height"):
         if key not in d:
             raise RigError(f"{where}: missing key '{key}'")
-    name = str(d["name"])
+    name = d["name"]
+    name = check_name(str(name) if isinstance(name, int) and not isinstance(name, bool) else name, "camera", where)
     where = f"{where} (camera {name})"
     width, height = d["width"], d["height"]
     if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
@@ -83,7 +101,11 @@ def _camera_from_dict(d: dict, where: str) -> Camera:
         except KeyError as e:
             raise RigError(f"{where}: intrinsics need fx, fy, cx, cy (missing {e})") from None
     elif "hfov_deg" in d:
-        f = (width / 2) / np.tan(np.radians(float(d["hfov_deg"])) / 2)
+        hfov = d["hfov_deg"]
+        if isinstance(hfov, bool) or not isinstance(hfov, (int, float)) or not 0 < hfov <= MAX_PINHOLE_FOV_DEG:
+            raise RigError(f"{where}: hfov_deg {hfov!r} is not a pinhole field of view; give a number above 0 and at "
+                           f"most {MAX_PINHOLE_FOV_DEG:g} degrees (a pinhole camera cannot see 180 degrees)")
+        f = (width / 2) / np.tan(np.radians(float(hfov)) / 2)
         K = np.array([[f, 0, (width - 1) / 2], [0, f, (height - 1) / 2], [0, 0, 1]])
     else:
         raise RigError(f"{where}: give the intrinsics as K, intrinsics {{fx, fy, cx, cy}} or hfov_deg")
@@ -91,6 +113,11 @@ def _camera_from_dict(d: dict, where: str) -> Camera:
         raise RigError(f"{where}: focal lengths must be positive, got fx={K[0, 0]}, fy={K[1, 1]}")
     if not (0 <= K[0, 2] <= width and 0 <= K[1, 2] <= height):
         raise RigError(f"{where}: principal point ({K[0, 2]}, {K[1, 2]}) lies outside the {width}x{height} image")
+    fov = np.degrees([np.arctan2(K[0, 2], K[0, 0]) + np.arctan2(width - K[0, 2], K[0, 0]),
+                      np.arctan2(K[1, 2], K[1, 1]) + np.arctan2(height - K[1, 2], K[1, 1])])
+    if fov.max() > MAX_PINHOLE_FOV_DEG + 1e-6:
+        raise RigError(f"{where}: field of view {fov[0]:.1f} x {fov[1]:.1f} deg; a pinhole camera cannot see 180 degrees "
+                       f"(at most {MAX_PINHOLE_FOV_DEG:g}): use a longer focal length or split it into several cameras")
     if "cam2ego" in d:
         T = np.asarray(d["cam2ego"], dtype=np.float64)
         if T.shape != (4, 4) or not np.allclose(T[3], [0, 0, 0, 1]):
@@ -145,6 +172,8 @@ def load_rig(name_or_file: str | Path) -> Rig:
             raise RigError(f"rig file {path} does not exist")
         try:
             data = yaml.safe_load(path.read_text())
+        except OSError as e:
+            raise RigError(f"rig file {path} cannot be read: {(e.strerror or str(e)).lower()}; check its permissions") from None
         except yaml.YAMLError as e:
             raise RigError(f"rig file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
         return rig_from_dict(data, str(path))
