@@ -7,6 +7,7 @@ dotted key and what is allowed; nothing is silently ignored or coerced.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -19,6 +20,27 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A config key is unknown, missing or has the wrong type."""
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.SafeLoader that also reads `1e-4` as a float: YAML 1.1's float rule needs a dot
+    (`1.0e-4`), so plain PyYAML gives the string '1e-4' and a learning rate would be refused."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
+
+
+def yaml_load(text: str, where: str):
+    """YAML text -> Python values (safe: plain data only); a syntax error raises one ConfigError line
+    naming `where` and the line."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where} is not valid YAML{at}: {problem}; fix the syntax") from None
 
 
 def _type_name(tp: Any) -> str:
@@ -130,7 +152,9 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
             if not isinstance(child, dict):
                 raise ConfigError(f"override '{item}': '{p}' is not a section")
             node = child
-        node[parts[-1]] = yaml.safe_load(raw)
+        if not all(parts):
+            raise ConfigError(f"override '{item}': empty key part; write key.sub=value")
+        node[parts[-1]] = yaml_load(raw, f"override '{item}': the value")
     return data
 
 
@@ -139,9 +163,19 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: tuple[s
     data: dict = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {path} is a folder; give a YAML file") from None
+        except PermissionError:
+            raise ConfigError(f"config file {path} cannot be read: permission denied; check its permissions") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"config file {path} is not a text file; give a YAML file") from None
+        data = yaml_load(text, f"config file {path}")
+        if data is None:
+            data = {}
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path}: top level must be a mapping")
     apply_overrides(data, list(overrides))
