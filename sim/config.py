@@ -1,7 +1,27 @@
-"""Simulator configuration (frozen dataclasses, loaded by hydranet.config)."""
+"""Simulator configuration (frozen dataclasses, loaded by hydranet.config).
+
+Every value is checked when the config is built: a probability outside [0, 1], a negative agent
+count, `frames_per_scene <= 0` or a zero BEV resolution raise `ConfigError` naming the key, so a
+bad config never renders an empty or wrong dataset with exit status 0.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
+
+from hydranet.config import ConfigError
+
+
+def _need(ok: bool, key: str, value, what: str) -> None:
+    if not ok:
+        raise ConfigError(f"sim config key '{key}': {value!r} is not allowed; {what}")
+
+
+def _weights(names: tuple, weights: tuple, key: str) -> None:
+    _need(len(names) > 0, key.replace("_weights", ""), names, "give at least one value")
+    _need(len(weights) == len(names), key, weights, f"give one weight per value of {list(names)}")
+    _need(all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) > 0, key, weights,
+          "weights must be finite, >= 0 and not all 0")
 
 
 @dataclass(frozen=True)
@@ -15,6 +35,13 @@ class ConditionsConfig:
     noise_std: float = 2.0  # sensor noise, 8-bit grey levels
     exposure_jitter: float = 0.15  # per camera and frame, relative gain
 
+    def __post_init__(self):
+        _weights(self.time_of_day, self.time_of_day_weights, "conditions.time_of_day_weights")
+        _weights(self.weather, self.weather_weights, "conditions.weather_weights")
+        _need(0 <= self.noise_std <= 255, "conditions.noise_std", self.noise_std, "give grey levels in [0, 255]")
+        _need(0 <= self.exposure_jitter < 1, "conditions.exposure_jitter", self.exposure_jitter,
+              "give a relative gain in [0, 1)")
+
 
 @dataclass(frozen=True)
 class RareConfig:
@@ -25,12 +52,22 @@ class RareConfig:
     night_pedestrian_crossing: float = 0.1
     unusual_vehicle: float = 0.1
 
+    def __post_init__(self):
+        for f in fields(self):
+            p = getattr(self, f.name)
+            _need(0 <= p <= 1, f"rare.{f.name}", p, "a probability lies in [0, 1]")
+
 
 @dataclass(frozen=True)
 class TrafficConfig:
     vehicles: int = 26
     pedestrians: int = 14
     cyclists: int = 3
+
+    def __post_init__(self):
+        for f in fields(self):
+            n = getattr(self, f.name)
+            _need(0 <= n <= 10000, f"traffic.{f.name}", n, "give a count from 0 to 10000")
 
 
 @dataclass(frozen=True)
@@ -49,5 +86,18 @@ class SimConfig:
     label_range: float = 60.0  # 3D boxes and lane lines within this distance
 
     def __post_init__(self):
-        if not self.frame_rate_hz > 0:
-            raise ValueError(f"sim frame_rate_hz must be > 0, got {self.frame_rate_hz}")
+        _need(self.frame_rate_hz > 0 and math.isfinite(self.frame_rate_hz), "frame_rate_hz", self.frame_rate_hz,
+              "sim frame_rate_hz must be > 0")
+        _need(self.frames_per_scene >= 1, "frames_per_scene", self.frames_per_scene,
+              "a scene needs at least 1 frame")
+        _need(self.image_width >= 0, "image_width", self.image_width, "give pixels > 0, or 0 for the rig's own")
+        _need(self.image_height >= 0, "image_height", self.image_height, "give pixels > 0, or 0 for the rig's own")
+        _need(len(self.lanes_per_direction) > 0 and all(1 <= n <= 8 for n in self.lanes_per_direction),
+              "lanes_per_direction", self.lanes_per_direction, "give a non-empty list of lane counts from 1 to 8")
+        _need(self.bev_range > 0 and math.isfinite(self.bev_range), "bev_range", self.bev_range, "give metres > 0")
+        _need(self.bev_resolution > 0 and math.isfinite(self.bev_resolution), "bev_resolution", self.bev_resolution,
+              "give metres per cell > 0")
+        _need(2 * self.bev_range / self.bev_resolution <= 4096, "bev_resolution", self.bev_resolution,
+              f"the BEV grid would have {2 * self.bev_range / self.bev_resolution:.0f} cells a side (at most 4096)")
+        _need(self.label_range > 0 and math.isfinite(self.label_range), "label_range", self.label_range,
+              "give metres > 0")
