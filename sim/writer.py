@@ -30,6 +30,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from hydranet.rig import check_name
+
 FORMAT = "hydranet-sim"
 VERSION = 1
 META_KEYS = ("format", "version", "rig", "classes", "semantic_classes", "sign_classes", "light_states",
@@ -112,7 +114,8 @@ class DatasetWriter:
         if (meta["format"], meta["version"]) != (FORMAT, VERSION):
             raise ValueError(f"this writer writes {FORMAT} version {VERSION}, not {meta['format']} {meta['version']}")
         self.meta = meta
-        self.cameras = {c["name"]: (int(c["height"]), int(c["width"])) for c in meta["rig"]["cameras"]}
+        self.cameras = {check_name(c["name"], "camera", "dataset meta rig", ValueError): (int(c["height"]), int(c["width"]))
+                        for c in meta["rig"]["cameras"]}
         b = meta["bev"]
         self.bev_shape = (3, round((b["x_range"][1] - b["x_range"][0]) / b["resolution"]),
                           round((b["y_range"][1] - b["y_range"][0]) / b["resolution"]))
@@ -156,10 +159,13 @@ class DatasetWriter:
                 raise ValueError(f"scene {name}: frames written {sorted(written)} differ from the frames of its "
                                  f"scene.json {sorted(dirs)}; write every listed frame")
             scenes.append({"name": name, "num_frames": len(dirs)})
-        (self.tmp / "dataset.json").write_text(to_json({**self.meta, "scenes": scenes}))
+        _write(self.tmp / "dataset.json", to_json({**self.meta, "scenes": scenes}))
         if self.root.exists():
             raise DatasetWriteError(f"{self.root} appeared while writing; pass another --out or delete it")
-        os.replace(self.tmp, self.root)
+        try:
+            os.replace(self.tmp, self.root)
+        except OSError as e:
+            raise _write_error(self.root, e) from None
         self._open = False
 
     # -- content -------------------------------------------------------------------------
@@ -170,13 +176,13 @@ class DatasetWriter:
     def write_scene(self, scene_meta: dict) -> None:
         """Write scenes/<name>/scene.json ({"name", "seed", "conditions", "frames"}); may be called again to update it."""
         self._check_open()
-        name = str(scene_meta["name"])
-        dirs = [str(f["dir"]) for f in scene_meta["frames"]]
+        name = check_name(str(scene_meta["name"]), "scene", "write_scene", ValueError)
+        dirs = [check_name(str(f["dir"]), "frame dir", f"scene {name}", ValueError) for f in scene_meta["frames"]]
         if len(set(dirs)) != len(dirs):
             raise ValueError(f"scene {name}: frame dirs must be unique")
         folder = self.tmp / "scenes" / name
-        folder.mkdir(exist_ok=True)
-        (folder / "scene.json").write_text(to_json(scene_meta))
+        _mkdir(folder, exist_ok=True)
+        _write(folder / "scene.json", to_json(scene_meta))
         self._scenes[name] = dirs
         self._written.setdefault(name, [])
 
@@ -189,17 +195,17 @@ class DatasetWriter:
         self._check_open()
         if scene_name not in self._scenes:
             raise ValueError(f"unknown scene '{scene_name}'; call write_scene first")
-        folder = self.tmp / "scenes" / scene_name / str(frame["dir"])
+        folder = self.tmp / "scenes" / scene_name / check_name(str(frame["dir"]), "frame dir", f"scene {scene_name}", ValueError)
         where = f"{scene_name}/{frame['dir']}"
         if set(frame["cameras"]) != set(self.cameras):
             raise ValueError(f"{where}: cameras {sorted(frame['cameras'])} differ from the rig's {sorted(self.cameras)}")
-        folder.mkdir()
+        _mkdir(folder)
         for cam, (h, w) in self.cameras.items():
             self._write_camera(folder, cam, frame["cameras"][cam], h, w, f"{where} {cam}")
         bev = np.asarray(frame["bev"])
         _check(bev, self.bev_shape, np.uint8, f"{where} bev")
         _imwrite(folder / "bev.png", cv2.cvtColor(np.ascontiguousarray(bev.transpose(1, 2, 0)), cv2.COLOR_RGB2BGR), _PNG)
-        (folder / "labels.json").write_text(to_json(frame["labels"], indent=None))
+        _write(folder / "labels.json", to_json(frame["labels"], indent=None))
         self._written[scene_name].append(str(frame["dir"]))
 
     def _write_camera(self, folder: Path, cam: str, images: dict, h: int, w: int, where: str) -> None:
@@ -227,4 +233,31 @@ def _imwrite(path: Path, img: np.ndarray, params: list) -> None:
     ok, buf = cv2.imencode(path.suffix, img, params)
     if not ok:
         raise DatasetWriteError(f"cannot encode {path}; check the image dtype and shape")
-    path.write_bytes(buf.tobytes())
+    _write(path, buf.tobytes())
+
+
+def _write_error(path: Path, e: OSError) -> DatasetWriteError:
+    why = (e.strerror or str(e)).lower()
+    return DatasetWriteError(f"cannot write {path}: {why}; free space or choose another --out (the partial dataset "
+                             "is removed)")
+
+
+def _write(path: Path, data: str | bytes) -> None:
+    """Write one file; an OSError (a full disk, a read-only folder) becomes one DatasetWriteError line naming
+    the file. The writer's __exit__ then removes the whole temp folder, partial file included."""
+    try:
+        if isinstance(data, str):
+            path.write_text(data)
+        else:
+            path.write_bytes(data)
+    except OSError as e:
+        raise _write_error(path, e) from None
+
+
+def _mkdir(path: Path, exist_ok: bool = False) -> None:
+    try:
+        path.mkdir(exist_ok=exist_ok)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        raise _write_error(path, e) from None
