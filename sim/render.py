@@ -5,6 +5,9 @@ All cameras of the rig are drawn side by side into one framebuffer atlas with fo
 """
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,12 +25,44 @@ class RenderError(RuntimeError):
     """No usable OpenGL driver or a failed GL call."""
 
 
+# Libraries that bundle their own LLVM and export its symbols: (package, glob under the package).
+# Mesa's llvmpipe loads its libLLVM with RTLD_GLOBAL when the EGL context is created; a bundled
+# LLVM loaded after that binds its own symbols to Mesa's copy (another LLVM version), and its
+# static initializers crash the process (triton's libtriton.so, loaded by `import torchvision`).
+# Loaded first, with RTLD_LOCAL, each library binds to itself and stays out of the global scope,
+# so Mesa's LLVM binds to itself too; a later import reuses the loaded copy. Nothing is imported
+# (sim stays torch-free); a missing package is a no-op (the car has none of them). Cost, where
+# triton is installed: ~30 ms and ~70 MB resident once per rendering process.
+_BUNDLED_LLVM = (("triton", "_C/libtriton*.so"),)
+
+
+def preload_bundled_llvm() -> list[str]:
+    """Load the installed libraries of _BUNDLED_LLVM with RTLD_LOCAL; returns their paths."""
+    loaded = []
+    for package, pattern in _BUNDLED_LLVM:
+        try:
+            spec = importlib.util.find_spec(package)  # finds the package without importing it
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for root in spec.submodule_search_locations:
+            for lib in sorted(Path(root).glob(pattern)):
+                try:
+                    ctypes.CDLL(str(lib), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+                except OSError as e:
+                    raise RenderError(f"cannot load {lib} ({e}); reinstall {package} or uninstall it") from None
+                loaded.append(str(lib))
+    return loaded
+
+
 def create_context():
     """A headless moderngl context on EGL, or a one-line RenderError saying what to install."""
     try:
         import moderngl
     except ImportError as e:
         raise RenderError(f"moderngl is not installed ({e}); run `pip install moderngl`") from None
+    preload_bundled_llvm()  # before EGL loads Mesa's LLVM: any later import order is then safe
     try:
         return moderngl.create_standalone_context(backend="egl", require=330)
     except Exception as e:  # noqa: BLE001 - any driver failure becomes one actionable line
