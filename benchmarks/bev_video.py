@@ -24,9 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-import torch  # noqa: F401  (torch/torchvision before the sim's EGL context)
-import torchvision  # noqa: F401
-
 from hydranet.evaluate import evaluate_checkpoint
 from hydranet.train import load_experiment, train
 from sim.config import SimConfig

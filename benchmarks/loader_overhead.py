@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# torch/torchvision (through hydranet.models) before sim: Mesa's LLVM vs triton's LLVM
 from hydranet.data import SimDataset
 from hydranet.loader import Collate, StepBatchSampler
 from hydranet.models import build_model

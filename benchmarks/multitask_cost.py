@@ -26,7 +26,6 @@ import time
 import numpy as np
 import torch
 
-# torch/torchvision (through hydranet.models) before sim: Mesa's LLVM vs triton's LLVM
 from hydranet.models import ModelConfig, TaskConfig, build_model
 from hydranet.models.config import ALL_TASKS
 

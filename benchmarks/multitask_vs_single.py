@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 
-# torch/torchvision (through hydranet.models) before sim: Mesa's LLVM vs triton's LLVM
 from hydranet.data import SimDataset
 from hydranet.evaluate import PRIMARY, evaluate, format_table
 from hydranet.loader import TrainingFrames

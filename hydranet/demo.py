@@ -12,8 +12,6 @@ import shutil
 import time
 from pathlib import Path
 
-# hydranet.train imports torchvision (and triton's LLVM), which must be loaded before the sim opens
-# its EGL context (Mesa's LLVM): see README, "Known issues"
 from hydranet.data import SimDataset
 from hydranet.evaluate import evaluate_checkpoint, format_table, viz_checkpoint
 from hydranet.train import load_experiment, train

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-# torchvision (through hydranet.models) must be imported before the sim opens its EGL context
 from hydranet.cli import main
 from hydranet.data import SimDataset
 from hydranet.evaluate import evaluate_checkpoint, viz_checkpoint

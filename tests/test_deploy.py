@@ -15,7 +15,6 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-# torchvision (through hydranet.train) must be imported before the sim opens its EGL context
 from hydranet.train import DataConfig, ExperimentConfig, load_checkpoint, load_experiment, model_from_checkpoint, train
 from deploy.export import ExportError, export_checkpoint, export_model, read_metadata, set_metadata
 from deploy.runtime import DeployError, HydraRuntime

@@ -10,7 +10,6 @@ from pathlib import Path
 import cv2
 import pytest
 
-# torchvision (through hydranet.models) must be imported before the sim opens its EGL context
 from hydranet.cli import main
 from hydranet.models.config import ALL_TASKS
 from hydranet.train import load_experiment, train

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-# torchvision (through hydranet.models) must be imported before the sim opens its EGL context
 from hydranet.data import DatasetError, SimDataset
 from hydranet.loader import Augmenter, StepBatchSampler, resize_crop
 from hydranet.train import (TrainingDiverged, build_training_data, load_checkpoint, load_experiment,
