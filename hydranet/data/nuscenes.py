@@ -1,0 +1,342 @@
+"""Read a nuScenes v1.0 dataset (mini / trainval / test table layout) into the sample contract.
+
+    ds = NuScenesDataset("data/nuscenes", version="v1.0-mini", split="mini_val", cameras=["CAM_FRONT"])
+    s = ds[0]      # images (N, 900, 1600, 3), intrinsics, cam2ego, ego2world, labels, supervises
+
+Caesar et al., "nuScenes: A multimodal dataset for autonomous driving", CVPR 2020. What the
+tables become (docs/datasets.md has the full table):
+
+- A sample = one keyframe (2 Hz) with the images of the selected cameras; scenes keep their
+  sample order (prev/next chain), so clips work as on the sim. Sweeps are not read.
+- Ego frame of a sample: the ego pose of its LIDAR_TOP keyframe (what the devkit's detection
+  evaluation uses), else of the first selected camera. Cameras expose at their own instants, so
+  `cam2ego[n]` = ego(sample)^-1 @ ego(camera n) @ calibrated_sensor(n): a static world point maps
+  through it exactly as the devkit's `get_sample_data` maps it (equal to the calibration when the
+  ego does not move). `rig` holds the calibrated_sensor extrinsics of the first sample.
+- 3D boxes: every annotation whose category maps to a project class (CATEGORY_MAP), in the ego
+  frame: size (l, w, h) from nuScenes' (w, l, h), yaw about +z, velocity as
+  `NuScenes.box_velocity` (centre differences over the neighbouring annotations, NaN when the
+  instance has one annotation or its neighbours are > 1.5 s apart) rotated from world to ego axes.
+- 2D boxes are derived, not annotated: each 3D box projected into each camera with
+  `hydranet.data.reader.project_box_2d` (cut at 0.1 m in front of the camera, convex hull of the
+  projection clipped to the image). `visible_fraction` = lower bound of the annotation's
+  visibility bin (v0-40 -> 0.0, ...: nuScenes grades visibility over all cameras together).
+- Drivable area and lanes need the map expansion (maps/expansion/<location>.json); it is not read
+  yet: samples do not supervise drivable, lanes or bevmap, and `notes` says why.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from hydranet.data.dataset import DatasetError
+from hydranet.data.reader import FrameReader, box_in_camera, decode_image, make_rig, project_box_2d, read_json, \
+    select_cameras
+from hydranet.geometry import invert_rigid, make_transform, quaternion_to_matrix
+from hydranet.metrics.nuscenes_data import CATEGORY_TO_DETECTION, MINI_SPLITS, OFFICIAL_SPLITS
+
+FORMAT = "nuscenes"
+KNOWN_VERSIONS = ("v1.0-mini", "v1.0-trainval", "v1.0-test")
+TABLES = ("attribute", "calibrated_sensor", "category", "ego_pose", "instance", "log", "sample", "sample_annotation",
+          "sample_data", "scene", "sensor", "visibility")
+CAMERAS = ("CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_BACK_RIGHT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_FRONT_LEFT")
+# the 23 nuScenes categories -> project class (None: not a class the project trains; the devkit's
+# detection benchmark ignores the same ones, except debris, which the sim has)
+CATEGORY_MAP = {
+    "animal": None,
+    "human.pedestrian.adult": "pedestrian",
+    "human.pedestrian.child": "pedestrian",
+    "human.pedestrian.construction_worker": "pedestrian",
+    "human.pedestrian.personal_mobility": None,
+    "human.pedestrian.police_officer": "pedestrian",
+    "human.pedestrian.stroller": None,
+    "human.pedestrian.wheelchair": None,
+    "movable_object.barrier": "barrier",
+    "movable_object.debris": "debris",
+    "movable_object.pushable_pullable": None,
+    "movable_object.trafficcone": "traffic_cone",
+    "static_object.bicycle_rack": None,
+    "vehicle.bicycle": "cyclist",  # nuScenes draws the rider inside the bicycle's box, as the sim's cyclist
+    "vehicle.bus.bendy": "bus",
+    "vehicle.bus.rigid": "bus",
+    "vehicle.car": "car",
+    "vehicle.construction": "construction_vehicle",
+    "vehicle.emergency.ambulance": None,
+    "vehicle.emergency.police": None,
+    "vehicle.motorcycle": "motorcycle",
+    "vehicle.trailer": "trailer",
+    "vehicle.truck": "truck",
+}
+CLASSES = ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian", "motorcycle", "cyclist",
+           "traffic_cone", "barrier", "debris")
+VISIBILITY_LOW = {"v0-40": 0.0, "v40-60": 0.4, "v60-80": 0.6, "v80-100": 0.8}
+BEV = {"x_range": [-50.0, 50.0], "y_range": [-50.0, 50.0], "resolution": 0.5}
+_FIX = "re-extract the nuScenes metadata archive (v1.0-*.tgz) into the dataset root"
+
+
+def _pose(rec: dict) -> np.ndarray:
+    """nuScenes translation + rotation (w, x, y, z) -> 4x4."""
+    return make_transform(quaternion_to_matrix(rec["rotation"]), rec["translation"])
+
+
+def find_versions(root: Path) -> list[str]:
+    """Version folders under root (any folder holding a sample.json)."""
+    return sorted(p.parent.name for p in Path(root).glob("*/sample.json"))
+
+
+def scenes_of_split(table_root: Path, version: str, split: str, all_names: list[str]) -> list[str]:
+    """Scene names of a split: the devkit's mini splits, `<version>/splits.json` (custom splits,
+    as nuscenes.utils.splits), or "all"."""
+    custom_path = table_root / "splits.json"
+    custom = read_json(custom_path, "fix or remove splits.json") if custom_path.is_file() else {}
+    if split in OFFICIAL_SPLITS and split not in custom:
+        part = OFFICIAL_SPLITS[split]
+        if not version.endswith(part):
+            raise DatasetError(f"{table_root}: split {split!r} belongs to v1.0-{part}, not {version!r}; "
+                               f"pick a split of this version")
+        if split not in MINI_SPLITS:
+            raise DatasetError(f"{table_root}: the scene list of official split {split!r} is not shipped with "
+                               f"hydranet; write it into {custom_path} as {{\"{split}\": [scene names]}} "
+                               "(from nuscenes.utils.splits)")
+        return list(MINI_SPLITS[split])
+    if split in custom:
+        return list(custom[split])
+    if split == "all":
+        return list(all_names)
+    raise DatasetError(f"{table_root}: unknown split {split!r}; known: "
+                       f"{sorted(set(custom) | set(MINI_SPLITS)) + ['all']}")
+
+
+class NuScenesDataset(FrameReader):
+    """Keyframe samples of a nuScenes version folder (see the module docstring).
+
+    Args:
+        root: the dataroot (holds samples/, maps/ and the version folder).
+        version: "v1.0-mini", "v1.0-trainval", "v1.0-test" or another version folder under root;
+            None = the only one there.
+        split: None or "all" (every scene), a devkit mini split, or a name in <version>/splits.json.
+        cameras: camera channels to load, in this order (None = the six cameras).
+        channels: ("images",) or () (labels and calibration only).
+        on_bad_frame: as SimDataset.
+    """
+
+    format = FORMAT
+
+    def __init__(self, root, version: str | None = None, split: str | None = None, cameras: list[str] | None = None,
+                 channels=("images",), on_bad_frame: str = "raise"):
+        self.root = Path(root)
+        self._init_policy(on_bad_frame)
+        if not self.root.is_dir():
+            raise DatasetError(f"{self.root}: no such folder; pass the nuScenes dataroot (it holds samples/ and v1.0-*/)")
+        found = find_versions(self.root)
+        if version is None:
+            if len(found) != 1:
+                raise DatasetError(f"{self.root}: {'no' if not found else 'several'} nuScenes version folders "
+                                   f"({found}); pass version= one of {list(KNOWN_VERSIONS)}" +
+                                   ("" if found else f" and {_FIX}"))
+            version = found[0]
+        if version not in found:
+            hint = f"this root has {found}" if found else _FIX
+            raise DatasetError(f"{self.root}: unknown nuScenes version {version!r} (no {self.root / version}/sample.json); "
+                               f"{hint}")
+        self.version, self.table_root = version, self.root / version
+        self.channels = tuple(channels)
+        if set(self.channels) - {"images"}:
+            raise ValueError(f"nuScenes reader channels: only 'images' (or none), got {list(self.channels)}")
+        t = {name: read_json(self.table_root / f"{name}.json", _FIX) for name in TABLES}
+        self._build_indices(t, cameras)
+        names = [s["name"] for s in t["scene"]]
+        wanted = names if split in (None, "all") else scenes_of_split(self.table_root, version, split, names)
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            raise DatasetError(f"{self.table_root}: split {split!r} lists scene {unknown[0]!r}, which scene.json lacks; "
+                               "fix splits.json or pick another split")
+        self.split = split or "all"
+        keep = set(wanted)
+        self.scenes = []
+        for sc in t["scene"]:
+            if sc["name"] not in keep:
+                continue
+            frames, tok = [], sc["first_sample_token"]
+            while tok:
+                if tok not in self._sample:
+                    raise DatasetError(f"{self.table_root / 'sample.json'}: scene {sc['name']} links to missing sample "
+                                       f"{tok}; {_FIX}")
+                frames.append(tok)
+                tok = self._sample[tok]["next"]
+            self.scenes.append({"name": sc["name"], "token": sc["token"], "frames": frames,
+                                "location": self._log_location.get(sc["log_token"], "")})
+        if not self.scenes or not any(s["frames"] for s in self.scenes):
+            raise DatasetError(f"{self.table_root}: split {self.split!r} has no samples; pick another split "
+                               f"(scenes here: {names[:5]}{'...' if len(names) > 5 else ''})")
+        self._index_frames()
+        first = self.scenes[0]["frames"][0]
+        self.rig = make_rig(f"nuscenes-{version}", [self._calib(first, ch) for ch in self.camera_names])
+        self.notes = self._map_notes()
+        has_boxes = bool(t["sample_annotation"])
+        self.supervises = frozenset({"det2d", "det3d"} if has_boxes else set())
+        self.meta = {"format": FORMAT, "version": version, "split": self.split, "classes": list(CLASSES),
+                     "sign_classes": [], "light_states": [], "lane_types": [], "bev": dict(BEV),
+                     "frame_rate_hz": 2.0, "rig": self.rig.to_dict(),
+                     "scenes": [{"name": s["name"], "num_frames": len(s["frames"])} for s in self.scenes],
+                     "class_map": dict(CATEGORY_MAP), "supervises": sorted(self.supervises)}
+
+    # -- tables ---------------------------------------------------------------------------
+    def _build_indices(self, t: dict, cameras: list[str] | None) -> None:
+        tr = self.table_root
+        cats = {c["token"]: c["name"] for c in t["category"]}
+        for name in cats.values():
+            if name not in CATEGORY_MAP:
+                raise DatasetError(f"{tr / 'category.json'}: category {name!r} is not one of the 23 nuScenes v1.0 "
+                                   f"categories this reader maps (hydranet.data.nuscenes.CATEGORY_MAP); add it there")
+        self._attr = {a["token"]: a["name"] for a in t["attribute"]}
+        self._vis = {v["token"]: v["level"] for v in t["visibility"]}
+        self._inst_cat, self._track = {}, {}
+        for k, inst in enumerate(t["instance"]):
+            if inst["category_token"] not in cats:
+                raise DatasetError(f"{tr / 'instance.json'}: instance {inst['token']} has unknown category token; {_FIX}")
+            self._inst_cat[inst["token"]] = cats[inst["category_token"]]
+            self._track[inst["token"]] = k + 1
+        self._log_location = {lg["token"]: lg.get("location", "") for lg in t["log"]}
+        self._log_of_scene = {s["token"]: s["log_token"] for s in t["scene"]}
+        sensors = {s["token"]: s for s in t["sensor"]}
+        self._cs = {c["token"]: c for c in t["calibrated_sensor"]}
+        self._cs_channel = {tok: sensors[c["sensor_token"]]["channel"] for tok, c in self._cs.items()}
+        self._ego = {e["token"]: e for e in t["ego_pose"]}
+        self._sample = {s["token"]: s for s in t["sample"]}
+        self._sd: dict[str, dict[str, dict]] = {tok: {} for tok in self._sample}  # sample -> channel -> keyframe sd
+        for sd in t["sample_data"]:
+            if sd["is_key_frame"] and sd["sample_token"] in self._sd:
+                self._sd[sd["sample_token"]][self._cs_channel[sd["calibrated_sensor_token"]]] = sd
+        cams = sorted({ch for ch, s in ((self._cs_channel[c], sensors[self._cs[c]["sensor_token"]]) for c in self._cs)
+                       if s["modality"] == "camera"}, key=lambda c: (CAMERAS.index(c) if c in CAMERAS else 99, c))
+        self.camera_names = select_cameras(cams, cameras, str(tr / "sensor.json"))
+        self._anns: dict[str, list[dict]] = {tok: [] for tok in self._sample}
+        self._ann = {}
+        for a in t["sample_annotation"]:
+            if a["sample_token"] not in self._anns:
+                raise DatasetError(f"{tr / 'sample_annotation.json'}: annotation {a['token']} points to unknown sample; {_FIX}")
+            self._anns[a["sample_token"]].append(a)
+            self._ann[a["token"]] = a
+
+    def _calib(self, sample_tok: str, ch: str) -> tuple:
+        sd = self._sd[sample_tok].get(ch)
+        if sd is None:
+            raise DatasetError(f"{self.table_root / 'sample_data.json'}: sample {sample_tok} has no {ch} keyframe; "
+                               f"select cameras present in every sample; {_FIX}")
+        cs = self._cs[sd["calibrated_sensor_token"]]
+        return ch, np.asarray(cs["camera_intrinsic"], np.float64), _pose(cs), int(sd["width"]), int(sd["height"])
+
+    def _map_notes(self) -> list[str]:
+        locs = sorted({s["location"] for s in self.scenes})
+        missing = [loc for loc in locs if not (self.root / "maps" / "expansion" / f"{loc}.json").is_file()]
+        if missing:
+            return [f"{self.root / 'maps' / 'expansion' / (missing[0] + '.json')}: the nuScenes map expansion is not "
+                    f"installed (locations {missing}), so this dataset supervises no drivable, lanes or bevmap head; "
+                    "download 'Map expansion' from nuscenes.org and unzip it into maps/ to get them"]
+        return ["the nuScenes map expansion is installed, but this reader does not rasterize it yet: drivable, lanes "
+                "and bevmap are not supervised"]
+
+    def frame_name(self, scene: int, frame: int) -> str:
+        return self.scenes[scene]["frames"][frame]
+
+    def sample_token(self, i: int) -> str:
+        s, f = self._frames[i]
+        return self.scenes[s]["frames"][f]
+
+    # -- boxes ----------------------------------------------------------------------------
+    def box_velocity(self, ann: dict, max_time_diff: float = 1.5) -> np.ndarray:
+        """World-frame velocity (3,) of an annotation, exactly as `NuScenes.box_velocity`."""
+        has_prev, has_next = ann["prev"] != "", ann["next"] != ""
+        if not has_prev and not has_next:
+            return np.full(3, np.nan)
+        first = self._ann[ann["prev"]] if has_prev else ann
+        last = self._ann[ann["next"]] if has_next else ann
+        pos_diff = np.asarray(last["translation"], np.float64) - np.asarray(first["translation"], np.float64)
+        time_diff = 1e-6 * self._sample[last["sample_token"]]["timestamp"] - \
+            1e-6 * self._sample[first["sample_token"]]["timestamp"]
+        if has_next and has_prev:
+            max_time_diff *= 2
+        if time_diff > max_time_diff:
+            return np.full(3, np.nan)
+        return pos_diff / time_diff
+
+    def ego_pose(self, sample_tok: str) -> np.ndarray:
+        sds = self._sd[sample_tok]
+        sd = sds.get("LIDAR_TOP") or sds.get(self.camera_names[0])
+        if sd is None:
+            raise DatasetError(f"{self.table_root / 'sample_data.json'}: sample {sample_tok} has no LIDAR_TOP or "
+                               f"{self.camera_names[0]} keyframe; {_FIX}")
+        return _pose(self._ego[sd["ego_pose_token"]])
+
+    def boxes3d(self, sample_tok: str, ego2world: np.ndarray) -> list[dict]:
+        """The sample's annotations of mapped categories as labels.json boxes3d, in the ego frame."""
+        world2ego = invert_rigid(ego2world)
+        out = []
+        for a in self._anns[sample_tok]:
+            cat = self._inst_cat[a["instance_token"]]
+            cls = CATEGORY_MAP[cat]
+            if cls is None:
+                continue
+            T = world2ego @ _pose(a)
+            w, l, h = a["size"]
+            v = world2ego[:3, :3] @ self.box_velocity(a)
+            attrs = [self._attr[t] for t in a["attribute_tokens"]]
+            vis = self._vis.get(a["visibility_token"], "")
+            extra = {"nuscenes_category": cat, "detection_name": CATEGORY_TO_DETECTION.get(cat),
+                     "nuscenes_attributes": attrs, "visibility": vis}
+            if any(x.endswith(".moving") for x in attrs) or any(x.endswith((".stopped", ".parked", ".standing",
+                                                                              ".sitting_lying_down")) for x in attrs):
+                extra["moving"] = any(x.endswith(".moving") for x in attrs)
+            if "cycle.with_rider" in attrs or "cycle.without_rider" in attrs:
+                extra["has_rider"] = "cycle.with_rider" in attrs
+            out.append({"center": T[:3, 3].tolist(), "size": [float(l), float(w), float(h)],
+                        "yaw": float(np.arctan2(T[1, 0], T[0, 0])), "velocity": v.tolist(), "class": cls,
+                        "track_id": self._track[a["instance_token"]], "instance_token": a["instance_token"],
+                        "annotation_token": a["token"],
+                        "num_points": int(a.get("num_lidar_pts", 0)) + int(a.get("num_radar_pts", 0)),
+                        "attributes": extra})
+        return out
+
+    # -- a sample -------------------------------------------------------------------------
+    def load(self, i: int) -> dict:
+        s, f = self._frames[i]
+        scene, tok = self.scenes[s], self.scenes[s]["frames"][f]
+        rec = self._sample[tok]
+        ego2world = self.ego_pose(tok)
+        world2ego = invert_rigid(ego2world)
+        Ks, c2e, sds = [], [], []
+        for ch in self.camera_names:
+            _, K, calib, w, h = self._calib(tok, ch)
+            sd = self._sd[tok][ch]
+            c2e.append(world2ego @ _pose(self._ego[sd["ego_pose_token"]]) @ calib)  # motion-compensated
+            Ks.append(K)
+            sds.append(sd)
+        boxes = self.boxes3d(tok, ego2world)
+        cameras = {}
+        for ch, K, T, sd in zip(self.camera_names, Ks, c2e, sds):
+            ego2cam, b2 = invert_rigid(T), []
+            for b in boxes:
+                res = project_box_2d(box_in_camera(b["center"], b["size"], b["yaw"], ego2cam), K, sd["width"], sd["height"])
+                if res is None:
+                    continue
+                bbox, inside = res
+                b2.append({"bbox": bbox, "class": b["class"], "track_id": b["track_id"],
+                           "visible_fraction": VISIBILITY_LOW.get(b["attributes"]["visibility"], 0.0),
+                           "attributes": {"derived_from_3d": True, "in_image_fraction": inside}})
+            cameras[ch] = {"boxes2d": b2, "lanes2d": []}
+        sample = {
+            "format": FORMAT, "scene": scene["name"], "frame_index": f, "sample_token": tok,
+            "timestamp_us": int(rec["timestamp"]), "camera_names": list(self.camera_names),
+            "intrinsics": np.stack(Ks).astype(np.float32),  # (N, 3, 3)
+            "cam2ego": np.stack(c2e).astype(np.float32),  # (N, 4, 4)
+            "ego2world": ego2world,  # (4, 4) float64
+            "labels": {"cameras": cameras, "boxes3d": boxes, "lanes3d": []},
+            "supervises": set(self.supervises),
+        }
+        if "images" in self.channels:
+            imgs = [decode_image(self.root / sd["filename"], f"{_FIX} (samples/ and sweeps/ archives) or use "
+                                 "on_bad_frame='skip'", (sd["height"], sd["width"])) for sd in sds]
+            sample["images"] = np.stack(imgs) if len({a.shape for a in imgs}) == 1 else imgs  # (N, H, W, 3)
+        return sample
