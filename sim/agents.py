@@ -80,7 +80,7 @@ def make_body(cls: str, rng: np.random.Generator) -> list[Part]:
                  _box(0, 0, H - 0.075 * H, 0.36 * L, 0.36 * W, 0.15 * H, (0.8, 0.6, 0.45))]
     elif cls == "cyclist":
         shirt = rng.uniform(0.1, 0.9, 3)
-        parts = [_box(0, 0, 0.45, L, 0.12, 0.8, (0.1, 0.1, 0.1)),
+        parts = [_box(0, 0, 0.425, L, 0.12, 0.85, (0.1, 0.1, 0.1)),  # wheels reach the ground
                  _box(-0.1, 0, 0.85 + 0.3, 0.45, W, 0.6, shirt),
                  _box(-0.05, 0, H - 0.12, 0.25, 0.25, 0.24, (0.8, 0.6, 0.45))]
     elif cls == "traffic_cone":
@@ -124,6 +124,7 @@ class Agent:
     waited: float = 0.0  # seconds stopped at a stop sign
     follows_traffic: bool = True  # vehicles and cyclists; pedestrians just walk
     attributes: dict = field(default_factory=dict)
+    z: float = 0.0  # height of the surface it stands on (World keeps it on the ground under it)
 
     def __post_init__(self):
         self.box_center, self.box_size = body_bounds(self.parts)
@@ -144,6 +145,7 @@ class Agent:
         T = np.eye(4)
         T[:2, :2] = [[c, -s], [s, c]]
         T[:2, 3] = self.pos
+        T[2, 3] = self.z
         return T
 
 

@@ -10,11 +10,11 @@ import numpy as np
 
 from sim.agents import Part
 from sim.classes import SEMANTIC_ID
-from sim.roads import CURB_HEIGHT, MARKING_WIDTH, SIDEWALK_WIDTH, RoadNetwork, marking_pieces
+from sim.roads import CURB_HEIGHT, MARKING_WIDTH, SIDEWALK_WIDTH, TERRAIN_Z, RoadNetwork, chord_samples, marking_pieces
 from sim.world import World, light_parts
 
 VERTEX_FLOATS = 12
-GROUND_Z = -0.03  # off-road terrain sits just under the road surface
+GROUND_Z = TERRAIN_Z  # off-road terrain sits just under the road surface
 MARKING_Z = 0.012
 
 # unit cube: 6 faces x 2 triangles x 3 vertices, with face normals
@@ -73,8 +73,7 @@ def transform_local(v: np.ndarray, pose: np.ndarray) -> np.ndarray:
 def _strip(left: np.ndarray, right: np.ndarray, z0: float, z1: float, color, sem: str) -> np.ndarray:
     """Quads between two polylines (M, 2) at heights z0 (left) and z1 (right), one quad per
     ~2 m (the paths are sampled every 0.5 m; a 2 m chord on a 50 m arc is off by 1 cm)."""
-    keep = np.unique(np.r_[np.arange(0, len(left), 4), len(left) - 1])
-    left, right = left[keep], right[keep]
+    left, right = chord_samples(left), chord_samples(right)
     l3 = np.concatenate([left, np.full((len(left), 1), z0)], 1)
     r3 = np.concatenate([right, np.full((len(right), 1), z1)], 1)
     a, b, c, d = l3[:-1], r3[:-1], r3[1:], l3[1:]
@@ -116,7 +115,7 @@ def road_mesh(road: RoadNetwork, rng: np.random.Generator) -> np.ndarray:
 
 def _curb(edge: np.ndarray, color) -> np.ndarray:
     """Vertical kerb face along `edge` (M, 2) from the road up to the sidewalk."""
-    edge = edge[np.unique(np.r_[np.arange(0, len(edge), 4), len(edge) - 1])]
+    edge = chord_samples(edge)
     lo = np.concatenate([edge, np.zeros((len(edge), 1))], 1)
     hi = lo + [0, 0, CURB_HEIGHT]
     a, b, c, d = lo[:-1], lo[1:], hi[1:], hi[:-1]

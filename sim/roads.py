@@ -13,6 +13,8 @@ import numpy as np
 LANE_WIDTH = 3.5
 SIDEWALK_WIDTH = 3.0
 CURB_HEIGHT = 0.15
+TERRAIN_Z = -0.03  # off-road terrain sits just under the road surface
+CHORD_STEP = 4  # meshes draw strips with one quad per 4 path samples (~2 m)
 MARKING_WIDTH = 0.15
 CROSS_LENGTH = 70.0  # cross streets reach this far either side of the main road
 DS = 0.5  # sampling step of every path, metres
@@ -109,6 +111,23 @@ class RoadNetwork:
             polys.append(_strip_polygon(it.cross, -it.cross_half_width, it.cross_half_width))
         return polys
 
+    def surface_z(self, xy: np.ndarray) -> np.ndarray:
+        """(K,) height of the drawn surface under points (K, 2): CURB_HEIGHT on a sidewalk, 0 on
+        the road, TERRAIN_Z elsewhere. Tested against the same quads `sim.meshes` draws."""
+        xy = np.atleast_2d(np.asarray(xy, float))
+        if not hasattr(self, "_surface_quads"):
+            hw = self.half_width
+            road = [strip_quads(self.main.offset(hw).points, self.main.offset(-hw).points)]
+            road += [strip_quads(it.cross.offset(it.cross_half_width).points, it.cross.offset(-it.cross_half_width).points)
+                     for it in self.intersections]
+            walk = [strip_quads(inner.points, inner.offset(side * SIDEWALK_WIDTH).points) for inner, side in self.sidewalks]
+            self._surface_quads = (np.concatenate(walk), np.concatenate(road))
+        walk, road = self._surface_quads
+        z = np.full(len(xy), TERRAIN_Z)
+        z[_in_quads(xy, road)] = 0.0
+        z[_in_quads(xy, walk)] = CURB_HEIGHT
+        return z
+
     def near_road(self, xy: np.ndarray, margin: float) -> np.ndarray:
         """(K,) bool: points within `margin` of any road surface edge (or on it)."""
         d = _dist_to_path(xy, self.main) - self.half_width
@@ -120,6 +139,25 @@ class RoadNetwork:
         """Centre of lane `k` (0 = next to the centre line is k = lanes-1; 0 = rightmost)."""
         off = (self.lanes - k - 0.5) * LANE_WIDTH
         return self.main.offset(-off) if forward else self.main.offset(off).reversed()
+
+
+def chord_samples(points: np.ndarray) -> np.ndarray:
+    """The samples of a path (M, 2) kept as strip vertices: every CHORD_STEP-th and the last."""
+    return points[np.unique(np.r_[np.arange(0, len(points), CHORD_STEP), len(points) - 1])]
+
+
+def strip_quads(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """(Q, 4, 2) quads between two polylines (M, 2), as `sim.meshes` draws the strip."""
+    a, b = chord_samples(left), chord_samples(right)
+    return np.stack([a[:-1], b[:-1], b[1:], a[1:]], 1)
+
+
+def _in_quads(xy: np.ndarray, quads: np.ndarray) -> np.ndarray:
+    """(K,) bool: points (K, 2) inside any of the convex quads (Q, 4, 2), either winding."""
+    e = np.roll(quads, -1, 1) - quads  # (Q, 4, 2) edges
+    d = xy[:, None, None, :] - quads[None]  # (K, Q, 4, 2)
+    c = e[None, ..., 0] * d[..., 1] - e[None, ..., 1] * d[..., 0]  # (K, Q, 4)
+    return (((c >= 0).all(-1)) | ((c <= 0).all(-1))).any(-1)
 
 
 def _dist_to_path(xy: np.ndarray, path: Path) -> np.ndarray:

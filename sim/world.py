@@ -113,6 +113,7 @@ class World:
         self._cleared: set = set()
         self._place_rare()
         self._settle_speeds()
+        self._stand_on_ground(self.agents + [self.ego])
 
     # ---- sampling -------------------------------------------------------------------------
     def new_id(self) -> int:
@@ -336,6 +337,12 @@ class World:
                 gap = min(leader_gap(a, everyone)[0], self._stop_gap(a))
                 a.speed = min(a.speed, safe_speed(gap))
 
+    def _stand_on_ground(self, agents: list[Agent]) -> None:
+        """Put each agent on the surface under its centre (sidewalks are CURB_HEIGHT up)."""
+        if agents:
+            for a, z in zip(agents, self.road.surface_z(np.array([a.pos for a in agents]))):
+                a.z = float(z)
+
     # ---- time -----------------------------------------------------------------------------
     def signal(self, k: int, approach: str) -> str:
         return signal_state(self.t, self.signal_offsets[k], approach)
@@ -381,6 +388,7 @@ class World:
                     a.speed = max(0.0, a.speed + acc[id(a)] * h)
                 a.s += a.speed * h
                 a.update_pose()
+        self._stand_on_ground(movers)
         self.t += dt
 
 

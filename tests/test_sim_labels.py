@@ -387,3 +387,34 @@ def test_silhouette_count_equals_rendered_pixels(lone_objects):
             small += 0 < n < 30
             checked += n > 0
     assert small >= 5 and checked >= 30  # tiny objects are where the old fill was worst
+
+
+# (k) ---------------------------------------------------------------------------------------
+GROUND = [SEMANTIC_ID[n] for n in ("road", "lane_marking", "crosswalk", "sidewalk", "terrain")]
+
+
+def test_agents_stand_on_the_rendered_ground(scene):
+    """The bottom of every 3D box lies on the ground drawn around it: ground pixels (road,
+    sidewalk, terrain) within 0.6 m of the box footprint, back-projected through the depth
+    channel, are at the box bottom's height (a pedestrian on the sidewalk stands on the kerb
+    height, 0.15 m, not inside the slab). Boxes with ground of two heights around them (at a
+    kerb) are skipped."""
+    checked, on_kerb = 0, 0
+    for fi, f, cam, img, _ in views(scene):
+        ground = np.isin(img.semantic, GROUND)
+        if not ground.any():
+            continue
+        p, _ = _pixels_ego(cam, img, ground)
+        for box in f["labels"]["boxes3d"]:
+            q = in_box_frame(p, box)
+            near = (np.abs(q[:, :2]) <= np.asarray(box["size"][:2]) / 2 + 0.6).all(1)
+            if near.sum() < 3:
+                continue
+            z = p[near, 2]
+            if z.max() - z.min() > 0.05:
+                continue
+            bottom = box["center"][2] - box["size"][2] / 2
+            assert abs(np.median(z) - bottom) < 0.03, (fi, cam.name, box["class"], box["track_id"], float(np.median(z)), bottom)
+            checked += 1
+            on_kerb += bool(np.median(z) > 0.1)
+    assert checked >= 10 and on_kerb >= 3, (checked, on_kerb)
