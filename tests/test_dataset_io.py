@@ -43,7 +43,8 @@ def make_frame(rig: Rig, k: int, rng: np.random.Generator) -> dict:
                         "semantic": rng.integers(0, len(SEMANTIC), (H, W)).astype(np.uint8),
                         "instance": rng.integers(0, 70000, (H, W)).clip(0, 65535).astype(np.int32)}
     bev = rng.integers(0, 256, (3, 16, 12)).astype(np.uint8)
-    labels = {"cameras": {}, "boxes3d": [{"center": [1.0, 2.0 / 3.0, 0.5], "class": "car", "track_id": 7}],
+    labels = {"cameras": {}, "boxes3d": [{"center": [1.0, 2.0 / 3.0, 0.5], "size": [4.0, 2.0, 1.5], "yaw": 0.0,
+                                                     "class": "car", "track_id": 7}],
               "lanes3d": [], "ego_velocity": [float(k), 0.0, 0.0]}
     return {"dir": f"{k:06d}", "cameras": cams, "bev": bev, "labels": labels}
 

@@ -12,13 +12,19 @@ zeros.
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import math
+import os
+import re
+import tempfile
+import threading
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from hydranet.rig import Rig, rig_from_dict
+from hydranet.rig import Rig, check_name, rig_from_dict
 
 FORMAT = "hydranet-sim"
 VERSION = 1
@@ -36,11 +42,19 @@ class DatasetError(ValueError):
 
 
 def _read_json(path: Path, what: str = "file"):
-    if not path.is_file():
-        raise DatasetError(f"{path}: {what} is missing; regenerate the dataset ({_GENERATE})", path)
     try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = path.read_text()
+    except PermissionError:
+        raise DatasetError(f"{path}: {what} cannot be read: permission denied; check the file's permissions", path) from None
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise DatasetError(f"{path}: {what} is missing; regenerate the dataset ({_GENERATE})", path) from None
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{path}: corrupt JSON ({e}); regenerate the dataset", path) from None
+    except OSError as e:
+        raise DatasetError(f"{path}: {what} cannot be read: {(e.strerror or str(e)).lower()}", path) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
         raise DatasetError(f"{path}: corrupt JSON ({e}); regenerate the dataset", path) from None
 
 
@@ -49,17 +63,70 @@ def read_image(path: Path, shape: tuple, dtype, color: bool = False) -> np.ndarr
     truncated (JPEG without its end marker, PNG without IEND), undecodable or of another shape."""
     try:
         data = np.fromfile(path, dtype=np.uint8)
-    except OSError:
+    except PermissionError:
+        raise DatasetError(f"{path}: image cannot be read: permission denied; check the file's permissions", path) from None
+    except FileNotFoundError:
         raise DatasetError(f"{path}: camera image is missing; regenerate the frame or use on_bad_frame='skip'", path) from None
+    except OSError as e:
+        raise DatasetError(f"{path}: image cannot be read ({(e.strerror or str(e)).lower()}); regenerate the frame or "
+                           "use on_bad_frame='skip'", path) from None
     truncated = (path.suffix == ".jpg" and data[-2:].tobytes() != b"\xff\xd9") or (
         path.suffix == ".png" and data[-8:-4].tobytes() != b"IEND")
-    img = None if truncated else cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+    img, warned = (None, "") if truncated else _imdecode(data, jpeg=path.suffix == ".jpg")
+    if warned:  # libjpeg decodes a damaged stream with warnings ("Corrupt JPEG data: ..."): wrong pixels, not an image
+        raise DatasetError(f"{path}: image is corrupt (decoder: {warned}); regenerate the frame or use "
+                           "on_bad_frame='skip'", path)
     if img is None:
         raise DatasetError(f"{path}: image is corrupt or truncated; regenerate the frame or use on_bad_frame='skip'", path)
     if img.shape != tuple(shape) or img.dtype != dtype:
         raise DatasetError(f"{path}: expected {np.dtype(dtype).name} {tuple(shape)}, got {img.dtype} {img.shape}; "
                            "regenerate the frame", path)
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if color else img
+
+
+_STDERR_LOCK = threading.Lock()
+_CAPTURE: dict = {}  # pid -> unlinked temp file receiving the decoder's stderr
+try:
+    _fflush = ctypes.CDLL(None).fflush  # C stdio's stderr may buffer: flush it while fd 2 is redirected
+except (OSError, AttributeError):
+    _fflush = None
+_DECODER_WARNING = re.compile(r"corrupt|jpeg|premature|invalid|huffman|scanline|bogus", re.IGNORECASE)
+
+
+def _imdecode(data: np.ndarray, jpeg: bool) -> tuple[np.ndarray | None, str]:
+    """cv2.imdecode, and for JPEG the warnings libjpeg printed while decoding (OpenCV gives them no
+    API: they go to the C stderr, fd 2, which is pointed at a temp file for the call). Other text
+    that lands there meanwhile is passed on to the real stderr."""
+    if not jpeg:
+        return cv2.imdecode(data, cv2.IMREAD_UNCHANGED), ""
+    with _STDERR_LOCK:
+        try:
+            if os.getpid() not in _CAPTURE:  # per process: a forked DataLoader worker gets its own file
+                _CAPTURE[os.getpid()] = tempfile.TemporaryFile()
+            fd = _CAPTURE[os.getpid()].fileno()
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            saved = os.dup(2)
+        except OSError:  # no stderr to redirect: decode without the warning check
+            return cv2.imdecode(data, cv2.IMREAD_UNCHANGED), ""
+        try:
+            if _fflush is not None:
+                _fflush(None)
+            os.dup2(fd, 2)
+            img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+            if _fflush is not None:
+                _fflush(None)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        os.lseek(fd, 0, os.SEEK_SET)
+        text = os.read(fd, 1 << 16).decode(errors="replace")
+    lines = text.splitlines()
+    warnings = [ln.strip() for ln in lines if _DECODER_WARNING.search(ln)]
+    other = [ln for ln in lines if not _DECODER_WARNING.search(ln)]
+    if other:
+        os.write(2, ("\n".join(other) + "\n").encode())
+    return img, "; ".join(dict.fromkeys(warnings))
 
 
 def decode_depth(enc: np.ndarray) -> np.ndarray:
@@ -102,6 +169,9 @@ class SimDataset:
         if not (self.root / "dataset.json").is_file():
             raise DatasetError(f"{self.root} is not a hydranet-sim dataset (no dataset.json); {_GENERATE}")
         self.meta = _read_json(self.root / "dataset.json")
+        if not isinstance(self.meta, dict):
+            raise DatasetError(f"{self.root / 'dataset.json'}: expected a JSON object, got {type(self.meta).__name__}; "
+                               "regenerate the dataset", self.root / "dataset.json")
         fmt, ver = self.meta.get("format"), self.meta.get("version")
         if (fmt, ver) != (FORMAT, VERSION):
             raise DatasetError(f"{self.root / 'dataset.json'}: format {fmt!r} version {ver!r}, this reader reads "
@@ -114,11 +184,13 @@ class SimDataset:
         if unknown:
             raise ValueError(f"unknown channel {unknown[0]!r}; known channels: {list(CHANNELS)}")
 
+        check_meta(self.meta, self.root / "dataset.json")
         try:
             full = rig_from_dict(self.meta["rig"], f"{self.root / 'dataset.json'} rig")
         except (ValueError, KeyError) as e:
             raise DatasetError(f"{self.root / 'dataset.json'}: bad rig ({e}); regenerate the dataset") from None
         self.rig = full if cameras is None else _select(full, list(cameras))
+        self._label_cameras = {c.name: (c.width, c.height) for c in full.cameras}  # what labels.json may name
         self.classes: list[str] = self.meta["classes"]
         self.semantic_classes: list[str] = self.meta["semantic_classes"]
         self._drivable_lut = self._drivable_table() if "semantic" in self.channels else None
@@ -131,6 +203,7 @@ class SimDataset:
         for si, entry in enumerate(self.meta["scenes"]):
             path = self.root / "scenes" / entry["name"] / "scene.json"
             scene = _read_json(path, "scene.json")
+            check_scene(scene, path, entry["name"])
             if len(scene["frames"]) != entry["num_frames"]:
                 raise DatasetError(f"{path}: lists {len(scene['frames'])} frames, dataset.json says "
                                    f"{entry['num_frames']}; regenerate the dataset")
@@ -224,6 +297,7 @@ class SimDataset:
         sample = {
             "scene": scene["name"],
             "frame_index": int(frame["index"]),
+            "frame_dir": frame["dir"],
             "timestamp_us": int(frame["timestamp_us"]),
             "camera_names": self.rig.names,
             "intrinsics": np.stack([c.K for c in cams]).astype(np.float32),  # (N, 3, 3)
@@ -251,7 +325,8 @@ class SimDataset:
         if "bev" in ch:
             bev = read_image(folder / "bev.png", self._bev_hw + (3,), np.uint8, color=True)  # (X, Y, 3)
             sample["bev"] = np.ascontiguousarray(bev.transpose(2, 0, 1))  # (3, X, Y)
-        sample["labels"] = _read_json(folder / "labels.json", "labels.json")
+        sample["labels"] = check_labels(_read_json(folder / "labels.json", "labels.json"), folder / "labels.json",
+                                        self._label_cameras, self.classes)
         return sample
 
 
@@ -268,3 +343,175 @@ def _select(rig: Rig, names: list[str]) -> Rig:
     if not names or len(set(names)) != len(names):
         raise DatasetError(f"cameras must be a non-empty list of distinct names from {rig.names}, got {names}")
     return Rig(rig.name, tuple(by_name[n] for n in names))
+
+
+# -- structure checks: a malformed file is one DatasetError line naming the file and the key ---------
+MAX_BOX_CENTER_M = 1000.0  # a 3D box farther from the ego than this is a broken label, not an object
+MAX_BOX_SIZE_M = 100.0
+MAX_SPEED_MPS = 150.0
+BBOX_SLACK_PX = 1.0  # a 2D box may exceed the image by this much (it is a pixel extent)
+
+
+def _bad(path: Path, key: str, problem: str) -> DatasetError:
+    return DatasetError(f"{path}: key '{key}' {problem}; fix or regenerate the file", path)
+
+
+def _get(d: dict, key: str, path: Path, where: str, kind: type | tuple[type, ...]):
+    if key not in d:
+        raise _bad(path, f"{where}{key}", "is missing")
+    v = d[key]
+    if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise _bad(path, f"{where}{key}", f"must be {names}, got {type(v).__name__}")
+    return v
+
+
+def _numbers(v, n: int | None, path: Path, key: str) -> np.ndarray:
+    """v as a float array of n finite numbers (n None: any length >= 1)."""
+    ok = isinstance(v, list) and (n is None or len(v) == n) and len(v) > 0 and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+    if not ok:
+        raise _bad(path, key, f"must be a list of {n or 'some'} numbers, got {v!r}"[:200])
+    a = np.asarray(v, dtype=np.float64)
+    if not np.isfinite(a).all():
+        raise _bad(path, key, f"must be finite, got {v!r}")
+    return a
+
+
+def _number(v, path: Path, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _bad(path, key, f"must be a number, got {v!r}"[:200])
+    if not math.isfinite(v):
+        raise _bad(path, key, f"must be finite, got {v!r}")
+    return float(v)
+
+
+def _matrix(v, shape: tuple[int, int], path: Path, key: str) -> np.ndarray:
+    if not (isinstance(v, list) and len(v) == shape[0] and all(isinstance(r, list) and len(r) == shape[1] for r in v)):
+        raise _bad(path, key, f"must be a {shape[0]}x{shape[1]} matrix, got {v!r}"[:200])
+    return np.stack([_numbers(r, shape[1], path, key) for r in v])
+
+
+def check_meta(meta: dict, path: Path) -> None:
+    """dataset.json: the keys the reader uses, their types, and scene names that are safe folder names."""
+    for key in ("rig", "bev"):
+        _get(meta, key, path, "", dict)
+    for key in ("classes", "semantic_classes"):
+        names = _get(meta, key, path, "", list)
+        if not all(isinstance(c, str) and c for c in names) or len(set(names)) != len(names):
+            raise _bad(path, key, "must be a list of distinct non-empty names")
+    b = meta["bev"]
+    res = _number(_get(b, "resolution", path, "bev.", (int, float)), path, "bev.resolution")
+    if res <= 0:
+        raise _bad(path, "bev.resolution", f"must be > 0, got {res}")
+    for key in ("x_range", "y_range"):
+        lo, hi = _numbers(_get(b, key, path, "bev.", list), 2, path, f"bev.{key}")
+        if not lo < hi:
+            raise _bad(path, f"bev.{key}", f"must be [min, max] with min < max, got {[lo, hi]}")
+    scenes = _get(meta, "scenes", path, "", list)
+    seen = set()
+    for i, e in enumerate(scenes):
+        if not isinstance(e, dict):
+            raise _bad(path, f"scenes[{i}]", f"must be an object {{name, num_frames}}, got {e!r}"[:200])
+        name = _get(e, "name", path, f"scenes[{i}].", str)
+        check_name(name, "scene", f"{path}: key 'scenes[{i}].name'", DatasetError)
+        n = _get(e, "num_frames", path, f"scenes[{i}].", int)
+        if n < 1:
+            raise _bad(path, f"scenes[{i}].num_frames", f"must be >= 1, got {n}")
+        if name in seen:
+            raise _bad(path, f"scenes[{i}].name", f"repeats scene {name!r}")
+        seen.add(name)
+
+
+def check_scene(scene, path: Path, name: str) -> None:
+    """scene.json: its name is the one dataset.json lists; every frame has a safe dir, an index, a time and a
+    rigid 4x4 ego pose."""
+    if not isinstance(scene, dict):
+        raise DatasetError(f"{path}: expected a JSON object, got {type(scene).__name__}; regenerate the dataset", path)
+    if _get(scene, "name", path, "", str) != name:
+        raise _bad(path, "name", f"is {scene['name']!r} but dataset.json lists this scene as {name!r}")
+    frames = _get(scene, "frames", path, "", list)
+    dirs = set()
+    for i, f in enumerate(frames):
+        where = f"frames[{i}]."
+        if not isinstance(f, dict):
+            raise _bad(path, f"frames[{i}]", f"must be an object, got {f!r}"[:200])
+        d = _get(f, "dir", path, where, str)
+        check_name(d, "frame dir", f"{path}: key 'frames[{i}].dir'", DatasetError)
+        if d in dirs:
+            raise _bad(path, f"frames[{i}].dir", f"repeats frame dir {d!r}")
+        dirs.add(d)
+        _get(f, "index", path, where, int)
+        _get(f, "timestamp_us", path, where, int)
+        T = _matrix(_get(f, "ego2world", path, where, list), (4, 4), path, f"frames[{i}].ego2world")
+        R = T[:3, :3]
+        if not (np.allclose(T[3], [0, 0, 0, 1]) and np.allclose(R @ R.T, np.eye(3), atol=1e-4)
+                and np.linalg.det(R) > 0):
+            raise _bad(path, f"frames[{i}].ego2world", "must be a rigid transform (rotation, translation, last row 0 0 0 1)")
+
+
+def check_labels(labels, path: Path, cameras: dict[str, tuple[int, int]], classes: list[str]) -> dict:
+    """labels.json (docs/dataset_format.md): known cameras and classes, finite numbers, 2D boxes inside
+    their image with x0 < x1 and y0 < y1, 3D boxes with positive sizes of plausible magnitude. Returns
+    `labels`; a bad label raises DatasetError (a skip under on_bad_frame='skip'), never a silent wrong target."""
+    if not isinstance(labels, dict):
+        raise DatasetError(f"{path}: expected a JSON object, got {type(labels).__name__}; regenerate the frame", path)
+    cams = _get(labels, "cameras", path, "", dict)
+    for cam, c in cams.items():
+        if cam not in cameras:
+            raise _bad(path, f"cameras.{cam}", f"names no camera of this dataset's rig ({sorted(cameras)})")
+        where = f"cameras.{cam}."
+        if not isinstance(c, dict):
+            raise _bad(path, f"cameras.{cam}", f"must be an object, got {type(c).__name__}")
+        w, h = cameras[cam]
+        for i, b in enumerate(_get(c, "boxes2d", path, where, list) if "boxes2d" in c else []):
+            key = f"{where}boxes2d[{i}]"
+            if not isinstance(b, dict):
+                raise _bad(path, key, f"must be an object, got {b!r}"[:200])
+            _check_class(b, classes, path, key)
+            x0, y0, x1, y1 = _numbers(b.get("bbox"), 4, path, f"{key}.bbox")
+            s = BBOX_SLACK_PX
+            if not (x0 < x1 and y0 < y1):
+                raise _bad(path, f"{key}.bbox", f"is inverted or empty: {[x0, y0, x1, y1]} (need x0 < x1, y0 < y1)")
+            if not (-s <= x0 and x1 <= w + s and -s <= y0 and y1 <= h + s):
+                raise _bad(path, f"{key}.bbox", f"{[x0, y0, x1, y1]} lies outside the {w}x{h} image")
+        for i, lane in enumerate(_get(c, "lanes2d", path, where, list) if "lanes2d" in c else []):
+            _lane(lane, 2, path, f"{where}lanes2d[{i}]")
+    for i, b in enumerate(_get(labels, "boxes3d", path, "", list)):
+        key = f"boxes3d[{i}]"
+        if not isinstance(b, dict):
+            raise _bad(path, key, f"must be an object, got {b!r}"[:200])
+        _check_class(b, classes, path, key)
+        c = _numbers(b.get("center"), 3, path, f"{key}.center")
+        if np.linalg.norm(c) > MAX_BOX_CENTER_M:
+            raise _bad(path, f"{key}.center", f"{c.tolist()} is more than {MAX_BOX_CENTER_M:.0f} m from the ego")
+        size = _numbers(b.get("size"), 3, path, f"{key}.size")
+        if not ((size > 0).all() and (size <= MAX_BOX_SIZE_M).all()):
+            raise _bad(path, f"{key}.size", f"{size.tolist()} must lie in (0, {MAX_BOX_SIZE_M:.0f}] m")
+        _number(b.get("yaw"), path, f"{key}.yaw")
+        if "velocity" in b:
+            v = _numbers(b["velocity"], 3, path, f"{key}.velocity")
+            if np.linalg.norm(v) > MAX_SPEED_MPS:
+                raise _bad(path, f"{key}.velocity", f"{v.tolist()} is faster than {MAX_SPEED_MPS:.0f} m/s")
+        if "num_pixels" in b and not (isinstance(b["num_pixels"], int) and b["num_pixels"] >= 0):
+            raise _bad(path, f"{key}.num_pixels", f"must be an integer >= 0, got {b['num_pixels']!r}")
+    for i, lane in enumerate(_get(labels, "lanes3d", path, "", list) if "lanes3d" in labels else []):
+        _lane(lane, 3, path, f"lanes3d[{i}]")
+    if "ego_velocity" in labels:
+        _numbers(labels["ego_velocity"], 3, path, "ego_velocity")
+    return labels
+
+
+def _check_class(b: dict, classes: list[str], path: Path, key: str) -> None:
+    if b.get("class") not in classes:
+        raise _bad(path, f"{key}.class", f"{b.get('class')!r} is not one of dataset.json's classes")
+
+
+def _lane(lane, dim: int, path: Path, key: str) -> None:
+    if not isinstance(lane, dict):
+        raise _bad(path, key, f"must be an object, got {lane!r}"[:200])
+    pts = lane.get("points")
+    if not isinstance(pts, list):
+        raise _bad(path, f"{key}.points", f"must be a list of points, got {pts!r}"[:200])
+    for j, p in enumerate(pts):
+        _numbers(p, dim, path, f"{key}.points[{j}]")
