@@ -16,6 +16,8 @@ from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 import yaml
 
 T = TypeVar("T")
+# The shipped configs (a link to the repo's configs/; package data in a wheel): `--config tiny`
+SHIPPED_CONFIGS = Path(__file__).parent / "configs"
 
 
 class ConfigError(ValueError):
@@ -158,11 +160,29 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     return data
 
 
+def shipped_config_names() -> list[str]:
+    return sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """A YAML file, or the name of a shipped config (`tiny`: SHIPPED_CONFIGS/tiny.yaml) when no
+    file of that name exists; a bare name that is neither raises, listing the shipped ones."""
+    path = Path(path)
+    if path.exists() or path.suffix or len(path.parts) != 1:
+        return path
+    shipped = SHIPPED_CONFIGS / f"{path}.yaml"
+    if not shipped.is_file():
+        raise ConfigError(f"config '{path}' is neither a file nor a shipped config; shipped configs: "
+                          f"{shipped_config_names()} (or give a YAML file)")
+    return shipped
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> T:
-    """Read YAML at `path` (or start empty), apply overrides, build `cls`."""
+    """Read YAML at `path` (a file or a shipped config's name; None: start empty), apply
+    overrides, build `cls`."""
     data: dict = {}
     if path is not None:
-        path = Path(path)
+        path = resolve_config_path(path)
         try:
             text = path.read_text()
         except FileNotFoundError:
