@@ -39,6 +39,7 @@ import numpy as np
 
 from hydranet.geometry import matrix_to_quaternion, rot_z
 from hydranet.metrics import DetectionConfig, EvalBox
+from hydranet.metrics.nuscenes_data import _box_from_json
 
 # our class -> nuScenes detection name (category_to_detection_name of sim.nuscenes_export.CATEGORY)
 DETECTION_NAME = {"car": "car", "truck": "truck", "bus": "bus", "pedestrian": "pedestrian", "cyclist": "bicycle",
@@ -105,8 +106,13 @@ def write_results(path: str | Path, results: Mapping[str, list], meta: Mapping[s
 
 
 def _eval_box(d: Mapping[str, Any], ego2world: np.ndarray, num_pts: int = -1) -> EvalBox:
-    b = EvalBox(d["sample_token"], d["translation"], d["size"], d["rotation"], d["velocity"], d["detection_name"],
-                d.get("detection_score", -1.0), d.get("attribute_name", ""), num_pts)
+    """A box dict as an EvalBox, checked as a submission box is (a NaN or infinite translation or size, a
+    zero quaternion raise one line naming the sample and field, never a silently changed NDS)."""
+    d = {"attribute_name": "", **d, **{k: [float(x) for x in d[k]] for k in ("translation", "size", "rotation", "velocity")}}
+    if "detection_score" in d:
+        d["detection_score"] = float(d["detection_score"])
+    b = _box_from_json(d, f"sample {d.get('sample_token')}")
+    b.num_pts = num_pts
     b.ego_translation = b.translation - np.asarray(ego2world, np.float64)[:3, 3]
     return b
 

@@ -191,24 +191,48 @@ class NuScenesTables:
         return [a for a in self.anns[sample_token] if a["category_name"] == BIKE_RACK]
 
 
-def _box_from_json(d: dict, where: str) -> EvalBox:
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _box_from_json(d: dict, where: str, token: str | None = None) -> EvalBox:
+    """One submission box, checked as the devkit's DetectionBox and stricter: every number finite (a NaN
+    velocity excepted: the devkit's "unknown"), sizes > 0, a non-zero rotation quaternion, `sample_token`
+    equal to `token` (the key it is filed under). A bad box raises one line naming sample and field."""
+    if not isinstance(d, dict):
+        raise NuScenesEvalError(f"{where}: expected a box object, got {json.dumps(d)[:60]}")
     missing = [k for k in _REQUIRED if k not in d]
     if missing:
         raise NuScenesEvalError(f"{where}: missing field(s) {missing}")
+    if token is not None and d["sample_token"] != token:
+        raise NuScenesEvalError(f"{where}: field sample_token is {d['sample_token']!r}, not the sample it is filed "
+                                f"under; put every box under its own sample token")
     for key, n in (("translation", 3), ("size", 3), ("rotation", 4), ("velocity", 2)):
-        if len(d[key]) != n:
-            raise NuScenesEvalError(f"{where}: {key} must have {n} numbers, got {d[key]}")
-        if key != "velocity" and any(math.isnan(float(v)) for v in d[key]):
-            raise NuScenesEvalError(f"{where}: {key} may not be NaN")
+        v = d[key]
+        if not isinstance(v, list) or len(v) != n or not all(_is_number(x) for x in v):
+            raise NuScenesEvalError(f"{where}: field {key} must be a list of {n} numbers, got {json.dumps(v)[:80]}")
+        bad = [x for x in v if not math.isfinite(x) and not (key == "velocity" and math.isnan(x))]
+        if bad:
+            raise NuScenesEvalError(f"{where}: field {key} must be finite, got {v}"
+                                    + (" (velocity may be NaN for unknown, not infinite)" if key == "velocity" else ""))
+    if not all(x > 0 for x in d["size"]):
+        raise NuScenesEvalError(f"{where}: field size must be > 0 in every dimension, got {d['size']}")
+    if not math.fsum(x * x for x in d["rotation"]) > 1e-12:
+        raise NuScenesEvalError(f"{where}: field rotation is a zero quaternion {d['rotation']}; give a unit "
+                                "quaternion (w, x, y, z)")
+    for key in ("detection_name", "attribute_name"):
+        if not isinstance(d[key], str):
+            raise NuScenesEvalError(f"{where}: field {key} must be a string, got {json.dumps(d[key])[:60]}")
     if d["detection_name"] not in DETECTION_NAMES:
         raise NuScenesEvalError(f"{where}: unknown detection_name {d['detection_name']!r}; "
                                 f"known: {', '.join(DETECTION_NAMES)}")
     if d["attribute_name"] not in ATTRIBUTE_NAMES and d["attribute_name"] != "":
         raise NuScenesEvalError(f"{where}: unknown attribute_name {d['attribute_name']!r}; "
                                 f"known: '' or {', '.join(ATTRIBUTE_NAMES)}")
-    score = float(d.get("detection_score", -1.0))
-    if math.isnan(score):
-        raise NuScenesEvalError(f"{where}: detection_score may not be NaN")
+    score = d.get("detection_score", -1.0)
+    if not _is_number(score) or not math.isfinite(score):
+        raise NuScenesEvalError(f"{where}: field detection_score must be a finite number, got {json.dumps(score)[:60]}")
+    score = float(score)
     return EvalBox(d["sample_token"], d["translation"], d["size"], d["rotation"], d["velocity"],
                    d["detection_name"], score, d["attribute_name"])
 
@@ -219,14 +243,26 @@ def load_predictions(path, sample_tokens: list[str] | None, max_boxes_per_sample
     path = Path(path)
     if not path.is_file():
         raise NuScenesEvalError(f"results file {path} does not exist")
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except PermissionError:
+        raise NuScenesEvalError(f"results file {path} cannot be read: permission denied") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise NuScenesEvalError(f"results file {path} is not valid JSON ({e})") from None
     if not isinstance(data, dict) or "results" not in data or not isinstance(data["results"], dict):
         raise NuScenesEvalError(f"{path}: expected {{'meta': {{...}}, 'results': {{sample_token: [boxes]}}}}")
     if "meta" not in data:
         raise NuScenesEvalError(f"{path}: missing the 'meta' field of the nuScenes submission format")
     results = data["results"]
+    if not isinstance(data["meta"], dict):
+        raise NuScenesEvalError(f"{path}: field meta must be an object, got {json.dumps(data['meta'])[:60]}")
     if sample_tokens is not None:
+        wanted = set(sample_tokens)
+        extra = [t for t in results if t not in wanted]
+        if extra:
+            raise NuScenesEvalError(f"{path}: sample {extra[0]} ({len(extra)} in all) is not in the split being "
+                                    f"evaluated; give exactly the split's samples (as the devkit requires)")
         missing = [t for t in sample_tokens if t not in results]
         if missing:
             raise NuScenesEvalError(f"{path}: {len(missing)} sample(s) of the split have no entry in 'results' "
@@ -234,10 +270,13 @@ def load_predictions(path, sample_tokens: list[str] | None, max_boxes_per_sample
         results = {t: results[t] for t in sample_tokens}
     boxes: Boxes = {}
     for tok, items in results.items():
+        if not isinstance(items, list):
+            raise NuScenesEvalError(f"{path}: sample {tok}: expected a list of boxes, got {json.dumps(items)[:60]}")
         if len(items) > max_boxes_per_sample:
             raise NuScenesEvalError(f"{path}: sample {tok} has {len(items)} boxes, at most "
                                     f"{max_boxes_per_sample} per sample are allowed")
-        boxes.setdefault(tok, []).extend(_box_from_json(b, f"{path}: sample {tok} box {i}") for i, b in enumerate(items))
+        boxes.setdefault(tok, []).extend(_box_from_json(b, f"{path}: sample {tok} box {i}", tok)
+                                         for i, b in enumerate(items))
     return boxes, data["meta"]
 
 
