@@ -141,7 +141,7 @@ def cmd_viz(args) -> None:
 
 
 def _add_sim_args(p: argparse.ArgumentParser, scenes: bool = True) -> None:
-    p.add_argument("--config", type=Path, default=None, help="sim config YAML (configs/sim.yaml)")
+    p.add_argument("--config", type=Path, default=None, help="sim config: a YAML file, or a shipped config name (sim)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     p.add_argument("--rig", default=None, help="rig preset name (nuscenes6, tesla8) or calibration YAML file")
     p.add_argument("--seed", type=int, default=0)
@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_sim_export_nuscenes)
 
     t = sub.add_parser("train", help="train a HydraNet experiment (configs/tiny.yaml); torchrun for several processes")
-    t.add_argument("--config", type=Path, default=None, help="experiment YAML (configs/tiny.yaml)")
+    t.add_argument("--config", type=Path, default=None, help="experiment: a YAML file, or a shipped config name (tiny, bev, regnet)")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     t.add_argument("--out", type=Path, default=None, help="run folder (checkpoint.pt, config.json, tb/)")
     t.add_argument("--resume", type=Path, default=None, help="run folder or checkpoint to continue exactly")

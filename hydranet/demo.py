@@ -12,6 +12,7 @@ import shutil
 import time
 from pathlib import Path
 
+from hydranet.config import SHIPPED_CONFIGS
 from hydranet.data import SimDataset
 from hydranet.evaluate import evaluate_checkpoint, format_table, viz_checkpoint
 from hydranet.train import load_experiment, train
@@ -19,8 +20,7 @@ from hydranet.viz import sample_preview, write_png
 from sim.config import SimConfig
 from sim.generate import generate_dataset
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-TINY, BEV = CONFIGS / "tiny.yaml", CONFIGS / "bev.yaml"
+TINY, BEV = SHIPPED_CONFIGS / "tiny.yaml", SHIPPED_CONFIGS / "bev.yaml"  # package data: works from a wheel
 
 
 def _stage(name: str, t0: float) -> float:
