@@ -106,6 +106,28 @@ def silhouette_pixels(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarra
     return int(mask.sum())
 
 
+VIEW_CLASSES = ("traffic_sign", "traffic_light")  # have a front (+x of the object frame) that shows the class
+
+
+def sees_front(parts, pose: np.ndarray, world2cam: np.ndarray) -> bool:
+    """True when the camera lies in front of the plate (sign face or signal lamps), which faces
+    +x of the object frame; from behind neither the sign class nor the lit lamp can be seen."""
+    plate = [p.center for p in parts if p.semantic != "pole"]
+    x_plate = float(np.mean([c[0] for c in plate])) if plate else 0.0
+    cam_in_obj = invert_rigid(world2cam @ pose)[:3, 3]
+    return bool(cam_in_obj[0] > x_plate)
+
+
+def view_attributes(cls: str, attrs: dict, parts, pose: np.ndarray, world2cam: np.ndarray) -> dict:
+    """A box's attributes in one camera: signs and lights gain `view` ("front" / "back"); a back
+    view drops `sign_class` / `light_state`, which it does not show."""
+    if cls not in VIEW_CLASSES:
+        return dict(attrs)
+    if sees_front(parts, pose, world2cam):
+        return {**attrs, "view": "front"}
+    return {k: v for k, v in attrs.items() if k not in ("sign_class", "light_state")} | {"view": "back"}
+
+
 def boxes_2d(img: CameraImages, cam: Camera, world2cam: np.ndarray, objects: dict) -> tuple[list[dict], dict[int, int]]:
     """2D boxes of every object visible in one camera, and its visible pixel counts."""
     ids, counts = np.unique(img.instance, return_counts=True)
@@ -123,7 +145,7 @@ def boxes_2d(img: CameraImages, cam: Camera, world2cam: np.ndarray, objects: dic
             "class": cls,
             "track_id": tid,
             "visible_fraction": round(min(1.0, n / max(full, n)), 4),
-            "attributes": dict(attrs),
+            "attributes": view_attributes(cls, attrs, parts, pose, world2cam),
         })
     return boxes, pixels
 

@@ -18,6 +18,7 @@ SIGN_CLASSES = ("stop", "yield", "speed_limit", "no_entry", "pedestrian_crossing
 LIGHT_STATES = ("red", "yellow", "green")
 SIGNAL_CYCLE = 24.0  # s: main green 10, yellow 3, red 11 (cross green 8, yellow 3)
 EGO_START_S = 45.0
+SIGN_BACK = (0.45, 0.45, 0.46)  # galvanised grey of a sign plate's back
 
 
 @dataclass
@@ -67,6 +68,8 @@ def sign_parts(cls: str) -> list[Part]:
     parts = [pole]
     for i, ((w, h), color, dz) in enumerate(designs[cls]):
         parts.append(_box((0.05 + 0.01 * i, 0, z + dz), (0.04, w, h), color))
+    (w, h), _, dz = designs[cls][0]  # the back of the plate: bare grey metal, the same for every class
+    parts.append(_box((0.0225, 0, z + dz), (0.025, w - 0.01, h - 0.01), SIGN_BACK))
     return parts
 
 

@@ -418,3 +418,36 @@ def test_agents_stand_on_the_rendered_ground(scene):
             checked += 1
             on_kerb += bool(np.median(z) > 0.1)
     assert checked >= 10 and on_kerb >= 3, (checked, on_kerb)
+
+
+# (l) ---------------------------------------------------------------------------------------
+def test_signs_and_lights_seen_from_behind_are_back_views(scene):
+    """A sign or signal head whose front faces away from the camera shows no class and no lamp:
+    it is labelled view "back" without sign_class / light_state; front views keep them. Sign
+    backs are painted grey (no hue), whatever the front's colours."""
+    from hydranet.geometry import invert_rigid
+
+    world = World(scene["cfg"], SEED)  # signs and lights never move
+    props = {p.track_id: p for p in world.props if p.semantic in ("traffic_sign", "traffic_light")}
+    counts = {"front": 0, "back": 0}
+    back_chroma = []
+    for fi, f, cam, img, lab in views(scene):
+        cam_xy = invert_rigid(cam.ego2cam @ invert_rigid(f["ego2world"]))[:2, 3]  # camera centre, world
+        for b in lab["boxes2d"]:
+            if b["class"] not in ("traffic_sign", "traffic_light"):
+                continue
+            p = props[b["track_id"]]
+            ahead = float(np.dot(cam_xy - p.pos, [np.cos(p.heading), np.sin(p.heading)]))  # along the face normal
+            if abs(ahead) < 0.5:  # seen edge-on
+                continue
+            view = "front" if ahead > 0 else "back"
+            attrs = b["attributes"]
+            assert attrs.get("view") == view, (fi, cam.name, b)
+            key = "sign_class" if b["class"] == "traffic_sign" else "light_state"
+            assert (key in attrs) == (view == "front"), (fi, cam.name, b)
+            counts[view] += 1
+            if view == "back" and b["class"] == "traffic_sign":
+                rgb = img.rgb[img.instance == b["track_id"]].astype(np.float64)
+                back_chroma.append(np.median((rgb.max(1) - rgb.min(1)) / np.maximum(rgb.max(1), 1.0)))
+    assert counts["front"] >= 3 and counts["back"] >= 3, counts
+    assert back_chroma and max(back_chroma) < 0.2, back_chroma

@@ -89,7 +89,8 @@ def test_det_targets_decode_back_to_ground_truth(name, sample):
 
 def test_signs_lights_classes_come_from_attributes(sample):
     task = build_task("signs_lights", FAKE_META, WIDTH)
-    assert task.classes[:2] == ["sign:stop", "sign:yield"] and task.classes[-1] == "light:green"
+    assert task.classes[:2] == ["sign:stop", "sign:yield"] and task.classes[-3] == "light:green"
+    assert task.classes[-2:] == ["sign:back", "light:back"]
     t = task.build_targets(sample)
     boxes = sample["labels"]["cameras"]["CAM_0"]["boxes2d"]
     sign = next(b for b in boxes if b["class"] == "traffic_sign")
@@ -99,6 +100,29 @@ def test_signs_lights_classes_come_from_attributes(sample):
     bad["cameras"]["CAM_0"]["boxes2d"][0]["attributes"] = {}
     with pytest.raises(ValueError, match="traffic_sign box .*sign_class=None"):
         task.build_targets({**sample, "labels": bad})
+
+
+def test_signs_lights_back_views_get_the_back_class(sample):
+    """A sign / light seen from behind (attributes.view == "back", no sign_class / light_state)
+    is trained as "sign:back" / "light:back", never as a front class, and scored apart."""
+    task = build_task("signs_lights", FAKE_META, WIDTH, {"score_threshold": 0.5})
+    labels = json.loads(json.dumps(sample["labels"]))
+    backs = []
+    for b in labels["cameras"]["CAM_0"]["boxes2d"]:
+        if b["class"] in ("traffic_sign", "traffic_light") and len(backs) < 2:
+            b["attributes"] = {"view": "back"}
+            backs.append(b)
+    assert backs
+    t = task.build_targets({**sample, "labels": labels})
+    want = [task.classes.index("sign:back" if b["class"] == "traffic_sign" else "light:back") for b in backs]
+    assert sorted(set(want)) == sorted(set(want) & set(t["gt_labels"][0].tolist()))
+    tt = task.collate([t])
+    metric = task.metric()
+    metric.update(task.decode(_outputs_from_det_targets(tt)), tt)
+    values = metric.compute()
+    assert values["accuracy"] == pytest.approx(1.0) and values["back_accuracy"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="reserved for back views"):
+        build_task("signs_lights", {**FAKE_META, "sign_classes": ["stop", "back"]}, WIDTH)
 
 
 def _gt_and_preds(shift: float = 0.0):

@@ -5,6 +5,13 @@ the sign classes and light states of the dataset meta (`sign_classes`, `light_st
 sign is detected as class "sign:stop", a red light as "light:red". Ground truth comes from the
 `traffic_sign` / `traffic_light` boxes and their `sign_class` / `light_state` attributes.
 
+Back views: a sign or signal head seen from behind shows neither its class nor a lamp; the sim
+labels it `attributes.view == "back"` without `sign_class` / `light_state` (docs/dataset_format.md).
+Such boxes get a class of their own, "sign:back" / "light:back" (the last two classes), so the
+head learns that a grey plate or a dark housing is a sign or a light and is never trained to call
+it a front class; the metric reports them apart (`back_accuracy`), and `sign_accuracy` /
+`light_accuracy` count front views only.
+
 Metric (attribute accuracy at known locations): every ground-truth sign/light is matched to the
 highest-scoring detection of its kind overlapping it at IoU >= 0.5; `accuracy` is the share of
 matched ones whose predicted class is right (also per kind), `recall` the share matched at all.
@@ -21,6 +28,7 @@ from hydranet.tasks.base import Metric
 from hydranet.tasks.det2d import Det2dTask, _meta_list
 
 SIGN_BOX_CLASS, LIGHT_BOX_CLASS = "traffic_sign", "traffic_light"
+BACK = "back"  # the class of a sign / light seen from behind (attributes.view == "back")
 
 
 class SignsLightsTask(Det2dTask):
@@ -30,8 +38,10 @@ class SignsLightsTask(Det2dTask):
 
     def __init__(self, sign_classes: Sequence[str], light_states: Sequence[str], in_channels: int, **det_options: Any):
         self.sign_classes, self.light_states = list(sign_classes), list(light_states)
+        if BACK in self.sign_classes or BACK in self.light_states:
+            raise ValueError(f"task '{self.name}': '{BACK}' is reserved for back views; rename that sign class / light state")
         classes = [f"sign:{c}" for c in self.sign_classes] + [f"light:{s}" for s in self.light_states]
-        super().__init__(classes, in_channels, **det_options)
+        super().__init__(classes + [f"sign:{BACK}", f"light:{BACK}"], in_channels, **det_options)
 
     @classmethod
     def from_meta(cls, meta: Mapping, in_channels: int, in_stride: int = 8, out_stride: int = 4, width: int = 64,
@@ -50,6 +60,8 @@ class SignsLightsTask(Det2dTask):
             key, values, prefix = "light_state", self.light_states, "light"
         else:
             return None
+        if box.get("attributes", {}).get("view") == BACK:
+            return self.classes.index(f"{prefix}:{BACK}")
         value = box.get("attributes", {}).get(key)
         if value not in values:
             raise ValueError(f"task '{self.name}': {where} has a {box['class']} box (track {box.get('track_id')}) "
@@ -65,8 +77,9 @@ class AttributeAccuracy(Metric):
 
     def __init__(self, classes: Sequence[str], iou_threshold: float = 0.5):
         self.kind = [c.split(":", 1)[0] for c in classes]  # "sign" or "light" per class id
+        self.bucket = [BACK if c.endswith(f":{BACK}") else k for c, k in zip(classes, self.kind)]  # back views apart
         self.iou_threshold = iou_threshold
-        self.counts = {k: {"total": 0, "matched": 0, "correct": 0} for k in ("sign", "light")}
+        self.counts = {k: {"total": 0, "matched": 0, "correct": 0} for k in ("sign", "light", BACK)}
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
         for det, gb, gl in zip(decoded, targets["gt_boxes"], targets["gt_labels"], strict=True):
@@ -75,7 +88,7 @@ class AttributeAccuracy(Metric):
             iou = box_iou(gb, boxes) if len(gb) and len(boxes) else torch.zeros(len(gb), len(boxes))
             for g in range(len(gb)):
                 kind = self.kind[int(gl[g])]
-                c = self.counts[kind]
+                c = self.counts[self.bucket[int(gl[g])]]
                 c["total"] += 1
                 same_kind = torch.tensor([self.kind[int(l)] == kind for l in labels], dtype=torch.bool)
                 ok = (iou[g] >= self.iou_threshold) & same_kind
@@ -91,4 +104,5 @@ class AttributeAccuracy(Metric):
         tot = {k: sum(c[k] for c in self.counts.values()) for k in ("total", "matched", "correct")}
         return {"accuracy": ratio(tot["correct"], tot["matched"]), "recall": ratio(tot["matched"], tot["total"]),
                 "sign_accuracy": ratio(self.counts["sign"]["correct"], self.counts["sign"]["matched"]),
-                "light_accuracy": ratio(self.counts["light"]["correct"], self.counts["light"]["matched"])}
+                "light_accuracy": ratio(self.counts["light"]["correct"], self.counts["light"]["matched"]),
+                "back_accuracy": ratio(self.counts[BACK]["correct"], self.counts[BACK]["matched"])}
