@@ -35,6 +35,18 @@ def test_shipped_configs_are_the_repo_configs():
     assert (REPO / "hydranet" / "configs").resolve() == (REPO / "configs").resolve()
 
 
+def test_config_names_resolve_to_shipped_files(tmp_path, monkeypatch):
+    from hydranet.config import ConfigError, resolve_config_path, shipped_config_names
+
+    assert {"tiny", "bev", "sim"} <= set(shipped_config_names())
+    assert resolve_config_path("tiny").read_text() == (REPO / "configs" / "tiny.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"config 'tinyy' is neither a file nor a shipped config;.*'tiny'"):
+        resolve_config_path("tinyy")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").write_text("steps: 1\n")  # a file of that name wins over the shipped config
+    assert resolve_config_path("tiny") == Path("tiny")
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> tuple[Path, Path]:
     """(venv, a working folder outside the repo) with the wheel installed non-editable."""
