@@ -31,3 +31,85 @@ def make_sim(root, cfg: SimConfig = SIM_CFG, scenes: int = SIM_SCENES, seed: int
 
 def write_nuscenes(sim_root, out, version: str = "v1.0-mini") -> Path:
     return export_nuscenes(sim_root, out, version, progress=False)
+
+
+# -- KITTI object ---------------------------------------------------------------------------
+KITTI_TYPE = {"car": "Car", "truck": "Truck", "pedestrian": "Pedestrian", "cyclist": "Cyclist"}  # others: Misc
+KITTI_BASELINE = np.array([0.06, 0.0, 0.0])  # camera 2 sits here in the rectified camera-0 frame
+KITTI_R0 = np.array([[0.9999, -0.0099, 0.0074], [0.0099, 0.99995, -0.0004], [-0.0074, 0.0005, 0.99997]])
+
+
+def _rot(R: np.ndarray) -> np.ndarray:
+    u, _, vt = np.linalg.svd(R)
+    return u @ vt
+
+
+def _kitti_calib(cam) -> tuple[str, np.ndarray, np.ndarray]:
+    """calib file text for a sim camera with velo = ego; returns (text, velo->rect, velo->cam2)."""
+    from hydranet.geometry import invert_rigid
+    R0 = _rot(KITTI_R0)
+    ego2cam = invert_rigid(cam.cam2ego)
+    velo2rect = ego2cam.copy()
+    velo2rect[:3, 3] -= KITTI_BASELINE
+    tr = np.eye(4)
+    tr[:3, :3] = R0.T
+    tr = tr @ velo2rect  # Tr_velo_to_cam, so that R0_rect @ Tr = velo->rect
+    P2 = np.concatenate([cam.K, (cam.K @ KITTI_BASELINE)[:, None]], 1)
+    fmt = lambda a: " ".join(f"{v:.12e}" for v in np.asarray(a).ravel())  # noqa: E731
+    text = "".join(f"P{k}: {fmt(P2)}\n" for k in range(4)) + f"R0_rect: {fmt(R0)}\n" + \
+        f"Tr_velo_to_cam: {fmt(tr[:3])}\n" + f"Tr_imu_to_velo: {fmt(np.eye(4)[:3])}\n"
+    return text, velo2rect, ego2cam
+
+
+def kitti_label_lines(labels: dict, cam, velo2rect: np.ndarray) -> list[str]:
+    """label_2 lines of the sim's front camera: every 2D box with its 3D box (DontCare for signs and lights)."""
+    from hydranet.data.reader import box_in_camera, project_box_2d
+    from hydranet.geometry import invert_rigid
+    by_track = {b["track_id"]: b for b in labels["boxes3d"]}
+    lines = []
+    for b2 in labels["cameras"][cam.name]["boxes2d"]:
+        l_, t_, r_, b_ = (np.asarray(b2["bbox"], np.float64) - 0.5).tolist()
+        b3 = by_track.get(b2["track_id"])
+        if b2["class"] in ("traffic_sign", "traffic_light") or b3 is None:
+            lines.append(f"DontCare -1 -1 -10 {l_:.2f} {t_:.2f} {r_:.2f} {b_:.2f} -1 -1 -1 -1000 -1000 -1000 -10")
+            continue
+        L, W, H = b3["size"]
+        c = velo2rect[:3, :3] @ np.asarray(b3["center"]) + velo2rect[:3, 3]
+        x, y, z = c[0], c[1] + H / 2, c[2]
+        yaw = b3["yaw"]
+        h = velo2rect[:3, :3] @ np.array([np.cos(yaw), np.sin(yaw), 0.0])
+        ry = float(np.arctan2(-h[2], h[0]))
+        alpha = (ry - np.arctan2(x, z) + np.pi) % (2 * np.pi) - np.pi
+        res = project_box_2d(box_in_camera(b3["center"], b3["size"], yaw, invert_rigid(cam.cam2ego)), cam.K,
+                             cam.width, cam.height)
+        trunc = 0.0 if res is None else round(1.0 - res[1], 2)
+        vf = b2["visible_fraction"]
+        occ = 0 if vf >= 0.8 else 1 if vf >= 0.4 else 2
+        lines.append(f"{KITTI_TYPE.get(b2['class'], 'Misc')} {trunc:.2f} {occ} {alpha:.2f} {l_:.2f} {t_:.2f} {r_:.2f} "
+                     f"{b_:.2f} {H:.2f} {W:.2f} {L:.2f} {x:.2f} {y:.2f} {z:.2f} {ry:.2f}")
+    return lines
+
+
+def write_kitti(sim_root, out, camera: str = "CAM_FRONT", val_every: int = 4) -> Path:
+    """KITTI object layout from every frame of a sim dataset's `camera` (velo = the sim's ego frame).
+    Frame k is `training/*/{k:06d}.*`; ImageSets/val.txt takes every `val_every`-th frame."""
+    ds = SimDataset(sim_root, cameras=[camera], channels=("images",))
+    cam = ds.rig.cameras[0]
+    out = Path(out)
+    for sub in ("image_2", "label_2", "calib"):
+        (out / "training" / sub).mkdir(parents=True, exist_ok=True)
+    (out / "ImageSets").mkdir(parents=True, exist_ok=True)
+    calib, velo2rect, _ = _kitti_calib(cam)
+    ids = []
+    for k in range(len(ds)):
+        s = ds.load(k)
+        fid = f"{k:06d}"
+        ids.append(fid)
+        cv2.imwrite(str(out / "training" / "image_2" / f"{fid}.png"), cv2.cvtColor(s["images"][0], cv2.COLOR_RGB2BGR))
+        (out / "training" / "calib" / f"{fid}.txt").write_text(calib)
+        (out / "training" / "label_2" / f"{fid}.txt").write_text(
+            "".join(f"{ln}\n" for ln in kitti_label_lines(s["labels"], cam, velo2rect)))
+    val = ids[val_every - 1::val_every]
+    (out / "ImageSets" / "val.txt").write_text("".join(f"{i}\n" for i in val))
+    (out / "ImageSets" / "train.txt").write_text("".join(f"{i}\n" for i in ids if i not in val))
+    return out

@@ -1,0 +1,97 @@
+"""KITTI AP|R40 (hydranet/metrics/kitti.py) against values computed by hand on small cases."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hydranet.metrics.kitti import ap_r11, ap_r40, bev_overlap, box3d_overlap, get_thresholds, kitti_eval, \
+    precision_curve
+
+
+def car(x=0.0, z=20.0, height_px=50.0, occluded=0, truncated=0.0, kind="Car", score=None, u=100.0, ry=0.0):
+    """A 4 x 1.6 x 1.5 m car at (x, 1.7, z) whose 2D box is height_px tall at column u."""
+    o = {"type": kind, "truncated": truncated, "occluded": occluded, "alpha": 0.0,
+         "bbox": [u, 100.0, u + 80.0, 100.0 + height_px], "dimensions": [1.5, 1.6, 4.0],
+         "location": [x, 1.7, z], "rotation_y": ry}
+    if score is not None:
+        o["score"] = score
+    return o
+
+
+def images(n):
+    """n images with one easy car each, and their perfect detections (scores 1 - k/1000)."""
+    gts = [[car()] for _ in range(n)]
+    dts = [[car(score=1 - k / 1000)] for k in range(n)]
+    return gts, dts
+
+
+def test_thresholds_follow_the_recall_steps():
+    assert len(get_thresholds(list(np.linspace(1, 0.1, 80)), 80)) == 41  # recall 1/80, then every 2/80
+    assert len(get_thresholds([0.9] * 10, 10)) == 10  # fewer GT than steps: one per TP
+
+
+def test_perfect_detections():
+    gts, dts = images(80)
+    r = kitti_eval(gts, dts, classes=("Car",))
+    for m in ("bbox", "bev", "3d"):
+        assert r["Car"][m] == {"easy": 1.0, "moderate": 1.0, "hard": 1.0}
+    # the official method with few GT: the precision array is indexed by threshold
+    gts, dts = images(10)
+    assert kitti_eval(gts, dts, classes=("Car",), metrics=("bbox",))["Car"]["bbox"]["easy"] == pytest.approx(9 / 40)
+    gts, dts = images(1)
+    prec = precision_curve(gts, dts, "Car", 0, "bbox")
+    assert ap_r40(prec) == 0.0 and ap_r11(prec) == pytest.approx(1 / 11)
+
+
+def test_confident_false_positives_halve_precision():
+    # 80 GT found, plus 80 misplaced detections scored above all of them: at every threshold
+    # precision = tp / (tp + 80), largest (1/2) at full recall; interpolation makes it 1/2 everywhere
+    gts, dts = images(80)
+    dts = [d + [car(x=30.0, u=400.0, score=2.0)] for d in dts]
+    r = kitti_eval(gts, dts, classes=("Car",))
+    assert r["Car"]["bbox"]["easy"] == pytest.approx(0.5) and r["Car"]["3d"]["easy"] == pytest.approx(0.5)
+
+
+def test_dontcare_and_neighbour_classes_swallow_false_positives():
+    gts, dts = images(80)
+    dts[0].append(car(u=400.0, x=30.0, score=5.0))  # one confident false positive: 80/81 at every threshold
+    assert kitti_eval(gts, dts, ("Car",), ("bbox",))["Car"]["bbox"]["easy"] == pytest.approx(80 / 81)
+    gts[0].append({**car(u=395.0), "type": "DontCare"})  # ... unless it lies in a DontCare region (2D only)
+    assert kitti_eval(gts, dts, ("Car",), ("bbox",))["Car"]["bbox"]["easy"] == pytest.approx(1.0)
+    gts, dts = images(80)
+    gts[0].append(car(x=30.0, u=400.0, kind="Van"))  # a Car detection on a Van is neither TP nor FP
+    dts[0].append(car(x=30.0, u=400.0, score=5.0))
+    assert kitti_eval(gts, dts, ("Car",), ("bbox", "3d"))["Car"]["3d"]["easy"] == pytest.approx(1.0)
+
+
+def test_difficulty_levels():
+    gts = [[car(height_px=30.0)] for _ in range(80)]  # 30 px: moderate and hard, not easy
+    dts = [[car(height_px=30.0, score=1 - k / 1000)] for k in range(80)]
+    r = kitti_eval(gts, dts, ("Car",), ("bbox",))["Car"]["bbox"]
+    assert r == {"easy": 0.0, "moderate": 1.0, "hard": 1.0}
+    gts = [[car(occluded=2, truncated=0.4)] for _ in range(80)]  # hard only
+    r = kitti_eval(gts, images(80)[1], ("Car",), ("bbox",))["Car"]["bbox"]
+    assert r == {"easy": 0.0, "moderate": 0.0, "hard": 1.0}
+
+
+def test_overlaps_by_hand():
+    a = np.array([[0.0, 1.7, 20.0, 4.0, 1.5, 1.6, 0.0]])  # x, y, z, l, h, w, ry
+    for dx, iou in ((0.5, 3.5 / 4.5), (1.0, 3.0 / 5.0)):  # shifted along the length: l' = 4 - dx
+        b = a.copy()
+        b[0, 0] += dx
+        assert box3d_overlap(a, b)[0, 0] == pytest.approx(iou)
+    b = a.copy()
+    b[0, 1] += 0.5  # 0.5 m lower: height overlap 1.0 of 1.5
+    assert box3d_overlap(a, b)[0, 0] == pytest.approx(1.0 / 2.0)
+    sq = np.array([[0.0, 0.0, 2.0, 2.0, 0.0]])  # x, z, l, w, ry
+    turned = sq.copy()
+    turned[0, 4] = np.pi / 4  # a square and itself turned 45 deg: octagon 8 (sqrt2 - 1)
+    inter = 8 * (np.sqrt(2) - 1)
+    assert bev_overlap(sq, turned)[0, 0] == pytest.approx(inter / (8 - inter))
+    turned[0, 4] = np.pi / 2
+    assert bev_overlap(sq, turned)[0, 0] == pytest.approx(1.0)
+    # 3D: a detection 1 m off along the car is a false positive at IoU 0.7 (0.6), 0.5 m off a true one (0.78)
+    gts, dts = images(80)
+    shifted = [[{**d[0], "location": [1.0, 1.7, 20.0]}] for d in dts]
+    r = kitti_eval(gts, shifted, ("Car",), ("bbox", "3d"))["Car"]
+    assert r["bbox"]["easy"] == 1.0 and r["3d"]["easy"] == 0.0
