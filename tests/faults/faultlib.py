@@ -1,0 +1,110 @@
+"""The fault suite's machinery: a case is one row (how to build the bad input, the command, the expected
+exit status, the words the message must hold), run through the real CLI in-process (`hydranet.cli.main`,
+as `hydranet ...` runs it, without a new interpreter per row: CI has 2 cores).
+
+Every row asserts the same contract (docs/reliability.md):
+- the exit status is the expected one (2 for a user error, 0 where the input is fine);
+- the error is one line starting with "error:", and holds every expected word (case-insensitive);
+- no exception escapes `main` (a raw traceback fails the row, naming the exception);
+- optional `check(tmp)`: what must (not) exist afterwards (no write outside the output folder, no temp
+  folder left behind).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+
+@dataclass
+class Env:
+    """What the rows build on: a tiny sim dataset and its nuScenes export with a valid submission."""
+    dataset: Path
+    nuscenes: Path | None = None
+    results: dict | None = None  # a valid submission {"meta", "results"} for `nuscenes` (split "all")
+
+
+@dataclass
+class Case:
+    id: str
+    build: Callable[[Path, Env], list[str]]  # writes the bad input under tmp, returns the CLI argv
+    status: int = 2
+    words: tuple[str, ...] = ()  # all must appear in the error line (case-insensitive)
+    absent: tuple[str, ...] = ()  # none may appear in stderr
+    patch: Callable[[pytest.MonkeyPatch, Path], None] | None = None  # simulate what root cannot (EACCES, ENOSPC)
+    check: Callable[[Path], None] | None = None  # post-condition on the tmp folder
+    marks: tuple = field(default_factory=tuple)
+
+
+def params(cases: list[Case]) -> list:
+    ids = [c.id for c in cases]
+    assert len(set(ids)) == len(ids), "duplicate fault case ids"
+    return [pytest.param(c, id=c.id, marks=c.marks) for c in cases]
+
+
+def run_case(case: Case, tmp: Path, env: Env, monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, str, str]:
+    from hydranet.cli import main
+
+    argv = [str(a) for a in case.build(tmp, env)]
+    if case.patch is not None:
+        case.patch(monkeypatch, tmp)
+    capsys.readouterr()
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse
+        rc = e.code if isinstance(e.code, int) else 1
+    except BaseException as e:  # noqa: BLE001 - the point of the suite: no raw traceback for a user error
+        pytest.fail(f"raw traceback for `hydranet {' '.join(argv)}`: {type(e).__name__}: {e}")
+    finally:
+        monkeypatch.undo()
+    out, err = capsys.readouterr()
+    assert rc == case.status, f"exit status {rc}, expected {case.status}\nstdout: {out[-800:]}\nstderr: {err[-800:]}"
+    if case.status != 0:
+        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+        assert lines and lines[-1].startswith("error:"), f"no one-line error, stderr: {err[-800:]}"
+        msg = lines[-1].lower()
+        missing = [w for w in case.words if w.lower() not in msg]
+        assert not missing, f"error line lacks {missing}: {lines[-1]}"
+    for w in case.absent:
+        assert w.lower() not in err.lower(), f"stderr holds {w!r}: {err[-800:]}"
+    if case.check is not None:
+        case.check(tmp)
+    return rc, out, err
+
+
+# -- helpers to build bad inputs ---------------------------------------------------------------
+def copy_dataset(tmp: Path, env: Env, name: str = "ds") -> Path:
+    dst = tmp / name
+    shutil.copytree(env.dataset, dst)
+    return dst
+
+
+def edit_json(path: Path, fn: Callable, replace: bool = False) -> None:
+    """path's JSON edited in place by fn (or, with `replace`, replaced by what fn returns)."""
+    data = json.loads(path.read_text())
+    new = fn(data)
+    path.write_text(json.dumps(new if replace else data))
+
+
+def frame_dir(root: Path) -> Path:
+    return root / "scenes" / "scene_0000" / "000000"
+
+
+def no_file_named(pattern: str, where_up: int = 0) -> Callable[[Path], None]:
+    """check: nothing matching `pattern` anywhere under tmp (or `where_up` folders above it)."""
+    def check(tmp: Path) -> None:
+        top = tmp
+        for _ in range(where_up):
+            top = top.parent
+        found = [str(p) for p in top.rglob(pattern)]
+        assert not found, f"written outside the output folder: {found[:3]}"
+    return check
+
+
+def no_temp_left(tmp: Path) -> None:
+    left = [str(p) for p in tmp.rglob("*.tmp-*")]
+    assert not left, f"temp files or folders left behind: {left[:3]}"
