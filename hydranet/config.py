@@ -25,12 +25,13 @@ class ConfigError(ValueError):
 
 
 class _Loader(yaml.SafeLoader):
-    """yaml.SafeLoader that also reads `1e-4` as a float: YAML 1.1's float rule needs a dot
-    (`1.0e-4`), so plain PyYAML gives the string '1e-4' and a learning rate would be refused."""
+    """yaml.SafeLoader that also reads `1e-4` and `5.0e1` as floats: YAML 1.1's float rule needs a dot and
+    a signed exponent (`1.0e-4`), so plain PyYAML gives the string '1e-4' and a learning rate is refused."""
 
 
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
-                              list("-+0123456789"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",  # 1e-4, 5.0e1, .5e3 (YAML 1.1 also wants the exponent's sign)
+                              re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+                              list("-+0123456789."))
 
 
 def yaml_load(text: str, where: str):
