@@ -113,3 +113,58 @@ def write_kitti(sim_root, out, camera: str = "CAM_FRONT", val_every: int = 4) ->
     (out / "ImageSets" / "val.txt").write_text("".join(f"{i}\n" for i in val))
     (out / "ImageSets" / "train.txt").write_text("".join(f"{i}\n" for i in ids if i not in val))
     return out
+
+
+# -- BDD100K --------------------------------------------------------------------------------
+BDD_CATEGORY = {"car": "car", "truck": "truck", "bus": "bus", "pedestrian": "pedestrian", "cyclist": "bicycle",
+                "construction_vehicle": "other vehicle", "traffic_light": "traffic light", "traffic_sign": "traffic sign"}
+BDD_LANE = {"solid_white": ("single white", "solid"), "dashed_white": ("single white", "dashed"),
+            "solid_yellow": ("single yellow", "solid")}
+
+
+def write_bdd100k(sim_root, out, camera: str = "CAM_FRONT", val_every: int = 4) -> Path:
+    """BDD100K layout from a sim dataset's `camera`: frame k goes to val if k % val_every == val_every - 1.
+    Images keep the sim's size (BDD100K's are 1280x720; the reader does not require it)."""
+    ds = SimDataset(sim_root, cameras=[camera], channels=("semantic",))
+    out = Path(out)
+    frames = {"train": [], "val": []}
+    lanes = {"train": [], "val": []}
+    for k in range(len(ds)):
+        s = ds.load(k)
+        split = "val" if k % val_every == val_every - 1 else "train"
+        scene, fdir = ds.frame_ids[k]
+        name = f"{scene}-{fdir}.jpg"
+        img_dir = out / "images" / "100k" / split
+        img_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(sim_root) / "scenes" / scene / fdir / f"{camera}.jpg", img_dir / name)
+        mask_dir = out / "labels" / "drivable" / "masks" / split
+        mask_dir.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(mask_dir / f"{Path(name).stem}.png"), np.where(s["drivable"][0], 0, 2).astype(np.uint8))
+        labels = []
+        for b in s["labels"]["cameras"][camera]["boxes2d"]:
+            cat = BDD_CATEGORY.get(b["class"])
+            if cat is None:
+                continue
+            x0, y0, x1, y1 = b["bbox"]
+            attrs = {"occluded": b["visible_fraction"] < 0.8, "truncated": False,
+                     "trafficLightColor": {"red": "R", "yellow": "Y", "green": "G"}.get(
+                         b["attributes"].get("light_state"), "NA")}
+            labels.append({"id": str(b["track_id"]), "category": cat, "attributes": attrs,
+                           "box2d": {"x1": float(x0), "y1": float(y0), "x2": float(x1 - 1), "y2": float(y1 - 1)}})
+        frames[split].append({"name": name, "attributes": {"weather": "clear", "timeofday": "daytime"},
+                              "timestamp": 10000, "labels": labels})
+        lane_labels = []
+        for lane in s["labels"]["cameras"][camera]["lanes2d"]:
+            cat, style = BDD_LANE[lane["type"]]
+            lane_labels.append({"id": str(len(lane_labels)), "category": cat,
+                                "attributes": {"laneDirection": "parallel", "laneStyle": style},
+                                "poly2d": [{"vertices": lane["points"], "types": "L" * len(lane["points"]),
+                                            "closed": False}]})
+        lanes[split].append({"name": name, "labels": lane_labels})
+    for split in ("train", "val"):
+        for sub, data in (("det_20", frames), ("lane/polygons", lanes)):
+            d = out / "labels" / sub
+            d.mkdir(parents=True, exist_ok=True)
+            stem = "det" if sub == "det_20" else "lane"
+            (d / f"{stem}_{split}.json").write_text(json.dumps(data[split]))
+    return out
