@@ -1,0 +1,57 @@
+"""Format detection, open_dataset and `hydranet data check` over the four formats."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from dataset_fixtures import make_sim, write_bdd100k, write_kitti, write_nuscenes
+from hydranet.cli import main
+from hydranet.data.dataset import DatasetError
+from hydranet.data.formats import check_dataset, detect_format, format_report, open_dataset
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    base = tmp_path_factory.mktemp("formats")
+    sim = make_sim(base / "sim")
+    return {"sim": sim, "nuscenes": write_nuscenes(sim, base / "nusc"), "kitti": write_kitti(sim, base / "kitti"),
+            "bdd100k": write_bdd100k(sim, base / "bdd")}
+
+
+def test_detect_and_open_every_format(roots, tmp_path):
+    for fmt, root in roots.items():
+        assert detect_format(root) == fmt
+        ds = open_dataset(root)
+        s = ds[0]
+        assert s["images"].ndim == 4 and s["intrinsics"].shape[1:] == (3, 3) and "labels" in s
+        assert set(s.get("supervises", ())) <= set(ds.meta.get("supervises", s.get("supervises", ())))
+    with pytest.raises(DatasetError, match="not a known dataset layout"):
+        detect_format(tmp_path)
+    mixed = tmp_path / "mixed"
+    shutil.copytree(roots["kitti"], mixed)
+    (mixed / "images" / "100k").mkdir(parents=True)
+    with pytest.raises(DatasetError, match=r"several formats \['kitti', 'bdd100k'\]; pass --format"):
+        detect_format(mixed)
+    with pytest.raises(DatasetError, match="unknown dataset format 'coco'"):
+        open_dataset(roots["sim"], "coco")
+
+
+def test_check_reports_classes_heads_and_bad_files(roots, tmp_path, capsys):
+    r = check_dataset(roots["kitti"])
+    assert r["format"] == "kitti" and r["frames"] == 8 and r["supervises"] == ["det2d", "det3d"] and not r["bad"]
+    assert ("Car", "car", r["classes"][0][2]) in r["classes"] or any(c[:2] == ("Car", "car") for c in r["classes"])
+    assert any(c[:2] == ("DontCare", None) for c in r["classes"])
+    text = format_report(check_dataset(roots["nuscenes"]))
+    assert "vehicle.car -> car" in text and "map expansion is not installed" in text
+    bdd = tmp_path / "bdd"
+    shutil.copytree(roots["bdd100k"], bdd)
+    victim = next((bdd / "images" / "100k" / "val").glob("*.jpg"))
+    victim.unlink()
+    with pytest.raises(SystemExit) as e:  # exit status 1: bad files found
+        main(["data", "check", "--root", str(bdd), "--split", "val", "--quiet"])
+    assert e.value.code == 1
+    out = capsys.readouterr().out
+    assert f"{victim.name}: image is missing" in out and "supervises: det2d, drivable, lanes, signs_lights" in out
+    assert main(["data", "check", "--root", str(roots["sim"]), "--quiet"]) == 0
+    assert "format sim" in capsys.readouterr().out
