@@ -43,7 +43,8 @@ from hydranet.metrics.nuscenes_data import _box_from_json
 
 # our class -> nuScenes detection name (category_to_detection_name of sim.nuscenes_export.CATEGORY)
 DETECTION_NAME = {"car": "car", "truck": "truck", "bus": "bus", "pedestrian": "pedestrian", "cyclist": "bicycle",
-                  "traffic_cone": "traffic_cone", "construction_vehicle": "construction_vehicle"}
+                  "traffic_cone": "traffic_cone", "construction_vehicle": "construction_vehicle", "barrier": "barrier",
+                  "trailer": "trailer", "motorcycle": "motorcycle"}
 MOVING_SPEED = 0.2  # m/s, the sim's "moving" attribute threshold (sim/labels.py)
 VEHICLES = ("car", "truck", "bus", "construction_vehicle", "trailer")
 

@@ -20,6 +20,9 @@ CLASS_SIZES = {
     "traffic_cone": ((0.4, 0.45), (0.4, 0.45), (0.7, 0.8)),
     "debris": ((0.5, 1.4), (0.4, 1.0), (0.15, 0.4)),
     "construction_vehicle": ((6.0, 7.0), (2.6, 2.9), (3.3, 3.8)),
+    "barrier": ((1.5, 2.5), (0.4, 0.55), (0.8, 1.05)),  # a concrete (jersey) or plastic road barrier segment
+    "trailer": ((4.0, 8.0), (2.2, 2.5), (2.4, 3.4)),  # a box trailer with its drawbar
+    "motorcycle": ((1.9, 2.3), (0.7, 0.9), (1.4, 1.6)),  # with its rider
 }
 CAR_COLORS = np.array([[0.8, 0.1, 0.1], [0.1, 0.2, 0.6], [0.85, 0.85, 0.85], [0.1, 0.1, 0.1],
                        [0.5, 0.5, 0.55], [0.2, 0.45, 0.25], [0.9, 0.7, 0.2], [0.35, 0.2, 0.15]])
@@ -87,6 +90,31 @@ def make_body(cls: str, rng: np.random.Generator) -> list[Part]:
         parts = [_box(0, 0, 0.025, L, W, 0.05, (0.9, 0.35, 0.05)),
                  _box(0, 0, 0.05 + (H - 0.05) / 2, 0.55 * L, 0.55 * W, H - 0.05, (0.95, 0.4, 0.05)),
                  _box(0, 0, 0.55 * H, 0.57 * L, 0.57 * W, 0.12, (0.95, 0.95, 0.95))]
+    elif cls == "barrier":
+        concrete = rng.random() < 0.5
+        c = np.array([0.62, 0.61, 0.58]) * rng.uniform(0.85, 1.1) if concrete else np.array([0.9, 0.35, 0.05])
+        parts = [_box(0, 0, 0.15 * H, L, W, 0.3 * H, c),  # wide foot
+                 _box(0, 0, 0.3 * H + 0.35 * H, L, 0.45 * W, 0.7 * H, c)]
+        if not concrete:  # a white reflective band on a plastic barrier
+            parts.append(_box(0, 0, 0.75 * H, L + 0.01, 0.45 * W + 0.01, 0.12 * H, (0.95, 0.95, 0.95)))
+    elif cls == "trailer":
+        c = CAR_COLORS[rng.integers(len(CAR_COLORS))] * 0.5 + 0.4
+        bar = 1.2
+        parts = [_box(-bar / 2, 0, 0.75 + (H - 0.75) / 2, L - bar, W, H - 0.75, c),  # box
+                 _box(-bar / 2, 0, 0.6, L - bar - 0.4, W * 0.9, 0.3, black),  # chassis
+                 _box(L / 2 - bar / 2, 0, 0.55, bar, 0.12, 0.1, black),  # drawbar (at the front)
+                 _box(-bar / 2 - 0.5, 0, 0.4, 1.5, W * 0.96, 0.8, black)]  # wheels
+    elif cls == "motorcycle":
+        paint = CAR_COLORS[rng.integers(len(CAR_COLORS))]
+        jacket = rng.uniform(0.05, 0.5, 3)
+        parts = [_box(0.5 * L / 2, 0, 0.32, 0.62, 0.12, 0.64, black),  # front wheel
+                 _box(-0.5 * L / 2, 0, 0.32, 0.62, 0.14, 0.64, black),  # rear wheel
+                 _box(0, 0, 0.6, 0.55 * L, 0.3, 0.35, paint),  # tank and engine
+                 _box(0.3 * L, 0, 0.95, 0.1, W, 0.06, (0.2, 0.2, 0.2)),  # handlebar
+                 _box(-0.08 * L, 0, 1.05, 0.35, 0.42, 0.6, jacket),  # rider
+                 _box(0.0, 0, H - 0.14, 0.28, 0.28, 0.28, (0.1, 0.1, 0.12))]  # helmet
+        parts.append(_box(L / 2 - 0.05, 0, 0.85, 0.1, 0.16, 0.12, (1.0, 1.0, 0.85), 0.0, "head"))
+        parts.append(_box(-L / 2 + 0.05, 0, 0.7, 0.1, 0.14, 0.08, (0.7, 0.02, 0.02), 0.0, "tail"))
     elif cls == "debris":
         parts = [_box(0, 0, H / 2, L, W, H, rng.uniform(0.2, 0.5, 3)),
                  _box(0.2 * L, 0.1 * W, H * 0.35, 0.5 * L, 0.6 * W, 0.7 * H, rng.uniform(0.3, 0.6, 3))]

@@ -1,8 +1,8 @@
 """Label vocabularies of the simulator (written into dataset.json; readers take them from there)."""
 
-OBJECT_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris",
-                  "construction_vehicle", "traffic_sign", "traffic_light")
-BOX3D_CLASSES = OBJECT_CLASSES[:8]  # road users and things on the road
+BOX3D_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris",  # road users and
+                 "construction_vehicle", "barrier", "trailer", "motorcycle")  # things on or by the road
+OBJECT_CLASSES = BOX3D_CLASSES + ("traffic_sign", "traffic_light")
 SEMANTIC_CLASSES = ("sky", "road", "lane_marking", "crosswalk", "sidewalk", "curb", "terrain", "building",
                     "vegetation", "pole") + OBJECT_CLASSES
 LANE_TYPES = ("solid_white", "dashed_white", "solid_yellow")

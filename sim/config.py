@@ -63,11 +63,29 @@ class TrafficConfig:
     vehicles: int = 26
     pedestrians: int = 14
     cyclists: int = 3
+    motorcycles: int = 2  # ridden motorcycles in the traffic lanes
 
     def __post_init__(self):
         for f in fields(self):
             n = getattr(self, f.name)
             _need(0 <= n <= 10000, f"traffic.{f.name}", n, "give a count from 0 to 10000")
+
+
+@dataclass(frozen=True)
+class RoadsideConfig:
+    """Static objects by the road (0 turns each off)."""
+
+    parked_vehicles: int = 8  # parked beside the sidewalk, attribute parked (nuScenes vehicle.parked)
+    parked_trailer_share: float = 0.25  # of the parked vehicles, the share that are trailers
+    barrier_groups: int = 2  # rows of 2-5 barrier segments along a kerb, a cone at each end
+    cone_groups: int = 2  # rows of 2-4 traffic cones along a kerb
+
+    def __post_init__(self):
+        for name in ("parked_vehicles", "barrier_groups", "cone_groups"):
+            n = getattr(self, name)
+            _need(0 <= n <= 10000, f"roadside.{name}", n, "give a count from 0 to 10000")
+        _need(0 <= self.parked_trailer_share <= 1, "roadside.parked_trailer_share", self.parked_trailer_share,
+              "a share lies in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,7 @@ class SimConfig:
     frame_rate_hz: float = 10.0  # frames per second of sim time (nuScenes keyframes: 2)
     lanes_per_direction: tuple[int, ...] = (1, 2, 3)
     traffic: TrafficConfig = field(default_factory=TrafficConfig)
+    roadside: RoadsideConfig = field(default_factory=RoadsideConfig)
     conditions: ConditionsConfig = field(default_factory=ConditionsConfig)
     rare: RareConfig = field(default_factory=RareConfig)
     bev_range: float = 50.0  # metres each side of the ego

@@ -151,7 +151,7 @@ class DynamicMesh:
     def __init__(self, world: World):
         self.world = world
         lit = world.conditions.time_of_day != "day"
-        self.local = [parts_local(a.parts, a.cls, a.track_id, lit) for a in world.agents]
+        self.local = [parts_local(a.parts, a.cls, a.track_id, lit and not a.attributes.get("parked")) for a in world.agents]
 
     def build(self) -> np.ndarray:
         w = self.world
@@ -176,7 +176,7 @@ def scene_lights(world: World, max_lights: int = 16) -> list[tuple[np.ndarray, n
                 pos = (p.pose() @ np.append(part.center - [0, 0, 0.2], 1.0))[:3]
                 lights.append((pos, np.array([1.0, 0.85, 0.6]) * 1.2, np.zeros(3)))
     for a in world.agents + [world.ego]:
-        if a.cls in ("car", "truck", "bus", "construction_vehicle"):
+        if a.cls in ("car", "truck", "bus", "construction_vehicle", "motorcycle") and not a.attributes.get("parked"):
             d = np.array([np.cos(a.heading), np.sin(a.heading), 0.0])
             pos = np.array([a.pos[0], a.pos[1], 0.7]) + d * (a.box_size[0] / 2 + 0.3)
             lights.append((pos, np.array([1.0, 1.0, 0.9]) * 3.0, d - [0, 0, 0.08]))

@@ -65,6 +65,9 @@ CATEGORY = {
     "traffic_cone": "movable_object.trafficcone",
     "debris": "movable_object.debris",
     "construction_vehicle": "vehicle.construction",
+    "barrier": "movable_object.barrier",
+    "trailer": "vehicle.trailer",
+    "motorcycle": "vehicle.motorcycle",
 }
 CATEGORY_DESCRIPTION = {
     "vehicle.car": "Passenger car (sim class car).",
@@ -75,11 +78,14 @@ CATEGORY_DESCRIPTION = {
     "movable_object.trafficcone": "Traffic cone (sim class traffic_cone).",
     "movable_object.debris": "Debris on the road (sim class debris).",
     "vehicle.construction": "Construction vehicle (sim class construction_vehicle).",
+    "movable_object.barrier": "Road barrier segment (sim class barrier).",
+    "vehicle.trailer": "Trailer, parked without its towing vehicle (sim class trailer).",
+    "vehicle.motorcycle": "Motorcycle, with its rider inside the box (sim class motorcycle).",
 }
 ATTRIBUTES = {  # the nuScenes attribute vocabulary
     "vehicle.moving": "Vehicle is moving.",
     "vehicle.stopped": "Vehicle is stationary, e.g. waiting at a light.",
-    "vehicle.parked": "Vehicle is parked (not written by this export).",
+    "vehicle.parked": "Vehicle is parked.",
     "cycle.with_rider": "There is a rider on the bicycle or motorcycle.",
     "cycle.without_rider": "There is no rider on the bicycle or motorcycle.",
     "pedestrian.moving": "The pedestrian is moving.",
@@ -106,11 +112,13 @@ def visibility_token(fraction: float) -> str:
 
 def box_attributes(cls: str, attrs: dict) -> list[str]:
     """nuScenes attribute names of one of our 3D boxes."""
-    if cls == "cyclist":
+    if cls in ("cyclist", "motorcycle"):
         return ["cycle.with_rider" if attrs.get("has_rider", True) else "cycle.without_rider"]
     if cls == "pedestrian":
         return ["pedestrian.moving" if attrs.get("moving") else "pedestrian.standing"]
     if CATEGORY[cls].startswith("vehicle."):
+        if attrs.get("parked"):
+            return ["vehicle.parked"]
         return ["vehicle.moving" if attrs.get("moving") else "vehicle.stopped"]
     return []
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.agents import Agent, Part, idm_acceleration, leader_gap, make_body, safe_speed
+from sim.agents import CLASS_SIZES, Agent, Part, body_bounds, idm_acceleration, leader_gap, make_body, safe_speed
 from sim.config import SimConfig
 from sim.roads import LANE_WIDTH, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network
 
@@ -115,6 +115,8 @@ class World:
         self._place_traffic()
         self._cleared: set = set()
         self._place_rare()
+        self._place_motorcycles()
+        self._place_roadside()
         self._settle_speeds()
         self._stand_on_ground(self.agents + [self.ego])
 
@@ -328,9 +330,72 @@ class World:
             s = path.nearest_s(self.ego.pos) + (rng.uniform(20, 40) if fwd else -rng.uniform(20, 40))
             self.agents.append(self._vehicle("construction_vehicle", path, s, rng.uniform(2, 5)))
 
-    def _static(self, cls: str, xy: np.ndarray, heading: float):
-        a = Agent(self.new_id(), cls, make_body(cls, self.rng), None, pos=np.asarray(xy, float), heading=float(heading))
+    def _static(self, cls: str, xy: np.ndarray, heading: float, attributes: dict | None = None,
+                check: bool = False, margin: float = 0.3, parts: list | None = None) -> Agent | None:
+        a = Agent(self.new_id(), cls, parts or make_body(cls, self.rng), None, pos=np.asarray(xy, float),
+                  heading=float(heading), attributes=attributes or {})
+        if check and self._overlaps(a, margin):
+            return None
         self.agents.append(a)
+        return a
+
+    def _overlaps(self, a: Agent, margin: float = 0.3) -> bool:
+        """Whether `a`'s footprint (grown by `margin`) overlaps a prop's or another agent's."""
+        fa = _footprint(a.pos, a.heading, a.box_center, a.box_size, margin)
+        for o in self.props:
+            c, size = body_bounds(o.parts)
+            if _polygons_overlap(fa, _footprint(o.pos, o.heading, c, size, 0.0)):
+                return True
+        return any(_polygons_overlap(fa, _footprint(o.pos, o.heading, o.box_center, o.box_size, 0.0))
+                   for o in self.agents + [self.ego])
+
+    def _place_motorcycles(self):
+        rng, road = self.rng, self.road
+        placed = 0
+        for _ in range(self.cfg.traffic.motorcycles * 4):
+            if placed >= self.cfg.traffic.motorcycles:
+                break
+            k, fwd = int(rng.integers(road.lanes)), bool(rng.random() < 0.55)
+            path = road.lane_path(k, fwd)
+            s = path.nearest_s(self.ego.pos) + rng.uniform(-40, 90) * (1 if fwd else -1)
+            if 0 < s < path.length and self._lane_free(path, s, 8.0):
+                a = self._vehicle("motorcycle", path, s, rng.uniform(5, 12))
+                a.attributes["has_rider"] = True
+                self.agents.append(a)
+                placed += 1
+
+    def _place_roadside(self):
+        """Parked vehicles and trailers beside the sidewalks; barriers and cones along kerbs."""
+        rng, road, rc = self.rng, self.road, self.cfg.roadside
+        hw, main = road.half_width, road.main
+        ego_s = main.nearest_s(self.ego.pos)
+
+        def spot(s: float, side: int, offset: float) -> tuple[np.ndarray, float]:
+            c, h = main.at(s)
+            return c + np.array([-np.sin(h), np.cos(h)]) * side * offset, h
+
+        for _ in range(rc.parked_vehicles):
+            cls = "trailer" if rng.random() < rc.parked_trailer_share else str(rng.choice(["car"] * 5 + ["truck"]))
+            side = int(rng.choice([-1, 1]))
+            width = CLASS_SIZES[cls][1][1]
+            xy, h = spot(ego_s + rng.uniform(-40, 110), side, hw + SIDEWALK_WIDTH + 0.8 + width / 2)
+            self._static(cls, xy, h + (np.pi if rng.random() < 0.5 else 0.0), {"parked": True}, check=True)
+        for _ in range(rc.barrier_groups):
+            side, s = int(rng.choice([-1, 1])), ego_s + rng.uniform(-20, 100)
+            n = int(rng.integers(2, 6))
+            for i in range(n + 2):  # a cone, n barrier segments, a cone, end to end along the kerb
+                cls = "traffic_cone" if i in (0, n + 1) else "barrier"
+                parts = make_body(cls, rng)
+                length = body_bounds(parts)[1][0]
+                xy, h = spot(s + length / 2, side, hw + 0.35)
+                if self._static(cls, xy, h, check=True, margin=0.05, parts=parts) is None:
+                    break
+                s += length + (0.25 if cls == "barrier" and i < n else 1.0)
+        for _ in range(rc.cone_groups):
+            side, s = int(rng.choice([-1, 1])), ego_s + rng.uniform(-20, 100)
+            for i in range(int(rng.integers(2, 5))):
+                xy, h = spot(s + 1.5 * i, side, hw + 0.3)
+                self._static("traffic_cone", xy, h, check=True)
 
     def _settle_speeds(self):
         """Cap initial speeds so nobody starts closer to a leader or a red light than it can stop."""
@@ -393,6 +458,26 @@ class World:
                 a.update_pose()
         self._stand_on_ground(movers)
         self.t += dt
+
+
+def _footprint(pos: np.ndarray, heading: float, center: np.ndarray, size: np.ndarray, margin: float) -> np.ndarray:
+    """World corners (4, 2) of a box footprint: object-frame centre/size, posed at pos/heading."""
+    c, s = np.cos(heading), np.sin(heading)
+    R = np.array([[c, -s], [s, c]])
+    half = np.asarray(size[:2]) / 2 + margin
+    local = np.array([[1, 1], [-1, 1], [-1, -1], [1, -1]]) * half + np.asarray(center[:2])
+    return np.asarray(pos[:2]) + local @ R.T
+
+
+def _polygons_overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Separating-axis test of two convex polygons (K, 2)."""
+    for poly in (a, b):
+        e = np.roll(poly, -1, 0) - poly
+        for n in np.stack([-e[:, 1], e[:, 0]], 1):
+            pa, pb = a @ n, b @ n
+            if pa.max() < pb.min() or pb.max() < pa.min():
+                return False
+    return True
 
 
 def _right_turn(lane: Path, s_turn: float, road: RoadNetwork, it, fwd: bool) -> Path:

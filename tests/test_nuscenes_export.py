@@ -89,8 +89,10 @@ def test_annotations_match_labels(export, nusc):
             attrs = [nusc.get("attribute", t)["name"] for t in ann["attribute_tokens"]]
             if b["class"] == "pedestrian":
                 assert attrs == ["pedestrian.moving" if b["attributes"]["moving"] else "pedestrian.standing"]
-            elif b["class"] == "cyclist":
+            elif b["class"] in ("cyclist", "motorcycle"):
                 assert attrs == ["cycle.with_rider"]
+            elif b["attributes"].get("parked"):
+                assert attrs == ["vehicle.parked"] and not b["attributes"]["moving"]
             elif CATEGORY[b["class"]].startswith("vehicle."):
                 assert attrs == ["vehicle.moving" if b["attributes"]["moving"] else "vehicle.stopped"]
             vf = max([b2["visible_fraction"] for c in labels["cameras"].values() for b2 in c["boxes2d"]

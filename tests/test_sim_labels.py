@@ -398,7 +398,10 @@ def test_agents_stand_on_the_rendered_ground(scene):
     sidewalk, terrain) within 0.6 m of the box footprint, back-projected through the depth
     channel, are at the box bottom's height (a pedestrian on the sidewalk stands on the kerb
     height, 0.15 m, not inside the slab). Boxes with ground of two heights around them (at a
-    kerb) are skipped."""
+    kerb: the road's surface_z differs over the grown footprint, or the visible ground does) are
+    skipped."""
+    road = World(scene["cfg"], SEED).road
+    grid = np.stack(np.meshgrid(np.linspace(-1, 1, 7), np.linspace(-1, 1, 7)), -1).reshape(-1, 2)
     checked, on_kerb = 0, 0
     for fi, f, cam, img, _ in views(scene):
         ground = np.isin(img.semantic, GROUND)
@@ -409,6 +412,10 @@ def test_agents_stand_on_the_rendered_ground(scene):
             q = in_box_frame(p, box)
             near = (np.abs(q[:, :2]) <= np.asarray(box["size"][:2]) / 2 + 0.6).all(1)
             if near.sum() < 3:
+                continue
+            half = np.asarray(box["size"][:2]) / 2 + 0.6
+            local = np.concatenate([grid * half, np.zeros((len(grid), 1))], 1) @ rot_z(box["yaw"]).T + box["center"]
+            if np.ptp(road.surface_z(transform_points(f["ego2world"], local)[:, :2])) > 0:
                 continue
             z = p[near, 2]
             if z.max() - z.min() > 0.05:

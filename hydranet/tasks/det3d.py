@@ -25,7 +25,8 @@ from hydranet.bevgrid import BevGrid, grid_of
 from hydranet.tasks.base import Metric, Task, decode_numpy, require
 from hydranet.tasks.det2d import _GAUSS_ALPHA, focal_loss_with_logits
 
-BOX_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle")
+BOX_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle",
+               "barrier", "trailer", "motorcycle")
 REG = {"offset": 2, "height": 1, "size": 3, "rot": 2, "vel": 2}  # regression branches and their channels
 
 
