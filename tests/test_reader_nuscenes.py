@@ -106,9 +106,15 @@ def test_boxes_equal_the_devkit_for_every_camera(fixture, ds):
                 v = ego2cam[:3, :3] @ np.asarray(b["velocity"])
                 np.testing.assert_allclose(v, R @ nusc.box_velocity(box.token), atol=1e-3, equal_nan=True)
                 compared += 1
-                if box.token in visible:  # the devkit sees a corner in the image: we have a 2D box
-                    assert b["track_id"] in b2
-                    with_2d += 1
+                if box.token in visible:  # the devkit sees a corner in the image: we have a 2D box ...
+                    W, H = ds.rig.cameras[n].width, ds.rig.cameras[n].height
+                    uv = view_points(dk.T, np.asarray(K), normalize=True)[:2]
+                    seen = (dk[:, 2] > NEAR) & (uv[0] > 0) & (uv[0] < W) & (uv[1] > 0) & (uv[1] < H)
+                    # ... unless all its corners in the image lie in the outer half pixel: the devkit takes the
+                    # image as [0, W], pixel centres at integers make it [-0.5, W - 0.5] here
+                    deep = seen & (uv[0] <= W - 0.5) & (uv[1] <= H - 0.5)
+                    assert b["track_id"] in b2 or not deep.any()
+                    with_2d += b["track_id"] in b2
                 if b["track_id"] in b2 and (dk[:, 2] > NEAR).all():
                     uv = view_points(dk.T, np.asarray(K), normalize=True)[:2]  # (2, 8)
                     ext = np.array([uv[0].min(), uv[1].min(), uv[0].max(), uv[1].max()]) + 0.5
@@ -188,3 +194,22 @@ def test_missing_image_raises_or_is_skipped(fixture, tmp_path):
     skip = NuScenesDataset(root, on_bad_frame="skip")
     assert skip[bad]["sample_token"] == skip.sample_token((bad + 1) % len(skip))
     assert skip.skipped == [str(victim)]
+
+
+def test_batched_projection_equals_one_by_one():
+    from hydranet.data.reader import boxes_in_camera, project_boxes_2d
+    rng = np.random.default_rng(0)
+    K = np.array([[100.0, 0, 79.5], [0, 100.0, 47.5], [0, 0, 1]])
+    boxes = [{"center": rng.uniform([-5, -20, -1], [40, 20, 2]).tolist(), "size": rng.uniform(0.5, 5, 3).tolist(),
+              "yaw": float(rng.uniform(-3, 3))} for _ in range(300)]
+    ego2cam = np.array([[0, -1, 0, 0], [0, 0, -1, 1.5], [1, 0, 0, -1.0], [0, 0, 0, 1]], np.float64)
+    got = project_boxes_2d(boxes_in_camera(boxes, ego2cam), K, 160, 96)
+    kinds = set()
+    for b, g in zip(boxes, got):
+        want = project_box_2d(box_in_camera(b["center"], b["size"], b["yaw"], ego2cam), K, 160, 96)
+        assert (g is None) == (want is None)
+        if g is not None:
+            np.testing.assert_allclose(g[0], want[0], atol=1e-6)
+            assert g[1] == pytest.approx(want[1], abs=1e-6)
+            kinds.add(g[1] == 1.0)
+    assert kinds == {True, False} and any(g is None for g in got)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from hydranet.data.dataset import DatasetError
-from hydranet.data.reader import FrameReader, box_in_camera, decode_image, make_rig, project_box_2d, read_json, \
+from hydranet.data.reader import FrameReader, boxes_in_camera, decode_image, make_rig, project_boxes_2d, read_json, \
     select_cameras
 from hydranet.geometry import invert_rigid, make_transform, quaternion_to_matrix
 from hydranet.metrics.nuscenes_data import CATEGORY_TO_DETECTION, MINI_SPLITS, OFFICIAL_SPLITS
@@ -316,9 +316,9 @@ class NuScenesDataset(FrameReader):
         boxes = self.boxes3d(tok, ego2world)
         cameras = {}
         for ch, K, T, sd in zip(self.camera_names, Ks, c2e, sds):
-            ego2cam, b2 = invert_rigid(T), []
-            for b in boxes:
-                res = project_box_2d(box_in_camera(b["center"], b["size"], b["yaw"], ego2cam), K, sd["width"], sd["height"])
+            b2 = []
+            projected = project_boxes_2d(boxes_in_camera(boxes, invert_rigid(T)), K, sd["width"], sd["height"])
+            for b, res in zip(boxes, projected):
                 if res is None:
                     continue
                 bbox, inside = res

@@ -157,6 +157,41 @@ def _area(poly: np.ndarray) -> float:
     return float(abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))) / 2)
 
 
+def project_boxes_2d(corners_cam: np.ndarray, K: np.ndarray, width: int, height: int) -> list:
+    """`project_box_2d` for many boxes (B, 8, 3) at once: boxes wholly behind the near plane or
+    wholly outside one image side are rejected, boxes wholly in front and inside the image take
+    their corners' extent, only the rest go through the hull clipping. Same results."""
+    out: list = [None] * len(corners_cam)
+    if len(corners_cam) == 0:
+        return out
+    z = corners_cam[..., 2]  # (B, 8)
+    front = z >= NEAR
+    uvw = corners_cam @ np.asarray(K, np.float64).T  # (B, 8, 3)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        uv = uvw[..., :2] / uvw[..., 2:3]  # (B, 8, 2)
+    all_front = front.all(1)
+    lo, hi = uv.min(1), uv.max(1)  # (B, 2)
+    lim = np.array([width - 0.5, height - 0.5])
+    inside = all_front & (lo >= -0.5).all(1) & (hi <= lim).all(1)
+    outside = all_front & ((hi < -0.5).any(1) | (lo > lim).any(1))
+    for b in range(len(corners_cam)):
+        if not front[b].any() or outside[b]:
+            continue
+        if inside[b]:
+            out[b] = ([float(lo[b, 0] + 0.5), float(lo[b, 1] + 0.5), float(hi[b, 0] + 0.5), float(hi[b, 1] + 0.5)], 1.0)
+        else:
+            out[b] = project_box_2d(corners_cam[b], K, width, height)
+    return out
+
+
+def boxes_in_camera(boxes: list[dict], ego2cam: np.ndarray) -> np.ndarray:
+    """Corners (B, 8, 3) in a camera frame of labels.json boxes3d entries (ego frame)."""
+    if not boxes:
+        return np.zeros((0, 8, 3))
+    c = np.stack([box_corners(b["center"], b["size"], b["yaw"]) for b in boxes])  # (B, 8, 3)
+    return c @ ego2cam[:3, :3].T + ego2cam[:3, 3]
+
+
 def box_in_camera(center, size, yaw, ego2cam: np.ndarray) -> np.ndarray:
     """8 corners (8, 3) of an ego-frame box (size l, w, h; yaw about +z) in a camera frame."""
     c = box_corners(center, size, yaw)
