@@ -41,69 +41,60 @@ def _clip_near(poly: np.ndarray, near: float) -> np.ndarray:
     return np.asarray(out)
 
 
-def _fill_convex(mask: np.ndarray, uv: np.ndarray, x0: int, y0: int) -> None:
-    """Set the pixels of `mask` (whose pixel (0, 0) is image pixel (x0, y0)) whose centres lie
-    inside the convex polygon `uv` (K, 2) in image pixel coordinates: the rasterizer's rule
-    (a pixel belongs to a triangle when its centre does), not cv2.fillConvexPoly's, which also
-    fills every pixel an edge passes through."""
-    area = np.cross(np.roll(uv, -1, 0) - uv, uv - uv[0]).sum() if len(uv) >= 3 else 0.0
-    if abs(area) < 1e-12:
-        return
-    h, w = mask.shape
-    c0, c1 = max(int(np.ceil(uv[:, 0].min())), x0), min(int(np.floor(uv[:, 0].max())), x0 + w - 1)
-    r0, r1 = max(int(np.ceil(uv[:, 1].min())), y0), min(int(np.floor(uv[:, 1].max())), y0 + h - 1)
-    if c1 < c0 or r1 < r0:
-        return
-    cols = np.arange(c0, c1 + 1, dtype=np.float64)[None, :]
-    rows = np.arange(r0, r1 + 1, dtype=np.float64)[:, None]
-    inside = np.ones((r1 - r0 + 1, c1 - c0 + 1), bool)
-    sign = 1.0 if area > 0 else -1.0
-    for a, b in zip(uv, np.roll(uv, -1, 0)):
-        e = b - a
-        if e[0] == 0 and e[1] == 0:
-            continue
-        inside &= sign * (e[0] * (rows - a[1]) - e[1] * (cols - a[0])) <= 0
-    mask[r0 - y0:r1 - y0 + 1, c0 - x0:c1 - x0 + 1] |= inside
+_UNIT_CORNERS = box_corners(np.zeros(3), np.ones(3), 0.0)  # (8, 3) corners of a unit box, box_corners' order
 
 
 def silhouette_polygons(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarray) -> list[np.ndarray]:
     """Convex image polygons (K, 2) whose union is the object's unoccluded silhouette in `cam`
     (parts clipped to the near plane as the rasterizer clips them; poles are not the object)."""
+    body = [p for p in parts if p.semantic != "pole"]
+    if not body:
+        return []
     T = world2cam @ pose
+    local = np.array([p.center for p in body])[:, None] + _UNIT_CORNERS * np.array([p.size for p in body])[:, None]
+    cam_pts = local @ T[:3, :3].T + T[:3, 3]  # (P, 8, 3) camera frame
+    front = cam_pts[..., 2] >= NEAR
+    K2, c2 = cam.K[:2, :2].T, cam.K[:2, 2]
     out = []
-    for p in parts:
-        if p.semantic == "pole":
+    for corners, f in zip(cam_pts, front):
+        if not f.any():
             continue
-        corners = transform_points(T, box_corners(p.center, p.size, 0.0))  # (8, 3) camera frame
-        if (corners[:, 2] < NEAR).all():
-            continue
-        if (corners[:, 2] >= NEAR).all():
-            uv = corners[:, :2] / corners[:, 2:3] @ cam.K[:2, :2].T + cam.K[:2, 2]
+        if f.all():
+            uv = corners[:, :2] / corners[:, 2:3] @ K2 + c2
             out.append(cv2.convexHull(uv.astype(np.float32))[:, 0].astype(np.float64))
             continue
         for face in _FACE_IDX:
             poly = _clip_near(corners[face], NEAR)
             if len(poly) >= 3:
-                uv = poly[:, :2] / poly[:, 2:3] @ cam.K[:2, :2].T + cam.K[:2, 2]
-                out.append(np.clip(uv, -1e5, 1e5))
+                out.append(np.clip(poly[:, :2] / poly[:, 2:3] @ K2 + c2, -1e5, 1e5))
     return out
 
 
 def silhouette_pixels(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarray) -> int:
     """Pixels the object's parts would cover in `cam` with nothing in front of them, counted
-    by pixel centres as the rasterizer counts them."""
+    by pixel centres as the rasterizer counts them (all polygons at once: scanline spans of
+    each, united over the object's bounding rows)."""
     polys = silhouette_polygons(parts, pose, cam, world2cam)
     if not polys:
         return 0
     allp = np.concatenate(polys)
-    x0, y0 = max(int(np.floor(allp[:, 0].min())), 0), max(int(np.floor(allp[:, 1].min())), 0)
-    x1, y1 = min(int(np.ceil(allp[:, 0].max())), cam.width - 1), min(int(np.ceil(allp[:, 1].max())), cam.height - 1)
+    x0, y0 = max(int(np.ceil(allp[:, 0].min())), 0), max(int(np.ceil(allp[:, 1].min())), 0)
+    x1, y1 = min(int(np.floor(allp[:, 0].max())), cam.width - 1), min(int(np.floor(allp[:, 1].max())), cam.height - 1)
     if x1 < x0 or y1 < y0:
         return 0
-    mask = np.zeros((y1 - y0 + 1, x1 - x0 + 1), bool)
-    for uv in polys:
-        _fill_convex(mask, uv, x0, y0)
-    return int(mask.sum())
+    k = max(len(p) for p in polys)
+    A = np.stack([np.concatenate([p, np.repeat(p[-1:], k - len(p), 0)]) for p in polys])  # (P, K, 2), padded
+    B = np.roll(A, -1, 1)
+    dy = B[..., 1] - A[..., 1]  # (P, K); 0 for horizontal and padding edges, which add nothing
+    dy = np.where(dy == 0, np.nan, dy)
+    rows = np.arange(y0, y1 + 1, dtype=np.float64)[None, :, None]  # (1, R, 1)
+    t = (rows - A[:, None, :, 1]) / dy[:, None, :]  # (P, R, K) position of each row along each edge
+    xs = A[:, None, :, 0] + t * (B - A)[:, None, :, 0]
+    ok = (t >= 0) & (t <= 1)
+    lo = np.ceil(np.where(ok, xs, np.inf).min(2))[..., None]  # (P, R, 1) first covered column
+    hi = np.floor(np.where(ok, xs, -np.inf).max(2))[..., None]
+    cols = np.arange(x0, x1 + 1, dtype=np.float64)
+    return int(((cols >= lo) & (cols <= hi)).any(0).sum())
 
 
 VIEW_CLASSES = ("traffic_sign", "traffic_light")  # have a front (+x of the object frame) that shows the class
