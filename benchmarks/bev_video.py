@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from hydranet.evaluate import evaluate_checkpoint
-from hydranet.train import load_experiment, train
+from hydranet.experiment import load_experiment
+from hydranet.train import train
 from sim.config import SimConfig
 from sim.generate import generate_dataset
 

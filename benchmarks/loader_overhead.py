@@ -1,5 +1,5 @@
 """Loader overhead: the input pipeline is not the bottleneck. Training step time with the real
-loader (TrainingFrames + DataLoader with the config's num_workers, augmentation on) against the
+loader (LabelledFrames + DataLoader with the config's num_workers, augmentation on) against the
 same training steps fed from pre-loaded tensors (the very same batches, materialized in memory
 first); same model, config and initial weights.
 
@@ -29,8 +29,9 @@ import torch
 from hydranet.data import SimDataset
 from hydranet.loader import Collate, StepBatchSampler
 from hydranet.models import build_model
-from hydranet.tasks import to_device
-from hydranet.train import build_training_data, load_experiment, make_optimizer, make_scheduler, setup_distributed
+from hydranet.loader import to_device
+from hydranet.experiment import load_experiment
+from hydranet.train import build_training_data, make_optimizer, make_scheduler, setup_distributed
 
 REPO = Path(__file__).resolve().parents[1]
 

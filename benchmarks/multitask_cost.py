@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from hydranet.models import ModelConfig, TaskConfig, build_model
-from hydranet.models.config import ALL_TASKS
+from hydranet.tasks import TASKS
 
 HEADS = ("det2d", "signs_lights", "lanes", "drivable", "depth", "normals")
 NECKS = {"tiny": dict(neck_width=64, neck_repeats=2, neck_levels=3),
@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu | cuda")
     ap.add_argument("--backbones", nargs="+", default=["regnet_x_400mf", "tiny"], choices=sorted(NECKS))
     args = ap.parse_args()
-    assert set(HEADS) == set(ALL_TASKS), "a camera head was added: update HEADS"
+    assert set(HEADS) == set(TASKS), "a camera head was added: update HEADS"
     device = torch.device(args.device)
     meta = sim_meta()
     rows = [measure(b, hw, meta, args.runs, args.warmup, device) for b in args.backbones for hw in SIZES]

@@ -28,9 +28,10 @@ import torch
 
 from hydranet.data import SimDataset
 from hydranet.evaluate import PRIMARY, evaluate, format_table
-from hydranet.loader import TrainingFrames
+from hydranet.loader import LabelledFrames
 from hydranet.models import TaskConfig
-from hydranet.train import load_experiment, train
+from hydranet.experiment import load_experiment
+from hydranet.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,7 @@ def train_and_eval(cfg, tasks: tuple[TaskConfig, ...], run: Path, val: Path) -> 
     model = train(cfg, run, progress=False)
     seconds = time.perf_counter() - t0
     ds = SimDataset(val, cameras=list(cfg.data.cameras) if cfg.data.cameras else None, on_bad_frame=cfg.data.on_bad_frame)
-    frames = TrainingFrames(ds, dict(model.heads.items()), cfg.data.image_size, None, cfg.seed)
+    frames = LabelledFrames(ds, dict(model.heads.items()), cfg.data.image_size, None, cfg.seed)
     device = next(model.parameters()).device
     return evaluate(model, frames, cfg.batch_size, device), seconds
 

@@ -45,7 +45,7 @@ def _time_interleaved(fns: dict[str, Callable[[], dict[str, float]]], runs: int,
 def torch_eager(checkpoint: str | Path, images: np.ndarray, threads: int) -> Callable[[], dict[str, float]]:
     import torch
 
-    from hydranet.train import config_from_checkpoint, load_checkpoint, model_from_checkpoint
+    from hydranet.checkpoint import config_from_checkpoint, load_checkpoint, model_from_checkpoint
 
     torch.set_num_threads(threads)
     ckpt = load_checkpoint(checkpoint)
@@ -119,7 +119,7 @@ def run_bench(checkpoint: str | Path, out: str | Path, data: str | Path | None =
     """Export (and quantize) the checkpoint into `out`, time every backend, write latency.md/json."""
     from deploy.export import export_checkpoint, sim_frames
     from deploy.quantize import QuantizeConfig, quantize_model
-    from hydranet.train import config_from_checkpoint, load_checkpoint
+    from hydranet.checkpoint import config_from_checkpoint, load_checkpoint
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -27,12 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from deploy.metadata import STATE_INPUTS, STATE_OUTPUT, build_metadata, set_metadata
 from hydranet.models import HydraNet
+from hydranet.stream import stream
 
-FORMAT, FORMAT_VERSION = "hydranet-onnx", 1
 OPSET = 17
-STATE_INPUTS = ("prev_bev", "ego_motion")
-STATE_OUTPUT = "bev_state.bev_queue"
 ATOL, RTOL = 1e-3, 1e-3  # parity: max |onnx - torch| <= ATOL + RTOL * max |torch| per output
 
 
@@ -72,7 +71,7 @@ class ExportResult:
 
 # -- inputs ----------------------------------------------------------------------------------------
 def has_video(model: HydraNet) -> bool:
-    return model.fusion is not None and getattr(model.fusion, "video", None) is not None
+    return model.video_frames > 1
 
 
 def example_inputs(model: HydraNet, images: np.ndarray, prev_bev: np.ndarray | None = None,
@@ -86,7 +85,8 @@ def example_inputs(model: HydraNet, images: np.ndarray, prev_bev: np.ndarray | N
             X, Y = v.grid.shape
             prev_bev = np.zeros((B, v.frames - 1, v.channels, X, Y), np.float32)
         if ego_motion is None:
-            ego_motion = np.broadcast_to(np.eye(4, dtype=np.float32), (B, 4, 4)).copy()
+            ego_motion = np.eye(4, dtype=np.float32)
+        ego_motion = np.broadcast_to(np.asarray(ego_motion, np.float32).reshape(-1, 4, 4), (B, 4, 4)).copy()
         feeds["prev_bev"], feeds["ego_motion"] = prev_bev.astype(np.float32), ego_motion.astype(np.float32)
     return feeds
 
@@ -109,137 +109,14 @@ def sim_frames(cfg, data: str | Path, count: int) -> list[dict]:
 
 
 def frame_feeds(model: HydraNet, frames: Sequence[Mapping], dtype: str, run_torch) -> list[dict[str, np.ndarray]]:
-    """Inputs for a sequence of frames; with the video module the queue is carried from the torch
-    outputs and ego_motion is the relative pose of consecutive frames of one scene."""
-    from hydranet.models.video import relative_motion
-
-    feeds, state, prev = [], None, None
-    for f in frames:
+    """Inputs for a sequence of frames ({"images", "ego2world", "scene"}); with the video module the
+    queue comes from the torch outputs, carried through each scene by `hydranet.stream`."""
+    def step(f, prev_bev, ego_motion):
         img = f["images"][None]  # (1, N, 3, H, W) uint8
-        img = img if dtype == "uint8" else (img.astype(np.float32) / 255.0)
-        motion = None
-        if has_video(model) and prev is not None and prev["scene"] == f["scene"]:
-            motion = relative_motion(torch.from_numpy(prev["ego2world"])[None],
-                                     torch.from_numpy(f["ego2world"])[None]).numpy()
-        else:
-            state = None
-        feed = example_inputs(model, img, state, motion)
-        feeds.append(feed)
-        if has_video(model):
-            state = run_torch(feed)[STATE_OUTPUT]
-        prev = f
-    return feeds
+        feed = example_inputs(model, img if dtype == "uint8" else img.astype(np.float32) / 255.0, prev_bev, ego_motion)
+        return feed, (run_torch(feed)[STATE_OUTPUT] if has_video(model) else None)
 
-
-# -- metadata --------------------------------------------------------------------------------------
-def _layout(name: str, shape: Sequence[int], space: str, N: int) -> str:
-    if space == "image":
-        return f"(B*N, {', '.join(str(s) for s in shape[1:])}) camera-major: row b*N + n is camera n of frame b (N={N})"
-    if space == "state":
-        return f"(B, T-1, C, X, Y) = ({', '.join(str(s) for s in shape)}): feed back as prev_bev next frame"
-    return f"(B, {', '.join(str(s) for s in shape[1:])}) per frame, BEV rows = -x (ahead first), columns = -y (left first)"
-
-
-def build_metadata(model: HydraNet, cfg, meta: Mapping, input_shapes: Mapping[str, Sequence], input_dtype: str,
-                   outputs: Mapping[str, tuple[str, str, Sequence[int]]], dynamic_batch: bool,
-                   source: Mapping[str, Any]) -> dict[str, str]:
-    """`hydranet.*` metadata_props (JSON values): see docs/deploy.md for every key."""
-    from hydranet.models.hydranet import _IMAGENET_MEAN, _IMAGENET_STD
-    from hydranet.rig import rig_from_dict
-    from hydranet.models.view_transform import calibration_of
-
-    H, W = cfg.data.image_size
-    rig = rig_from_dict(meta["rig"], "checkpoint meta rig")
-    if cfg.data.cameras:
-        by = {c.name: c for c in rig.cameras}
-        missing = [n for n in cfg.data.cameras if n not in by]
-        if missing:
-            raise ExportError(f"config data.cameras names '{missing[0]}', the checkpoint's rig has {rig.names}")
-        cams = [by[n] for n in cfg.data.cameras]
-    else:
-        cams = list(rig.cameras)
-    from hydranet.rig import Rig
-
-    sub = Rig(rig.name, tuple(cams))
-    K, T, names = calibration_of(sub, (H, W))
-    N = len(names)
-    heads = {}
-    for name, task in model.heads.items():
-        entry: dict[str, Any] = {"space": task.space, "outputs": [f"{name}.{k}" for (h, k, _) in outputs.values() if h == name],
-                                 "decoding": task.decoding()}
-        for attr in ("classes", "channels", "sign_classes", "light_states"):
-            if isinstance(getattr(task, attr, None), (list, tuple)):
-                entry[attr] = list(getattr(task, attr))
-        heads[name] = entry
-    out_meta = {}
-    for oname, (head, key, shape) in outputs.items():
-        space = "state" if head == "bev_state" else model.heads[head].space
-        out_meta[oname] = {"head": head, "key": key, "shape": list(shape), "space": space,
-                           "layout": _layout(oname, shape, space, N)}
-    inputs = {"images": {"shape": list(input_shapes["images"]), "dtype": input_dtype,
-                         "layout": "(B, N, 3, H, W) RGB, cameras in rig order"}}
-    bev = None
-    if model.fusion is not None:
-        grid = model.fusion.grid
-        bev = {"grid": grid.as_dict(), "shape": list(grid.shape), "channels": model.fusion.out_channels,
-               "video_frames": model.fusion.video.frames if has_video(model) else 1}
-        if has_video(model):
-            inputs["prev_bev"] = {"shape": list(input_shapes["prev_bev"]), "dtype": "float32",
-                                  "layout": "(B, T-1, C, X, Y) the previous call's bev_state.bev_queue; zeros at start"}
-            inputs["ego_motion"] = {"shape": list(input_shapes["ego_motion"]), "dtype": "float32",
-                                    "layout": "(B, 4, 4) previous ego -> current ego = inv(E_t) @ E_{t-1}, E = ego2world"}
-            bev["state"] = {"input": "prev_bev", "output": STATE_OUTPUT, "motion": "ego_motion"}
-    light_meta = {k: v for k, v in meta.items() if k != "scenes"}
-    md = {
-        "format": {"name": FORMAT, "version": FORMAT_VERSION, "opset": OPSET},
-        "inputs": inputs,
-        "outputs": out_meta,
-        "output_names": list(outputs),
-        "heads": heads,
-        "head_names": list(model.heads),
-        "classes": list(meta.get("classes", [])),
-        "rig": {"name": rig.name, "names": names, "K": np.round(K, 6).tolist(), "cam2ego": np.round(T, 9).tolist(),
-                "image_size": [H, W], "source_sizes": _source_sizes(meta, cams)},
-        "normalization": {"input_dtype": input_dtype, "scale": 1 / 255 if input_dtype == "uint8" else 1.0,
-                          "mean": list(_IMAGENET_MEAN), "std": list(_IMAGENET_STD), "in_graph": True,
-                          "note": "feed RGB; (x*scale - mean)/std happens inside the graph"},
-        "dynamic_batch": dynamic_batch,
-        "bev": bev,
-        "config": json.loads(json.dumps(_plain_config(cfg))),
-        "meta": light_meta,
-        "source": dict(source),
-    }
-    return {f"hydranet.{k}": json.dumps(v) for k, v in md.items()}
-
-
-def _source_sizes(meta: Mapping, cams) -> list[list[int]]:
-    """(H, W) each camera is calibrated at: the dataset's own rig (meta "source_rig", written by
-    training) or, for older checkpoints, the model rig."""
-    own = {c["name"]: [int(c["height"]), int(c["width"])] for c in meta.get("source_rig", meta["rig"])["cameras"]}
-    return [own.get(c.name, [c.height, c.width]) for c in cams]
-
-
-def _plain_config(cfg) -> dict:
-    from hydranet.config import to_dict
-
-    return to_dict(cfg)
-
-
-def read_metadata(model_or_path) -> dict[str, Any]:
-    """The decoded `hydranet.*` metadata of an ONNX ModelProto or file."""
-    import onnx
-
-    m = onnx.load(str(model_or_path), load_external_data=False) if isinstance(model_or_path, (str, Path)) else model_or_path
-    return {p.key[len("hydranet."):]: json.loads(p.value) for p in m.metadata_props if p.key.startswith("hydranet.")}
-
-
-def set_metadata(model, props: Mapping[str, str]) -> None:
-    keep = [p for p in model.metadata_props if p.key not in props]
-    del model.metadata_props[:]
-    model.metadata_props.extend(keep)
-    for k, v in props.items():
-        e = model.metadata_props.add()
-        e.key, e.value = k, v
+    return [feed for _, feed in stream(frames, step, has_video(model))]
 
 
 # -- parity ----------------------------------------------------------------------------------------
@@ -258,13 +135,18 @@ def parity_report(onnx_path: str | Path, run_torch, feeds: Sequence[Mapping[str,
             r, g = ref[n].astype(np.float64), got[n].astype(np.float64)
             if r.shape != g.shape:
                 raise ExportError(f"output '{n}': ONNX shape {g.shape} vs PyTorch {r.shape}")
-            stats[n]["max_abs"] = max(stats[n]["max_abs"], float(np.abs(r - g).max()) if r.size else 0.0)
-            stats[n]["ref_max"] = max(stats[n]["ref_max"], float(np.abs(r).max()) if r.size else 0.0)
+            finite = bool(np.isfinite(r).all() and np.isfinite(g).all())
+            stats[n]["finite"] = stats[n].get("finite", True) and finite
+            if finite and r.size:  # NaN never hides in a max: a non-finite output fails on its own
+                stats[n]["max_abs"] = max(stats[n]["max_abs"], float(np.abs(r - g).max()))
+                stats[n]["ref_max"] = max(stats[n]["ref_max"], float(np.abs(r).max()))
     rows = []
     for n in names:
         s = stats[n]
-        rows.append({"output": n, "max_abs": s["max_abs"], "rel": s["max_abs"] / max(s["ref_max"], 1e-12),
-                     "ok": s["max_abs"] <= atol + rtol * s["ref_max"]})
+        finite = s.get("finite", True)
+        rows.append({"output": n, "max_abs": s["max_abs"] if finite else float("nan"),
+                     "rel": s["max_abs"] / max(s["ref_max"], 1e-12) if finite else float("nan"),
+                     "finite": finite, "ok": finite and s["max_abs"] <= atol + rtol * s["ref_max"]})
     return rows
 
 
@@ -340,7 +222,7 @@ def export_model(model: HydraNet, cfg, meta: Mapping, out: str | Path, frames: S
                    for i, (n, s) in enumerate(zip(names, shapes))}
         src = dict(source or {})
         in_shapes = {k: v.shape for k, v in feeds_probe.items()}
-        props = build_metadata(model, cfg, meta, in_shapes, input_dtype, outputs, dynamic_batch, src)
+        props = build_metadata(model, cfg, meta, in_shapes, input_dtype, outputs, dynamic_batch, src, OPSET)
         set_metadata(m, props)
         onnx.save(m, str(tmp))
         run_torch = torch_runner(graph, names)
@@ -350,10 +232,14 @@ def export_model(model: HydraNet, cfg, meta: Mapping, out: str | Path, frames: S
             both = {k: np.concatenate([feeds[0][k], feeds[-1][k]]) for k in feeds[0]}
             rows_b = parity_report(tmp, run_torch, [both], atol, rtol)
             for r, rb in zip(rows, rows_b):
-                r["max_abs"], r["rel"], r["ok"] = max(r["max_abs"], rb["max_abs"]), max(r["rel"], rb["rel"]), r["ok"] and rb["ok"]
+                r["max_abs"], r["rel"] = max(r["max_abs"], rb["max_abs"]), max(r["rel"], rb["rel"])
+                r["ok"], r["finite"] = r["ok"] and rb["ok"], r["finite"] and rb["finite"]
         if verbose:
             print(format_parity(rows, len(feeds) + (1 if dynamic_batch else 0)))
         bad = [r for r in rows if not r["ok"]]
+        if bad and not bad[0]["finite"]:
+            raise ExportError(f"output '{bad[0]['output']}' is NaN or Inf (PyTorch or ONNX) on the parity frames; the model "
+                              "is broken (non-finite weights or activations); no model written")
         if bad:
             raise ExportError(f"ONNX output '{bad[0]['output']}' differs from PyTorch by {bad[0]['max_abs']:.3g} (rel "
                               f"{bad[0]['rel']:.3g}), above tolerance {atol:g} + {rtol:g}*max; no model written")
@@ -374,11 +260,9 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
                       verbose: bool = True) -> ExportResult:
     """Load a checkpoint and export it; parity frames come from `data` (default: the config's
     data.val_root, else data.root)."""
-    from hydranet.train import config_from_checkpoint, load_checkpoint, model_from_checkpoint
+    from hydranet.checkpoint import load_model
 
-    ckpt = load_checkpoint(checkpoint)
-    cfg = config_from_checkpoint(ckpt)
-    model = model_from_checkpoint(ckpt, cfg)
+    model, cfg, ckpt = load_model(checkpoint)
     meta = json.loads(ckpt["meta"])
     if data is None:
         data = next((d for d in (cfg.data.val_root, cfg.data.root) if d and Path(d, "dataset.json").is_file()), None)
@@ -417,6 +301,8 @@ def export_command(checkpoint: str | Path, out: str | Path, data: str | Path | N
         int8_path = onnx_path.with_name(onnx_path.stem + ".int8.trt.onnx")
         calib = json.loads(res.metadata["hydranet.source"])["parity_data"]
         quantize_model(onnx_path, calib, int8_path, QuantizeConfig(target="tensorrt"))
+    from deploy.metadata import read_metadata
+
     md = read_metadata(onnx_path)
     shapes = {k: v["shape"] for k, v in md["inputs"].items()}
     trt = export_tensorrt(onnx_path, out, shapes, int8_path, dynamic_batch)

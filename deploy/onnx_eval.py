@@ -9,7 +9,6 @@ runs unchanged and the metric drop of quantization is measured per head, not gue
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,17 +29,16 @@ class OnnxPredictor(nn.Module):
     def __init__(self, model_path: str | Path, threads: int | None = None):
         super().__init__()
         from hydranet.config import from_dict
+        from hydranet.experiment import ExperimentConfig
         from hydranet.models import build_model
-        from hydranet.train import ExperimentConfig
 
         self.runtime = HydraRuntime(model_path, threads=threads)
         md = self.runtime.meta
         if "config" not in md or "meta" not in md:
             raise ValueError(f"{model_path} lacks hydranet.config / hydranet.meta metadata; re-export it with `hydranet export`")
         self.cfg = from_dict(ExperimentConfig, md["config"])
-        built = build_model(self.cfg.model, md["meta"])
-        self.heads = built.heads
-        self.fusion = built.fusion  # evaluate() reads fusion.video.frames to stream the video state
+        self.heads = build_model(self.cfg.model, md["meta"]).heads
+        self.video_frames = int((md.get("bev") or {}).get("video_frames", 1))
 
     def forward(self, batch: Mapping[str, Any], mode: str = "predict") -> dict[str, list]:
         if mode != "predict":
@@ -52,40 +50,34 @@ class OnnxPredictor(nn.Module):
             x = np.clip(np.rint(x * 255.0), 0, 255).astype(np.uint8)
         elif rt.input_dtype == "float32":
             x = x.astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
-        rt.reset()  # the caller carries the video state (batch prev_bev / ego_motion), as for the torch model
-        feeds = rt.feeds(np.ascontiguousarray(x))
-        if rt.state_spec and batch.get("prev_bev") is not None:
-            feeds["prev_bev"] = np.ascontiguousarray(batch["prev_bev"].cpu().numpy(), np.float32)
-            feeds["ego_motion"] = np.ascontiguousarray(batch["ego_motion"].cpu().numpy(), np.float32).reshape(-1, 4, 4)
-        raw = rt.run(feeds)
+        prev = batch.get("prev_bev")  # the caller (hydranet.stream) carries the video state
+        motion = batch.get("ego_motion")
+        raw = rt.run(rt.feeds(np.ascontiguousarray(x), None if prev is None else prev.cpu().numpy(),
+                              None if motion is None else motion.cpu().numpy()))
         out: dict[str, Any] = {task: [{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in r.items()} for r in results]
                                for task, results in rt.decode(raw).items()}
         if rt.state_spec:
-            out["bev_state"] = {"bev_queue": torch.from_numpy(raw[rt.state_spec["output"]])}
+            out["bev_state"] = {"bev_queue": torch.from_numpy(rt.state_output(raw))}
         return out
 
 
 def evaluate_onnx(model_path: str | Path, data: str | Path, out: str | Path | None = None, batch_size: int | None = None,
                   progress: bool = True, save_predictions: str | Path | None = None) -> dict[str, Any]:
     """`evaluate_checkpoint` for an ONNX model: same frames, same metrics, same baselines."""
-    from hydranet.data import SimDataset
-    from hydranet.evaluate import _plain, evaluate
-    from hydranet.loader import TrainingFrames
+    from hydranet.evaluate import evaluate, evaluation_frames, write_results
 
     model = OnnxPredictor(model_path)
     cfg, rt = model.cfg, model.runtime
-    ds = SimDataset(data, cameras=rt.camera_names, on_bad_frame=cfg.data.on_bad_frame)
-    frames = TrainingFrames(ds, dict(model.heads.items()), rt.image_size, None, cfg.seed)
+    frames = evaluation_frames(model, cfg, data, cameras=rt.camera_names, image_size=rt.image_size)
     bs = batch_size or (cfg.batch_size if rt.batch_fixed is None else rt.batch_fixed)
-    if rt.batch_fixed is not None and len(frames) % rt.batch_fixed:
+    if rt.batch_fixed is not None and (len(frames) % rt.batch_fixed or (model.video_frames > 1 and rt.batch_fixed != 1)):
         raise ValueError(f"{model_path} has a fixed batch of {rt.batch_fixed} but {data} has {len(frames)} frames; "
                          "export with --dynamic-batch to evaluate")
     results = evaluate(model, frames, bs, "cpu", progress, save_predictions)
     results.update({"model_file": str(model_path), "data": str(data),
                     "quantization": rt.meta.get("quantization"), "step": (rt.meta.get("source") or {}).get("step")})
     if out is not None:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(_plain(results), indent=2) + "\n")
+        write_results(results, out)
     return results
 
 
@@ -100,17 +92,15 @@ def evaluate_any(model: str | Path, data: str | Path, out: str | Path | None = N
 
 
 def primary_drop(reference: Mapping[str, Any], results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per head: its primary metric in both results and the drop (positive = worse) in points (x100) for
-    ratios in [0, 1], in the metric's own unit for degrees and metres."""
-    from hydranet.evaluate import PRIMARY
-
-    primary = {"det3d": ("mAP", True), "bevmap": ("mIoU", True), **PRIMARY}
+    """Per head: its primary metric (as `evaluate` reports it) in both results and the drop
+    (positive = worse) in points (x100) for ratios in [0, 1], in the metric's own unit for degrees
+    and metres."""
     rows = []
-    for head, metrics in results["model"].items():
-        if head not in primary or head not in reference["model"]:
+    for head, key in results["primary"].items():
+        if head not in reference["model"]:
             continue
-        key, higher = primary[head]
-        a, b = reference["model"][head].get(key, math.nan), metrics.get(key, math.nan)
+        higher = results["higher_is_better"][head]
+        a, b = reference["model"][head].get(key, math.nan), results["model"][head].get(key, math.nan)
         drop = (a - b) if higher else (b - a)
         scale = 1.0 if key.endswith("_deg") or key in ("rmse", "mATE") else 100.0  # degrees / metres stay as they are
         rows.append({"head": head, "metric": key, "reference": a, "model": b, "drop_points": scale * drop})

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -58,22 +59,17 @@ class FrameReader:
 
     def _feeds(self) -> Iterator[dict[str, np.ndarray]]:
         from deploy.frames import dataset_frames
+        from hydranet.stream import stream
 
-        self.rt.reset()
-        for f in dataset_frames(self.data, self.rt.camera_names, self.frames):
-            if f.get("first_of_scene"):
-                self.rt.reset()
-            x = self.rt.preprocess(f["images"])
-            motion = None
-            if self.rt.state_spec and self.rt.state is not None and self.rt._prev_pose is not None:
-                from deploy.runtime import relative_motion
+        rt = self.rt
 
-                motion = relative_motion(self.rt._prev_pose, f["ego2world"])
-            feeds = self.rt.feeds(x, motion)
+        def step(f, prev_bev, ego_motion):
+            feeds = rt.feeds(rt.preprocess(f["images"]), prev_bev, ego_motion)
+            return feeds, (rt.state_output(rt.run(feeds)) if rt.state_spec else None)
+
+        frames = dataset_frames(self.data, rt.camera_names, self.frames)
+        for _, feeds in stream(frames, step, video=bool(rt.state_spec)):
             yield dict(feeds)
-            if self.rt.state_spec:
-                self.rt.state = self.rt.run(feeds)[self.rt.state_spec["output"]]
-                self.rt._prev_pose = f["ego2world"]
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         if self._it is None:
@@ -99,10 +95,8 @@ def quantize_model(model_path: str | Path, data: str | Path, out: str | Path, cf
                    verbose: bool = True) -> dict[str, Any]:
     """Write the INT8 QDQ model to `out`; returns the `hydranet.quantization` record."""
     import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    from onnxruntime.quantization import CalibrationMethod
 
-    from deploy.export import set_metadata
     from deploy.runtime import DeployError, load_session, model_metadata
 
     if cfg.target not in ("cpu", "tensorrt"):
@@ -118,6 +112,26 @@ def quantize_model(model_path: str | Path, data: str | Path, out: str | Path, cf
         raise DeployError(f"{model_path} is already quantized; quantize the float model written by `hydranet export`")
     keep = _float_nodes(src, cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(f"{out.name}.tmp-{os.getpid()}")  # renamed to `out` once complete: no half-written model
+    try:
+        record = _quantize(model_path, data, part, src, keep, cfg, methods)
+        os.replace(part, out)
+    finally:
+        part.unlink(missing_ok=True)
+    if verbose:
+        counts = record["qdq_nodes"]
+        print(f"quantized {model_path} -> {out}: {counts.get('QuantizeLinear', 0)} Q / {counts.get('DequantizeLinear', 0)} "
+              f"DQ nodes, {len(keep)} node(s) kept float, calibrated on {cfg.calibration_frames} frame(s) of {data}")
+    return record
+
+
+def _quantize(model_path: Path, data, out: Path, src, keep: list[str], cfg: QuantizeConfig, methods) -> dict[str, Any]:
+    import onnx
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from deploy.metadata import set_metadata
+
     with tempfile.TemporaryDirectory() as tmp:
         pre = Path(tmp) / "pre.onnx"
         quant_pre_process(str(model_path), str(pre), skip_symbolic_shape=True)
@@ -139,9 +153,6 @@ def quantize_model(model_path: str | Path, data: str | Path, out: str | Path, cf
     props["hydranet.quantization"] = json.dumps(record)
     set_metadata(q, props)
     onnx.save(q, str(out))
-    if verbose:
-        print(f"quantized {model_path} -> {out}: {counts.get('QuantizeLinear', 0)} Q / {counts.get('DequantizeLinear', 0)} "
-              f"DQ nodes, {len(keep)} node(s) kept float, calibrated on {cfg.calibration_frames} frame(s) of {data}")
     return record
 
 

@@ -4,7 +4,11 @@
     res = rt(images)                           # images: N x (H, W, 3) uint8 RGB in rig order (or {name: image})
     res["det2d"][n]["boxes"]                   # camera heads: one result per camera (b*N + n for a batch)
     res["det3d"][0]["boxes"]                   # BEV heads: one result per frame
-    res = rt(next_images, ego2world=pose)      # a model with the video module carries its BEV queue itself
+    res = rt.step(next_images, ego2world=pose) # a model with the video module carries its BEV queue itself
+    rt.reset()                                 # a new drive: forget the queue
+
+The video state is a `hydranet.stream.VideoState` (numpy): `step()` feeds the remembered queue and
+the ego motion since the last frame, and stores the new queue; `rt(...)` is `rt.step(...)`.
 
 Decoding is `hydranet.decoding` (numpy), the same code the torch tasks' `decode` runs, driven by
 the per-head "decoding" entry of the metadata. A head without a numpy decoder gives its raw
@@ -22,9 +26,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from deploy.metadata import MetadataError, check_graph, decode_props
 from hydranet import decoding
-
-REQUIRED_KEYS = ("format", "inputs", "outputs", "heads", "rig", "normalization")
+from hydranet.stream import VideoState
 
 
 class DeployError(ValueError):
@@ -53,25 +57,13 @@ def load_session(path: str | Path, providers: Sequence[str] | None = None, threa
 
 
 def model_metadata(session: ort.InferenceSession, where: str) -> dict[str, Any]:
-    props = session.get_modelmeta().custom_metadata_map
-    md = {k[len("hydranet."):]: v for k, v in props.items() if k.startswith("hydranet.")}
-    missing = [k for k in REQUIRED_KEYS if k not in md]
-    if missing:
-        raise DeployError(f"{where} has no HydraNet metadata (missing key 'hydranet.{missing[0]}'); the runtime needs a "
-                          "model written by `hydranet export` (or quantized from one by deploy.quantize)")
+    """The checked HydraNet metadata of a session (deploy/metadata.py), consistent with its graph."""
     try:
-        return {k: json.loads(v) for k, v in md.items()}
-    except json.JSONDecodeError as e:
-        raise DeployError(f"{where}: HydraNet metadata is not valid JSON ({e}); re-export the model") from None
-
-
-def relative_motion(ego2world_prev: np.ndarray, ego2world_cur: np.ndarray) -> np.ndarray:
-    """previous ego -> current ego = inv(E_cur) @ E_prev, in float64, returned float32 (..., 4, 4)."""
-    a, b = np.asarray(ego2world_prev, np.float64), np.asarray(ego2world_cur, np.float64)
-    R, t = b[..., :3, :3], b[..., :3, 3:]
-    Rt = np.swapaxes(R, -1, -2)
-    inv = np.concatenate([np.concatenate([Rt, -Rt @ t], -1), b[..., 3:, :]], -2)
-    return (inv @ a).astype(np.float32)
+        md = decode_props(session.get_modelmeta().custom_metadata_map, where)
+        check_graph(md, [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()], where)
+    except MetadataError as e:
+        raise DeployError(str(e)) from None
+    return md
 
 
 class HydraRuntime:
@@ -84,9 +76,6 @@ class HydraRuntime:
         self.path = Path(model_path)
         self.session = load_session(self.path, providers, threads, optimization)
         self.meta = model_metadata(self.session, str(self.path))
-        fmt = self.meta["format"]
-        if fmt.get("name") != "hydranet-onnx" or fmt.get("version") != 1:
-            raise DeployError(f"{self.path}: metadata format {fmt}, this runtime reads hydranet-onnx version 1; re-export")
         rig = self.meta["rig"]
         self.camera_names: list[str] = list(rig["names"])
         self.image_size: tuple[int, int] = tuple(rig["image_size"])
@@ -98,8 +87,7 @@ class HydraRuntime:
         bev = self.meta.get("bev") or {}
         self.state_spec = bev.get("state")
         self.batch_fixed = None if self.meta.get("dynamic_batch") else int(self.meta["inputs"]["images"]["shape"][0])
-        self.state: np.ndarray | None = None
-        self._prev_pose: np.ndarray | None = None
+        self.video = VideoState()
         self.timings: dict[str, float] = {}
 
     # -- input ----------------------------------------------------------------------------------
@@ -155,18 +143,25 @@ class HydraRuntime:
         return x if self.input_dtype == "uint8" else x.astype(np.float32) / np.float32(255.0)
 
     # -- run ------------------------------------------------------------------------------------
-    def feeds(self, images: np.ndarray, ego_motion: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    def feeds(self, images: np.ndarray, prev_bev: np.ndarray | None = None,
+              ego_motion: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Graph inputs for preprocessed `images` (B, N, 3, H, W); a video model also gets the queue
+        `prev_bev` (zeros, a stream start, when None) and `ego_motion` (identity when None)."""
         feeds = {"images": images}
         if self.state_spec:
-            spec = self.meta["inputs"]["prev_bev"]["shape"]
             B = images.shape[0]
-            if self.state is None or self.state.shape[0] != B:
-                self.state = np.zeros((B, *spec[1:]), np.float32)
+            if prev_bev is None or prev_bev.shape[0] != B:
+                prev_bev = np.zeros((B, *self.meta["inputs"]["prev_bev"]["shape"][1:]), np.float32)
                 ego_motion = None
             motion = np.eye(4, dtype=np.float32) if ego_motion is None else np.asarray(ego_motion, np.float32)
-            feeds["prev_bev"] = self.state
-            feeds["ego_motion"] = np.ascontiguousarray(np.broadcast_to(motion, (B, 4, 4)), np.float32)
+            feeds[self.state_spec["input"]] = np.ascontiguousarray(prev_bev, np.float32)
+            feeds[self.state_spec["motion"]] = np.ascontiguousarray(np.broadcast_to(motion.reshape(-1, 4, 4), (B, 4, 4)),
+                                                                    np.float32)
         return feeds
+
+    def state_output(self, raw: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """The new BEV queue among a run's raw outputs (None without the video module)."""
+        return raw[self.state_spec["output"]] if self.state_spec else None
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Raw outputs {name: array} of the graph."""
@@ -187,27 +182,29 @@ class HydraRuntime:
 
     def reset(self) -> None:
         """Forget the video state (a new drive, or a jump in time)."""
-        self.state, self._prev_pose = None, None
+        self.video.reset()
 
-    def __call__(self, images: Any, ego2world: np.ndarray | None = None, ego_motion: np.ndarray | None = None) -> dict[str, list]:
-        """Preprocess, run, decode. With the video module pass `ego2world` (4, 4) of every frame (or
-        `ego_motion` prev->cur) so the remembered BEV features are aligned; the first frame after
-        `reset()` starts from an empty queue."""
+    def step(self, images: Any, ego2world: np.ndarray | None = None, ego_motion: np.ndarray | None = None) -> dict[str, list]:
+        """Preprocess, run, decode one frame of a stream. With the video module pass `ego2world`
+        (4, 4) of every frame (or `ego_motion` prev->cur) so the remembered BEV features are
+        aligned; the first frame after `reset()` starts from an empty queue."""
         t0 = time.perf_counter()
         x = self.preprocess(images)
-        if self.state_spec and self.state is not None and ego_motion is None:
-            if ego2world is None or self._prev_pose is None:
-                raise DeployError("this model has a video module: pass ego2world (4x4 ego pose) with every frame (or "
-                                  "ego_motion prev->current), or call reset() before a frame without one")
-            ego_motion = relative_motion(self._prev_pose, ego2world)
-        feeds = self.feeds(x, ego_motion)
+        prev_bev = None
+        if self.state_spec:
+            try:
+                prev_bev, ego_motion = self.video.inputs(ego2world, ego_motion=ego_motion)
+            except ValueError as e:
+                raise DeployError(str(e)) from None
+        feeds = self.feeds(x, prev_bev, ego_motion)
         t1 = time.perf_counter()
         raw = self.run(feeds)
         t2 = time.perf_counter()
         if self.state_spec:
-            self.state = raw[self.state_spec["output"]]
-            self._prev_pose = None if ego2world is None else np.asarray(ego2world, np.float64)
+            self.video.update(self.state_output(raw), ego2world)
         results = self.decode(raw)
         t3 = time.perf_counter()
         self.timings = {"preprocess": t1 - t0, "inference": t2 - t1, "postprocess": t3 - t2}
         return results
+
+    __call__ = step

@@ -84,19 +84,27 @@ def cmd_eval_nuscenes(args) -> None:
 
 
 def cmd_train(args) -> None:
-    from hydranet.train import config_from_checkpoint, load_checkpoint, load_experiment, train
+    from hydranet.checkpoint import CHECKPOINT, config_from_checkpoint, load_checkpoint
+    from hydranet.experiment import load_experiment
+    from hydranet.train import check_resume, train
 
     if args.config is None and args.resume is None:
         raise ValueError("give --config FILE (a new run) or --resume RUN_DIR (continue one)")
+    ckpt = load_checkpoint(args.resume) if args.resume is not None else None
     if args.config is not None:
         cfg = load_experiment(args.config, args.set)
     else:  # resuming without a config file: the run's own resolved config
-        cfg = config_from_checkpoint(load_checkpoint(args.resume), args.set)
+        cfg = config_from_checkpoint(ckpt, args.set)
     out = args.out or args.resume
     if out is None:
         raise ValueError("give --out RUN_DIR")
-    train(cfg, out, resume=args.resume, progress=not args.quiet)
-    print(f"wrote {Path(out) / 'checkpoint.pt'}")
+    start = 0
+    if ckpt is not None:
+        start = int(ckpt["step"])
+        for change in check_resume(cfg, ckpt, str(args.resume)):
+            print(f"resume: config {change} (applied and recorded in {Path(out) / 'config.json'})")
+    train(cfg, out, resume=args.resume, progress=not args.quiet, overwrite=args.overwrite)
+    print(f"trained steps {start + 1}..{cfg.steps}; wrote {Path(out) / CHECKPOINT} (step {cfg.steps})")
 
 
 def cmd_eval(args) -> None:
@@ -108,18 +116,18 @@ def cmd_eval(args) -> None:
         results = evaluate_onnx(args.checkpoint, args.data, args.out, progress=not args.quiet,
                                 save_predictions=args.save_predictions)
     else:
-        results = evaluate_checkpoint(args.checkpoint, args.data, args.out, args.save_predictions, progress=not args.quiet,
-                                      results_json=getattr(args, "nuscenes_results", None))
+        results = evaluate_checkpoint(args.checkpoint, args.data, args.out, args.save_predictions, progress=not args.quiet)
     print(format_table(results))
-    if "nuscenes_results" in results:
-        print(f"wrote {results['nuscenes_results']} (det3d in the nuScenes submission format: `hydranet eval-nuscenes "
-              f"--dataroot <export_nuscenes of {args.data}> --version v1.0-mini --split all --results ...`)")
+    for path in results["predictions"]:
+        note = (f" (the nuScenes submission format: `hydranet eval-nuscenes --dataroot <export_nuscenes of {args.data}> "
+                "--version v1.0-mini --split all --results ...`)") if path.endswith("nuscenes_results.json") else ""
+        print(f"wrote {path}{note}")
     if getattr(args, "reference", None) is not None:
         from deploy.onnx_eval import evaluate_any, format_drop, primary_drop
 
         ref = evaluate_any(args.reference, args.data, progress=False)
         print(format_drop(primary_drop(ref, results), str(args.reference), str(args.checkpoint)))
-    print(f"wrote {args.out}" + (f" and COCO JSON in {args.save_predictions}" if args.save_predictions else ""))
+    print(f"wrote {args.out}")
 
 
 def cmd_export(args) -> None:
@@ -186,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     t.add_argument("--out", type=Path, default=None, help="run folder (checkpoint.pt, config.json, tb/)")
     t.add_argument("--resume", type=Path, default=None, help="run folder or checkpoint to continue exactly")
+    t.add_argument("--overwrite", action="store_true", help="replace a run already in --out (refused without it)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_train)
 
@@ -196,9 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also evaluate this checkpoint/ONNX model and print the primary-metric drop per head")
     ev.add_argument("--data", type=Path, required=True, help="a generated dataset to evaluate on")
     ev.add_argument("--out", type=Path, default=Path("metrics.json"))
-    ev.add_argument("--save-predictions", type=Path, default=None, metavar="DIR", help="write det2d COCO JSON here")
-    ev.add_argument("--nuscenes-results", type=Path, default=None, metavar="JSON",
-                    help="det3d predictions in the nuScenes submission format (default: nuscenes_results.json next to --out)")
+    ev.add_argument("--save-predictions", type=Path, default=None, metavar="DIR",
+                    help="where the heads write their predictions (det2d COCO JSON, det3d nuscenes_results.json); "
+                         "default: the folder of --out")
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.set_defaults(func=cmd_eval)
 

@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 
 from hydranet.config import SHIPPED_CONFIGS
+from hydranet.config import SHIPPED_CONFIGS
 from hydranet.data import SimDataset
 from hydranet.evaluate import evaluate_checkpoint, format_table, viz_checkpoint
-from hydranet.train import load_experiment, train
+from hydranet.experiment import load_experiment
+from hydranet.train import train
 from hydranet.viz import sample_preview, write_png
 from sim.config import SimConfig
 from sim.generate import generate_dataset
@@ -80,7 +82,7 @@ def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, st
         t0 = _stage(f"BEV train ({cfg.steps} steps of configs/bev.yaml, 6 cameras, video queue of 3)", t0)
         bev_results = evaluate_checkpoint(bev / "run", val, bev / "metrics.json", progress=False)
         print(format_table(bev_results))
-        print(f"wrote {bev / 'metrics.json'}, {bev_results['nuscenes_results']} (nuScenes submission format) and "
+        print(f"wrote {bev / 'metrics.json'}, {bev / 'nuscenes_results.json'} (nuScenes submission format) and "
               f"{viz_checkpoint(bev / 'run', val, bev / 'predictions.png', frame=5)}")
         export_checkpoint(bev / "run", bev / "model.onnx", val)
         _stage("BEV evaluate, picture, export with parity", t0)

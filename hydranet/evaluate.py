@@ -1,31 +1,13 @@
-"""Evaluation and pictures of a trained checkpoint.
+"""Evaluation of a trained model: every head's metric against the trivial baseline it must beat.
 
-`evaluate_checkpoint(C, D)` runs every head over dataset D (no augmentation, the checkpoint's
-cameras and image size), computes each head's metric and, over the same frames, a trivial
-baseline per head, so a table shows what training bought:
-
-| head          | baseline                                                              |
-|---------------|-----------------------------------------------------------------------|
-| det2d         | the empty detection set                                               |
-| signs_lights  | the ground-truth boxes, each given the most frequent sign class / light state |
-| lanes         | no lane pixels (the per-pixel majority)                               |
-| drivable      | the per-pixel majority mask of the evaluated frames                   |
-| depth         | the mean depth of the evaluated frames, everywhere                    |
-| normals       | the mean normal of the evaluated frames, everywhere                   |
-| det3d         | the empty detection set                                               |
-| bevmap        | the per-cell majority map of the evaluated frames                     |
-
-Baselines use statistics of the evaluated set itself, which favours them (an oracle constant).
-`prediction_picture` draws predictions next to ground truth for all cameras of a frame, and the
-bird's-eye view (true and predicted 3D boxes with velocity arrows, the BEV map) for BEV models.
-
-BEV models (docs/bev.md): a model with the video module is evaluated as it runs in the car, frame
-by frame in scene order, feeding back its BEV queue (`prev_bev`, `ego_motion`; reset at every new
-scene), so every frame is scored. `det3d` also gets the nuScenes metrics ("nuscenes/mAP",
-"nuscenes/NDS", "nuscenes/mATE".."nuscenes/mAAE": hydranet.metrics.evaluate_boxes on GT built from
-the labels as the nuScenes export filters them, hydranet/nuscenes_results.py) and its predictions
-can be written as a nuScenes submission file (`results_json`) whose sample tokens are those of
-`export_nuscenes` of the same dataset, for `hydranet eval-nuscenes`.
+`evaluate(model, frames)` runs the model over a dataset's frames in scene order (a model with the
+video module frame by frame, its BEV queue carried within each scene, as in the car:
+`hydranet.stream`), feeds every head's metric, and scores each head's `baseline` over the same
+targets, so a table shows what training bought. It is a plain loop over `model.heads`: what a
+head is judged by (`primary_metric`), its baseline and its picture (`draw`) belong to the task
+(hydranet/tasks/), so a new head is evaluated without a change here (docs/adding_a_head.md).
+Baselines use statistics of the evaluated set itself, which favours them (an oracle constant); a
+head beats its baseline only by more than its primary metric's margin.
 """
 from __future__ import annotations
 
@@ -35,216 +17,71 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import cv2
-import numpy as np
 import torch
 
-from hydranet.loader import Collate, TrainingFrames
-from hydranet.models import HydraNet
-from hydranet.models.video import relative_motion
-from hydranet.tasks import to_device
-from hydranet.viz import draw_bev, draw_camera, mosaic
-
-# the metric each head is judged by, and whether higher is better
-PRIMARY: dict[str, tuple[str, bool]] = {
-    "det2d": ("mAP50", True), "signs_lights": ("accuracy", True), "lanes": ("pixel_iou", True),
-    "drivable": ("iou", True), "depth": ("abs_rel", False), "normals": ("mean_angle_deg", False),
-    "det3d": ("nuscenes/NDS", True), "bevmap": ("mIoU", True)}
-BASELINE_NAMES = {
-    "det2d": "empty detections", "signs_lights": "GT boxes, majority class", "lanes": "no lanes",
-    "drivable": "per-pixel majority", "depth": "mean depth", "normals": "mean normal",
-    "det3d": "empty detections", "bevmap": "per-cell majority"}
+from hydranet.checkpoint import load_model
+from hydranet.data import SimDataset
+from hydranet.loader import LabelledFrames
+from hydranet.rig import rig_from_dict
+from hydranet.stream import predict_stream
 
 
-def _frames_for(model: HydraNet, cfg, data: str | Path) -> TrainingFrames:
-    from hydranet.data import SimDataset
-
-    ds = SimDataset(data, cameras=list(cfg.data.cameras) if cfg.data.cameras else None,
-                    on_bad_frame=cfg.data.on_bad_frame)
-    return TrainingFrames(ds, dict(model.heads.items()), cfg.data.image_size, None, cfg.seed)
-
-
-def _video_frames(model: HydraNet) -> int:
-    video = getattr(model.fusion, "video", None)
-    return int(video.frames) if video is not None else 1
+def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = None,
+                      image_size: tuple[int, int] | None = None) -> LabelledFrames:
+    """The frames of dataset `data` as the model sees them: its cameras and image size, its
+    heads' targets, no augmentation."""
+    cams = cameras if cameras is not None else (list(cfg.data.cameras) if cfg.data.cameras else None)
+    ds = SimDataset(data, cameras=cams, on_bad_frame=cfg.data.on_bad_frame)
+    return LabelledFrames(ds, dict(model.heads.items()), image_size or cfg.data.image_size, None, cfg.seed)
 
 
-def _nuscenes_summary(metrics) -> dict[str, float]:
-    out = {"nuscenes/mAP": float(metrics.mean_ap), "nuscenes/NDS": float(metrics.nd_score)}
-    short = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
-    out.update({f"nuscenes/{short[k]}": float(v) for k, v in metrics.tp_errors.items()})
-    return out
-
-
-@torch.no_grad()
-def evaluate(model: HydraNet, frames: TrainingFrames, batch_size: int = 2, device: str | torch.device = "cpu",
-             progress: bool = False, coco_dir: str | Path | None = None,
-             results_json: str | Path | None = None,
+def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | torch.device = "cpu",
+             progress: bool = False, predictions_dir: str | Path | None = None,
              on_outputs: Callable[[dict, dict], None] | None = None) -> dict[str, Any]:
-    """{"model": {task: metrics}, "baseline": {task: metrics}, "baseline_kind", "primary", "beats_baseline"}.
+    """{"model": {head: metrics}, "baseline": {head: metrics}, "baseline_kind": {head: name},
+    "primary": {head: metric name}, "higher_is_better", "margin", "beats_baseline": {head: bool},
+    "frames", "skipped", "predictions": [files]}.
 
-    `frames`: single frames (clip_length 1); a model with the video module runs them in order, one
-    at a time, feeding its BEV queue back within each scene. `results_json`: write det3d
-    predictions there in the nuScenes submission format (hydranet/nuscenes_results.py).
-    `on_outputs(raw, batch)`: called with every batch's raw head outputs (mode "tensor") and the
-    batch (its targets included), for diagnostics beyond the heads' metrics (torch models only)."""
-    from hydranet.data import SimDataset
-    from hydranet.metrics import DetectionConfig, evaluate_boxes
-    from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
-                                           write_results)
+    `frames`: single frames (clip_length 1). `predictions_dir`: each head's metric writes what it
+    evaluated there in its exchange format (det2d COCO JSON, det3d nuScenes submission).
+    `on_outputs(raw, batch)`: every batch's raw head outputs (mode "tensor") and the batch, for
+    diagnostics beyond the heads' metrics (torch models only)."""
+    from hydranet.models import HydraNet
 
-    if frames.clip_length != 1:
-        raise ValueError("evaluate() takes single frames (TrainingFrames clip_length=1); the video queue is fed "
-                         "frame by frame")
     if on_outputs is not None and not isinstance(model, HydraNet):
         raise ValueError(f"evaluate(on_outputs=...) needs a torch HydraNet (raw outputs), not a {type(model).__name__}")
     model.eval().to(device)
-    video = _video_frames(model) > 1
-    loader = torch.utils.data.DataLoader(frames, batch_size=1 if video else batch_size, shuffle=False,
-                                         collate_fn=Collate(model.heads))
-    metrics = {n: t.metric() for n, t in model.heads.items()}
-    kept: list[dict] = []
-    det3d = model.heads["det3d"] if "det3d" in model.heads else None
-    labels_ds = SimDataset(frames.data.root, channels=()) if det3d is not None else None
-    nus_cfg = DetectionConfig()
-    submission: dict[str, list] = {}
-    nus_gt: dict[str, list] = {}
-    nus_pred: dict[str, list] = {}
-    it = loader
+    heads = model.heads
+    metrics = {name: task.metric() for name, task in heads.items()}
+    kept: dict[str, list] = {name: [] for name in heads}
+    it = predict_stream(model, frames, batch_size, device, on_outputs=on_outputs)
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(loader, desc="eval", unit="batch", dynamic_ncols=True)
-    pos, state, prev_pose, prev_scene = 0, None, None, None
-    for batch in it:
-        idx = [frames.frame_index(pos + b) for b in range(len(batch["images"]))]
-        pos += len(idx)
-        if video:  # stream: the queue of the previous frame of the same scene
-            scene = frames.data.frame_ids[idx[0]][0]
-            if state is not None and scene == prev_scene:
-                batch["prev_bev"], batch["ego_motion"] = state, relative_motion(prev_pose, batch["ego2world"])
-            prev_scene, prev_pose = scene, batch["ego2world"]
-        if on_outputs is None:  # an OnnxPredictor (deploy) stands in for the model here: "predict" only
-            decoded = model(to_device(batch, device), "predict")
-        else:  # the raw outputs for the probe, then the decoding of mode "predict"
-            raw = model(to_device(batch, device), "tensor")
-            bev_state = raw.pop("bev_state", None)
-            on_outputs(raw, batch)
-            decoded = {**model.decode(raw), **({"bev_state": bev_state} if bev_state is not None else {})}
-        if video:
-            state = decoded["bev_state"]["bev_queue"].cpu()
-        for n, m in metrics.items():
-            m.update(decoded[n], batch["targets"][n])
-        if det3d is not None:
-            for b, i in enumerate(idx):
-                lab = labels_ds.load(i)
-                tok = sample_token(*labels_ds.frame_ids[i])
-                d = decoded["det3d"][b]
-                entries = frame_results(d["boxes"].cpu().numpy(), d["scores"].cpu().numpy(), d["labels"].cpu().numpy(),
-                                        det3d.classes, lab["ego2world"], tok)
-                submission[tok] = entries
-                nus_pred[tok] = result_eval_boxes(entries, lab["ego2world"], nus_cfg)
-                nus_gt[tok] = frame_eval_boxes(lab["labels"], lab["ego2world"], tok, nus_cfg)
-        kept.append(batch["targets"])
-    results = {n: m.compute() for n, m in metrics.items()}
-    nus_baseline = None
-    if det3d is not None:
-        results["det3d"].update(_nuscenes_summary(evaluate_boxes(nus_gt, nus_pred, nus_cfg)[0]))
-        nus_baseline = _nuscenes_summary(evaluate_boxes(nus_gt, {t: [] for t in nus_gt}, nus_cfg)[0])
-        if results_json is not None:
-            write_results(results_json, submission)
-    if coco_dir is not None and "det2d" in metrics:
-        Path(coco_dir).mkdir(parents=True, exist_ok=True)
-        metrics["det2d"].write_json(Path(coco_dir) / "det2d_gt.json", Path(coco_dir) / "det2d_predictions.json")
-    base = baselines(model, kept)
-    if nus_baseline is not None:
-        base["det3d"].update(nus_baseline)
-    primary, beats = {}, {}
-    for n in model.heads:
-        if n in PRIMARY and n in base:
-            key, higher = PRIMARY[n]
-            primary[n] = key
-            m, b = results[n].get(key, math.nan), base[n].get(key, math.nan)
-            b_cmp = 0.0 if (higher and math.isnan(b)) else b
-            beats[n] = bool(not math.isnan(m) and (m > b_cmp if higher else m < b_cmp))
-    return {"model": results, "baseline": base, "baseline_kind": {n: BASELINE_NAMES[n] for n in base},
-            "primary": primary, "beats_baseline": beats, "frames": len(frames)}
-
-
-def _no_detections(task, targets: list[Mapping[str, Any]], box_dim: int) -> dict[str, float]:
-    """The metric of a detection task that detects nothing (the trivial detection baseline)."""
-    m = task.metric()
-    empty = {"boxes": torch.zeros(0, box_dim), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}
-    for t in targets:
-        m.update([empty] * len(t[task.name]["gt_boxes"]), t[task.name])
-    return m.compute()
-
-
-def baselines(model: HydraNet, targets: list[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """Trivial predictions (see the module docstring) scored by each head's own metric."""
-    heads = model.heads
-    out: dict[str, dict[str, float]] = {}
-    if "depth" in heads:
-        mx = heads["depth"].max_depth
-        vals = [t["depth"]["depth"] for t in targets]
-        s = sum(float(v[(v > 0) & (v <= mx)].double().sum()) for v in vals)
-        c = sum(int(((v > 0) & (v <= mx)).sum()) for v in vals)
-        mean = s / max(c, 1)
-        m = heads["depth"].metric()
-        for t in targets:
-            d = t["depth"]["depth"]
-            m.update([{"depth": torch.full(d.shape[-2:], mean)} for _ in range(len(d))], t["depth"])
-        out["depth"] = m.compute()
-    if "normals" in heads:
-        tot = sum(t["normals"]["normals"].double().sum(dim=(0, 2, 3)) for t in targets)
-        mean = (tot / tot.norm().clamp(min=1e-9)).float()
-        m = heads["normals"].metric()
-        for t in targets:
-            n = t["normals"]["normals"]
-            m.update([{"normals": mean.expand(*n.shape[-2:], 3)} for _ in range(len(n))], t["normals"])
-        out["normals"] = m.compute()
-    if "drivable" in heads:
-        frac = sum(t["drivable"]["mask"].double().sum(0) for t in targets) / sum(len(t["drivable"]["mask"]) for t in targets)
-        majority = frac[0] > 0.5  # (H, W)
-        m = heads["drivable"].metric()
-        for t in targets:
-            m.update([{"mask": majority} for _ in range(len(t["drivable"]["mask"]))], t["drivable"])
-        out["drivable"] = m.compute()
-    if "lanes" in heads:
-        m = heads["lanes"].metric()
-        for t in targets:
-            hw = t["lanes"]["mask"].shape[-2:]
-            empty = {"mask": torch.zeros(hw, dtype=torch.bool), "instances": torch.zeros(hw, dtype=torch.int32)}
-            m.update([empty for _ in range(len(t["lanes"]["mask"]))], t["lanes"])
-        out["lanes"] = m.compute()
-    if "det2d" in heads:
-        out["det2d"] = _no_detections(heads["det2d"], targets, box_dim=4)
-    if "signs_lights" in heads:
-        task = heads["signs_lights"]
-        counts = np.zeros(len(task.classes), np.int64)
-        for t in targets:
-            for gl in t["signs_lights"]["gt_labels"]:
-                counts += np.bincount(np.asarray(gl, np.int64).reshape(-1), minlength=len(task.classes))
-        kind = [c.split(":", 1)[0] for c in task.classes]
-        best = {k: max((i for i in range(len(kind)) if kind[i] == k), key=lambda i: counts[i]) for k in set(kind)}
-        m = task.metric()
-        for t in targets:
-            dec = []
-            for gb, gl in zip(t["signs_lights"]["gt_boxes"], t["signs_lights"]["gt_labels"]):
-                labels = torch.tensor([best[kind[int(l)]] for l in gl.reshape(-1)], dtype=torch.long)
-                dec.append({"boxes": gb.reshape(-1, 4).float(), "scores": torch.ones(len(labels)), "labels": labels})
-            m.update(dec, t["signs_lights"])
-        out["signs_lights"] = m.compute()
-    if "det3d" in heads:
-        out["det3d"] = _no_detections(heads["det3d"], targets, box_dim=9)
-    if "bevmap" in heads:
-        frac = sum(t["bevmap"]["mask"].double().sum(0) for t in targets) / sum(len(t["bevmap"]["mask"]) for t in targets)
-        majority = frac > 0.5  # (K, X, Y)
-        m = heads["bevmap"].metric()
-        for t in targets:
-            m.update([{"mask": majority} for _ in range(len(t["bevmap"]["mask"]))], t["bevmap"])
-        out["bevmap"] = m.compute()
-    return out
+        it = tqdm(it, desc="eval", unit="batch", dynamic_ncols=True)
+    for batch, decoded in it:
+        for name, metric in metrics.items():
+            metric.update(decoded[name], batch["targets"][name])
+            kept[name].append(batch["targets"][name])
+    results = {name: m.compute() for name, m in metrics.items()}
+    base = {name: task.baseline(kept[name]) for name, task in heads.items()}
+    written: list[str] = []
+    if predictions_dir is not None:
+        Path(predictions_dir).mkdir(parents=True, exist_ok=True)
+        written = [str(p) for m in metrics.values() for p in m.write_predictions(predictions_dir)]
+    for name, ms in results.items():
+        bad = [k for k, v in ms.items() if isinstance(v, float) and math.isinf(v)]
+        if bad:
+            raise ValueError(f"head '{name}': metric '{bad[0]}' is infinite; the model's outputs are not finite")
+    primary = {name: task.primary_metric for name, task in heads.items()}
+    skipped = list(getattr(frames.data, "skipped", []))
+    return {"model": results, "baseline": base, "baseline_kind": {n: t.baseline_name for n, t in heads.items()},
+            "primary": {n: p.name for n, p in primary.items()},
+            "higher_is_better": {n: p.higher_is_better for n, p in primary.items()},
+            "margin": {n: p.margin for n, p in primary.items()},
+            "beats_baseline": {n: p.beats(results[n].get(p.name, math.nan), base[n].get(p.name, math.nan))
+                               for n, p in primary.items()},
+            "frames": len(frames) - len(skipped), "skipped": skipped, "predictions": written}
 
 
 def format_table(results: Mapping[str, Any]) -> str:
@@ -255,173 +92,93 @@ def format_table(results: Mapping[str, Any]) -> str:
         for k, v in ms.items():
             mark = ""
             if results["primary"].get(task) == k:
-                mark = "* beats baseline" if results["beats_baseline"].get(task) else "* DOES NOT beat baseline"
+                margin = results.get("margin", {}).get(task, 0.0)
+                mark = (f"* beats baseline by > {margin:g}" if results["beats_baseline"].get(task)
+                        else f"* DOES NOT beat baseline by > {margin:g}")
             b = base.get(k)
             rows.append((task, k, f"{v:.4f}", "-" if b is None else f"{b:.4f}", mark))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     kinds = ", ".join(f"{k}: {v}" for k, v in results.get("baseline_kind", {}).items())
-    return "\n".join(lines) + f"\nbaselines ({kinds}); * = the head's primary metric"
+    text = "\n".join(lines) + f"\nbaselines ({kinds}); * = the head's primary metric"
+    if results.get("skipped"):
+        text += (f"\nSKIPPED {len(results['skipped'])} bad frame(s) (data.on_bad_frame=skip), not scored: "
+                 f"{', '.join(results['skipped'][:3])}{' ...' if len(results['skipped']) > 3 else ''}")
+    return text
 
 
-def _plain(obj: Any) -> Any:
+def plain_json(obj: Any) -> Any:
+    """Results as JSON: NaN (a metric with nothing to score) becomes null."""
     if isinstance(obj, float) and not math.isfinite(obj):
-        return None  # JSON has no NaN
+        return None
     if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
+        return {k: plain_json(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
+        return [plain_json(v) for v in obj]
     return obj
+
+
+def write_results(results: Mapping[str, Any], out: str | Path) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(plain_json(results), indent=2) + "\n")
+    return out
 
 
 def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Path | None = None,
                         save_predictions: str | Path | None = None, progress: bool = True,
-                        results_json: str | Path | None = None,
                         on_outputs: Callable[[dict, dict], None] | None = None) -> dict[str, Any]:
     """Load a checkpoint, evaluate it on `data`, write metrics JSON to `out`; returns the results.
-    A model with det3d writes its nuScenes submission file to `results_json` (default: next to
-    `out`, nuscenes_results.json); its path is results["nuscenes_results"]."""
-    from hydranet.train import config_from_checkpoint, load_checkpoint, model_from_checkpoint
-
-    ckpt = load_checkpoint(checkpoint)
-    cfg = config_from_checkpoint(ckpt)
-    model = model_from_checkpoint(ckpt, cfg)
+    The heads' prediction files (det2d COCO JSON, det3d nuScenes submission) go to
+    `save_predictions` (default: the folder of `out`); results["predictions"] lists them."""
+    model, cfg, ckpt = load_model(checkpoint)
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
-    frames = _frames_for(model, cfg, data)
-    if results_json is None and out is not None and "det3d" in model.heads:
-        results_json = Path(out).parent / "nuscenes_results.json"
-    results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, results_json, on_outputs)
+    frames = evaluation_frames(model, cfg, data)
+    if model.fusion is not None:
+        check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
+    if save_predictions is None and out is not None:
+        save_predictions = Path(out).parent
+    results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs)
     results.update({"checkpoint": str(checkpoint), "data": str(data), "step": int(ckpt["step"])})
-    if results_json is not None and "det3d" in model.heads:
-        results["nuscenes_results"] = str(results_json)
     if out is not None:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(_plain(results), indent=2) + "\n")
+        write_results(results, out)
     return results
 
 
-# -- pictures --------------------------------------------------------------------------------
-def _depth_rgb(depth: np.ndarray, max_depth: float = 80.0) -> np.ndarray:
-    """(H, W) metres -> RGB, log scale, near = warm; 0 (no surface) black."""
-    d = np.clip(np.log1p(np.maximum(depth, 0)) / math.log1p(max_depth), 0, 1)
-    rgb = cv2.cvtColor(cv2.applyColorMap((255 - d * 255).astype(np.uint8), cv2.COLORMAP_TURBO), cv2.COLOR_BGR2RGB)
-    rgb[depth <= 0] = 0
-    return rgb
+def check_calibration(model_rig, frames: LabelledFrames, where: str, tol_px: float = 0.5, tol_m: float = 0.01,
+                      tol_rot: float = 0.01) -> None:
+    """A BEV model is trained for its rig (`model_rig`, at the model's input size): refuse a dataset
+    whose cameras, at that size, differ by more than `tol_px` in K, `tol_m` in position or `tol_rot`
+    in a rotation-matrix entry (its view transform would put features in the wrong cells)."""
+    import numpy as np
 
-
-def _normals_rgb(n: np.ndarray) -> np.ndarray:
-    return np.clip((n + 1.0) * 127.5, 0, 255).astype(np.uint8) * (np.abs(n).sum(-1, keepdims=True) > 0)
-
-
-@torch.no_grad()
-def predict_frame(model: HydraNet, frames: TrainingFrames, index: int) -> tuple[dict, dict]:
-    """(sample, decoded predictions) of dataset frame `index` (no augmentation). A model with the
-    video module first runs the up to T-1 earlier frames of the same scene, as in the car."""
-    model.eval()
-    device = next(model.parameters()).device
-    single = TrainingFrames(frames.data, frames.tasks, frames.image_hw)
-    s, f = frames.data._frames[index]
-    first = max(index - f, index - _video_frames(model) + 1)
-    state, prev_pose, pred = None, None, None
-    for i in range(first, index + 1):
-        batch = Collate(model.heads)([single[i]])
-        if state is not None:
-            batch["prev_bev"], batch["ego_motion"] = state, relative_motion(prev_pose, batch["ego2world"])
-        pred = model(to_device(batch, device), "predict")
-        state, prev_pose = (pred["bev_state"]["bev_queue"] if "bev_state" in pred else None), batch["ego2world"]
-    return single.prepare(index), pred
-
-
-def _bev_boxes(boxes: np.ndarray, labels: np.ndarray, classes: list[str], scores: np.ndarray | None = None,
-               min_score: float = 0.3) -> list[dict]:
-    out = []
-    for k, b in enumerate(np.asarray(boxes).reshape(-1, 9)):
-        if scores is not None and scores[k] < min_score:
-            continue
-        out.append({"center": b[:3].tolist(), "size": b[3:6].tolist(), "yaw": float(b[6]),
-                    "velocity": [float(b[7]), float(b[8]), 0.0], "class": classes[int(labels[k])]})
-    return out
-
-
-def bev_picture(model: HydraNet, sample: dict, pred: dict, meta: dict, size: int = 256) -> np.ndarray | None:
-    """Two BEV panels side by side: truth (dataset raster, true boxes with velocity arrows) |
-    prediction (predicted BEV map, predicted boxes with arrows, true boxes as white outlines).
-    None for a model without BEV heads."""
-    if "det3d" not in pred and "bevmap" not in pred:
-        return None
-    head = model.heads["det3d"] if "det3d" in model.heads else model.heads["bevmap"]
-    g = head.grid
-    classes = list(model.heads["det3d"].classes) if "det3d" in model.heads else list(meta["classes"])
-    gt = [b for b in sample["labels"]["boxes3d"] if b["class"] in classes and b.get("num_pixels", 1) > 0]
-    b = meta["bev"]
-    truth = draw_bev(sample.get("bev"), gt, classes, b["x_range"], b["y_range"], b["resolution"], size=size)
-    predicted_map = None
-    if "bevmap" in pred:
-        chans = model.heads["bevmap"].channels
-        mask = pred["bevmap"][0]["mask"].cpu().numpy()  # (K, X, Y)
-        predicted_map = np.zeros((2, *mask.shape[1:]), np.uint8)
-        for k, name in enumerate(("drivable", "lanes")):
-            if name in chans:
-                predicted_map[k] = mask[chans.index(name)] * 255
-    boxes = []
-    if "det3d" in pred:
-        d = pred["det3d"][0]
-        boxes = _bev_boxes(d["boxes"].cpu().numpy(), d["labels"].cpu().numpy(), classes, d["scores"].cpu().numpy())
-    gt_model = [x for x in gt if g.x_range[0] <= x["center"][0] < g.x_range[1] and g.y_range[0] <= x["center"][1] < g.y_range[1]]
-    predicted = draw_bev(predicted_map, boxes, classes, g.x_range, g.y_range, g.resolution, size=size, gt_boxes3d=gt_model)
-    for img, text in ((truth, "BEV truth"), (predicted, "BEV prediction")):
-        cv2.putText(img, text, (4, 12), cv2.FONT_HERSHEY_PLAIN, 0.8, (255, 255, 255), 1, cv2.LINE_AA)
-    return np.concatenate([truth, np.full((truth.shape[0], 4, 3), 255, np.uint8), predicted], 1)
-
-
-@torch.no_grad()
-def prediction_picture(model: HydraNet, frames: TrainingFrames, index: int = 0) -> np.ndarray:
-    """RGB mosaic, one row per camera: ground truth | prediction (boxes, lanes, drivable) and,
-    for the heads present, depth and normals ground truth | prediction; BEV models add the
-    bird's-eye view on the right (`bev_picture`). `index` is a dataset frame index."""
-    sample, pred = predict_frame(model, frames, index)
-    classes = list(frames.data.classes)
-    tiles, names = [], []
-    for i, cam in enumerate(sample["camera_names"]):
-        img = sample["images"][i]
-        gt = sample["labels"]["cameras"][cam]
-        row = [draw_camera(img, gt, classes, sample["drivable"][i] if "drivable" in pred else None)]
-        boxes = []
-        for task in ("det2d", "signs_lights"):
-            if task in pred:
-                p, names_ = pred[task][i], model.heads[task].classes
-                for b, s, l in zip(p["boxes"].cpu().tolist(), p["scores"].cpu().tolist(), p["labels"].cpu().tolist()):
-                    if s >= 0.3:
-                        boxes.append({"bbox": b, "class": names_[l], "score": s})
-        drivable = pred["drivable"][i]["mask"].cpu().numpy() if "drivable" in pred else None
-        pimg = img.copy()
-        if "lanes" in pred:
-            pimg[pred["lanes"][i]["mask"].cpu().numpy()] = (255, 255, 255)
-        row.append(draw_camera(pimg, {"boxes2d": boxes}, classes, drivable))
-        labels = [f"{cam} truth", f"{cam} prediction"]
-        if "depth" in pred:
-            row += [_depth_rgb(sample["depth"][i]), _depth_rgb(pred["depth"][i]["depth"].cpu().numpy())]
-            labels += ["depth truth", "depth prediction"]
-        if "normals" in pred:
-            row += [_normals_rgb(sample["normals"][i]), _normals_rgb(pred["normals"][i]["normals"].cpu().numpy())]
-            labels += ["normals truth", "normals prediction"]
-        tiles += row
-        names += labels
-    side = bev_picture(model, sample, pred, frames.data.meta)
-    return mosaic(tiles, names, side, cols=len(tiles) // len(sample["camera_names"]))
+    H, W = frames.image_hw
+    K, T, names = frames.data.rig.resized(W, H).calibration()
+    K0, T0, names0 = model_rig.calibration()
+    if names != names0:
+        raise ValueError(f"{where}: cameras {names}, the BEV model was trained on {names0}; evaluate on data of its rig")
+    for n, name in enumerate(names):
+        dk, dt = np.abs(K[n] - K0[n]).max(), np.abs(T[n][:3, 3] - T0[n][:3, 3]).max()
+        dr = np.abs(T[n][:3, :3] - T0[n][:3, :3]).max()
+        if dk > tol_px or dt > tol_m or dr > tol_rot:
+            raise ValueError(f"{where}: camera {name}'s calibration differs from the BEV model's (K by {dk:.3g} px, "
+                             f"position by {dt:.3g} m, rotation by {dr:.3g}); its view transform would project wrongly: "
+                             "evaluate on data of the model's rig")
 
 
 def viz_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Path, frame: int = 0) -> Path:
-    """Write the prediction picture of frame `frame` of `data` to PNG `out`."""
-    from hydranet.train import config_from_checkpoint, load_checkpoint, model_from_checkpoint
-    from hydranet.viz import write_png
+    """Write the prediction picture (`hydranet.viz.prediction_picture`) of frame `frame` of `data` to PNG `out`."""
+    from hydranet.stream import predict_frame
+    from hydranet.viz import prediction_picture, write_png
 
-    ckpt = load_checkpoint(checkpoint)
-    cfg = config_from_checkpoint(ckpt)
-    model = model_from_checkpoint(ckpt, cfg)
-    frames = _frames_for(model, cfg, data)
+    out = Path(out)
+    if out.suffix.lower() != ".png":
+        raise ValueError(f"--out {out}: the picture is written as PNG; give a file name ending in .png")
+    model, cfg, _ = load_model(checkpoint)
+    frames = evaluation_frames(model, cfg, data)
     if not 0 <= frame < len(frames):
         raise ValueError(f"--frame {frame} is outside the dataset's {len(frames)} frames")
-    write_png(out, prediction_picture(model, frames, frame))
-    return Path(out)
+    sample, pred = predict_frame(model, frames, frame)
+    write_png(out, prediction_picture(model, sample, pred, frames.data.meta))
+    return out

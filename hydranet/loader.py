@@ -180,7 +180,7 @@ class Augmenter:
         return out
 
 
-class TrainingFrames(torch.utils.data.Dataset):
+class LabelledFrames(torch.utils.data.Dataset):
     """Items are (epoch, i) pairs (see StepBatchSampler) -> {"images": uint8 (N, 3, H, W),
     "intrinsics" (N, 3, 3), "cam2ego" (N, 4, 4), "ego2world" (4, 4), "targets": {task: build_targets}}.
     Without an augmenter, items may be plain indices.
@@ -300,3 +300,14 @@ class StepBatchSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return max(self.total_steps - self.start_step, 0)
+
+
+def to_device(obj: Any, device: torch.device | str) -> Any:
+    """Move tensors inside nested dicts/lists/tuples to `device` (other values unchanged)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, Mapping):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj

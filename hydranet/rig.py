@@ -59,6 +59,31 @@ class Rig:
         """Every camera resampled to `width` x `height` pixels."""
         return Rig(self.name, tuple(c.scaled(width, height) for c in self.cameras))
 
+    def select(self, names: "list[str] | tuple[str, ...] | None") -> "Rig":
+        """The named cameras in the given order (None: all); an unknown name raises RigError."""
+        if names is None:
+            return self
+        by = {c.name: c for c in self.cameras}
+        missing = [n for n in names if n not in by]
+        if missing:
+            raise RigError(f"camera '{missing[0]}' is not in rig '{self.name}' (cameras: {self.names})")
+        return Rig(self.name, tuple(by[n] for n in names))
+
+    def common_size(self) -> tuple[int, int]:
+        """(H, W) shared by every camera; RigError naming the sizes when they differ (resize the rig
+        to one size first: `resized`, as training does with data.image_size)."""
+        sizes = {(c.height, c.width) for c in self.cameras}
+        if len(sizes) > 1:
+            detail = ", ".join(f"{c.name} {c.width}x{c.height}" for c in self.cameras)
+            raise RigError(f"rig cameras have different resolutions ({detail}); resize them to one size "
+                           "(data.image_size; Rig.resized)")
+        return sizes.pop()
+
+    def calibration(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """K (N, 3, 3), cam2ego (N, 4, 4) and names of the cameras, in rig order."""
+        return (np.stack([c.K for c in self.cameras]), np.stack([c.cam2ego for c in self.cameras]),
+                list(self.names))
+
     def to_dict(self) -> dict:
         """The YAML/JSON calibration form (explicit K and 4x4 matrices)."""
         return {

@@ -21,160 +21,26 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from hydranet.bevgrid import BevGrid
-from hydranet.config import ConfigError, apply_overrides, from_dict, load_config, to_dict
+from hydranet.checkpoint import CHECKPOINT, load_checkpoint, model_meta, remove_stale_temps, rng_state, save_checkpoint, set_rng_state
+from hydranet.config import ConfigError, to_dict
 from hydranet.data import SimDataset
-from hydranet.loader import Augmenter, Collate, StepBatchSampler, TrainingFrames
-from hydranet.models import HydraNet, ModelConfig, build_model
-from hydranet.tasks import to_device
-
-CHECKPOINT = "checkpoint.pt"
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    root: str = "out/demo/sim"  # a generated dataset (docs/dataset_format.md)
-    val_root: str | None = None  # held-out dataset for metrics at the end of training
-    cameras: tuple[str, ...] | None = None  # None = every camera of the rig
-    image_size: tuple[int, int] = (96, 160)  # (H, W) the network sees; multiples of 32
-    on_bad_frame: Literal["raise", "skip"] = "raise"
-
-
-@dataclass(frozen=True)
-class AugmentConfig:
-    photometric: bool = True
-    geometric: bool = True
-    scale_range: tuple[float, float] = (1.0, 1.25)  # random zoom, then crop back to image_size
-    geometric_p: float = 0.5
-    bev_rotation_deg: float = 0.0  # BEV models: random yaw of the ego frame in [-a, a] (hydranet/bev_augment.py)
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 2e-3
-    weight_decay: float = 1e-4
-    schedule: Literal["cosine", "onecycle", "constant"] = "cosine"
-    warmup_steps: int = 20
-    grad_clip: float = 10.0  # max global gradient norm; 0 = off
-
-
-@dataclass(frozen=True)
-class ExperimentConfig:
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
-    steps: int = 200
-    batch_size: int = 2  # frames per process (each with every selected camera)
-    checkpoint_every: int = 50
-    log_every: int = 10
-    amp: bool = True  # bf16 autocast on CUDA (no effect on CPU)
-    seed: int = 0
-    num_workers: int = 0
-    device: str = "auto"  # auto | cpu | cuda
+from hydranet.experiment import ExperimentConfig, OptimConfig
+from hydranet.loader import Augmenter, Collate, StepBatchSampler, LabelledFrames, to_device
+from hydranet.models import HydraNet, build_model
 
 
 class TrainingDiverged(RuntimeError):
     """A loss became NaN or Inf."""
-
-
-def load_experiment(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    cfg = load_config(ExperimentConfig, path, overrides)
-    check_experiment(cfg)
-    return cfg
-
-
-def check_experiment(cfg: ExperimentConfig) -> None:
-    H, W = cfg.data.image_size
-    div = 32 * 2 ** max(cfg.model.neck_levels - 3, 0)  # the coarsest neck level's stride
-    if H % div or W % div or H <= 0 or W <= 0:
-        raise ConfigError(f"config key 'data.image_size': {[H, W]} must be positive multiples of {div} "
-                          f"(the stride of the coarsest of model.neck_levels={cfg.model.neck_levels} levels)")
-    bev_hw = cfg.model.bev.image_size
-    if bev_hw is not None and tuple(bev_hw) != (H, W):
-        raise ConfigError(f"config key 'model.bev.image_size': {list(bev_hw)} differs from data.image_size {[H, W]}, "
-                          "the size every camera is resized to; leave it null or set both alike")
-    for key in ("steps", "batch_size", "checkpoint_every", "log_every"):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"config key '{key}' must be >= 1, got {getattr(cfg, key)}")
-
-
-# -- checkpoints -----------------------------------------------------------------------------
-def rng_state(model: HydraNet) -> dict[str, Any]:
-    """Python, numpy, torch (and CUDA, balancer) RNG states as tensors and plain types."""
-    np_state = np.random.get_state()
-    state = {"python": random.getstate(),
-             "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-             "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    gen = getattr(model.balancer, "generator", None)
-    if isinstance(gen, torch.Generator):
-        state["balancer"] = gen.get_state()
-    return state
-
-
-def set_rng_state(state: dict[str, Any], model: HydraNet) -> None:
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    n = state["numpy"]
-    np.random.set_state((n[0], np.asarray(n[1], np.uint32), *n[2:]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    gen = getattr(model.balancer, "generator", None)
-    if "balancer" in state and isinstance(gen, torch.Generator):
-        gen.set_state(state["balancer"])
-
-
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """torch.save to PATH.tmp-<pid>, then rename: a crash never leaves a half-written checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A checkpoint file (or RUN_DIR/checkpoint.pt), read with weights_only=True."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / CHECKPOINT
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist; give a file written by `hydranet train` or its run folder")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise ValueError(f"checkpoint {path} could not be read ({type(e).__name__}: {e}); it is corrupt or not "
-                         "written by `hydranet train`") from None
-    missing = [k for k in ("model", "config", "meta", "step") if k not in ckpt]
-    if missing:
-        raise ValueError(f"checkpoint {path} lacks {missing}; it was not written by `hydranet train`")
-    return ckpt
-
-
-def config_from_checkpoint(ckpt: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    data = apply_overrides(json.loads(ckpt["config"]), list(overrides))
-    cfg = from_dict(ExperimentConfig, data)
-    check_experiment(cfg)
-    return cfg
-
-
-def model_from_checkpoint(ckpt: dict[str, Any], cfg: ExperimentConfig | None = None) -> HydraNet:
-    """The trained model of a checkpoint; weights that do not fit raise ValueError listing the keys."""
-    cfg = cfg or config_from_checkpoint(ckpt)
-    model = build_model(cfg.model, json.loads(ckpt["meta"]))
-    model.load_weights(ckpt["model"])
-    return model
 
 
 # -- distributed -----------------------------------------------------------------------------
@@ -263,21 +129,6 @@ def check_finite(losses: dict[str, torch.Tensor], heads: list[str], step: int, d
                                f"{last_good}. Lower optim.lr or check that head's targets")
 
 
-def video_frames(model: HydraNet) -> int:
-    """The clip length a model trains on: its video queue length, 1 without the video module."""
-    video = getattr(model.fusion, "video", None)
-    return int(video.frames) if video is not None else 1
-
-
-def model_meta(cfg: ExperimentConfig, ds: SimDataset) -> dict[str, Any]:
-    """The dataset meta the model is built from: its rig is the selected cameras resized to
-    data.image_size (what the network sees), so the BEV view transform's build-time table (and
-    an export) match the training input. `source_rig` keeps the cameras' own calibration, so a
-    deployed model accepts images at the cameras' native size too."""
-    H, W = cfg.data.image_size
-    return {**ds.meta, "rig": ds.rig.resized(W, H).to_dict(), "source_rig": ds.rig.to_dict()}
-
-
 def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None = None, augment: bool = True,
                         clip_length: int | None = None):
     """Training items of `root` (default data.root): clips of the model's video length (docs/bev.md)."""
@@ -288,20 +139,75 @@ def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None
     aug = Augmenter(a.photometric, a.geometric, a.scale_range, a.geometric_p, a.bev_rotation_deg if bev else 0.0,
                     BevGrid.from_meta(ds.meta) if bev and "bev" in ds.meta else None)
     aug = aug if augment and aug.active else None
-    T = video_frames(model) if clip_length is None else clip_length
-    return TrainingFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T)
+    T = model.video_frames if clip_length is None else clip_length
+    return LabelledFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T)
+
+
+# keys a resumed run may change: they do not alter what the finished steps computed
+RESUMABLE_KEYS = ("steps", "checkpoint_every", "log_every", "num_workers", "device", "amp")
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def check_resume(cfg: ExperimentConfig, ckpt: dict[str, Any], where: str) -> list[str]:
+    """The config keys `cfg` changes against the checkpoint's run ("key: old -> new"); a change
+    outside RESUMABLE_KEYS (it would not take effect, or would make the run inexact) raises
+    ConfigError, as does a run already at or past cfg.steps."""
+    old, new = _flat(json.loads(ckpt["config"])), _flat(to_dict(cfg))
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    bad = [k for k in changed if k not in RESUMABLE_KEYS]
+    if bad:
+        raise ConfigError(f"config key '{bad[0]}' differs from the run being resumed ({where}: {old.get(bad[0])!r}, now "
+                          f"{new.get(bad[0])!r}); a resumed run can change only {list(RESUMABLE_KEYS)}: start a new run "
+                          "(--out NEW_DIR) to change it")
+    step = int(ckpt["step"])
+    if step >= cfg.steps:
+        raise ConfigError(f"{where} is already at step {step} and config 'steps' is {cfg.steps}: nothing to train; "
+                          f"raise it with --set steps=N (N > {step})")
+    if cfg.optim.schedule == "onecycle" and "steps" in changed:
+        raise ConfigError("config key 'steps' cannot change on resume with optim.schedule=onecycle (its schedule is "
+                          "fixed by the total steps); start a new run")
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
+
+
+def prepare_run_folder(out: Path, resume: str | Path | None, overwrite: bool) -> None:
+    """Refuse to replace a finished or running run's checkpoint unless resuming it or told to
+    overwrite; with `overwrite`, remove the old run's files (checkpoint, config, events)."""
+    has_run = (out / CHECKPOINT).exists()
+    resuming_here = resume is not None and Path(resume).resolve() in (out.resolve(), (out / CHECKPOINT).resolve())
+    if has_run and not resuming_here:
+        if not overwrite:
+            raise FileExistsError(f"{out} already holds a run ({out / CHECKPOINT}); continue it with --resume {out}, "
+                                  "write to another --out, or pass --overwrite to replace it")
+        import shutil
+
+        (out / CHECKPOINT).unlink()
+        (out / "config.json").unlink(missing_ok=True)
+        shutil.rmtree(out / "tb", ignore_errors=True)
+    remove_stale_temps(out)
 
 
 def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = None, progress: bool = True,
-          stop_at: int | None = None, on_step: Callable[[int, dict[str, float]], None] | None = None) -> HydraNet:
+          stop_at: int | None = None, on_step: Callable[[int, dict[str, float]], None] | None = None,
+          overwrite: bool = False) -> HydraNet:
     """Train `cfg` into run folder `out` (checkpoint.pt, config.json, TensorBoard events under tb/).
 
-    `resume`: a run folder or checkpoint to continue from (exactly). `stop_at`: stop after this
-    global step as if interrupted (tests). `on_step(step, {loss name: value})` is called after
-    every step. Returns the trained model (this rank's copy)."""
+    `resume`: a run folder or checkpoint to continue from (exactly; `check_resume` says which
+    config keys may change). `overwrite`: replace a run already in `out` (refused otherwise).
+    `stop_at`: stop after this global step as if interrupted (tests). `on_step(step, {loss name:
+    value})` is called after every step. Returns the trained model (this rank's copy)."""
     out = Path(out)
     d = setup_distributed(cfg.device)
     ckpt = load_checkpoint(resume) if resume is not None else None
+    if ckpt is not None:
+        check_resume(cfg, ckpt, str(resume))
+    if d.main:
+        prepare_run_folder(out, resume, overwrite)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -402,11 +308,12 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     return model
 
 
-def _log_example(writer, model: HydraNet, frames: TrainingFrames, step: int) -> None:
+def _log_example(writer, model: HydraNet, frames: LabelledFrames, step: int) -> None:
     """Predictions next to ground truth for frame 0 (TensorBoard image 'example')."""
-    from hydranet.evaluate import prediction_picture
+    from hydranet.stream import predict_frame
+    from hydranet.viz import prediction_picture
 
-    model.eval()
-    img = prediction_picture(model, frames, 0)
-    writer.add_image("example", img, step, dataformats="HWC")
+    single = LabelledFrames(frames.data, frames.tasks, frames.image_hw)  # no augmentation, no clips
+    sample, pred = predict_frame(model, single, 0)
+    writer.add_image("example", prediction_picture(model, sample, pred, frames.data.meta), step, dataformats="HWC")
     model.train()

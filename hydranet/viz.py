@@ -48,41 +48,78 @@ def draw_camera(image: np.ndarray, labels: dict, classes: list[str], drivable: n
     return img
 
 
-def draw_bev(bev: np.ndarray | None, boxes3d: list[dict], classes: list[str], x_range, y_range,
-             resolution: float, size: int = 400, gt_boxes3d: list[dict] | None = None) -> np.ndarray:
-    """Top view, car going up: the BEV raster (drivable grey, lanes white) with 3D boxes and
-    velocity arrows (1 s of motion). Ground truth, when given, is drawn as thin white outlines."""
-    n_x = round((x_range[1] - x_range[0]) / resolution)
-    n_y = round((y_range[1] - y_range[0]) / resolution)
-    img = np.full((n_x, n_y, 3), 25, np.uint8)
-    if bev is not None:
-        img[bev[0] > 0] = (80, 80, 85)
-        img[bev[1] > 0] = (230, 230, 230)
-    img = cv2.resize(img, (size * n_y // n_x, size), interpolation=cv2.INTER_NEAREST)
-    s = size / n_x / resolution  # pixels per metre
+class BevCanvas:
+    """A top view to draw on, car going up: rows = -x (ahead first), columns = -y (left first).
+    `image` (size, size * Y / X, 3) RGB uint8; metres map to pixels through `px`."""
 
-    def px(xy):
-        return np.stack([(y_range[1] - xy[:, 1]) * s, (x_range[1] - xy[:, 0]) * s], 1)
+    def __init__(self, x_range, y_range, resolution: float, size: int = 400):
+        self.x_range, self.y_range, self.resolution = tuple(x_range), tuple(y_range), float(resolution)
+        self.n_x = round((x_range[1] - x_range[0]) / resolution)
+        self.n_y = round((y_range[1] - y_range[0]) / resolution)
+        self.image = np.full((size, size * self.n_y // self.n_x, 3), 25, np.uint8)
+        self.scale = size / self.n_x / resolution  # pixels per metre
 
-    def draw(boxes, thin):
-        for b in boxes:
+    def px(self, xy: np.ndarray) -> np.ndarray:
+        """(M, 2) ego metres -> (M, 2) pixel (column, row)."""
+        return np.stack([(self.y_range[1] - xy[:, 1]) * self.scale, (self.x_range[1] - xy[:, 0]) * self.scale], 1)
+
+    def paint(self, mask: np.ndarray, color: tuple[int, int, int]) -> None:
+        """Colour the cells of a (X, Y) mask on this canvas's grid."""
+        big = cv2.resize(mask.astype(np.uint8), self.image.shape[1::-1], interpolation=cv2.INTER_NEAREST) > 0
+        self.image[big] = color
+
+    def raster(self, bev: np.ndarray | None) -> None:
+        """The dataset's BEV raster (3, X, Y): drivable grey, lanes white."""
+        if bev is not None:
+            self.paint(bev[0] > 0, (80, 80, 85))
+            self.paint(bev[1] > 0, (230, 230, 230))
+
+    def boxes(self, boxes3d: list[dict], classes: list[str], outline: bool = False) -> None:
+        """3D boxes ({"center", "size", "yaw", "velocity", "class"}) with 1 s velocity arrows;
+        `outline`: thin white outlines (ground truth under predictions)."""
+        for b in boxes3d:
             corners = box_corners(b["center"], b["size"], b["yaw"])[:4, :2]
-            color = (255, 255, 255) if thin else class_color(classes.index(b["class"]) if b["class"] in classes else 0)
-            pts = np.round(px(corners) * 16).astype(np.int32)
-            cv2.polylines(img, [pts], True, color, 1, cv2.LINE_AA, shift=4)
-            if not thin:
+            color = (255, 255, 255) if outline else class_color(classes.index(b["class"]) if b["class"] in classes else 0)
+            cv2.polylines(self.image, [np.round(self.px(corners) * 16).astype(np.int32)], True, color, 1, cv2.LINE_AA, shift=4)
+            v = np.asarray(b.get("velocity", [0, 0])[:2])[None]
+            if not outline and np.linalg.norm(v) > 0.2:
                 c = np.asarray(b["center"][:2])[None]
-                v = np.asarray(b.get("velocity", [0, 0])[:2])[None]
-                if np.linalg.norm(v) > 0.2:
-                    a, e = px(c)[0], px(c + v)[0]
-                    cv2.arrowedLine(img, tuple(np.round(a).astype(int)), tuple(np.round(e).astype(int)), color, 1, cv2.LINE_AA, tipLength=0.3)
+                a, e = self.px(c)[0], self.px(c + v)[0]
+                cv2.arrowedLine(self.image, tuple(np.round(a).astype(int)), tuple(np.round(e).astype(int)), color, 1,
+                                cv2.LINE_AA, tipLength=0.3)
 
-    if gt_boxes3d is not None:
-        draw(gt_boxes3d, True)
-    draw(boxes3d, False)
-    ego = px(box_corners([0, 0, 0], [4.5, 1.9, 1.5], 0.0)[:4, :2])
-    cv2.fillConvexPoly(img, np.round(ego * 16).astype(np.int32), (0, 200, 255), cv2.LINE_AA, shift=4)
-    return img
+    def inside(self, boxes3d: list[dict]) -> list[dict]:
+        """The boxes whose centre lies on this canvas."""
+        (x0, x1), (y0, y1) = self.x_range, self.y_range
+        return [b for b in boxes3d if x0 <= b["center"][0] < x1 and y0 <= b["center"][1] < y1]
+
+    def ego(self) -> np.ndarray:
+        """Draw the ego car; returns the image."""
+        car = self.px(box_corners([0, 0, 0], [4.5, 1.9, 1.5], 0.0)[:4, :2])
+        cv2.fillConvexPoly(self.image, np.round(car * 16).astype(np.int32), (0, 200, 255), cv2.LINE_AA, shift=4)
+        return self.image
+
+
+def draw_bev(bev: np.ndarray | None, boxes3d: list[dict], classes: list[str], x_range, y_range,
+             resolution: float, size: int = 400) -> np.ndarray:
+    """Top view of a dataset frame: the BEV raster with its 3D boxes and velocity arrows."""
+    canvas = BevCanvas(x_range, y_range, resolution, size)
+    canvas.raster(bev)
+    canvas.boxes(boxes3d, classes)
+    return canvas.ego()
+
+
+def depth_rgb(depth: np.ndarray, max_depth: float = 80.0) -> np.ndarray:
+    """(H, W) metres -> RGB, log scale, near = warm; 0 (no surface) black."""
+    d = np.clip(np.log1p(np.maximum(depth, 0)) / math.log1p(max_depth), 0, 1)
+    rgb = cv2.cvtColor(cv2.applyColorMap((255 - d * 255).astype(np.uint8), cv2.COLORMAP_TURBO), cv2.COLOR_BGR2RGB)
+    rgb[depth <= 0] = 0
+    return rgb
+
+
+def normals_rgb(n: np.ndarray) -> np.ndarray:
+    """(H, W, 3) unit normals -> RGB; zero normals (no surface) black."""
+    return np.clip((n + 1.0) * 127.5, 0, 255).astype(np.uint8) * (np.abs(n).sum(-1, keepdims=True) > 0)
 
 
 def mosaic(tiles: list[np.ndarray], names: list[str], side: np.ndarray | None = None, cols: int | None = None) -> np.ndarray:
@@ -113,6 +150,46 @@ def sample_preview(sample: dict, meta: dict) -> np.ndarray:
     bev = draw_bev(sample.get("bev"), labels["boxes3d"], classes, b["x_range"], b["y_range"], b["resolution"],
                    size=max(2 * tiles[0].shape[0], 200))
     return mosaic(tiles, sample["camera_names"], bev)
+
+
+def prediction_picture(model, sample: dict, pred: dict, meta: dict, bev_size: int = 256) -> np.ndarray:
+    """RGB mosaic, one row per camera: ground truth | prediction, where every camera head draws
+    its result on the prediction image and may add panels (`Task.draw`); a model with BEV heads
+    adds the bird's-eye view on the right: dataset truth | every BEV head's drawing on the
+    model's grid. `sample`: the frame at the model size; `pred`: the model's "predict" output
+    for it (batch of one)."""
+    classes = list(meta["classes"])
+    heads = model.heads
+    tiles, names = [], []
+    for i, cam in enumerate(sample["camera_names"]):
+        truth = {k: sample[k][i] for k in ("depth", "normals", "drivable") if k in sample}
+        truth.update(image=sample["images"][i], labels=sample["labels"]["cameras"][cam])
+        canvas = sample["images"][i].copy()
+        extra: list[tuple[str, np.ndarray]] = []
+        for name, task in heads.items():
+            if task.space == "image" and name in pred:
+                extra += task.draw(canvas, pred[name][i], truth)
+        tiles += [draw_camera(sample["images"][i], truth["labels"], classes, truth.get("drivable")), canvas]
+        tiles += [img for _, img in extra]
+        names += [f"{cam} truth", f"{cam} prediction"] + [label for label, _ in extra]
+    side = None
+    bev_heads = [name for name, task in heads.items() if task.space == "bev" and name in pred]
+    if bev_heads:
+        b, g = meta["bev"], model.fusion.grid
+        truth = BevCanvas(b["x_range"], b["y_range"], b["resolution"], bev_size)
+        truth.raster(sample.get("bev"))
+        truth.boxes([x for x in sample["labels"]["boxes3d"] if x.get("num_pixels", 1) > 0], classes)
+        predicted = BevCanvas(g.x_range, g.y_range, g.resolution, bev_size)
+        for name in bev_heads:
+            heads[name].draw(predicted, pred[name][0], {"labels": sample["labels"], "bev": sample.get("bev")})
+        panels = []
+        for canvas, text in ((truth, "BEV truth"), (predicted, "BEV prediction")):
+            img = canvas.ego()
+            cv2.putText(img, text, (4, 12), cv2.FONT_HERSHEY_PLAIN, 0.8, (255, 255, 255), 1, cv2.LINE_AA)
+            panels.append(img)
+        panels[1] = cv2.resize(panels[1], (panels[1].shape[1] * bev_size // panels[1].shape[0], bev_size))
+        side = np.concatenate([panels[0], np.full((bev_size, 4, 3), 255, np.uint8), panels[1]], 1)
+    return mosaic(tiles, names, side, cols=len(tiles) // len(sample["camera_names"]))
 
 
 def write_png(path, image_rgb: np.ndarray) -> None:

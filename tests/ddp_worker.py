@@ -7,7 +7,9 @@ import sys
 
 import torch
 
-from hydranet.train import load_experiment, train
+from hydranet.experiment import load_experiment
+
+from hydranet.train import train
 
 if __name__ == "__main__":
     out, overrides = sys.argv[1], sys.argv[2:]

@@ -14,15 +14,16 @@ from hydranet.geometry import make_transform, rot_z, transform_points, unproject
 from hydranet.models import ModelConfig, TaskConfig, build_model
 from hydranet.models.config import BevConfig
 from hydranet.models.depth_lift import depth_bin_targets, depth_bins, frustum_table, splat_features
-from hydranet.models.video import VideoQueue, relative_motion
-from hydranet.models.view_transform import calibration_of, lift_features, projection_lut, resize_cameras
+from hydranet.models.video import VideoQueue
+from hydranet.stream import relative_motion
+from hydranet.models.view_transform import lift_features, projection_lut
 from hydranet.rig import load_rig, rig_from_dict
 from hydranet.tasks import BEV_TASKS, build_task
 
 H, W, STRIDE = 64, 96, 8
 META = {**FAKE_META, "bev": {"x_range": [-32, 32], "y_range": [-32, 32], "resolution": 0.5}}
 GRID = BevGrid((-32.0, 32.0), (-32.0, 32.0), 2.0)  # META's raster with 4x coarser cells: 32 x 32
-BEV = BevConfig(downsample=4, heights=(0.0, 1.0), channels=16, encoder_depth=1, image_size=(H, W))
+BEV = BevConfig(downsample=4, heights=(0.0, 1.0), channels=16, encoder_depth=1)
 TINY = ModelConfig(backbone="tiny", neck_width=16, neck_repeats=1, bev=BEV,
                    tasks=(TaskConfig("det3d", options={"width": 16}), TaskConfig("bevmap", options={"width": 16})))
 
@@ -40,16 +41,22 @@ def _rig(name: str):
     return rig_from_dict(CUSTOM5, "custom5") if name == "custom5" else load_rig(name)
 
 
+def motion_t(prev_pose, cur_pose) -> torch.Tensor:
+    """hydranet.stream.relative_motion (numpy) on torch poses: (..., 4, 4) float32 tensor."""
+    return torch.from_numpy(relative_motion(np.asarray(prev_pose), np.asarray(cur_pose)))
+
+
 def _no_grad_params(module: torch.nn.Module) -> list[str]:
     return [n for n, p in module.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)]
 
 
 def _sample(rig, seed: int = 0) -> dict:
     """One frame in the SimDataset form at the model size: random pixels, boxes3d, a bev raster.
-    A rig with several resolutions is resized to (H, W) with resize_cameras."""
+    A rig with several resolutions is resized to (H, W) (Rig.resized)."""
     rng = np.random.default_rng(seed)
-    images = [rng.integers(0, 255, (c.height, c.width, 3), dtype=np.uint8) for c in rig.cameras]
-    images, K = resize_cameras(images, np.stack([c.K for c in rig.cameras]), (H, W))
+    rig = rig.resized(W, H)
+    images = np.stack([rng.integers(0, 255, (H, W, 3), dtype=np.uint8) for _ in rig.cameras])
+    K = np.stack([c.K for c in rig.cameras]).astype(np.float32)
     classes = ["car", "truck", "pedestrian", "cyclist", "traffic_cone"]
     boxes = [{"center": [float(x), float(y), 0.8], "size": [4.0, 1.8, 1.6], "yaw": float(rng.uniform(-3, 3)),
               "velocity": [float(rng.normal()), float(rng.normal()), 0.0], "class": classes[k % 5], "track_id": k + 1,
@@ -79,7 +86,7 @@ def test_lut_matches_brute_force_projection(rig_name):
     the feature pixels that see the cell, each weighted 1 / #pairs."""
     rig = _rig(rig_name).resized(W, H)
     heights = (0.0, 1.0)
-    K, T, names = calibration_of(rig, (H, W))
+    K, T, names = rig.calibration()
     lut = projection_lut(GRID, heights, K, T, (H, W), STRIDE, names)
     h, w = H // STRIDE, W // STRIDE
     centers = GRID.cell_centers().reshape(-1, 2)
@@ -104,7 +111,7 @@ def test_lut_matches_brute_force_projection(rig_name):
 
 def test_feature_at_a_known_ego_point_lands_in_its_cell():
     rig = load_rig("nuscenes6").resized(W, H)
-    K, T, names = calibration_of(rig, (H, W))
+    K, T, names = rig.calibration()
     lut = projection_lut(GRID, (1.0,), K, T, (H, W), STRIDE, names)
     point = np.array([[13.0, 5.0, 1.0]])  # ego, in CAM_FRONT's view, cell centre (13, 5)
     uv, _ = rig.cameras[0].project_ego(point)
@@ -126,7 +133,7 @@ def test_frustum_table_matches_brute_force_unprojection(rig_name):
     cam2ego: the table holds its cell, or the dump index X*Y when it is off the grid or z range."""
     rig = _rig(rig_name).resized(W, H)
     depths, z_range = depth_bins((1.0, 40.0, 3.0)), (-1.0, 3.0)
-    K, T, names = calibration_of(rig, (H, W))
+    K, T, names = rig.calibration()
     table = frustum_table(GRID, depths, z_range, K, T, (H, W), STRIDE, names)
     h, w = H // STRIDE, W // STRIDE
     X, Y = GRID.shape
@@ -168,7 +175,7 @@ def test_depth_lift_puts_a_feature_at_its_depth_not_along_the_whole_ray():
     """A feature pixel whose depth distribution is one-hot at the distance of a known point lights
     exactly that point's cell (the LUT lift would light every cell on the ray)."""
     rig = load_rig("nuscenes6").resized(W, H)
-    K, T, names = calibration_of(rig, (H, W))
+    K, T, names = rig.calibration()
     depths = depth_bins((1.0, 40.0, 1.0))
     table = frustum_table(GRID, depths, (-1.0, 3.0), K, T, (H, W), STRIDE, names)
     h, w = H // STRIDE, W // STRIDE
@@ -201,7 +208,7 @@ def test_depth_supervision_trains_the_depth_distributions():
     torch.manual_seed(0)
     rig = load_rig("nuscenes6").resized(W, H)
     cfg = dataclasses.replace(TINY, bev=dataclasses.replace(BEV, method="lss", depth_bins=(2.0, 20.0, 2.0), depth_weight=1.0))
-    model = build_model(cfg, {**META, "rig": rig.to_dict()})
+    model = build_model(cfg, {**META, "rig": rig.resized(W, H).to_dict()})
     assert model.objectives == ["det3d", "bevmap", "view_depth"] and model.balancer.weights["view_depth"] == 1.0
     frame = {**_sample(rig), "depth": np.full((len(rig), H, W), 12.0, np.float32)}
     batch = _batch(model, [frame])
@@ -239,12 +246,8 @@ def test_rig_that_sees_none_of_the_grid_is_an_error():
 
 
 def test_cameras_of_different_resolutions_need_a_model_size():
-    with pytest.raises(ValueError, match="different resolutions.*FRONT_TELE 192x128.*image_size"):
-        build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, image_size=None)), {**META, "rig": CUSTOM5})
-    rig = rig_from_dict(CUSTOM5, "custom5")
-    _, K = resize_cameras([np.zeros((c.height, c.width, 3), np.uint8) for c in rig.cameras],
-                          np.stack([c.K for c in rig.cameras]), (H, W))
-    np.testing.assert_allclose(K, np.stack([c.scaled(W, H).K for c in rig.cameras]), rtol=1e-6)
+    with pytest.raises(ValueError, match="different resolutions.*FRONT_TELE 192x128.*data.image_size"):
+        build_model(TINY, {**META, "rig": CUSTOM5})
 
 
 # -- video module -------------------------------------------------------------------------------
@@ -257,11 +260,11 @@ def test_video_warp_keeps_static_objects_put_in_the_world():
     prev[0, 0, 0, r0, c0] = 1.0
     # 1) the car drives 2 m (one cell) forward: the object is one row further behind
     cur_pose = prev_pose @ torch.from_numpy(make_transform(np.eye(3), [2.0, 0.0, 0.0]))
-    out = video.warp(prev, relative_motion(prev_pose[None], cur_pose[None]))[0, 0, 0]
+    out = video.warp(prev, motion_t(prev_pose[None], cur_pose[None]))[0, 0, 0]
     assert out[r0 + 1, c0] == pytest.approx(1.0, abs=1e-5) and out.sum() == pytest.approx(1.0, abs=1e-5)
     # 2) the car turns 90 deg left in place: the object at (9, 5) is now at (5, -9) (ahead-right)
     cur_pose = prev_pose @ torch.from_numpy(make_transform(rot_z(np.pi / 2), [0.0, 0.0, 0.0]))
-    out = video.warp(prev, relative_motion(prev_pose[None], cur_pose[None]))[0, 0, 0]
+    out = video.warp(prev, motion_t(prev_pose[None], cur_pose[None]))[0, 0, 0]
     r1, c1 = np.floor(GRID.to_cell(np.array([5.0, -9.0])) + 0.5).astype(int)
     assert out[r1, c1] == pytest.approx(1.0, abs=1e-4) and out.sum() == pytest.approx(1.0, abs=1e-4)
 
@@ -311,7 +314,7 @@ def test_fused_model_forward_backward_on_any_rig(rig_name, method):
     torch.manual_seed(0)
     rig = _rig(rig_name)
     cfg = dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2, method=method))
-    model = build_model(cfg, {**META, "rig": rig.to_dict()})
+    model = build_model(cfg, {**META, "rig": rig.resized(W, H).to_dict()})
     assert sorted(model.heads) == sorted(BEV_TASKS) and 0.2 < model.fusion.view.coverage <= 1
     batch = _batch(model, [_sample(rig, seed=s) for s in range(2)])  # images (1, 2, N, 3, 64, 96)
     raw = model(batch, "tensor")
@@ -332,7 +335,7 @@ def test_streaming_state_equals_the_clip():
     torch.manual_seed(0)
     rig = load_rig("nuscenes6")
     model = build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=3)),
-                        {**META, "rig": rig.to_dict()}).eval()
+                        {**META, "rig": rig.resized(W, H).to_dict()}).eval()
     frames = [_sample(rig.resized(W, H), seed=s) for s in range(3)]
     clip = _batch(model, frames)
     with torch.no_grad():
@@ -341,7 +344,7 @@ def test_streaming_state_equals_the_clip():
         for k in range(3):
             step = {key: clip[key][:, k] for key in ("images", "intrinsics", "cam2ego")}
             if state is not None:
-                step["prev_bev"], step["ego_motion"] = state, relative_motion(prev_pose, clip["ego2world"][:, k])
+                step["prev_bev"], step["ego_motion"] = state, motion_t(prev_pose, clip["ego2world"][:, k])
             out = model(step, "tensor")
             state, prev_pose = out["bev_state"]["bev_queue"], clip["ego2world"][:, k]
     torch.testing.assert_close(out["det3d"]["heatmap"], ref["det3d"]["heatmap"], atol=1e-4, rtol=1e-4)
@@ -354,7 +357,7 @@ def test_stream_start_sees_a_standing_scene():
     torch.manual_seed(0)
     rig = load_rig("nuscenes6")
     model = build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=3)),
-                        {**META, "rig": rig.to_dict()}).eval()
+                        {**META, "rig": rig.resized(W, H).to_dict()}).eval()
     f0, f1 = (_sample(rig.resized(W, H), seed=s) for s in range(2))
     with torch.no_grad():
         alone = model({k: v[:, 0] for k, v in _batch(model, [f0]).items() if k != "targets"}, "tensor")
@@ -365,7 +368,7 @@ def test_stream_start_sees_a_standing_scene():
         padded = model(_batch(model, [f0, f0, f1]), "tensor")
         step = {k: v[:, 1] for k, v in _batch(model, [f0, f1]).items() if k in ("images", "intrinsics", "cam2ego")}
         streamed = model({**step, "prev_bev": alone["bev_state"]["bev_queue"],
-                          "ego_motion": relative_motion(torch.from_numpy(f0["ego2world"])[None],
+                          "ego_motion": motion_t(torch.from_numpy(f0["ego2world"])[None],
                                                         torch.from_numpy(f1["ego2world"])[None])}, "tensor")
     torch.testing.assert_close(padded["det3d"]["heatmap"], streamed["det3d"]["heatmap"], atol=1e-4, rtol=1e-4)
 
@@ -390,11 +393,11 @@ def test_onnx_export_of_the_fused_model_equals_eager(tmp_path, method, lift_op):
     torch.manual_seed(0)
     rig = load_rig("nuscenes6")
     model = build_model(dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2, method=method)),
-                        {**META, "rig": rig.to_dict()}).eval()
+                        {**META, "rig": rig.resized(W, H).to_dict()}).eval()
     wrapped = _Exported(model).eval()
     images = torch.rand(1, len(rig), 3, H, W)
     prev = torch.randn(1, 1, 16, 32, 32)
-    motion = relative_motion(torch.eye(4, dtype=torch.float64)[None],
+    motion = motion_t(torch.eye(4, dtype=torch.float64)[None],
                              torch.from_numpy(make_transform(rot_z(0.05), [1.3, 0.2, 0.0]))[None])
     path = tmp_path / "bev.onnx"
     torch.onnx.export(wrapped, (images, prev, motion), str(path), dynamo=False, opset_version=17,

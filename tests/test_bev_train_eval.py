@@ -19,7 +19,9 @@ from hydranet.evaluate import evaluate_checkpoint, viz_checkpoint
 from hydranet.metrics import DETECTION_NAMES, DetectionConfig, category_to_detection_name, evaluate_boxes, evaluate_nuscenes
 from hydranet.nuscenes_results import (DETECTION_NAME, frame_eval_boxes, frame_results, sample_token, token,
                                        write_results)
-from hydranet.train import build_training_data, load_checkpoint, load_experiment, model_from_checkpoint, train
+from hydranet.experiment import load_experiment
+from hydranet.checkpoint import load_checkpoint, model_from_checkpoint
+from hydranet.train import build_training_data, train
 from sim.config import SimConfig
 from sim.generate import generate_dataset
 from sim.nuscenes_export import CATEGORY, export_nuscenes

@@ -6,7 +6,7 @@ import pytest
 from fake_samples import FAKE_META
 from hydranet.config import ConfigError, load_config
 from hydranet.models import build_model
-from hydranet.train import load_experiment
+from hydranet.experiment import load_experiment
 from sim.config import SimConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -15,8 +15,11 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from hydranet.train import DataConfig, ExperimentConfig, load_checkpoint, load_experiment, model_from_checkpoint, train
-from deploy.export import ExportError, export_checkpoint, export_model, read_metadata, set_metadata
+from hydranet.experiment import DataConfig, ExperimentConfig, load_experiment
+from hydranet.checkpoint import load_checkpoint, model_from_checkpoint
+from hydranet.train import train
+from deploy.export import ExportError, export_checkpoint, export_model
+from deploy.metadata import read_metadata, set_metadata
 from deploy.runtime import DeployError, HydraRuntime
 from deploy.trt_check import check_tensorrt
 from deploy.tensorrt import tensorrt_available
@@ -120,7 +123,7 @@ def test_export_is_one_checked_graph_with_every_head_and_metadata(run):
 
 def test_parity_failure_fails_the_export_and_leaves_no_file(run, tmp_path):
     from deploy.export import sim_frames
-    from hydranet.train import config_from_checkpoint
+    from hydranet.checkpoint import config_from_checkpoint
 
     c = load_checkpoint(run["ckpt"])
     cfg = config_from_checkpoint(c)
@@ -212,7 +215,7 @@ def test_bev_video_model_exports_with_explicit_state_and_runtime_carries_it(tmp_
     torch.manual_seed(0)
     rig = load_rig("nuscenes6")
     mcfg = dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2))
-    meta = {**META, "rig": rig.to_dict()}
+    meta = {**META, "rig": rig.resized(96, 64).to_dict()}
     model = build_model(mcfg, meta).eval()
     cfg = ExperimentConfig(data=DataConfig(image_size=(64, 96)), model=mcfg)
     samples = [_sample(rig.resized(96, 64), seed=s) for s in range(2)]
@@ -227,11 +230,11 @@ def test_bev_video_model_exports_with_explicit_state_and_runtime_carries_it(tmp_
     rt = HydraRuntime(tmp_path / "bev.onnx")
     assert rt.state_spec == {"input": "prev_bev", "output": "bev_state.bev_queue", "motion": "ego_motion"}
     with torch.no_grad():
-        from hydranet.models.video import relative_motion
+        from hydranet.stream import relative_motion
 
         x0, x1 = (torch.from_numpy(f["images"])[None].float() / 255 for f in frames)
         ref0 = model({"images": x0}, "predict")
-        motion = relative_motion(torch.from_numpy(samples[0]["ego2world"])[None], torch.from_numpy(samples[1]["ego2world"])[None])
+        motion = torch.from_numpy(relative_motion(samples[0]["ego2world"][None], samples[1]["ego2world"][None]))
         ref1 = model({"images": x1, "prev_bev": ref0["bev_state"]["bev_queue"], "ego_motion": motion}, "predict")
     got0 = rt(list(samples[0]["images"]), ego2world=samples[0]["ego2world"])
     with pytest.raises(DeployError, match="video module"):

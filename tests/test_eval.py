@@ -11,8 +11,9 @@ import cv2
 import pytest
 
 from hydranet.cli import main
-from hydranet.models.config import ALL_TASKS
-from hydranet.train import load_experiment, train
+from hydranet.tasks import TASKS
+from hydranet.experiment import load_experiment
+from hydranet.train import train
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,9 +40,9 @@ def test_eval_writes_metrics_for_every_head_and_coco_json(run, capsys):
                  "--save-predictions", str(preds), "--quiet"]) == 0
     table = capsys.readouterr().out
     metrics = json.loads(out.read_text())
-    assert set(metrics["model"]) == set(ALL_TASKS) == set(metrics["baseline"]) == set(metrics["beats_baseline"])
+    assert set(metrics["model"]) == set(TASKS) == set(metrics["baseline"]) == set(metrics["beats_baseline"])
     assert metrics["baseline"]["det2d"]["mAP"] == 0.0  # the empty detection set
-    for task in ALL_TASKS:
+    for task in TASKS:
         assert task in table
     from pycocotools.coco import COCO
 
@@ -79,5 +80,46 @@ def test_on_outputs_sees_raw_outputs_and_leaves_the_metrics_unchanged(run):
                                  on_outputs=lambda raw, batch: seen.append((set(raw), batch["images"].shape[0])))
     plain = evaluate_checkpoint(tmp / "run", data, tmp / "plain.json", progress=False)
     assert sum(b for _, b in seen) == probed["frames"] == 4
-    assert all(keys == set(ALL_TASKS) for keys, _ in seen)
+    assert all(keys == set(TASKS) for keys, _ in seen)
     assert json.dumps(probed["model"], sort_keys=True) == json.dumps(plain["model"], sort_keys=True)
+
+
+def test_new_head_is_evaluated_and_drawn(run, monkeypatch):
+    """A head defined outside the package (the worked example of docs/adding_a_head.md) gets its
+    metric, its baseline row, its primary-metric verdict and its picture panel from the generic
+    evaluator and picture code: nothing in hydranet/evaluate.py or viz.py names it."""
+    import re
+    import importlib.util
+    import sys
+
+    from hydranet.data import SimDataset
+    from hydranet.evaluate import evaluate, evaluation_frames, format_table
+    from hydranet.models import ModelConfig, TaskConfig, build_model
+    from hydranet.stream import predict_frame
+    from hydranet.tasks import TASKS as REGISTRY
+    from hydranet.viz import prediction_picture
+
+    code = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "adding_a_head.md").read_text(), re.S)[0]
+    spec = importlib.util.spec_from_loader("doc_sky_eval", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    exec(compile(code, "adding_a_head.md", "exec"), module.__dict__)
+    monkeypatch.setitem(REGISTRY, "sky", module.SkyTask.from_meta)
+
+    _, data = run
+    cfg = load_experiment(REPO / "configs" / "tiny.yaml", [f"data.root={data}", "data.cameras=[CAM_FRONT]"])
+    pictures = {}
+    for heads in (("det2d",), ("det2d", "sky")):
+        mcfg = ModelConfig(backbone="tiny", neck_width=16, neck_repeats=1, tasks=tuple(TaskConfig(h) for h in heads))
+        model = build_model(mcfg, SimDataset(data, cameras=["CAM_FRONT"], channels=()).meta)
+        frames = evaluation_frames(model, cfg, data)
+        results = evaluate(model, frames)
+        sample, pred = predict_frame(model, frames, 0)
+        pictures[heads] = prediction_picture(model, sample, pred, frames.data.meta)
+    assert set(results["model"]["sky"]) == {"iou"} and 0.0 <= results["model"]["sky"]["iou"] <= 1.0
+    assert results["baseline"]["sky"] == {"iou": 0.0}  # "no sky" never overlaps the sky
+    assert results["baseline_kind"]["sky"] == "no sky" and results["primary"]["sky"] == "iou"
+    assert results["beats_baseline"]["sky"] == (results["model"]["sky"]["iou"] > 0.01)
+    assert "sky" in format_table(results) and "no sky" in format_table(results)
+    # the sky panel is one more tile in the camera's row
+    assert pictures[("det2d", "sky")].shape[1] == pictures[("det2d",)].shape[1] + 160

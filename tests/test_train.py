@@ -14,8 +14,9 @@ import torch
 
 from hydranet.data import DatasetError, SimDataset
 from hydranet.loader import Augmenter, StepBatchSampler, resize_crop
-from hydranet.train import (TrainingDiverged, build_training_data, load_checkpoint, load_experiment,
-                            model_from_checkpoint, train)
+from hydranet.experiment import load_experiment
+from hydranet.checkpoint import load_checkpoint, model_from_checkpoint
+from hydranet.train import TrainingDiverged, build_training_data, train
 from hydranet.models import build_model
 
 REPO = Path(__file__).resolve().parents[1]

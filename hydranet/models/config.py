@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+
 @dataclass(frozen=True)
 class TaskConfig:
     """One task: its registry name, its loss weight in the balancer, its constructor options."""
@@ -30,9 +31,6 @@ class TaskConfig:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-ALL_TASKS = ("det2d", "lanes", "drivable", "depth", "normals", "signs_lights")
-
-
 @dataclass(frozen=True)
 class BevConfig:
     """The BEV grid, the view transform and the video module (docs/bev.md).
@@ -40,8 +38,8 @@ class BevConfig:
     x_range/y_range/resolution: the grid in ego metres; None = the dataset's meta["bev"] extent
     with its resolution times `downsample`. heights: ego z (m) of the points each cell is projected
     at (method "lut"). depth_bins: [min, max, step] metres and z_range: [min, max] ego z of the
-    frustum points kept (method "lss"). image_size: [H, W] model input (None = the rig's common
-    camera size). video_frames: queue length including the current frame (1 = no video module); video_fuse_depth: 3x3 conv layers
+    frustum points kept (method "lss"). The input size is the model rig's (meta["rig"], resized to
+    data.image_size by training). video_frames: queue length including the current frame (1 = no video module); video_fuse_depth: 3x3 conv layers
     that fuse the current and the aligned past maps."""
 
     x_range: tuple[float, float] | None = None
@@ -55,7 +53,6 @@ class BevConfig:
     z_range: tuple[float, float] = (-1.0, 4.0)
     depth_weight: float = 0.0  # lss: weight of the depth supervision by the camera depth maps (BEVDepth); 0 = off
     encoder_depth: int = 2
-    image_size: tuple[int, int] | None = None
     video_frames: int = 1
     video_fuse_depth: int = 1  # 3x3 conv layers fusing the aligned queue
 
@@ -68,5 +65,12 @@ class ModelConfig:
     neck_repeats: int = 2
     neck_levels: int = 3
     balancer: str = "fixed"
-    tasks: tuple[TaskConfig, ...] = tuple(TaskConfig(n) for n in ALL_TASKS)
+    tasks: tuple[TaskConfig, ...] = field(default_factory=lambda: camera_tasks())  # every registered camera task
     bev: BevConfig = field(default_factory=BevConfig)
+
+
+def camera_tasks() -> tuple[TaskConfig, ...]:
+    """A TaskConfig for every registered camera task (the default model.tasks)."""
+    from hydranet.tasks import TASKS
+
+    return tuple(TaskConfig(name) for name in TASKS)

@@ -37,7 +37,7 @@ from hydranet.models.config import BevConfig, ModelConfig
 from hydranet.models.state_dict import load_state_dict_checked
 from hydranet.models.video import BevFusion, VideoQueue
 from hydranet.models.depth_lift import DepthViewTransform
-from hydranet.models.view_transform import LutViewTransform, calibration_of, rig_input_size
+from hydranet.models.view_transform import LutViewTransform
 from hydranet.rig import rig_from_dict
 from hydranet.tasks import BEV_TASKS, Task, build_task
 
@@ -91,6 +91,12 @@ class HydraNet(nn.Module):
                              f"{sorted(self.objectives)} (heads + auxiliary)")
         self.register_buffer("mean", torch.tensor(_IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(_IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    @property
+    def video_frames(self) -> int:
+        """The clip length the model sees: its video queue length, 1 without the video module."""
+        video = getattr(self.fusion, "video", None)
+        return int(video.frames) if video is not None else 1
 
     @property
     def size_divisor(self) -> int:
@@ -205,7 +211,7 @@ def build_fusion(cfg: BevConfig, meta: Mapping[str, Any], in_channels: int, stri
     view = VIEW_TRANSFORMS[cfg.method](in_channels, grid, stride, cfg)
     if "rig" in meta:
         rig = rig_from_dict(meta["rig"], "meta rig")
-        K, T, cam_names = calibration_of(rig, rig_input_size(rig, cfg.image_size))
-        view.set_calibration(K, T, rig_input_size(rig, cfg.image_size), cam_names)
+        K, T, cam_names = rig.calibration()
+        view.set_calibration(K, T, rig.common_size(), cam_names)
     video = VideoQueue(cfg.channels, grid, cfg.video_frames, cfg.video_fuse_depth) if cfg.video_frames > 1 else None
     return BevFusion(view, video)

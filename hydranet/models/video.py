@@ -28,16 +28,8 @@ from torch import nn
 
 from hydranet.bevgrid import BevGrid
 from hydranet.models.view_transform import ViewTransform, batch_calibration
-from hydranet.tasks.base import conv_bn_relu
-
-
-def relative_motion(ego2world_prev: torch.Tensor, ego2world_cur: torch.Tensor) -> torch.Tensor:
-    """(..., 4, 4) poses -> previous-ego -> current-ego transform inv(E_cur) @ E_prev, computed in
-    float64 (world coordinates can be large) and returned as float32."""
-    a, b = ego2world_prev.double(), ego2world_cur.double()
-    R, t = b[..., :3, :3], b[..., :3, 3:]
-    inv = torch.cat([torch.cat([R.transpose(-1, -2), -R.transpose(-1, -2) @ t], -1), b[..., 3:, :]], -2)
-    return (inv @ a).float()
+from hydranet.models.layers import conv_bn_relu
+from hydranet.stream import relative_motion
 
 
 class VideoQueue(nn.Module):
@@ -133,24 +125,9 @@ class BevFusion(nn.Module):
         if T > 1:
             if "ego2world" not in batch:
                 raise ValueError("a clip batch (images (B, T, N, 3, H, W)) needs batch['ego2world'] (B, T, 4, 4)")
-            poses = torch.as_tensor(batch["ego2world"]).to(bev.device)  # (B, T, 4, 4)
-            steps = relative_motion(poses[:, :-1], poses[:, 1:])  # (B, T-1, 4, 4)
+            poses = np.asarray(torch.as_tensor(batch["ego2world"]).detach().cpu(), np.float64)  # (B, T, 4, 4)
+            steps = torch.from_numpy(relative_motion(poses[:, :-1], poses[:, 1:])).to(bev.device)  # (B, T-1, 4, 4)
         for t in range(T):
             m = motion if t == 0 else steps[:, t - 1]
             fused, queue = self.video(bev[:, t], queue, m.to(bev.dtype))
         return fused, {"bev_queue": queue}, aux
-
-
-def clip_batch(tasks: Mapping[str, Any], clips: Sequence[Sequence[Mapping]]) -> dict[str, Any]:
-    """A training batch from clips (`SimDataset.clip(i, T)` lists, oldest first) with the targets of
-    `tasks` (pass `model.target_builders()`: heads and auxiliary objectives): images float
-    (B, T, N, 3, H, W) in [0, 1], intrinsics (B, T, N, 3, 3), cam2ego (B, T, N, 4, 4), ego2world
-    (B, T, 4, 4) and the targets of each clip's last frame."""
-    images = np.stack([np.stack([f["images"] for f in c]) for c in clips])  # (B, T, N, H, W, 3)
-    return {
-        "images": torch.from_numpy(images).permute(0, 1, 2, 5, 3, 4).float() / 255,
-        "intrinsics": torch.from_numpy(np.stack([np.stack([f["intrinsics"] for f in c]) for c in clips])).float(),
-        "cam2ego": torch.from_numpy(np.stack([np.stack([f["cam2ego"] for f in c]) for c in clips])).float(),
-        "ego2world": torch.from_numpy(np.stack([np.stack([f["ego2world"] for f in c]) for c in clips])),
-        "targets": {name: task.collate([task.build_targets(c[-1]) for c in clips]) for name, task in tasks.items()},
-    }

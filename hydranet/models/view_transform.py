@@ -18,7 +18,7 @@ naming its cameras.
 Calibration: `set_calibration(K, cam2ego, image_hw)` precomputes the table (build_model does it
 from meta["rig"]); a batch carrying `intrinsics`/`cam2ego` uses the table of that calibration,
 computed on first sight and cached (augmentations that change K just add cache entries). Cameras
-of different resolutions are resized to one model input size with K scaled (`resize_cameras`).
+of different resolutions are resized to one model input size first (`hydranet.rig.Rig.resized`).
 """
 from __future__ import annotations
 
@@ -27,13 +27,12 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 import torch
 from torch import nn
 
 from hydranet.bevgrid import BevGrid
-from hydranet.tasks.base import MergeLevels, conv_bn_relu
+from hydranet.models.layers import MergeLevels, conv_bn_relu
 
 MIN_DEPTH = 0.1  # metres in front of the camera for a point to count as seen
 _CACHE_SIZE = 16
@@ -248,43 +247,6 @@ class LutViewTransform(ViewTransform):
 
     def lift(self, x: torch.Tensor, tables: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return lift_features(x, *tables, self.grid.shape)
-
-
-def resize_cameras(images: Sequence[np.ndarray], intrinsics: np.ndarray, size_hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Cameras of different resolutions -> one model input size: images N x (H_n, W_n, 3) uint8 are
-    resized (bilinear) to size_hw = (H, W) and K scaled per axis with the pixel-centre convention
-    (as `Camera.scaled`). Returns images (N, H, W, 3) and intrinsics (N, 3, 3) float32."""
-    H, W = size_hw
-    out, Ks = [], []
-    for img, K in zip(images, np.asarray(intrinsics, np.float64), strict=True):
-        sy, sx = H / img.shape[0], W / img.shape[1]
-        out.append(cv2.resize(img, (W, H), interpolation=cv2.INTER_LINEAR))
-        K = K.copy()
-        K[0, :2] *= sx
-        K[1, 1] *= sy
-        K[0, 2] = (K[0, 2] + 0.5) * sx - 0.5
-        K[1, 2] = (K[1, 2] + 0.5) * sy - 0.5
-        Ks.append(K)
-    return np.stack(out), np.stack(Ks).astype(np.float32)
-
-
-def rig_input_size(rig, image_size: tuple[int, int] | None) -> tuple[int, int]:
-    """(H, W) the model sees for a rig: `image_size` if given, else the cameras' common size
-    (a rig with several resolutions must name one: model.bev.image_size)."""
-    if image_size is not None:
-        return tuple(image_size)
-    sizes = {(c.height, c.width) for c in rig.cameras}
-    if len(sizes) > 1:
-        detail = ", ".join(f"{c.name} {c.width}x{c.height}" for c in rig.cameras)
-        raise ValueError(f"rig cameras have different resolutions ({detail}); set model.bev.image_size [H, W] and "
-                         "resize the images to it (hydranet.models.view_transform.resize_cameras)")
-    return sizes.pop()
-
-
-def calibration_of(rig, size_hw: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """K (N, 3, 3) scaled to size_hw, cam2ego (N, 4, 4), names of a `hydranet.rig.Rig`."""
-    cams = [c.scaled(size_hw[1], size_hw[0]) for c in rig.cameras]
-    return np.stack([c.K for c in cams]), np.stack([c.cam2ego for c in cams]), [c.name for c in cams]
 
 
 def batch_calibration(batch: Mapping, frames: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:

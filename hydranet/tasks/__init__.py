@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hydranet.tasks.base import Metric, Task, to_device
+from hydranet.tasks.base import Metric, PrimaryMetric, Task
 from hydranet.tasks.bevmap import BevMapTask
 from hydranet.tasks.depth import DepthTask
 from hydranet.tasks.det2d import Det2dTask
@@ -76,4 +76,4 @@ def build_task(name: str, meta: Mapping, in_channels: int, options: Mapping[str,
     return task
 
 
-__all__ = ["BEV_TASKS", "TASKS", "Task", "Metric", "build_task", "register_task", "task_options", "to_device"]
+__all__ = ["BEV_TASKS", "TASKS", "Metric", "PrimaryMetric", "Task", "build_task", "register_task", "task_options"]

@@ -14,17 +14,26 @@ activation in a head; activations belong to `loss` and `decode`). Around the hea
 
 Multi-level merging of dense heads follows the semantic branch of Panoptic FPN (Kirillov et al.,
 CVPR 2019): every pyramid level is upsampled to the finest one and summed.
+
+What the evaluator reads (it names no task): `primary_metric` (the metric a head is judged by and
+its direction), `baseline(targets)` (the metric of the trivial predictor it must beat, over the
+evaluated targets) and `draw(...)` (the head's panel in the prediction picture).
 """
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from hydranet.models.layers import MergeLevels, conv_bn_relu
 
 
 def image_hw(sample: Mapping) -> tuple[int, int]:
@@ -53,26 +62,6 @@ def camera_labels(sample: Mapping, task: str) -> list[dict]:
     if missing:
         raise ValueError(f"task '{task}': labels have no entry for camera '{missing[0]}' (labels cameras: {sorted(cams)})")
     return [cams[n] for n in names]
-
-
-class MergeLevels(nn.Module):
-    """Sum of all pyramid levels upsampled (bilinear) to the finest one: (B, C, H/8, W/8)."""
-
-    def forward(self, feats: Sequence[torch.Tensor]) -> torch.Tensor:
-        out = feats[0]
-        for f in feats[1:]:
-            out = out + F.interpolate(f, size=out.shape[-2:], mode="bilinear", align_corners=False)
-        return out
-
-
-def conv_bn_relu(in_channels: int, width: int, depth: int) -> nn.Sequential:
-    """`depth` x (3x3 conv, BatchNorm, ReLU), the first from `in_channels`, then `width` wide."""
-    layers: list[nn.Module] = []
-    c = in_channels
-    for _ in range(depth):
-        layers += [nn.Conv2d(c, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True)]
-        c = width
-    return nn.Sequential(*layers)
 
 
 class DenseHead(nn.Module):
@@ -106,22 +95,53 @@ class Metric(abc.ABC):
     def compute(self) -> dict[str, float]:
         """The metric values over every update so far."""
 
+    def write_predictions(self, folder: str | Path) -> list[Path]:
+        """Write what was evaluated in the task's exchange format (COCO JSON, a nuScenes
+        submission, ...) into `folder`; returns the files written (none by default)."""
+        return []
+
+
+@dataclass(frozen=True)
+class PrimaryMetric:
+    """The metric a head is judged by: its key in `metric().compute()`, its direction, and the
+    margin by which the model must beat the baseline (absolute, in the metric's unit) to count."""
+
+    name: str
+    higher_is_better: bool = True
+    margin: float = 0.01
+
+    def beats(self, model: float, baseline: float) -> bool:
+        """True when `model` is better than `baseline` by more than the margin (NaN never beats;
+        a NaN baseline, e.g. mAP of no detections, counts as the worst value)."""
+        if math.isnan(model):
+            return False
+        if math.isnan(baseline):
+            return True
+        gain = model - baseline if self.higher_is_better else baseline - model
+        return gain > self.margin
+
 
 class Task(nn.Module, abc.ABC):
     """Base of every task. Subclasses set `self.head` and implement the abstract methods.
 
     Attributes: `name` (the registry key), `in_channels` (channels it expects on every pyramid
     level), `in_stride` (stride of the finest level it expects), `space` ("image": reads the
-    per-camera pyramid; "bev": reads the fused bird's-eye-view features).
+    per-camera pyramid; "bev": reads the fused bird's-eye-view features), `primary_metric` (what
+    the evaluator judges it by) and `baseline_name` (what `baseline` predicts, for the table).
     """
 
     name: str = ""
     space: str = "image"
+    primary_metric: PrimaryMetric | None = None
+    baseline_name: str = ""
 
     def __init__(self, in_channels: int, in_stride: int = 8):
         super().__init__()
         if not self.name:
             raise ValueError(f"{type(self).__name__} must set a class attribute `name`")
+        if not isinstance(self.primary_metric, PrimaryMetric) or not self.baseline_name:
+            raise ValueError(f"{type(self).__name__} must set class attributes `primary_metric` (a PrimaryMetric) and "
+                             "`baseline_name` (see docs/adding_a_head.md)")
         self.in_channels = in_channels
         self.in_stride = in_stride
 
@@ -161,6 +181,20 @@ class Task(nn.Module, abc.ABC):
     def metric(self) -> Metric:
         """A fresh metric accumulator for this task."""
 
+    @abc.abstractmethod
+    def baseline(self, targets: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """The metric of the trivial predictor this head must beat (`baseline_name`), over the
+        evaluated batches' targets (`collate` outputs). It may use statistics of these targets
+        (an oracle constant), which favours the baseline."""
+
+    def draw(self, canvas: np.ndarray, result: Mapping[str, Any], truth: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+        """Draw one decoded result on the prediction picture: camera heads get their camera's
+        image, BEV heads the bird's-eye panel (`hydranet.viz.BevCanvas`). Overlays go onto `canvas`
+        in place; returned (label, RGB image) pairs become extra panels next to it. `truth`: the
+        sample's data for this camera ("image", "labels", "depth", "normals", "drivable") or frame
+        ("labels", "bev"). Default: nothing drawn."""
+        return []
+
     def decoding(self) -> dict[str, Any] | None:
         """{"kind": a `hydranet.decoding.DECODERS` key, "params": its keyword arguments}: how the
         torch-free runtime decodes this head (deploy writes it into the ONNX metadata). None: no
@@ -179,18 +213,22 @@ def decode_numpy(spec: Mapping[str, Any], outputs: Mapping[str, torch.Tensor]) -
     return [{k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in r.items()} for r in results]
 
 
-def to_device(obj: Any, device: torch.device | str) -> Any:
-    """Move tensors inside nested dicts/lists/tuples to `device` (other values unchanged)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
-    if isinstance(obj, Mapping):
-        return {k: to_device(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(to_device(v, device) for v in obj)
-    return obj
-
-
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of `values` where `mask` is true; 0 (with a gradient path) when the mask is empty."""
     mask = mask.to(values.dtype)
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def score_constant(task: Task, targets: Sequence[Mapping[str, Any]], predict) -> dict[str, float]:
+    """`task.metric()` over `targets` of the predictor `predict(batch targets) -> decoded list`:
+    how a baseline is scored by the head's own metric."""
+    m = task.metric()
+    for t in targets:
+        m.update(predict(t), t)
+    return m.compute()
+
+
+def no_detections(count: int, box_dim: int) -> list[dict[str, torch.Tensor]]:
+    """`count` empty detection results (the trivial detection baseline)."""
+    empty = {"boxes": torch.zeros(0, box_dim), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}
+    return [empty] * count

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from hydranet.bevgrid import BevGrid, grid_of, resample_raster
-from hydranet.tasks.base import Metric, Task, conv_bn_relu, decode_numpy, masked_mean, require
+from hydranet.models.layers import conv_bn_relu
+from hydranet.tasks.base import Metric, PrimaryMetric, Task, decode_numpy, masked_mean, require, score_constant
 
 CHANNELS = ("drivable", "lanes", "objects")  # the bev.png channels, in order
 
@@ -43,6 +44,8 @@ class BevMapTask(Task):
 
     name = "bevmap"
     space = "bev"
+    primary_metric = PrimaryMetric("mIoU")
+    baseline_name = "per-cell majority"
 
     def __init__(self, in_channels: int, grid: BevGrid, source_grid: BevGrid | None, channels: Sequence[str] = CHANNELS,
                  width: int = 32, depth: int = 2, drivable_fraction: float = 0.5,
@@ -91,6 +94,20 @@ class BevMapTask(Task):
     def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
         """sigmoid > threshold per channel: `hydranet.decoding.decode_multi_mask` (shared with deploy)."""
         return decode_numpy(self.decoding(), outputs)
+
+    def baseline(self, targets: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """The per-cell majority map of the evaluated frames."""
+        frac = sum(t["mask"].double().sum(0) for t in targets) / sum(len(t["mask"]) for t in targets)
+        majority = frac > 0.5  # (K, X, Y)
+        return score_constant(self, targets, lambda t: [{"mask": majority}] * len(t["mask"]))
+
+    def draw(self, canvas, result: Mapping[str, Any], truth: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+        """The predicted map on the BEV canvas (a `hydranet.viz.BevCanvas`): drivable grey, lanes white."""
+        mask = result["mask"].cpu().numpy()  # (K, X, Y)
+        for name, color in (("drivable", (80, 80, 85)), ("lanes", (230, 230, 230))):
+            if name in self.channels:
+                canvas.paint(mask[self.channels.index(name)], color)
+        return []
 
     def metric(self) -> ChannelIoU:
         return ChannelIoU(self.channels)

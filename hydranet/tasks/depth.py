@@ -9,19 +9,22 @@ pixel seen: AbsRel, RMSE (metres) and delta < 1.25 (Eigen et al.).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from hydranet.tasks.base import DenseHead, Metric, Task, decode_numpy, require
+from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, decode_numpy, require, score_constant
+from hydranet.viz import depth_rgb
 
 
 class DepthTask(Task):
     """Per camera: log-depth logits (B*N, 1, H, W); decode: depth (H, W) metres."""
 
     name = "depth"
+    primary_metric = PrimaryMetric("abs_rel", higher_is_better=False)
+    baseline_name = "mean depth"
 
     def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32, max_depth: float = 100.0,
                  min_depth: float = 0.1, silog_lambda: float = 0.85):
@@ -57,6 +60,17 @@ class DepthTask(Task):
     def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
         """exp of the clamped log depth: `hydranet.decoding.decode_depth` (shared with deploy)."""
         return decode_numpy(self.decoding(), outputs)
+
+    def baseline(self, targets: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """The mean valid depth of the evaluated frames, everywhere."""
+        valid = [(t["depth"] > 0) & (t["depth"] <= self.max_depth) for t in targets]
+        total = sum(float(t["depth"][v].double().sum()) for t, v in zip(targets, valid))
+        mean = total / max(sum(int(v.sum()) for v in valid), 1)
+        return score_constant(self, targets, lambda t: [{"depth": torch.full(t["depth"].shape[-2:], mean)}] * len(t["depth"]))
+
+    def draw(self, canvas: np.ndarray, result: Mapping[str, Any], truth: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+        panels = [("depth truth", depth_rgb(truth["depth"]))] if "depth" in truth else []
+        return panels + [("depth prediction", depth_rgb(result["depth"].cpu().numpy()))]
 
     def metric(self) -> DepthMetric:
         return DepthMetric(self.max_depth)

@@ -24,7 +24,10 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
 
-from hydranet.tasks.base import MergeLevels, Metric, Task, camera_labels, decode_numpy, image_hw
+from hydranet.models.layers import MergeLevels
+from hydranet.tasks.base import (Metric, PrimaryMetric, Task, camera_labels, decode_numpy, image_hw, no_detections,
+                                 score_constant)
+from hydranet.viz import draw_camera
 
 _GAUSS_ALPHA = 0.54  # TTFNet: Gaussian sigma = alpha * size / 6
 
@@ -104,6 +107,8 @@ class Det2dTask(Task):
     """
 
     name = "det2d"
+    primary_metric = PrimaryMetric("mAP50")
+    baseline_name = "empty detections"
 
     def __init__(self, classes: Sequence[str], in_channels: int, in_stride: int = 8, out_stride: int = 4,
                  width: int = 64, heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
@@ -124,7 +129,7 @@ class Det2dTask(Task):
 
     @classmethod
     def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> Det2dTask:
-        return cls(_meta_list(meta, "classes", cls.name), in_channels, **options)
+        return cls(meta_list(meta, "classes", cls.name), in_channels, **options)
 
     def box_label(self, box: Mapping, where: str) -> int | None:
         """Class id of one labels `boxes2d` entry, None for boxes this task does not detect."""
@@ -186,8 +191,20 @@ class Det2dTask(Task):
     def metric(self) -> CocoMetric:
         return CocoMetric(self.classes)
 
+    def baseline(self, targets: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        return score_constant(self, targets, lambda t: no_detections(len(t["gt_boxes"]), 4))
 
-def _meta_list(meta: Mapping, key: str, task: str) -> list[str]:
+    def draw(self, canvas: np.ndarray, result: Mapping[str, Any], truth: Mapping[str, Any],
+             min_score: float = 0.3) -> list[tuple[str, np.ndarray]]:
+        """Boxes scoring at least `min_score`, labelled with class and score."""
+        boxes = [{"bbox": b, "class": self.classes[lab], "score": sc}
+                 for b, sc, lab in zip(result["boxes"].cpu().tolist(), result["scores"].cpu().tolist(),
+                                       result["labels"].cpu().tolist()) if sc >= min_score]
+        canvas[:] = draw_camera(canvas, {"boxes2d": boxes}, self.classes)
+        return []
+
+
+def meta_list(meta: Mapping, key: str, task: str) -> list[str]:
     if key not in meta or not meta[key]:
         raise ValueError(f"task '{task}' needs the dataset meta key '{key}' (a list of names); meta has {sorted(meta)}")
     return list(meta[key])
@@ -263,6 +280,12 @@ class CocoMetric(Metric):
 
     def compute(self) -> dict[str, float]:
         return coco_map(*coco_dicts(self.gts, self.preds, self.classes))
+
+    def write_predictions(self, folder: str | Path) -> list[Path]:
+        """COCO JSON of the evaluated ground truth and predictions: FOLDER/det2d_gt.json, det2d_predictions.json."""
+        gt, pred = Path(folder) / "det2d_gt.json", Path(folder) / "det2d_predictions.json"
+        self.write_json(gt, pred)
+        return [gt, pred]
 
     def write_json(self, gt_path: str | Path, pred_path: str | Path) -> None:
         """Everything seen so far as COCO JSON files."""

@@ -8,13 +8,17 @@ heading as (sin, cos) and the velocity (vx, vy) over the ground in ego axes (L1)
 
 Decoding keeps 3x3 local maxima of the heatmap (CenterPoint's "circle NMS"-free variant) and
 returns per frame boxes (K, 9) = x, y, z, l, w, h, yaw, vx, vy in the ego frame, scores and class
-ids. The metric here is a light nuScenes-style mAP over centre distances 0.5/1/2/4 m with the
-mean translation error; the full nuScenes metrics (NDS, mASE, mAOE, mAVE, mAAE) live in
-hydranet/metrics.
+ids. The metric is a light nuScenes-style mAP over centre distances 0.5/1/2/4 m with the mean
+translation error and, for frames whose targets carry their sample token (every dataset frame),
+the full nuScenes metrics ("nuscenes/mAP", "nuscenes/NDS", "nuscenes/mATE".."nuscenes/mAAE":
+hydranet.metrics on GT built from the labels as the nuScenes export filters them,
+hydranet/nuscenes_results.py); its predictions can be written as a nuScenes submission whose
+sample tokens are those of `export_nuscenes` of the same dataset.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +26,10 @@ import torch
 from torch import nn
 
 from hydranet.bevgrid import BevGrid, grid_of
-from hydranet.tasks.base import Metric, Task, decode_numpy, require
+from hydranet.metrics import DetectionConfig, evaluate_boxes
+from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
+                                       write_results)
+from hydranet.tasks.base import Metric, PrimaryMetric, Task, decode_numpy, no_detections, require, score_constant
 from hydranet.tasks.det2d import _GAUSS_ALPHA, focal_loss_with_logits
 
 BOX_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle",
@@ -92,6 +99,8 @@ class Det3dTask(Task):
 
     name = "det3d"
     space = "bev"
+    primary_metric = PrimaryMetric("nuscenes/NDS")
+    baseline_name = "empty detections"
 
     def __init__(self, classes: Sequence[str], in_channels: int, grid: BevGrid, width: int = 64,
                  heatmap_weight: float = 1.0, offset_weight: float = 1.0, height_weight: float = 1.0,
@@ -130,8 +139,11 @@ class Det3dTask(Task):
     def build_targets(self, sample: Mapping) -> dict[str, Any]:
         boxes, labels = self.frame_boxes(sample)
         heat, reg, mask = encode_boxes3d(boxes, labels, len(self.classes), self.grid)
+        frame = {"token": sample_token(sample["scene"], sample["frame_dir"]) if "frame_dir" in sample else None,
+                 "ego2world": np.asarray(sample.get("ego2world", np.eye(4)), np.float64),
+                 "boxes3d": require(sample, "labels", self.name).get("boxes3d", [])}  # for the nuScenes metrics
         return {"heatmap": heat[None], **{k: v[None] for k, v in reg.items()}, "mask": mask[None],  # (1, ...)
-                "gt_boxes": [boxes], "gt_labels": [labels]}
+                "gt_boxes": [boxes], "gt_labels": [labels], "frames": [frame]}
 
     def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         if outputs["heatmap"].shape != targets["heatmap"].shape:
@@ -155,8 +167,23 @@ class Det3dTask(Task):
         """3x3 peaks on the BEV grid, top-k: `hydranet.decoding.decode_centerpoint` (shared with deploy)."""
         return decode_numpy(self.decoding(), outputs)
 
-    def metric(self) -> CenterDistanceAP:
-        return CenterDistanceAP(self.classes)
+    def metric(self) -> Det3dMetric:
+        return Det3dMetric(self.classes)
+
+    def baseline(self, targets: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        return score_constant(self, targets, lambda t: no_detections(len(t["gt_boxes"]), 9))
+
+    def draw(self, canvas, result: Mapping[str, Any], truth: Mapping[str, Any],
+             min_score: float = 0.3) -> list[tuple[str, np.ndarray]]:
+        """True boxes of its classes as white outlines, predicted boxes (score >= min_score) with
+        velocity arrows, on the BEV canvas (a `hydranet.viz.BevCanvas`)."""
+        gt = [b for b in truth["labels"].get("boxes3d", []) if b["class"] in self.classes and b.get("num_pixels", 1) > 0]
+        canvas.boxes(canvas.inside(gt), self.classes, outline=True)
+        boxes, scores, labels = (result[k].cpu().numpy() for k in ("boxes", "scores", "labels"))
+        canvas.boxes([{"center": b[:3].tolist(), "size": b[3:6].tolist(), "yaw": float(b[6]),
+                       "velocity": [float(b[7]), float(b[8])], "class": self.classes[int(lab)]}
+                      for b, sc, lab in zip(boxes.reshape(-1, 9), scores, labels) if sc >= min_score], self.classes)
+        return []
 
 
 def average_precision(scores: np.ndarray, tp: np.ndarray, num_gt: int, min_recall: float = 0.1,
@@ -222,3 +249,40 @@ class CenterDistanceAP(Metric):
         out["mAP"] = float(np.mean(aps)) if aps else float("nan")
         out["mATE"] = float(np.mean(ates)) if ates else float("nan")
         return out
+
+
+class Det3dMetric(CenterDistanceAP):
+    """CenterDistanceAP plus the nuScenes detection metrics (hydranet.metrics) over the frames
+    whose targets carry a sample token; `write_predictions` writes the nuScenes submission."""
+
+    def __init__(self, classes: Sequence[str]):
+        super().__init__(classes)
+        self.config = DetectionConfig()
+        self.submission: dict[str, list] = {}
+        self.gt: dict[str, list] = {}
+        self.pred: dict[str, list] = {}
+
+    def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
+        super().update(decoded, targets)
+        for det, frame in zip(decoded, targets.get("frames", [None] * len(decoded)), strict=True):
+            if frame is None or frame["token"] is None:
+                continue
+            tok, pose = frame["token"], frame["ego2world"]
+            entries = frame_results(det["boxes"].cpu().numpy(), det["scores"].cpu().numpy(), det["labels"].cpu().numpy(),
+                                    self.classes, pose, tok)
+            self.submission[tok] = entries
+            self.pred[tok] = result_eval_boxes(entries, pose, self.config)
+            self.gt[tok] = frame_eval_boxes({"boxes3d": frame["boxes3d"]}, pose, tok, self.config)
+
+    def compute(self) -> dict[str, float]:
+        out = super().compute()
+        if self.gt:
+            m = evaluate_boxes(self.gt, self.pred, self.config)[0]
+            out.update({"nuscenes/mAP": float(m.mean_ap), "nuscenes/NDS": float(m.nd_score)})
+            short = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
+            out.update({f"nuscenes/{short[k]}": float(v) for k, v in m.tp_errors.items()})
+        return out
+
+    def write_predictions(self, folder: str | Path) -> list[Path]:
+        """The nuScenes submission of every evaluated frame: FOLDER/nuscenes_results.json."""
+        return [write_results(Path(folder) / "nuscenes_results.json", self.submission)] if self.submission else []

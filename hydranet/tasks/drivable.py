@@ -8,20 +8,24 @@ reader derives it from `semantic` in {road, lane_marking, crosswalk}).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hydranet.tasks.base import DenseHead, Metric, Task, decode_numpy, require
+from hydranet.viz import draw_camera
+
+from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, decode_numpy, require, score_constant
 
 
 class DrivableTask(Task):
     """Per camera: logits (B*N, 1, H, W); decode: bool mask (H, W) per image."""
 
     name = "drivable"
+    primary_metric = PrimaryMetric("iou")
+    baseline_name = "per-pixel majority"
 
     def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32, pos_weight: float = 1.0,
                  threshold: float = 0.5):
@@ -49,6 +53,16 @@ class DrivableTask(Task):
     def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
         """sigmoid > threshold: `hydranet.decoding.decode_binary_mask` (shared with deploy)."""
         return decode_numpy(self.decoding(), outputs)
+
+    def baseline(self, targets: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """The per-pixel majority mask of the evaluated frames."""
+        frac = sum(t["mask"].double().sum(0) for t in targets) / sum(len(t["mask"]) for t in targets)
+        majority = frac[0] > 0.5  # (H, W)
+        return score_constant(self, targets, lambda t: [{"mask": majority}] * len(t["mask"]))
+
+    def draw(self, canvas: np.ndarray, result: Mapping[str, Any], truth: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+        canvas[:] = draw_camera(canvas, {}, [], result["mask"].cpu().numpy())
+        return []
 
     def metric(self) -> BinaryIoU:
         return BinaryIoU()

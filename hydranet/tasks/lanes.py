@@ -11,7 +11,7 @@ for non-overlapping lanes), and a match with IoU >= 0.5 is a true positive.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cv2
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hydranet.tasks.base import DenseHead, Metric, Task, camera_labels, decode_numpy, image_hw
+from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, camera_labels, decode_numpy, image_hw, score_constant
 from hydranet.tasks.drivable import BinaryIoU
 
 CULANE_WIDTH_FRAC = 30 / 590  # CULane evaluation draws lanes 30 px wide on 590-row images
@@ -47,6 +47,8 @@ class LanesTask(Task):
     int32 with 0 = background and 1..K one lane each}."""
 
     name = "lanes"
+    primary_metric = PrimaryMetric("pixel_iou")
+    baseline_name = "no lanes"
 
     def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32, line_width_frac: float = 0.02,
                  pos_weight: float = 4.0, threshold: float = 0.5, min_area_frac: float = 2e-4,
@@ -89,6 +91,19 @@ class LanesTask(Task):
 
     def metric(self) -> LaneMetric:
         return LaneMetric(self.line_width_frac, self.eval_width_frac)
+
+    def baseline(self, targets: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """No lane pixels anywhere (the per-pixel majority)."""
+        def predict(t):
+            hw = t["mask"].shape[-2:]
+            empty = {"mask": torch.zeros(hw, dtype=torch.bool), "instances": torch.zeros(hw, dtype=torch.int32)}
+            return [empty] * len(t["mask"])
+
+        return score_constant(self, targets, predict)
+
+    def draw(self, canvas: np.ndarray, result: Mapping[str, Any], truth: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+        canvas[result["mask"].cpu().numpy()] = (255, 255, 255)
+        return []
 
 
 def match_f1_counts(pred: np.ndarray, gt: np.ndarray, iou_threshold: float = 0.5) -> tuple[int, int, int]:

@@ -8,20 +8,23 @@ under 11.25, 22.5 and 30 degrees (Fouhey et al., ICCV 2013).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hydranet.tasks.base import DenseHead, Metric, Task, decode_numpy, masked_mean, require
+from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, decode_numpy, masked_mean, require, score_constant
+from hydranet.viz import normals_rgb
 
 
 class NormalsTask(Task):
     """Per camera: raw vectors (B*N, 3, H, W); decode: unit normals (H, W, 3)."""
 
     name = "normals"
+    primary_metric = PrimaryMetric("mean_angle_deg", higher_is_better=False, margin=0.5)
+    baseline_name = "mean normal"
 
     def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32):
         super().__init__(in_channels, in_stride)
@@ -49,6 +52,17 @@ class NormalsTask(Task):
     def decode(self, outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
         """Unit vectors (H, W, 3): `hydranet.decoding.decode_normals` (shared with deploy)."""
         return decode_numpy(self.decoding(), outputs)
+
+    def baseline(self, targets: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """The mean normal of the evaluated frames, everywhere."""
+        tot = sum(t["normals"].double().sum(dim=(0, 2, 3)) for t in targets)
+        mean = (tot / tot.norm().clamp(min=1e-9)).float()
+        return score_constant(self, targets,
+                              lambda t: [{"normals": mean.expand(*t["normals"].shape[-2:], 3)}] * len(t["normals"]))
+
+    def draw(self, canvas: np.ndarray, result: Mapping[str, Any], truth: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+        panels = [("normals truth", normals_rgb(truth["normals"]))] if "normals" in truth else []
+        return panels + [("normals prediction", normals_rgb(result["normals"].cpu().numpy()))]
 
     def metric(self) -> NormalsMetric:
         return NormalsMetric()

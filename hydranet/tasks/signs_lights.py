@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torchvision.ops import box_iou
 
-from hydranet.tasks.base import Metric
-from hydranet.tasks.det2d import Det2dTask, _meta_list
+from hydranet.tasks.base import Metric, PrimaryMetric, score_constant
+from hydranet.tasks.det2d import Det2dTask, meta_list
 
 SIGN_BOX_CLASS, LIGHT_BOX_CLASS = "traffic_sign", "traffic_light"
 BACK = "back"  # the class of a sign / light seen from behind (attributes.view == "back")
@@ -35,6 +36,8 @@ class SignsLightsTask(Det2dTask):
     """Detect signs by class and lights by state; classes "sign:<c>" then "light:<s>"."""
 
     name = "signs_lights"
+    primary_metric = PrimaryMetric("accuracy")
+    baseline_name = "GT boxes, majority class"
 
     def __init__(self, sign_classes: Sequence[str], light_states: Sequence[str], in_channels: int, **det_options: Any):
         self.sign_classes, self.light_states = list(sign_classes), list(light_states)
@@ -48,7 +51,7 @@ class SignsLightsTask(Det2dTask):
                   heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
                   score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100,
                   min_size: float = 4.0, min_visibility: float = 0.1) -> SignsLightsTask:
-        return cls(_meta_list(meta, "sign_classes", cls.name), _meta_list(meta, "light_states", cls.name), in_channels,
+        return cls(meta_list(meta, "sign_classes", cls.name), meta_list(meta, "light_states", cls.name), in_channels,
                    in_stride=in_stride, out_stride=out_stride, width=width, heatmap_weight=heatmap_weight,
                    offset_weight=offset_weight, size_weight=size_weight, score_threshold=score_threshold,
                    nms_iou=nms_iou, max_detections=max_detections, min_size=min_size, min_visibility=min_visibility)
@@ -70,6 +73,24 @@ class SignsLightsTask(Det2dTask):
 
     def metric(self) -> AttributeAccuracy:
         return AttributeAccuracy(self.classes)
+
+    def baseline(self, targets: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+        """The ground-truth boxes, each given the most frequent class of its kind (sign / light)."""
+        counts = np.zeros(len(self.classes), np.int64)
+        for t in targets:
+            for gl in t["gt_labels"]:
+                counts += np.bincount(np.asarray(gl, np.int64).reshape(-1), minlength=len(self.classes))
+        kind = [c.split(":", 1)[0] for c in self.classes]
+        best = {k: max((i for i in range(len(kind)) if kind[i] == k), key=lambda i: counts[i]) for k in set(kind)}
+
+        def predict(t):
+            out = []
+            for gb, gl in zip(t["gt_boxes"], t["gt_labels"]):
+                labels = torch.tensor([best[kind[int(lab)]] for lab in gl.reshape(-1)], dtype=torch.long)
+                out.append({"boxes": gb.reshape(-1, 4).float(), "scores": torch.ones(len(labels)), "labels": labels})
+            return out
+
+        return score_constant(self, targets, predict)
 
 
 class AttributeAccuracy(Metric):

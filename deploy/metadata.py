@@ -1,0 +1,175 @@
+"""The ONNX metadata format: everything the torch-free runtime needs, stored in the model file.
+
+An exported HydraNet carries `hydranet.<key>` entries in its `metadata_props`, each a JSON value
+(every key is described in docs/deploy.md): the format name and version, the inputs and outputs
+with their layouts, the heads and how to decode them, the rig (names, K, cam2ego, sizes), the
+normalization, the BEV grid and the video state's input/output names, the training config and
+dataset meta, the source checkpoint, the parity report and, after `hydranet quantize`, what was
+quantized. This module is the one place that writes and reads it; it imports no torch.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMAT, FORMAT_VERSION = "hydranet-onnx", 1
+PREFIX = "hydranet."
+REQUIRED_KEYS = ("format", "inputs", "outputs", "heads", "rig", "normalization")
+STATE_INPUTS = ("prev_bev", "ego_motion")  # the video state fed back by the runtime
+STATE_OUTPUT = "bev_state.bev_queue"
+
+
+class MetadataError(ValueError):
+    """A model whose HydraNet metadata is missing, unreadable, of another format version or
+    inconsistent with its graph; the message says what to do."""
+
+
+def _layout(shape: Sequence[int], space: str, N: int) -> str:
+    if space == "image":
+        return f"(B*N, {', '.join(str(s) for s in shape[1:])}) camera-major: row b*N + n is camera n of frame b (N={N})"
+    if space == "state":
+        return f"(B, T-1, C, X, Y) = ({', '.join(str(s) for s in shape)}): feed back as prev_bev next frame"
+    return f"(B, {', '.join(str(s) for s in shape[1:])}) per frame, BEV rows = -x (ahead first), columns = -y (left first)"
+
+
+def build_metadata(model, cfg, meta: Mapping, input_shapes: Mapping[str, Sequence], input_dtype: str,
+                   outputs: Mapping[str, tuple[str, str, Sequence[int]]], dynamic_batch: bool,
+                   source: Mapping[str, Any], opset: int) -> dict[str, str]:
+    """`hydranet.*` metadata_props (JSON strings) of a HydraNet `model` exported with experiment
+    config `cfg` and dataset `meta`; `outputs`: graph output name -> (head, key, shape)."""
+    from hydranet.config import to_dict
+    from hydranet.rig import rig_from_dict
+
+    H, W = cfg.data.image_size
+    rig = rig_from_dict(meta["rig"], "checkpoint meta rig")
+    try:
+        sub = rig.select(list(cfg.data.cameras) if cfg.data.cameras else None)
+    except ValueError as e:
+        raise MetadataError(f"config data.cameras: {e}") from None
+    K, T, names = sub.resized(W, H).calibration()
+    N = len(names)
+    heads = {}
+    for name, task in model.heads.items():
+        entry: dict[str, Any] = {"space": task.space, "outputs": [o for o, (h, _, _) in outputs.items() if h == name],
+                                 "decoding": task.decoding()}
+        for attr in ("classes", "channels", "sign_classes", "light_states"):
+            if isinstance(getattr(task, attr, None), (list, tuple)):
+                entry[attr] = list(getattr(task, attr))
+        heads[name] = entry
+    out_meta = {}
+    for oname, (head, key, shape) in outputs.items():
+        space = "state" if head == "bev_state" else model.heads[head].space
+        out_meta[oname] = {"head": head, "key": key, "shape": list(shape), "space": space, "layout": _layout(shape, space, N)}
+    inputs = {"images": {"shape": list(input_shapes["images"]), "dtype": input_dtype,
+                         "layout": "(B, N, 3, H, W) RGB, cameras in rig order"}}
+    bev = None
+    if model.fusion is not None:
+        grid = model.fusion.grid
+        video = model.video_frames > 1
+        bev = {"grid": grid.as_dict(), "shape": list(grid.shape), "channels": model.fusion.out_channels,
+               "video_frames": model.video_frames}
+        if video:
+            inputs["prev_bev"] = {"shape": list(input_shapes["prev_bev"]), "dtype": "float32",
+                                  "layout": "(B, T-1, C, X, Y) the previous call's bev_state.bev_queue; zeros at start"}
+            inputs["ego_motion"] = {"shape": list(input_shapes["ego_motion"]), "dtype": "float32",
+                                    "layout": "(B, 4, 4) previous ego -> current ego = inv(E_t) @ E_{t-1}, E = ego2world"}
+            bev["state"] = {"input": STATE_INPUTS[0], "output": STATE_OUTPUT, "motion": STATE_INPUTS[1]}
+    md = {
+        "format": {"name": FORMAT, "version": FORMAT_VERSION, "opset": opset},
+        "inputs": inputs,
+        "outputs": out_meta,
+        "output_names": list(outputs),
+        "heads": heads,
+        "head_names": list(model.heads),
+        "classes": list(meta.get("classes", [])),
+        "rig": {"name": rig.name, "names": names, "K": np.round(K, 6).tolist(), "cam2ego": np.round(T, 9).tolist(),
+                "image_size": [H, W], "source_sizes": _source_sizes(meta, sub.cameras)},
+        "normalization": {"input_dtype": input_dtype, "scale": 1 / 255 if input_dtype == "uint8" else 1.0,
+                          "mean": [float(v) for v in model.mean.flatten()], "std": [float(v) for v in model.std.flatten()],
+                          "in_graph": True, "note": "feed RGB; (x*scale - mean)/std happens inside the graph"},
+        "dynamic_batch": dynamic_batch,
+        "bev": bev,
+        "config": json.loads(json.dumps(to_dict(cfg))),
+        "meta": {k: v for k, v in meta.items() if k != "scenes"},
+        "source": dict(source),
+    }
+    return {PREFIX + k: json.dumps(v) for k, v in md.items()}
+
+
+def _source_sizes(meta: Mapping, cams) -> list[list[int]]:
+    """(H, W) each camera is calibrated at: the dataset's own rig (meta "source_rig", written by
+    training) or, for older checkpoints, the model rig."""
+    own = {c["name"]: [int(c["height"]), int(c["width"])] for c in meta.get("source_rig", meta["rig"])["cameras"]}
+    return [own.get(c.name, [c.height, c.width]) for c in cams]
+
+
+def set_metadata(model, props: Mapping[str, str]) -> None:
+    """Write `props` into an onnx ModelProto's metadata_props (replacing equal keys, keeping others)."""
+    keep = [p for p in model.metadata_props if p.key not in props]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    for k, v in props.items():
+        e = model.metadata_props.add()
+        e.key, e.value = k, v
+
+
+def decode_props(props: Mapping[str, str], where: str) -> dict[str, Any]:
+    """{key: value} of the `hydranet.*` entries of a metadata map, checked: every required key
+    present, valid JSON, this format and version."""
+    raw = {k[len(PREFIX):]: v for k, v in props.items() if k.startswith(PREFIX)}
+    missing = [k for k in REQUIRED_KEYS if k not in raw]
+    if missing:
+        raise MetadataError(f"{where} has no HydraNet metadata (missing key '{PREFIX}{missing[0]}'); the runtime needs a "
+                            "model written by `hydranet export` (or quantized from one by `hydranet quantize`)")
+    md = {}
+    for k, v in raw.items():
+        try:
+            md[k] = json.loads(v)
+        except json.JSONDecodeError as e:
+            raise MetadataError(f"{where}: metadata key '{PREFIX}{k}' is not valid JSON ({e}); re-export the model") from None
+    fmt = md["format"]
+    if not isinstance(fmt, Mapping) or fmt.get("name") != FORMAT:
+        raise MetadataError(f"{where}: metadata format {fmt!r} is not {FORMAT!r}; re-export it with `hydranet export`")
+    version = fmt.get("version")
+    if not isinstance(version, int) or version < FORMAT_VERSION:
+        raise MetadataError(f"{where} was written by an older metadata format (version {version}); this runtime reads "
+                            f"version {FORMAT_VERSION}: re-export it from its checkpoint with `hydranet export`")
+    if version > FORMAT_VERSION:
+        raise MetadataError(f"{where} was written by a newer metadata format (version {version}); this runtime reads "
+                            f"version {FORMAT_VERSION}: update the hydranet package")
+    return md
+
+
+def read_metadata(model_or_path) -> dict[str, Any]:
+    """The checked `hydranet.*` metadata of an onnx ModelProto or .onnx file."""
+    import onnx
+
+    if isinstance(model_or_path, (str, Path)):
+        where = str(model_or_path)
+        model = onnx.load(where, load_external_data=False)
+    else:
+        where, model = "the ONNX model", model_or_path
+    return decode_props({p.key: p.value for p in model.metadata_props}, where)
+
+
+def check_graph(md: Mapping[str, Any], input_names: Sequence[str], output_names: Sequence[str], where: str) -> None:
+    """MetadataError unless the metadata's inputs, outputs and heads are those of the graph."""
+    declared_in, declared_out = set(md["inputs"]), set(md["outputs"])
+    if declared_in != set(input_names):
+        raise MetadataError(f"{where}: metadata declares inputs {sorted(declared_in)} but the graph has "
+                            f"{sorted(input_names)}; the file was edited or corrupted: re-export it")
+    if declared_out != set(output_names):
+        extra = sorted(declared_out ^ set(output_names))
+        raise MetadataError(f"{where}: metadata and graph disagree on outputs {extra}; the file was edited or "
+                            "corrupted: re-export it")
+    for name, head in md["heads"].items():
+        unknown = [o for o in head.get("outputs", []) if o not in declared_out]
+        if unknown:
+            raise MetadataError(f"{where}: head '{name}' names output '{unknown[0]}' that the graph lacks; re-export it")
+    K = np.asarray(md["rig"]["K"], np.float64)
+    if K.shape != (len(md["rig"]["names"]), 3, 3) or not np.isfinite(K).all():
+        raise MetadataError(f"{where}: metadata rig K has shape {K.shape} for cameras {md['rig']['names']}; re-export it")

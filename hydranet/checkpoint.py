@@ -1,0 +1,153 @@
+"""Checkpoints: atomic save, weights-only load, and the model a checkpoint holds.
+
+A checkpoint (RUN/checkpoint.pt) holds the weights, optimizer, scheduler, step, RNG states, the
+resolved experiment config (JSON) and the dataset meta the model was built from (JSON), all as
+tensors and plain types, so it loads with `torch.load(weights_only=True)`: a pickle payload in a
+foreign file cannot run code. It is written to a temp file and renamed, so a crash (or a full
+disk) never leaves a half-written checkpoint, and a checkpoint with NaN or Inf weights is refused
+at load time, naming the tensor.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hydranet.experiment import ExperimentConfig, experiment_from_json
+from hydranet.models import HydraNet, build_model
+
+CHECKPOINT = "checkpoint.pt"
+_TMP = ".tmp-"
+
+
+def rng_state(model: HydraNet) -> dict[str, Any]:
+    """Python, numpy, torch (and CUDA, balancer) RNG states as tensors and plain types."""
+    np_state = np.random.get_state()
+    state = {"python": random.getstate(),
+             "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    gen = getattr(model.balancer, "generator", None)
+    if isinstance(gen, torch.Generator):
+        state["balancer"] = gen.get_state()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], model: HydraNet) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n[0], np.asarray(n[1], np.uint32), *n[2:]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    gen = getattr(model.balancer, "generator", None)
+    if "balancer" in state and isinstance(gen, torch.Generator):
+        gen.set_state(state["balancer"])
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Delete `*.tmp-<pid>` files in `folder` whose writing process is gone (killed mid-write)."""
+    removed = []
+    if not folder.is_dir():
+        return removed
+    for p in folder.glob(f"*{_TMP}*"):
+        pid = p.name.rsplit(_TMP, 1)[1]
+        if pid.isdigit() and not _alive(int(pid)) and p.is_file():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def save_checkpoint(path: Path, state: Mapping[str, Any]) -> None:
+    """torch.save to PATH.tmp-<pid>, then rename: a crash never leaves a half-written checkpoint;
+    a failed write (full disk) removes its temp file and says so."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}{_TMP}{os.getpid()}")
+    try:
+        torch.save(dict(state), tmp)
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) or (isinstance(e, RuntimeError) and "write" in str(e).lower()):
+            why = "the disk is full" if getattr(e, "errno", None) == errno.ENOSPC or "ENOSPC" in str(e) else str(e)
+            raise OSError(f"could not write checkpoint {path}: {why}; the previous checkpoint (if any) is intact") from None
+        raise
+
+
+def check_finite_weights(weights: Mapping[str, torch.Tensor], where: str) -> None:
+    """ValueError naming the first floating tensor holding NaN or Inf."""
+    for name, t in weights.items():
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise ValueError(f"{where}: weight '{name}' has {bad} non-finite value(s) (NaN/Inf); this model is broken, "
+                             "use an earlier checkpoint")
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint file (or RUN_DIR/checkpoint.pt), read with weights_only=True; weights checked finite."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CHECKPOINT
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist; give a file written by `hydranet train` or its run folder")
+    if not os.access(path, os.R_OK):
+        raise PermissionError(f"checkpoint {path}: permission denied; make it readable")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"checkpoint {path} could not be read ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                         "it is corrupt or not written by `hydranet train`") from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"checkpoint {path} holds a {type(ckpt).__name__}, not a `hydranet train` checkpoint")
+    missing = [k for k in ("model", "config", "meta", "step") if k not in ckpt]
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks {missing}; it was not written by `hydranet train`")
+    check_finite_weights(ckpt["model"], f"checkpoint {path}")
+    return ckpt
+
+
+def config_from_checkpoint(ckpt: Mapping[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    return experiment_from_json(ckpt["config"], overrides)
+
+
+def model_from_checkpoint(ckpt: Mapping[str, Any], cfg: ExperimentConfig | None = None) -> HydraNet:
+    """The trained model of a checkpoint; weights that do not fit raise ValueError listing the keys."""
+    cfg = cfg or config_from_checkpoint(ckpt)
+    model = build_model(cfg.model, json.loads(ckpt["meta"]))
+    model.load_weights(ckpt["model"])
+    return model
+
+
+def load_model(checkpoint: str | Path) -> tuple[HydraNet, ExperimentConfig, dict[str, Any]]:
+    """(model, config, checkpoint dict) of a checkpoint file or run folder."""
+    ckpt = load_checkpoint(checkpoint)
+    cfg = config_from_checkpoint(ckpt)
+    return model_from_checkpoint(ckpt, cfg), cfg, ckpt
+
+
+def model_meta(cfg: ExperimentConfig, ds) -> dict[str, Any]:
+    """The dataset meta a model is built from: its rig is the selected cameras resized to
+    data.image_size (what the network sees), so the BEV view transform's build-time table (and
+    an export) match the training input. `source_rig` keeps the cameras' own calibration, so a
+    deployed model accepts images at the cameras' native size too."""
+    H, W = cfg.data.image_size
+    return {**ds.meta, "rig": ds.rig.resized(W, H).to_dict(), "source_rig": ds.rig.to_dict()}
