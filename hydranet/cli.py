@@ -166,6 +166,27 @@ def _add_sim_args(p: argparse.ArgumentParser, scenes: bool = True) -> None:
         p.add_argument("--scenes", type=int, default=4)
 
 
+def cmd_engine_fleet(args) -> None:
+    from data_engine.fleet import FleetConfig, generate_fleet
+
+    cfg = load_config(FleetConfig, args.config, list(args.set))
+    print(f"wrote {generate_fleet(args.out, cfg, args.clips, args.seed, progress=not args.quiet)}")
+
+
+def _add_engine(sub) -> None:
+    """`hydranet engine ...`: the data engine (docs/data_engine.md)."""
+    eng = sub.add_parser("engine", help="the data engine: fleet, shadow mode, triggers, mining (docs/data_engine.md)")
+    eng = eng.add_subparsers(dest="engine_command", required=True)
+    f = eng.add_parser("fleet", help="many sim clips with conditions and rare scenarios at realistic rates")
+    f.add_argument("--out", type=Path, required=True)
+    f.add_argument("--clips", type=int, default=20)
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--config", type=Path, default="fleet", help="fleet config: a YAML file or a shipped name (fleet)")
+    f.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
+    f.set_defaults(func=cmd_engine_fleet)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="hydranet", description="HydraNet perception stack")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -270,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job on the built-in sim (what `make demo` runs)")
     d.add_argument("--out", type=Path, default=Path("out/demo"))
     d.set_defaults(func=cmd_demo)
+    _add_engine(sub)
     return ap
 
 

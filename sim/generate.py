@@ -57,27 +57,36 @@ def generate_dataset(out: str | Path, cfg: SimConfig, scenes: int, seed: int, pr
     with DatasetWriter(out, dataset_meta(cfg, rig, seed)) as writer, \
             tqdm(total=total, desc="sim generate", unit="frame", disable=not progress) as bar:
         for i in range(scenes):
-            name = f"scene_{i:04d}"
-            s = scene_seed(seed, i)
-            world = World(cfg, s)
-            frames_meta = [{"index": f, "dir": f"{f:06d}", "timestamp_us": 0, "ego2world": None}
-                           for f in range(cfg.frames_per_scene)]
-            scene = {"name": name, "seed": s, "conditions": {"time_of_day": world.conditions.time_of_day,
-                                                             "weather": world.conditions.weather,
-                                                             "rare": list(world.conditions.rare)}, "frames": frames_meta}
-            for frame in simulate(world, rig, cfg, renderer, cfg.frames_per_scene):
-                fm = frames_meta[frame["index"]]
-                fm["timestamp_us"], fm["ego2world"] = frame["timestamp_us"], frame["ego2world"].tolist()
-                if frame["index"] == 0:
-                    writer.write_scene(scene)
-                writer.write_frame(name, {
-                    "dir": fm["dir"],
-                    "cameras": {cam.name: {"rgb": im.rgb, "depth": im.depth, "normal": im.normal,
-                                           "semantic": im.semantic, "instance": im.instance}
-                                for cam, im in zip(rig.cameras, frame["images"])},
-                    "bev": frame["bev"],
-                    "labels": frame["labels"],
-                })
-                bar.update(1)
-            writer.write_scene(scene)  # now with every ego pose
+            render_scene(writer, f"scene_{i:04d}", scene_seed(seed, i), cfg, rig, renderer, bar)
     return Path(out)
+
+
+def render_scene(writer: DatasetWriter, name: str, seed: int, cfg: SimConfig, rig: Rig, renderer: Renderer,
+                 bar=None, withhold_conditions: str | None = None) -> dict:
+    """Simulate and write one scene of `cfg.frames_per_scene` frames; returns its conditions
+    {"time_of_day", "weather", "rare"}. `withhold_conditions`: scene.json gets {"withheld": <that
+    text>} instead of the conditions (a fleet keeps its scenario tags in a separate file)."""
+    world = World(cfg, seed)
+    conditions = {"time_of_day": world.conditions.time_of_day, "weather": world.conditions.weather,
+                  "rare": list(world.conditions.rare)}
+    frames_meta = [{"index": f, "dir": f"{f:06d}", "timestamp_us": 0, "ego2world": None}
+                   for f in range(cfg.frames_per_scene)]
+    scene = {"name": name, "seed": seed, "frames": frames_meta,
+             "conditions": conditions if withhold_conditions is None else {"withheld": withhold_conditions}}
+    for frame in simulate(world, rig, cfg, renderer, cfg.frames_per_scene):
+        fm = frames_meta[frame["index"]]
+        fm["timestamp_us"], fm["ego2world"] = frame["timestamp_us"], frame["ego2world"].tolist()
+        if frame["index"] == 0:
+            writer.write_scene(scene)
+        writer.write_frame(name, {
+            "dir": fm["dir"],
+            "cameras": {cam.name: {"rgb": im.rgb, "depth": im.depth, "normal": im.normal,
+                                   "semantic": im.semantic, "instance": im.instance}
+                        for cam, im in zip(rig.cameras, frame["images"])},
+            "bev": frame["bev"],
+            "labels": frame["labels"],
+        })
+        if bar is not None:
+            bar.update(1)
+    writer.write_scene(scene)  # now with every ego pose
+    return conditions

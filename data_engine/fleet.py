@@ -1,0 +1,188 @@
+"""A simulated fleet: many sim clips with conditions and rare scenarios at low, realistic rates.
+
+    hydranet engine fleet --out DIR --clips N --seed S [--config configs/fleet.yaml]
+
+Each clip's conditions (time of day, weather) and rare scenario are drawn here from a seeded RNG
+with the rates of `FleetConfig` and handed to the sim as a one-clip `SimConfig` (one-hot condition
+weights, probability 1 for the drawn rare scenario, 0 for the others), so the sim renders exactly
+what was drawn. The clips are written by the sim's own writer (docs/dataset_format.md, one scene
+per clip), except that scene.json withholds the conditions: the tags go to DIR/truth/scenarios.json,
+which only benchmarks and reports read (data_engine/truth.py); the miner never opens it.
+
+Reading (`Fleet`, `read_frame`) is numpy + OpenCV only: the shadow path imports neither torch nor
+the sim's renderer. A missing or undecodable image makes the frame "corrupt" (recorded, skipped).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sim.config import RareConfig, SimConfig, _need, _weights
+
+TRUTH_FILE = "truth/scenarios.json"
+RARE_SCENARIOS = tuple(f.name for f in dataclasses.fields(RareConfig))
+
+
+class FleetError(ValueError):
+    """A fleet folder that cannot be read; one line naming the file and what to do."""
+
+
+def _fleet_rare() -> RareConfig:
+    return RareConfig(cones_on_road=0.03, debris_on_road=0.03, night_pedestrian_crossing=0.02, unusual_vehicle=0.03)
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Rates of a fleet's clips; `sim` is the base config of every clip (its own conditions
+    weights and rare probabilities are replaced per clip by what the fleet draws)."""
+
+    sim: SimConfig = field(default_factory=lambda: SimConfig(image_width=160, image_height=96, frames_per_scene=4,
+                                                             frame_rate_hz=2.0))
+    time_of_day: tuple[str, ...] = ("day", "dusk", "night")
+    time_of_day_weights: tuple[float, ...] = (0.75, 0.10, 0.15)
+    weather: tuple[str, ...] = ("clear", "rain", "fog")
+    weather_weights: tuple[float, ...] = (0.8, 0.1, 0.1)
+    rare: RareConfig = field(default_factory=_fleet_rare)  # probability per clip of each rare scenario
+    max_rare_per_clip: int = 1
+
+    def __post_init__(self):
+        _weights(self.time_of_day, self.time_of_day_weights, "fleet.time_of_day_weights")
+        _weights(self.weather, self.weather_weights, "fleet.weather_weights")
+        _need(self.max_rare_per_clip >= 1, "max_rare_per_clip", self.max_rare_per_clip, "give at least 1")
+
+
+def clip_seed(seed: int, index: int) -> int:
+    return int(np.random.SeedSequence([seed, index, 0xF1EE7]).generate_state(1)[0])
+
+
+def draw_clip(cfg: FleetConfig, seed: int, index: int) -> dict:
+    """The conditions of clip `index`: {"time_of_day", "weather", "rare": [...]} (seeded, independent per clip)."""
+    rng = np.random.default_rng(clip_seed(seed, index))
+    tw, ww = np.asarray(cfg.time_of_day_weights), np.asarray(cfg.weather_weights)
+    tod = str(rng.choice(cfg.time_of_day, p=tw / tw.sum()))
+    weather = str(rng.choice(cfg.weather, p=ww / ww.sum()))
+    rare = [n for n in RARE_SCENARIOS if rng.random() < getattr(cfg.rare, n)]
+    if len(rare) > cfg.max_rare_per_clip:
+        rare = sorted(rng.choice(rare, cfg.max_rare_per_clip, replace=False).tolist())
+    if "night_pedestrian_crossing" in rare:
+        tod = "night"
+    return {"time_of_day": tod, "weather": weather, "rare": rare}
+
+
+def clip_config(cfg: FleetConfig, drawn: dict) -> SimConfig:
+    """The one-clip SimConfig that renders exactly the drawn conditions."""
+    cond = dataclasses.replace(cfg.sim.conditions, time_of_day=(drawn["time_of_day"],), time_of_day_weights=(1.0,),
+                               weather=(drawn["weather"],), weather_weights=(1.0,))
+    rare = RareConfig(**{n: float(n in drawn["rare"]) for n in RARE_SCENARIOS})
+    return dataclasses.replace(cfg.sim, conditions=cond, rare=rare)
+
+
+def generate_fleet(out: str | Path, cfg: FleetConfig, clips: int, seed: int, progress: bool = True) -> Path:
+    """Render `clips` clips into `out` (atomically, the sim's dataset format) and their tags into
+    out/truth/scenarios.json."""
+    from tqdm import tqdm
+
+    from sim.generate import dataset_meta, render_scene, scene_seed, sim_rig
+    from sim.render import Renderer
+    from sim.writer import DatasetWriter, to_json
+
+    if clips < 1:
+        raise ValueError(f"--clips must be at least 1, got {clips}")
+    rig = sim_rig(cfg.sim)
+    renderer = Renderer(rig)
+    meta = dataset_meta(cfg.sim, rig, seed)
+    truth = {}
+    with DatasetWriter(out, meta) as writer, tqdm(total=clips * cfg.sim.frames_per_scene, desc="engine fleet",
+                                                  unit="frame", disable=not progress) as bar:
+        for i in range(clips):
+            drawn = draw_clip(cfg, seed, i)
+            name = f"clip_{i:05d}"
+            got = render_scene(writer, name, scene_seed(seed, i), clip_config(cfg, drawn), rig, renderer, bar,
+                               withhold_conditions=TRUTH_FILE)
+            truth[name] = got
+        (writer.tmp / "truth").mkdir()
+        (writer.tmp / TRUTH_FILE).write_text(to_json({"seed": seed, "clips": truth,
+                                                      "fleet_config": dataclasses.asdict(cfg)}))
+    return Path(out)
+
+
+# -- reading (torch-free, renderer-free) ------------------------------------------------------------
+@dataclass
+class Clip:
+    name: str
+    frames: list[dict]  # {"index", "dir", "timestamp_us", "ego2world" (4, 4) or None}
+
+
+class Fleet:
+    """A fleet folder (any hydranet-sim dataset): its rig, clips and frames, never its tags."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        path = self.root / "dataset.json"
+        if not self.root.is_dir():
+            raise FleetError(f"fleet {self.root} does not exist; generate one with `hydranet engine fleet --out {self.root}`")
+        try:
+            meta = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise FleetError(f"{path} is missing: {self.root} is not a fleet; generate one with `hydranet engine fleet`") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise FleetError(f"{path} is not valid JSON ({e}); regenerate the fleet") from None
+        if not isinstance(meta, dict) or meta.get("format") != "hydranet-sim" or not isinstance(meta.get("scenes"), list):
+            raise FleetError(f"{path} is not a hydranet-sim dataset (format {meta.get('format') if isinstance(meta, dict) else None!r});"
+                             " give a folder written by `hydranet engine fleet`")
+        self.meta = meta
+        rig = meta.get("rig") or {}
+        self.rig_name = str(rig.get("name", "?"))
+        self.cameras = {str(c["name"]): (int(c["height"]), int(c["width"])) for c in rig.get("cameras", [])}
+        self.clip_names = [str(s["name"]) for s in meta["scenes"]]
+
+    def clip(self, name: str) -> Clip:
+        path = self.root / "scenes" / name / "scene.json"
+        try:
+            scene = json.loads(path.read_text())
+            frames = [{"index": int(f["index"]), "dir": str(f["dir"]), "timestamp_us": int(f["timestamp_us"]),
+                       "ego2world": None if f.get("ego2world") is None else np.asarray(f["ego2world"], np.float64)}
+                      for f in scene["frames"]]
+        except FileNotFoundError:
+            raise FleetError(f"{path} is missing; regenerate the fleet") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+            raise FleetError(f"{path} is unreadable ({type(e).__name__}: {e}); regenerate the fleet") from None
+        return Clip(name, sorted(frames, key=lambda f: f["index"]))
+
+    def check_rig(self, names: list[str], sizes: list[tuple[int, int]], image_size: tuple[int, int], model: str) -> None:
+        """FleetError unless every camera of the model is in this fleet at its calibrated or model size."""
+        missing = [n for n in names if n not in self.cameras]
+        if missing:
+            raise FleetError(f"fleet {self.root} (rig {self.rig_name}, cameras {sorted(self.cameras)}) lacks camera "
+                             f"{missing[0]} of model {model}; run the model on a fleet of its own rig")
+        for n, size in zip(names, sizes):
+            if self.cameras[n] not in (tuple(size), tuple(image_size)):
+                raise FleetError(f"fleet {self.root} camera {n} is {self.cameras[n][1]}x{self.cameras[n][0]}, model {model} "
+                                 f"takes {size[1]}x{size[0]}: another rig; run the model on a fleet of its own rig")
+
+
+def read_frame(root: Path, clip: str, frame_dir: str, cameras: list[str]) -> list[np.ndarray]:
+    """N (H, W, 3) uint8 RGB images of one frame; ValueError naming the file when one is missing or corrupt."""
+    import cv2
+
+    out = []
+    for cam in cameras:
+        path = Path(root) / "scenes" / clip / frame_dir / f"{cam}.jpg"
+        try:
+            data = np.frombuffer(path.read_bytes(), np.uint8)
+        except OSError as e:
+            raise ValueError(f"{path}: {e.strerror or e}") from None
+        img = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+        if img is None or not _jpeg_complete(data):
+            raise ValueError(f"{path} is not a decodable JPEG (corrupt or truncated)")
+        out.append(cv2.cvtColor(img, cv2.COLOR_BGR2RGB))
+    return out
+
+
+def _jpeg_complete(data: np.ndarray) -> bool:
+    """A JPEG ends with the EOI marker FF D9 (OpenCV decodes a truncated file into grey silently)."""
+    return data.size >= 4 and data[0] == 0xFF and data[1] == 0xD8 and data[-2] == 0xFF and data[-1] == 0xD9
