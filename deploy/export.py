@@ -4,7 +4,8 @@
 
 All cameras go in as one tensor `images` (B, N, 3, H, W) (uint8 RGB by default; normalization is
 inside the graph), every registered head's raw outputs come out under "<head>.<output>" (the
-model's "tensor" mode, camera heads flattened (B*N, ...), index b*N + n; BEV heads (B, ...)).
+model's "tensor" mode, camera heads flattened (B*N, ...), index b*N + n; BEV heads (B, ...)), and
+`embedding` (B*N, C): the pooled trunk feature per camera image (metadata "embedding").
 A model with the video module also takes `prev_bev` (B, T-1, C, X, Y) and `ego_motion` (B, 4, 4)
 and gives `bev_state.bev_queue`: the deployed graph is stateless, the runtime carries the state.
 
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from deploy.metadata import STATE_INPUTS, STATE_OUTPUT, build_metadata, set_metadata
+from deploy.metadata import EMBEDDING_OUTPUT, STATE_INPUTS, STATE_OUTPUT, build_metadata, set_metadata
 from hydranet.models import HydraNet
 from hydranet.stream import stream
 
@@ -54,7 +55,7 @@ class ExportGraph(nn.Module):
         if self.video:
             batch["prev_bev"], batch["ego_motion"] = prev_bev, ego_motion
         out = self.model(batch, "tensor")
-        flat = [out[head][key] for head, key in self.output_keys]
+        flat = [out[head][key] for head, key in self.output_keys] + [out[EMBEDDING_OUTPUT]]
         if self.video:
             flat.append(out["bev_state"]["bev_queue"])
         return tuple(flat)
@@ -195,8 +196,9 @@ def export_model(model: HydraNet, cfg, meta: Mapping, out: str | Path, frames: S
         raw = model({"images": probe_args[0], **({"prev_bev": probe_args[1], "ego_motion": probe_args[2]} if video else {})},
                     "tensor")
     output_keys = [(h, k) for h in model.heads for k in raw[h]]
-    names = [f"{h}.{k}" for h, k in output_keys] + ([STATE_OUTPUT] if video else [])
-    shapes = [tuple(raw[h][k].shape) for h, k in output_keys] + ([tuple(raw["bev_state"]["bev_queue"].shape)] if video else [])
+    names = [f"{h}.{k}" for h, k in output_keys] + [EMBEDDING_OUTPUT] + ([STATE_OUTPUT] if video else [])
+    shapes = ([tuple(raw[h][k].shape) for h, k in output_keys] + [tuple(raw[EMBEDDING_OUTPUT].shape)]
+              + ([tuple(raw["bev_state"]["bev_queue"].shape)] if video else []))
     graph = ExportGraph(model, output_keys, video).eval()
     input_names = ["images"] + (list(STATE_INPUTS) if video else [])
     dynamic_axes = None
@@ -218,8 +220,8 @@ def export_model(model: HydraNet, cfg, meta: Mapping, out: str | Path, frames: S
 
             m = onnxslim.slim(m)
             onnx.checker.check_model(m, full_check=True)
-        outputs = {n: (("bev_state", "bev_queue") if n == STATE_OUTPUT else output_keys[i]) + (s,)
-                   for i, (n, s) in enumerate(zip(names, shapes))}
+        special = {STATE_OUTPUT: ("bev_state", "bev_queue"), EMBEDDING_OUTPUT: (EMBEDDING_OUTPUT, EMBEDDING_OUTPUT)}
+        outputs = {n: (special[n] if n in special else output_keys[i]) + (s,) for i, (n, s) in enumerate(zip(names, shapes))}
         src = dict(source or {})
         in_shapes = {k: v.shape for k, v in feeds_probe.items()}
         props = build_metadata(model, cfg, meta, in_shapes, input_dtype, outputs, dynamic_batch, src, OPSET)

@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
-FORMAT, FORMAT_VERSION = "hydranet-onnx", 1
+FORMAT, FORMAT_VERSION = "hydranet-onnx", 2  # 2: the `embedding` output and its "embedding" entry
 PREFIX = "hydranet."
 REQUIRED_KEYS = ("format", "inputs", "outputs", "heads", "rig", "normalization")
 STATE_INPUTS = ("prev_bev", "ego_motion")  # the video state fed back by the runtime
 STATE_OUTPUT = "bev_state.bev_queue"
+EMBEDDING_OUTPUT = "embedding"  # (B*N, C) pooled trunk feature per camera image
 
 
 class MetadataError(ValueError):
@@ -62,7 +63,7 @@ def build_metadata(model, cfg, meta: Mapping, input_shapes: Mapping[str, Sequenc
         heads[name] = entry
     out_meta = {}
     for oname, (head, key, shape) in outputs.items():
-        space = "state" if head == "bev_state" else model.heads[head].space
+        space = {"bev_state": "state", EMBEDDING_OUTPUT: "image"}.get(head) or model.heads[head].space
         out_meta[oname] = {"head": head, "key": key, "shape": list(shape), "space": space, "layout": _layout(shape, space, N)}
     inputs = {"images": {"shape": list(input_shapes["images"]), "dtype": input_dtype,
                          "layout": "(B, N, 3, H, W) RGB, cameras in rig order"}}
@@ -92,6 +93,9 @@ def build_metadata(model, cfg, meta: Mapping, input_shapes: Mapping[str, Sequenc
                           "mean": [float(v) for v in model.mean.flatten()], "std": [float(v) for v in model.std.flatten()],
                           "in_graph": True, "note": "feed RGB; (x*scale - mean)/std happens inside the graph"},
         "dynamic_batch": dynamic_batch,
+        "embedding": {"output": EMBEDDING_OUTPUT, "dim": int(outputs[EMBEDDING_OUTPUT][2][-1]),
+                      "source": "global average pool of the coarsest neck level",
+                      "layout": _layout(outputs[EMBEDDING_OUTPUT][2], "image", N)} if EMBEDDING_OUTPUT in outputs else None,
         "bev": bev,
         "config": json.loads(json.dumps(to_dict(cfg))),
         "meta": {k: v for k, v in meta.items() if k != "scenes"},

@@ -86,7 +86,8 @@ def test_hydranet_modes_and_every_parameter_gets_a_gradient(balancer):
     model = build_model(dataclasses.replace(TINY, balancer=balancer), FAKE_META)
     batch = make_batch(model.heads, [make_sample(num_cameras=2, seed=s) for s in range(2)])  # (2, 2, 3, 64, 96)
     raw = model(batch, "tensor")
-    assert set(raw) == set(model.heads)
+    assert set(raw) == set(model.heads) | {"embedding"}
+    assert raw["embedding"].shape == (4, model.neck.out_channels[-1])  # (B*N, C) pooled trunk feature
     assert raw["depth"]["logits"].shape == (4, 1, 64, 96)
     assert raw["det2d"]["heatmap"].shape == (4, len(FAKE_META["classes"]), 16, 24)
     losses = model(batch, "loss")

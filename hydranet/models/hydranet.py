@@ -9,7 +9,9 @@ An optional `fusion` module lifts image features into a bird's-eye-view grid for
   - batch["images"]: float (B, N, 3, H, W) RGB in [0, 1] (or uint8 0..255); H and W divisible by the
     coarsest neck stride. ImageNet mean/std normalization happens inside the model.
   - batch["targets"] (mode "loss"): {task name: Task.collate(...) output}, cameras flattened b*N+n.
-  - mode "tensor": {task: {output name: raw tensor (B*N, ...)}} (what deploy exports);
+  - mode "tensor": {task: {output name: raw tensor (B*N, ...)}} (what deploy exports), plus
+    "embedding" (B*N, C): the coarsest neck level average-pooled, one trunk feature per camera
+    image (the data engine's diversity and similarity search run on it);
     "loss": {"<task>.<component>": scalar, "<task>": task sum, "loss": balanced total};
     "predict": {task: list of B*N per-image results, index b*N + n}.
 Mode is an argument, never `self.training`; `loss(outputs, targets)` and `decode(outputs)` let one
@@ -122,6 +124,7 @@ class HydraNet(nn.Module):
         images = batch["images"]
         clip = images.dim() == 6  # (B, T, N, 3, H, W): heads read the last frame
         feats = self.features(images.flatten(0, 1) if clip else images)
+        embedding = self.embedding(feats, images.shape[:3] if clip else None) if mode == "tensor" else None
         bev, state, aux = self.fusion(feats, batch) if self.fusion is not None else (None, {}, {})
         if clip and any(t.space != "bev" for t in self.heads.values()):
             B, T, N = images.shape[:3]
@@ -129,12 +132,23 @@ class HydraNet(nn.Module):
         outputs = {name: task(bev if task.space == "bev" else feats) for name, task in self.heads.items()}
         outputs.update(aux)  # the auxiliary objectives' inputs (LSS depth logits), for mode "loss"
         if mode == "tensor":
+            outputs["embedding"] = embedding
             return {**outputs, "bev_state": state} if state else outputs
         if mode == "loss":
             if "targets" not in batch:
                 raise ValueError("mode 'loss' needs batch['targets'] ({task: Task.collate(...)})")
             return self.loss(outputs, batch["targets"])
         return {**self.decode(outputs), "bev_state": state} if state else self.decode(outputs)
+
+    @staticmethod
+    def embedding(feats: list[torch.Tensor], clip_shape: tuple[int, int, int] | None = None) -> torch.Tensor:
+        """Global average pool of the coarsest neck level: [(B*N, C, h, w), ...] -> (B*N, C); a clip's
+        features (B*T*N, ...) give the last frame's."""
+        emb = feats[-1].float().mean(dim=(2, 3))  # (B*N, C)
+        if clip_shape is not None:
+            B, T, N = clip_shape
+            emb = emb.view(B, T, N, -1)[:, -1].flatten(0, 1)
+        return emb
 
     def loss(self, outputs: Mapping[str, Any], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         """Named losses: "<task>.<component>", "<task>" (sum of its components), "loss" (balanced total)."""
