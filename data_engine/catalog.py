@@ -1,0 +1,300 @@
+"""The data engine's catalog: one embedded SQLite file (stdlib `sqlite3`, no server).
+
+Why SQLite: the engine's state is workflow state (which clip was shadowed by which model, which
+frames a trigger fired on, what was selected and why, later label jobs and versions) that must
+survive kill -9; SQLite gives ACID transactions in one file with the WAL journal, needs nothing
+installed, and reads ~1e5 rows/s of signals into numpy, ample for fleets of 1e4-1e5 frames here.
+Embeddings are float32 blobs; nearest-neighbour search is a numpy matrix product over them.
+
+Guarantees:
+- every stage writes one clip (its frames' signals, embeddings and the clip's done marker) in one
+  transaction: a process killed at any moment leaves whole clips or nothing, and a rerun skips the
+  clips marked done (idempotent: primary keys forbid a frame twice);
+- the file carries `PRAGMA application_id` (HYD1) and `user_version` = SCHEMA_VERSION: a foreign
+  SQLite file, a file that is not SQLite, or a newer schema is a one-line `CatalogError`.
+
+Tables: models, fleets, clips, frames, shadow_runs, shadow_clips (done markers), signals (one
+column per `data_engine.signals.SIGNALS`), embeddings, trigger_hits, selections, selection_items;
+and, for the labelling loop, label_jobs, labels (versioned, never overwritten), registry, gate_results.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_engine.signals import SIGNALS
+
+APPLICATION_ID = 0x48594431  # "HYD1"
+SCHEMA_VERSION = 1
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS models (id INTEGER PRIMARY KEY, sha256 TEXT UNIQUE NOT NULL, path TEXT, embedding_dim INTEGER,
+    meta TEXT, added REAL);
+CREATE TABLE IF NOT EXISTS fleets (id INTEGER PRIMARY KEY, root TEXT UNIQUE NOT NULL, rig TEXT, cameras TEXT, added REAL);
+CREATE TABLE IF NOT EXISTS clips (id INTEGER PRIMARY KEY, fleet_id INTEGER NOT NULL REFERENCES fleets(id), name TEXT NOT NULL,
+    num_frames INTEGER, UNIQUE(fleet_id, name));
+CREATE TABLE IF NOT EXISTS frames (id INTEGER PRIMARY KEY, clip_id INTEGER NOT NULL REFERENCES clips(id), idx INTEGER NOT NULL,
+    dir TEXT NOT NULL, timestamp_us INTEGER, UNIQUE(clip_id, idx));
+CREATE TABLE IF NOT EXISTS shadow_runs (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL REFERENCES models(id),
+    candidate_id INTEGER NOT NULL DEFAULT 0, fleet_id INTEGER NOT NULL REFERENCES fleets(id), started REAL,
+    UNIQUE(model_id, candidate_id, fleet_id));
+CREATE TABLE IF NOT EXISTS shadow_clips (run_id INTEGER NOT NULL REFERENCES shadow_runs(id), clip_id INTEGER NOT NULL,
+    frames INTEGER, corrupt INTEGER, finished REAL, PRIMARY KEY(run_id, clip_id));
+CREATE TABLE IF NOT EXISTS signals (run_id INTEGER NOT NULL, frame_id INTEGER NOT NULL REFERENCES frames(id),
+    status TEXT NOT NULL, error TEXT, {", ".join(f"{s} REAL" for s in SIGNALS)}, per_camera TEXT, predictions TEXT,
+    PRIMARY KEY(run_id, frame_id));
+CREATE TABLE IF NOT EXISTS embeddings (run_id INTEGER NOT NULL, frame_id INTEGER NOT NULL, cameras INTEGER, dim INTEGER,
+    vec BLOB NOT NULL, PRIMARY KEY(run_id, frame_id));
+CREATE TABLE IF NOT EXISTS trigger_hits (trigger TEXT NOT NULL, version INTEGER NOT NULL, run_id INTEGER NOT NULL,
+    frame_id INTEGER NOT NULL, score REAL, PRIMARY KEY(trigger, version, run_id, frame_id));
+CREATE TABLE IF NOT EXISTS selections (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, run_id INTEGER, strategy TEXT,
+    budget INTEGER, unit TEXT, params TEXT, created REAL);
+CREATE TABLE IF NOT EXISTS selection_items (selection_id INTEGER NOT NULL REFERENCES selections(id), rank INTEGER NOT NULL,
+    frame_id INTEGER NOT NULL, reason TEXT, PRIMARY KEY(selection_id, rank), UNIQUE(selection_id, frame_id));
+CREATE TABLE IF NOT EXISTS label_jobs (id INTEGER PRIMARY KEY, selection_id INTEGER, frame_id INTEGER NOT NULL,
+    state TEXT NOT NULL, backend TEXT, created REAL, updated REAL);
+CREATE TABLE IF NOT EXISTS labels (id INTEGER PRIMARY KEY, frame_id INTEGER NOT NULL, version INTEGER NOT NULL,
+    source TEXT, model_id INTEGER, payload TEXT, created REAL, UNIQUE(frame_id, version));
+CREATE TABLE IF NOT EXISTS registry (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, role TEXT NOT NULL,
+    previous_id INTEGER, promoted REAL);
+CREATE TABLE IF NOT EXISTS gate_results (id INTEGER PRIMARY KEY, candidate_id INTEGER, production_id INTEGER, suite TEXT,
+    metrics TEXT, verdict TEXT, created REAL);
+CREATE INDEX IF NOT EXISTS frames_clip ON frames(clip_id);
+"""
+
+
+class CatalogError(ValueError):
+    """A catalog file that cannot be used; one line naming the file and what to do."""
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class Catalog:
+    """`Catalog(path, create=True)`: open (or create) a catalog; use as a context manager or `close()`."""
+
+    def __init__(self, path: str | Path, create: bool = False):
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise CatalogError(f"catalog {self.path} is a folder; give a file path such as {self.path}/catalog.db")
+        if not self.path.exists() and not create:
+            raise CatalogError(f"catalog {self.path} does not exist; create it with `hydranet engine shadow ... --catalog {self.path}`")
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        if new:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            self.db.execute("PRAGMA foreign_keys = ON")
+            app, ver = self.db.execute("PRAGMA application_id").fetchone()[0], self.db.execute("PRAGMA user_version").fetchone()[0]
+            if new or (app == 0 and ver == 0 and not self._tables()):
+                self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                self.db.execute("PRAGMA journal_mode = WAL")
+                with self.transaction():
+                    for stmt in _SCHEMA.split(";"):
+                        if stmt.strip():
+                            self.db.execute(stmt)
+                    self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif app != APPLICATION_ID:
+                raise CatalogError(f"{self.path} is an SQLite file but not a hydranet catalog; give another --catalog path")
+            elif ver > SCHEMA_VERSION:
+                raise CatalogError(f"catalog {self.path} has schema version {ver}, newer than this package's {SCHEMA_VERSION}; "
+                                   "update the hydranet package")
+            elif ver < SCHEMA_VERSION:
+                raise CatalogError(f"catalog {self.path} has schema version {ver}, older than {SCHEMA_VERSION}; recreate it")
+            self.db.execute("PRAGMA synchronous = FULL")
+            self.db.execute("SELECT count(*) FROM signals").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise CatalogError(f"catalog {self.path} is not a readable catalog ({e}); give another --catalog path or "
+                               "delete the corrupt file") from None
+
+    def _tables(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Catalog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def transaction(self):
+        return _Transaction(self.db)
+
+    # -- registration (idempotent) -----------------------------------------------------------------
+    def add_model(self, path: str | Path, md: Mapping[str, Any]) -> int:
+        sha = file_sha256(path)
+        with self.transaction():
+            self.db.execute("INSERT OR IGNORE INTO models (sha256, path, embedding_dim, meta, added) VALUES (?, ?, ?, ?, ?)",
+                            (sha, str(path), int((md.get("embedding") or {}).get("dim", 0)),
+                             json.dumps({"rig": md["rig"]["names"], "heads": list(md["heads"])}), time.time()))
+        return self.db.execute("SELECT id FROM models WHERE sha256 = ?", (sha,)).fetchone()[0]
+
+    def add_fleet(self, fleet) -> tuple[int, dict[str, int], dict[tuple[str, int], int]]:
+        """Register a `data_engine.fleet.Fleet`, its clips and frames: (fleet id, {clip: id}, {(clip, idx): frame id})."""
+        root = str(Path(fleet.root).resolve())
+        clips = [fleet.clip(name) for name in fleet.clip_names]
+        with self.transaction():
+            self.db.execute("INSERT OR IGNORE INTO fleets (root, rig, cameras, added) VALUES (?, ?, ?, ?)",
+                            (root, fleet.rig_name, json.dumps(sorted(fleet.cameras)), time.time()))
+            fid = self.db.execute("SELECT id FROM fleets WHERE root = ?", (root,)).fetchone()[0]
+            for c in clips:
+                self.db.execute("INSERT OR IGNORE INTO clips (fleet_id, name, num_frames) VALUES (?, ?, ?)",
+                                (fid, c.name, len(c.frames)))
+                cid = self.db.execute("SELECT id FROM clips WHERE fleet_id = ? AND name = ?", (fid, c.name)).fetchone()[0]
+                self.db.executemany("INSERT OR IGNORE INTO frames (clip_id, idx, dir, timestamp_us) VALUES (?, ?, ?, ?)",
+                                    [(cid, f["index"], f["dir"], f["timestamp_us"]) for f in c.frames])
+        clip_ids = dict(self.db.execute("SELECT name, id FROM clips WHERE fleet_id = ?", (fid,)).fetchall())
+        frame_ids = {(name, idx): i for name, idx, i in self.db.execute(
+            "SELECT c.name, f.idx, f.id FROM frames f JOIN clips c ON f.clip_id = c.id WHERE c.fleet_id = ?", (fid,))}
+        return fid, clip_ids, frame_ids
+
+    def add_run(self, model_id: int, candidate_id: int | None, fleet_id: int) -> int:
+        with self.transaction():
+            self.db.execute("INSERT OR IGNORE INTO shadow_runs (model_id, candidate_id, fleet_id, started) VALUES (?, ?, ?, ?)",
+                            (model_id, candidate_id or 0, fleet_id, time.time()))
+        return self.db.execute("SELECT id FROM shadow_runs WHERE model_id = ? AND candidate_id = ? AND fleet_id = ?",
+                               (model_id, candidate_id or 0, fleet_id)).fetchone()[0]
+
+    def done_clips(self, run_id: int) -> set[int]:
+        return {r[0] for r in self.db.execute("SELECT clip_id FROM shadow_clips WHERE run_id = ?", (run_id,))}
+
+    # -- shadow results ---------------------------------------------------------------------------
+    def write_clip(self, run_id: int, clip_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """One clip's frames in ONE transaction with its done marker. rows: {"frame_id", "status",
+        "error", "signals" {name: float}, "per_camera", "predictions", "embedding" (N, C) or None}."""
+        cols = ["run_id", "frame_id", "status", "error", *SIGNALS, "per_camera", "predictions"]
+        sql = f"INSERT OR IGNORE INTO signals ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        with self.transaction():
+            if self.db.execute("SELECT 1 FROM shadow_clips WHERE run_id = ? AND clip_id = ?", (run_id, clip_id)).fetchone():
+                return  # done by an earlier run of this stage
+            self._insert_signals(sql, [(run_id, r["frame_id"], r["status"], r.get("error"),
+                                        *[_real(r.get("signals", {}).get(s)) for s in SIGNALS],
+                                        json.dumps(r.get("per_camera") or {}), json.dumps(r.get("predictions") or {}))
+                                       for r in rows])
+            self.db.executemany("INSERT OR IGNORE INTO embeddings (run_id, frame_id, cameras, dim, vec) VALUES (?, ?, ?, ?, ?)",
+                                [(run_id, r["frame_id"], *np.shape(r["embedding"]),
+                                  np.ascontiguousarray(r["embedding"], np.float32).tobytes())
+                                 for r in rows if r.get("embedding") is not None])
+            self.db.execute("INSERT INTO shadow_clips (run_id, clip_id, frames, corrupt, finished) VALUES (?, ?, ?, ?, ?)",
+                            (run_id, clip_id, len(rows), sum(r["status"] != "ok" for r in rows), time.time()))
+
+    def _insert_signals(self, sql: str, values: list[tuple]) -> None:
+        self.db.executemany(sql, values)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def latest_run(self, run_id: int | None = None) -> int:
+        row = self.db.execute("SELECT id FROM shadow_runs WHERE id = ?" if run_id else
+                              "SELECT id FROM shadow_runs ORDER BY id DESC LIMIT 1", (run_id,) if run_id else ()).fetchone()
+        if row is None:
+            raise CatalogError(f"catalog {self.path} holds no shadow run{f' {run_id}' if run_id else ''}; run "
+                               "`hydranet engine shadow --model M --fleet F --catalog C` first")
+        return int(row[0])
+
+    def table(self, run_id: int, status: str | None = "ok") -> dict[str, np.ndarray]:
+        """Column arrays of a run's frames: frame_id, clip, idx, status and every signal (NaN for NULL)."""
+        where = "WHERE s.run_id = ?" + (" AND s.status = ?" if status else "")
+        rows = self.db.execute(f"SELECT s.frame_id, c.name, f.idx, s.status, {', '.join('s.' + s for s in SIGNALS)} "
+                               f"FROM signals s JOIN frames f ON s.frame_id = f.id JOIN clips c ON f.clip_id = c.id {where} "
+                               "ORDER BY s.frame_id", (run_id, status) if status else (run_id,)).fetchall()
+        cols = list(zip(*rows)) if rows else [[] for _ in range(4 + len(SIGNALS))]
+        out = {"frame_id": np.asarray(cols[0], np.int64), "clip": np.asarray(cols[1], object),
+               "idx": np.asarray(cols[2], np.int64), "status": np.asarray(cols[3], object)}
+        for k, s in enumerate(SIGNALS):
+            out[s] = np.asarray([np.nan if v is None else v for v in cols[4 + k]], np.float64)
+        return out
+
+    def embeddings(self, run_id: int, frame_ids: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(frame ids (M,), frame embeddings (M, N*C)): each camera's vector L2-normalized, concatenated,
+        the whole normalized again (cosine geometry)."""
+        rows = self.db.execute("SELECT frame_id, cameras, dim, vec FROM embeddings WHERE run_id = ? ORDER BY frame_id",
+                               (run_id,)).fetchall()
+        if frame_ids is not None:
+            keep = set(int(i) for i in frame_ids)
+            rows = [r for r in rows if r[0] in keep]
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
+        ids = np.asarray([r[0] for r in rows], np.int64)
+        vecs = np.stack([np.frombuffer(r[3], np.float32).reshape(r[1], r[2]) for r in rows])  # (M, N, C)
+        vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=-1, keepdims=True), 1e-12)
+        flat = vecs.reshape(len(rows), -1)
+        return ids, (flat / np.maximum(np.linalg.norm(flat, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+    def predictions(self, run_id: int, frame_ids: Iterable[int]) -> dict[int, dict]:
+        ids = [int(i) for i in frame_ids]
+        out = {}
+        for k in range(0, len(ids), 500):
+            chunk = ids[k:k + 500]
+            q = f"SELECT frame_id, predictions FROM signals WHERE run_id = ? AND frame_id IN ({', '.join('?' * len(chunk))})"
+            out.update({i: json.loads(p or "{}") for i, p in self.db.execute(q, (run_id, *chunk))})
+        return out
+
+    def run_info(self, run_id: int) -> dict[str, Any]:
+        m, c, root = self.db.execute("SELECT m.path, r.candidate_id, f.root FROM shadow_runs r JOIN models m ON r.model_id = m.id "
+                                     "JOIN fleets f ON r.fleet_id = f.id WHERE r.id = ?", (run_id,)).fetchone()
+        return {"run_id": run_id, "model": m, "candidate_id": c, "fleet": root}
+
+    # -- trigger hits and selections ----------------------------------------------------------------
+    def write_hits(self, name: str, version: int, run_id: int, hits: Sequence[tuple[int, float]]) -> None:
+        """Replace the hits of one trigger version on one run (idempotent)."""
+        with self.transaction():
+            self.db.execute("DELETE FROM trigger_hits WHERE trigger = ? AND version = ? AND run_id = ?", (name, version, run_id))
+            self.db.executemany("INSERT INTO trigger_hits (trigger, version, run_id, frame_id, score) VALUES (?, ?, ?, ?, ?)",
+                                [(name, version, run_id, int(f), float(s)) for f, s in hits])
+
+    def hits(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
+        out: dict[str, list[tuple[int, float]]] = {}
+        for t, f, s in self.db.execute("SELECT trigger, frame_id, score FROM trigger_hits WHERE run_id = ? ORDER BY trigger, "
+                                       "score DESC, frame_id", (run_id,)):
+            out.setdefault(t, []).append((f, s))
+        return out
+
+    def write_selection(self, name: str, run_id: int, strategy: str, budget: int, unit: str, params: Mapping,
+                        items: Sequence[Mapping[str, Any]]) -> int:
+        """Record a selection (replacing one of the same name) in one transaction."""
+        with self.transaction():
+            old = self.db.execute("SELECT id FROM selections WHERE name = ?", (name,)).fetchone()
+            if old:
+                self.db.execute("DELETE FROM selection_items WHERE selection_id = ?", (old[0],))
+                self.db.execute("DELETE FROM selections WHERE id = ?", (old[0],))
+            cur = self.db.execute("INSERT INTO selections (name, run_id, strategy, budget, unit, params, created) "
+                                  "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, run_id, strategy, budget, unit, json.dumps(params), time.time()))
+            sid = cur.lastrowid
+            self.db.executemany("INSERT INTO selection_items (selection_id, rank, frame_id, reason) VALUES (?, ?, ?, ?)",
+                                [(sid, i, int(it["frame_id"]), json.dumps(it["reason"])) for i, it in enumerate(items)])
+        return int(sid)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type, exc, tb):
+        self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+        return False
+
+
+def _real(v) -> float | None:
+    if v is None:
+        return None
+    v = float(v)
+    return None if not np.isfinite(v) else v
