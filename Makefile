@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(VENV)/bin/hydranet demo --out $(DEMO_OUT)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest -n 2 -q
 
 clean:

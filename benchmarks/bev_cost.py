@@ -64,7 +64,8 @@ def main() -> None:
             batch["ego_motion"] = torch.eye(4)[None]
         params = sum(p.numel() for p in model.parameters()) / 1e6
         rows.append((name, latency(model, batch, args.iters), params))
-    print(f"nuscenes6, 6 cameras at {H}x{W}, BEV grid 50x50 (2 m cells), video queue 3 (fuse 3 layers), torch threads {torch.get_num_threads()}")
+    print(f"nuscenes6, 6 cameras at {H}x{W}, BEV grid 50x50 (2 m cells), video queue 3 (fuse 3 layers), "
+          f"torch threads {torch.get_num_threads()}")
     print(f"{'model':40s} {'ms/frame':>9s} {'params M':>9s} {'ratio':>6s}")
     for name, ms, p in rows:
         print(f"{name:40s} {ms:9.1f} {p:9.2f} {ms / rows[0][1]:6.3f}")

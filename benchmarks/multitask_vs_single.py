@@ -24,7 +24,6 @@ import math
 import time
 from pathlib import Path
 
-import torch
 
 from hydranet.data import SimDataset
 from hydranet.evaluate import PRIMARY, evaluate, format_table

@@ -65,7 +65,8 @@ def main() -> None:
     rows = [measure(320, 192, args.frames), measure(800, 448, max(args.frames // 2, 5))]
     print(f"{'resolution':>10} | {'render+channels img/s':>21} | {'+ all labels img/s':>18} | {'JPEG decode img/s':>17} | ratio")
     for r in rows:
-        print(f"{r['size']:>10} | {r['render']:>21.0f} | {r['render_labels']:>18.0f} | {r['decode']:>17.0f} | {r['render'] / r['decode']:.2f}")
+        print(f"{r['size']:>10} | {r['render']:>21.0f} | {r['render_labels']:>18.0f} | {r['decode']:>17.0f} | "
+              f"{r['render'] / r['decode']:.2f}")
     print(f"ratio render/decode at 192x320: {rows[0]['render'] / rows[0]['decode']:.2f}")
 
 

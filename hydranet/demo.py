@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 from hydranet.config import SHIPPED_CONFIGS
-from hydranet.config import SHIPPED_CONFIGS
 from hydranet.data import SimDataset
 from hydranet.evaluate import evaluate_checkpoint, format_table, viz_checkpoint
 from hydranet.experiment import load_experiment

@@ -34,7 +34,7 @@ def _warp(arr: np.ndarray, M: np.ndarray, out_hw: tuple[int, int], linear: bool)
     """One camera's (H, W[, C]) array through the 2x3 forward affine M (dst = M @ src)."""
     dtype = arr.dtype
     # cv2 does not warp bool or int32: bool via uint8, int32 ids (< 2**24) exactly via float32
-    src = arr.astype(np.uint8) if dtype == bool else arr.astype(np.float32) if dtype == np.int32 else arr
+    src = arr.astype(np.uint8) if dtype.kind == "b" else arr.astype(np.float32) if dtype == np.int32 else arr
     out = cv2.warpAffine(src, M, (out_hw[1], out_hw[0]), flags=cv2.INTER_LINEAR if linear else cv2.INTER_NEAREST,
                          borderMode=cv2.BORDER_CONSTANT, borderValue=0)
     if out.ndim == arr.ndim - 1:  # cv2 drops a trailing channel axis of size 1
@@ -240,13 +240,41 @@ class LabelledFrames(torch.utils.data.Dataset):
 
     def __getitem__(self, item: int | tuple[int, int]) -> dict:
         clip = self.prepare_clip(item)
-        targets = {name: task.build_targets(clip[-1]) for name, task in self.tasks.items()}
+        supervised = {name: is_supervised(clip[-1], name) for name in self.tasks}
+        targets = {name: task.build_targets(clip[-1] if supervised[name] else blank_sample(clip[-1], task))
+                   for name, task in self.tasks.items()}
         out = {key: np.stack([np.asarray(s[key], dtype) for s in clip])
                for key, dtype in (("images", np.uint8), ("intrinsics", np.float32), ("cam2ego", np.float32),
                                   ("ego2world", np.float64))}  # (T, N, H, W, 3), (T, N, 3, 3), (T, N, 4, 4), (T, 4, 4)
         out = {k: torch.from_numpy(np.ascontiguousarray(v if self.ends is not None else v[0])) for k, v in out.items()}
         out["images"] = out["images"].movedim(-1, -3)  # ([T,] N, 3, H, W) uint8
-        return {**out, "targets": targets}
+        return {**out, "targets": targets, "supervised": supervised}
+
+
+def is_supervised(sample: Mapping, objective: str) -> bool:
+    """Whether the sample has labels for a head (or an auxiliary objective: LSS depth reads
+    "depth"): `sample["supervises"]` names them; a sample without it (the sim) has every label."""
+    from hydranet.data.sources import LABELS_OF
+
+    sup = sample.get("supervises")
+    return sup is None or LABELS_OF.get(objective, objective) in sup
+
+
+def blank_sample(sample: Mapping, task: Any) -> dict:
+    """The sample with no labels at all and zero dense maps: the shape-keeping stand-in targets
+    of a head the sample does not supervise. The loss never reads them (its per-sample
+    `supervised` mask drops the sample, hydranet/models/partial.py), nor does a metric."""
+    images = sample["images"]  # (N, H, W, 3) uint8
+    N, H, W = len(images), images.shape[1], images.shape[2]
+    out = dict(sample)
+    out["labels"] = {"cameras": {n: {"boxes2d": [], "lanes2d": []} for n in sample["camera_names"]},
+                     "boxes3d": [], "lanes3d": []}
+    out.update(depth=np.zeros((N, H, W), np.float32), normals=np.zeros((N, H, W, 3), np.float32),
+               drivable=np.zeros((N, H, W), bool))
+    grid = getattr(task, "source_grid", None) or getattr(task, "grid", None)
+    if grid is not None:
+        out["bev"] = np.zeros((3, *grid.shape), np.uint8)
+    return out
 
 
 class Collate:
@@ -263,6 +291,9 @@ class Collate:
             if all(key in it for it in items):
                 batch[key] = torch.stack([it[key] for it in items])
         batch["targets"] = {n: t.collate([it["targets"][n] for it in items]) for n, t in self.tasks.items()}
+        if all("supervised" in it for it in items):  # (B,) bool per head: which frames have its labels
+            for n, t in batch["targets"].items():
+                t["supervised"] = torch.tensor([bool(it["supervised"][n]) for it in items])
         return batch
 
 
@@ -297,6 +328,42 @@ class StepBatchSampler(torch.utils.data.Sampler):
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         for step in range(self.start_step, self.total_steps):
             yield self.batch(step)
+
+    def __len__(self) -> int:
+        return max(self.total_steps - self.start_step, 0)
+
+
+class SourceBatchSampler(torch.utils.data.Sampler):
+    """Batches of a mixed run (data.sources): each global step draws one source, source k with
+    probability weights[k] / sum(weights), from `default_rng([seed, step, 0x5EC])` (the same on
+    every rank), and takes that source's next batch of its own `StepBatchSampler` order over its
+    items ranges[k] = (first, end). Every batch comes from one source, so its frames share a camera
+    rig; resuming at step s replays the draws of steps < s and continues exactly."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int]], weights: Sequence[float], batch_size: int, seed: int,
+                 total_steps: int, start_step: int = 0, rank: int = 0, world: int = 1):
+        if len(ranges) != len(weights) or not ranges:
+            raise ValueError(f"{len(ranges)} item ranges but {len(weights)} weights")
+        w = np.asarray(weights, np.float64)
+        if not (w > 0).all():
+            raise ValueError(f"source weights must be > 0, got {list(weights)}")
+        self.p = w / w.sum()
+        self.ranges, self.seed = [tuple(r) for r in ranges], seed
+        self.total_steps, self.start_step = total_steps, start_step
+        self.samplers = [StepBatchSampler(b - a, batch_size, seed + k, 1 << 62, 0, rank, world)
+                         for k, (a, b) in enumerate(self.ranges)]
+
+    def source(self, step: int) -> int:
+        return int(np.random.default_rng([self.seed, step, 0x5EC]).choice(len(self.p), p=self.p))
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        counts = [0] * len(self.ranges)
+        for step in range(self.total_steps):
+            k = self.source(step)
+            if step >= self.start_step:
+                a = self.ranges[k][0]
+                yield [(epoch, a + i) for epoch, i in self.samplers[k].batch(counts[k])]
+            counts[k] += 1
 
     def __len__(self) -> int:
         return max(self.total_steps - self.start_step, 0)

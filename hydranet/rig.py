@@ -171,7 +171,8 @@ def _check_sees_road(cam: Camera, where: str, max_range: float = 100.0) -> None:
     if not hit.any():
         yaw, pitch, _ = np.degrees(yaw_pitch_roll(cam.cam2ego[:3, :3]))
         raise RigError(
-            f"{where}: camera {cam.name} sees no road within {max_range:.0f} m (pitch {pitch:.1f} deg points it at the sky); tilt it towards the ground")
+            f"{where}: camera {cam.name} sees no road within {max_range:.0f} m (pitch {pitch:.1f} deg points it at the "
+            "sky); tilt it towards the ground")
 
 
 def rig_from_dict(data: dict, where: str = "rig") -> Rig:

@@ -135,7 +135,5 @@ def predict_frame(model, frames, index: int) -> tuple[dict, dict]:
     while first > 0 and index - first < model.video_frames - 1 and frames.data.frame_ids[first - 1][0] == scene:
         first -= 1
     model.eval()
-    pred = None
-    for _, pred in predict_stream(model, frames, 1, device, indices=range(first, index + 1)):
-        pass
-    return frames.prepare(index), pred
+    results = list(predict_stream(model, frames, 1, device, indices=range(first, index + 1)))
+    return frames.prepare(index), results[-1][1]

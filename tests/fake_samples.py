@@ -8,6 +8,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from hydranet.geometry import make_transform, rot_z
+from hydranet.models.config import BevConfig, ModelConfig, TaskConfig
+
 FAKE_META = {
     "format": "hydranet-sim",
     "version": 1,
@@ -90,3 +93,33 @@ def make_batch(tasks, samples: list[dict]) -> dict:
     images = torch.from_numpy(np.stack([s["images"] for s in samples])).permute(0, 1, 4, 2, 3).float() / 255
     targets = {name: task.collate([task.build_targets(s) for s in samples]) for name, task in tasks.items()}
     return {"images": images, "targets": targets}
+
+
+# -- a tiny BEV model on a 64 x 64 m grid (tests of the fused model and its export) ----------------
+BEV_H, BEV_W = 64, 96
+BEV_META = {**FAKE_META, "bev": {"x_range": [-32, 32], "y_range": [-32, 32], "resolution": 0.5}}
+TINY_BEV_CONFIG = BevConfig(downsample=4, heights=(0.0, 1.0), channels=16, encoder_depth=1)
+TINY_BEV = ModelConfig(backbone="tiny", neck_width=16, neck_repeats=1, bev=TINY_BEV_CONFIG,
+                       tasks=(TaskConfig("det3d", options={"width": 16}), TaskConfig("bevmap", options={"width": 16})))
+
+
+def bev_sample(rig, seed: int = 0) -> dict:
+    """One frame in the SimDataset form at the model size: random pixels, boxes3d, a bev raster.
+    A rig with several resolutions is resized to (BEV_H, BEV_W) (Rig.resized)."""
+    rng = np.random.default_rng(seed)
+    rig = rig.resized(BEV_W, BEV_H)
+    images = np.stack([rng.integers(0, 255, (BEV_H, BEV_W, 3), dtype=np.uint8) for _ in rig.cameras])
+    K = np.stack([c.K for c in rig.cameras]).astype(np.float32)
+    classes = ["car", "truck", "pedestrian", "cyclist", "traffic_cone"]
+    boxes = [{"center": [float(x), float(y), 0.8], "size": [4.0, 1.8, 1.6], "yaw": float(rng.uniform(-3, 3)),
+              "velocity": [float(rng.normal()), float(rng.normal()), 0.0], "class": classes[k % 5], "track_id": k + 1,
+              "num_pixels": 50, "attributes": {}}
+             for k, (x, y) in enumerate([(10.3, 4.1), (-15.2, -7.7), (25.0, 20.4), (3.0, -12.9), (-28.1, 27.3)])]
+    bev = np.zeros((3, 128, 128), np.uint8)
+    bev[0, :, 40:90] = 255  # a road along x
+    bev[1, :, 64] = 255  # a lane line
+    bev[2, 50:58, 60:66] = 1  # an object
+    return {"images": images, "intrinsics": K, "cam2ego": np.stack([c.cam2ego for c in rig.cameras]).astype(np.float32),
+            "ego2world": make_transform(rot_z(0.1 * seed), [100.0 + 2 * seed, 50.0, 0.0]), "camera_names": rig.names,
+            "bev": bev, "labels": {"cameras": {}, "boxes3d": boxes, "lanes3d": [], "ego_velocity": [0.0, 0.0, 0.0]},
+            "scene": "scene-0", "frame_dir": f"{seed:06d}"}

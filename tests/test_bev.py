@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from fake_samples import FAKE_META
+from fake_samples import BEV_H as H, BEV_META as META, BEV_W as W, TINY_BEV as TINY, TINY_BEV_CONFIG as BEV
+from fake_samples import bev_sample as _sample
 from hydranet.bevgrid import BevGrid, resample_raster
 from hydranet.geometry import make_transform, rot_z, transform_points, unproject
-from hydranet.models import ModelConfig, TaskConfig, build_model
-from hydranet.models.config import BevConfig
+from hydranet.models import build_model
 from hydranet.models.depth_lift import depth_bin_targets, depth_bins, frustum_table, splat_features
 from hydranet.models.video import VideoQueue
 from hydranet.stream import relative_motion
@@ -20,12 +20,8 @@ from hydranet.models.view_transform import lift_features, projection_lut
 from hydranet.rig import load_rig, rig_from_dict
 from hydranet.tasks import BEV_TASKS, build_task
 
-H, W, STRIDE = 64, 96, 8
-META = {**FAKE_META, "bev": {"x_range": [-32, 32], "y_range": [-32, 32], "resolution": 0.5}}
+STRIDE = 8
 GRID = BevGrid((-32.0, 32.0), (-32.0, 32.0), 2.0)  # META's raster with 4x coarser cells: 32 x 32
-BEV = BevConfig(downsample=4, heights=(0.0, 1.0), channels=16, encoder_depth=1)
-TINY = ModelConfig(backbone="tiny", neck_width=16, neck_repeats=1, bev=BEV,
-                   tasks=(TaskConfig("det3d", options={"width": 16}), TaskConfig("bevmap", options={"width": 16})))
 
 CUSTOM5 = {"name": "custom5", "cameras": [
     {"name": "FRONT_TELE", "width": 192, "height": 128, "hfov_deg": 40.0, "translation": [2.0, 0.0, 1.4], "ypr_deg": [0, 0, 0]},
@@ -48,27 +44,6 @@ def motion_t(prev_pose, cur_pose) -> torch.Tensor:
 
 def _no_grad_params(module: torch.nn.Module) -> list[str]:
     return [n for n, p in module.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)]
-
-
-def _sample(rig, seed: int = 0) -> dict:
-    """One frame in the SimDataset form at the model size: random pixels, boxes3d, a bev raster.
-    A rig with several resolutions is resized to (H, W) (Rig.resized)."""
-    rng = np.random.default_rng(seed)
-    rig = rig.resized(W, H)
-    images = np.stack([rng.integers(0, 255, (H, W, 3), dtype=np.uint8) for _ in rig.cameras])
-    K = np.stack([c.K for c in rig.cameras]).astype(np.float32)
-    classes = ["car", "truck", "pedestrian", "cyclist", "traffic_cone"]
-    boxes = [{"center": [float(x), float(y), 0.8], "size": [4.0, 1.8, 1.6], "yaw": float(rng.uniform(-3, 3)),
-              "velocity": [float(rng.normal()), float(rng.normal()), 0.0], "class": classes[k % 5], "track_id": k + 1,
-              "num_pixels": 50, "attributes": {}}
-             for k, (x, y) in enumerate([(10.3, 4.1), (-15.2, -7.7), (25.0, 20.4), (3.0, -12.9), (-28.1, 27.3)])]
-    bev = np.zeros((3, 128, 128), np.uint8)
-    bev[0, :, 40:90] = 255  # a road along x
-    bev[1, :, 64] = 255  # a lane line
-    bev[2, 50:58, 60:66] = 1  # an object
-    return {"images": images, "intrinsics": K, "cam2ego": np.stack([c.cam2ego for c in rig.cameras]).astype(np.float32),
-            "ego2world": make_transform(rot_z(0.1 * seed), [100.0 + 2 * seed, 50.0, 0.0]), "camera_names": rig.names,
-            "bev": bev, "labels": {"cameras": {}, "boxes3d": boxes, "lanes3d": [], "ego_velocity": [0.0, 0.0, 0.0]}}
 
 
 def _batch(model, frames: list[dict]) -> dict:
@@ -138,7 +113,7 @@ def test_frustum_table_matches_brute_force_unprojection(rig_name):
     h, w = H // STRIDE, W // STRIDE
     X, Y = GRID.shape
     expected = []
-    for n, cam in enumerate(rig.cameras):
+    for cam in rig.cameras:
         for d in depths:
             for i in range(h):
                 for j in range(w):

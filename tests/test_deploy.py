@@ -208,7 +208,7 @@ def test_numpy_nms_equals_torchvision():
 
 # -- BEV fusion with the video module: state as explicit inputs/outputs ---------------------------------
 def test_bev_video_model_exports_with_explicit_state_and_runtime_carries_it(tmp_path):
-    from test_bev import META, TINY, BEV, _sample  # noqa: I001 (the BEV tests' tiny rig model)
+    from fake_samples import BEV_META as META, TINY_BEV as TINY, TINY_BEV_CONFIG as BEV, bev_sample as _sample
     from hydranet.models import build_model
     from hydranet.rig import load_rig
 

@@ -13,9 +13,11 @@ import pytest
 import torch
 from pycocotools.coco import COCO
 
-from fake_samples import FAKE_META, make_batch, make_sample
+from fake_samples import BEV_META, FAKE_META, bev_sample, make_batch, make_sample
+from hydranet.bevgrid import BevGrid
+from hydranet.rig import load_rig
 from hydranet.models import ModelConfig, TaskConfig, build_model
-from hydranet.tasks import TASKS, build_task
+from hydranet.tasks import BEV_TASKS, TASKS, build_task
 from hydranet.tasks.det2d import coco_dicts, coco_map, write_coco_json
 
 WIDTH, H, W = 16, 64, 96
@@ -53,6 +55,50 @@ def test_task_forward_loss_backward_decode_metric(name, sample):
     metric.update(decoded, targets)
     values = metric.compute()
     assert values and all(isinstance(v, float) for v in values.values())
+
+
+BEV_GRID = BevGrid((-32.0, 32.0), (-32.0, 32.0), 2.0)  # (32, 32) cells over BEV_META's raster
+
+
+@pytest.mark.parametrize("name", sorted(BEV_TASKS))
+def test_bev_task_forward_loss_backward_decode_metric(name):
+    """The BEV heads under the same contract as the camera heads: raw finite outputs (B, ..., X, Y),
+    finite losses, a gradient for every parameter and the input, B decoded frames, a metric."""
+    task = build_task(name, {**BEV_META, "bev_grid": BEV_GRID.as_dict()}, WIDTH)
+    torch.manual_seed(0)
+    bev = torch.randn(2, WIDTH, *BEV_GRID.shape, requires_grad=True)  # (B, C, X, Y)
+    out = task(bev)
+    assert out and all(v.shape[0] == 2 and v.shape[-2:] == BEV_GRID.shape and torch.isfinite(v).all()
+                       for v in out.values())
+    frames = [bev_sample(load_rig("nuscenes6"), seed=s) for s in range(2)]
+    targets = task.collate([task.build_targets(f) for f in frames])
+    losses = task.loss(out, targets)
+    assert losses and all(v.dim() == 0 and torch.isfinite(v) for v in losses.values())
+    sum(losses.values()).backward()
+    assert [n for n, p in task.named_parameters() if p.grad is None] == [] and bev.grad is not None
+    decoded = task.decode(out)
+    assert len(decoded) == 2
+    metric = task.metric()
+    metric.update(decoded, targets)
+    assert metric.compute()
+
+
+@pytest.mark.parametrize("name", sorted(TASKS) + sorted(BEV_TASKS))
+def test_every_task_declares_what_the_evaluator_judges(name, sample):
+    """Every registered head has a primary metric among its metric's keys, a named baseline that its
+    own metric scores, and a picture hook: what the generic evaluator reads (hydranet/evaluate.py)."""
+    meta = {**BEV_META, "bev_grid": BEV_GRID.as_dict()} if name in BEV_TASKS else FAKE_META
+    task = build_task(name, meta, WIDTH)
+    frames = [bev_sample(load_rig("nuscenes6"), seed=s) for s in range(2)] if name in BEV_TASKS else [sample]
+    targets = task.collate([task.build_targets(f) for f in frames])
+    with torch.no_grad():
+        out = task(torch.randn(len(frames), WIDTH, *BEV_GRID.shape) if name in BEV_TASKS else _pyramid(2))
+    metric = task.metric()
+    metric.update(task.decode(out), targets)
+    keys = set(metric.compute())
+    base = task.baseline([targets])
+    assert task.primary_metric.name in keys and set(base) == keys, (task.primary_metric, keys, set(base))
+    assert task.baseline_name and callable(task.draw)
 
 
 def test_head_returns_logits_not_probabilities():

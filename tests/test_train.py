@@ -2,7 +2,9 @@
 geometric augmentation consistency. Tiny: 96x160 sim images, 1-2 cameras, a few steps."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -198,3 +200,72 @@ def test_bf16_amp_on_cuda(data, tmp_path):
     train(cfg(data, "amp=true", "device=cuda", "steps=2"), tmp_path / "run", progress=False,
           on_step=lambda s, l: history.append(l))
     assert len(history) == 2 and all(np.isfinite(v) for h in history for v in h.values())
+
+
+def test_two_runs_of_the_same_config_give_bit_identical_weights(data, tmp_path):
+    """Same command, same seed, same machine: the same weights, with augmentation and a loader
+    worker (every random source is seeded: batch order, augmentation per (seed, epoch, frame),
+    worker RNGs, initialization)."""
+    c = cfg(data, "steps=3", "num_workers=1", "augment.photometric=true", "augment.geometric=true")
+    a = train(c, tmp_path / "a", progress=False)
+    b = train(c, tmp_path / "b", progress=False)
+    assert states_equal(a.state_dict(), b.state_dict()) == []
+
+
+def test_an_existing_run_is_never_replaced_without_overwrite(data, tmp_path):
+    c = cfg(data, "steps=2")
+    train(c, tmp_path / "run", progress=False)
+    before = load_checkpoint(tmp_path / "run")
+    with pytest.raises(FileExistsError, match=r"already holds a run.*--resume.*--overwrite"):
+        train(cfg(data, "steps=1"), tmp_path / "run", progress=False)
+    after = load_checkpoint(tmp_path / "run")
+    assert after["step"] == 2 and states_equal(after["model"], before["model"]) == []  # untouched
+    train(cfg(data, "steps=1"), tmp_path / "run", progress=False, overwrite=True)
+    assert load_checkpoint(tmp_path / "run")["step"] == 1
+
+
+def test_resume_applies_and_records_safe_overrides_and_refuses_the_rest(data, tmp_path, capsys):
+    from hydranet.cli import main
+
+    run = tmp_path / "run"
+    train(cfg(data, "steps=2"), run, progress=False)
+    assert main(["train", "--resume", str(run), "--set", "optim.lr=1e-4", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "'optim.lr'" in err and "start a new run" in err and err.count("\n") == 1
+    assert main(["train", "--resume", str(run), "--quiet"]) == 2  # already at steps=2
+    assert "already at step 2" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--set", "steps=3", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "steps: 2 -> 3" in out and "trained steps 3..3" in out
+    assert load_checkpoint(run)["step"] == 3
+    assert json.loads((run / "config.json").read_text())["steps"] == 3  # what took effect is what is recorded
+
+
+def test_checkpoint_with_non_finite_weights_is_refused_naming_the_tensor(data, tmp_path):
+    from hydranet.checkpoint import save_checkpoint
+
+    train(cfg(data, "steps=1"), tmp_path / "run", progress=False)
+    ckpt = load_checkpoint(tmp_path / "run")
+    name = next(k for k, v in ckpt["model"].items() if v.is_floating_point() and v.numel() > 1)
+    ckpt["model"][name].view(-1)[0] = float("nan")
+    save_checkpoint(tmp_path / "bad.pt", ckpt)
+    with pytest.raises(ValueError, match=rf"weight '{re.escape(name)}' has 1 non-finite"):
+        load_checkpoint(tmp_path / "bad.pt")
+
+
+def test_a_full_disk_while_checkpointing_leaves_the_old_checkpoint_and_no_temp(tmp_path, monkeypatch):
+    import errno
+
+    from hydranet.checkpoint import save_checkpoint
+
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"step": 1})
+
+    def full(obj, f, *a, **k):
+        Path(f).write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(OSError, match="disk is full.*previous checkpoint"):
+        save_checkpoint(path, {"step": 2})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]

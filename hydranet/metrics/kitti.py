@@ -87,7 +87,7 @@ def _convex_intersection(a: np.ndarray, b: np.ndarray) -> float:
         c0, c1 = clip[i], clip[(i + 1) % len(clip)]
         e = c1 - c0
 
-        def side(p):
+        def side(p, e=e, c0=c0):
             return e[0] * (p[1] - c0[1]) - e[1] * (p[0] - c0[0])
         out = []
         for j in range(len(poly)):

@@ -39,7 +39,8 @@ class BevConfig:
     with its resolution times `downsample`. heights: ego z (m) of the points each cell is projected
     at (method "lut"). depth_bins: [min, max, step] metres and z_range: [min, max] ego z of the
     frustum points kept (method "lss"). The input size is the model rig's (meta["rig"], resized to
-    data.image_size by training). video_frames: queue length including the current frame (1 = no video module); video_fuse_depth: 3x3 conv layers
+    data.image_size by training). video_frames: queue length including the current frame (1 = no video
+    module); video_fuse_depth: 3x3 conv layers
     that fuse the current and the aligned past maps."""
 
     x_range: tuple[float, float] | None = None

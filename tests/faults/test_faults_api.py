@@ -83,7 +83,8 @@ def test_camera_selection_is_never_all_by_accident(cameras, words, fault_env):
 
 
 @pytest.mark.parametrize("override, value", [("optim.lr=1e-4", 1e-4), ("optim.lr=5E-3", 5e-3), ("optim.lr=-2e+1", -20.0),
-                                             ("optim.lr=1.5e-4", 1.5e-4), ("optim.lr=5.0e1", 50.0), ("optim.lr=.5e1", 5.0), ("optim.lr=3", 3), ("optim.name=1e", "1e"),
+                                             ("optim.lr=1.5e-4", 1.5e-4), ("optim.lr=5.0e1", 50.0), ("optim.lr=.5e1", 5.0),
+                                             ("optim.lr=3", 3), ("optim.name=1e", "1e"),
                                              ("optim.lr=.inf", float("inf"))])
 def test_overrides_read_numbers_as_numbers(override, value):
     from hydranet.config import apply_overrides
