@@ -95,10 +95,10 @@ def example_inputs(model: HydraNet, images: np.ndarray, prev_bev: np.ndarray | N
 def sim_frames(cfg, data: str | Path, count: int) -> list[dict]:
     """Up to `count` consecutive frames of `data` (the checkpoint's cameras, resized to its image size):
     {"images" (N, 3, H, W) uint8, "ego2world" (4, 4), "scene"}."""
-    from hydranet.data import SimDataset
+    from hydranet.data.sources import open_data
     from hydranet.loader import resize_to
 
-    ds = SimDataset(data, cameras=list(cfg.data.cameras) if cfg.data.cameras else None)
+    ds = open_data(cfg.data, data, channels=("images",))  # any format (docs/datasets.md), the model's cameras
     out = []
     for i in range(min(count, len(ds))):
         s = resize_to(ds[i], tuple(cfg.data.image_size))
@@ -267,7 +267,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
     model, cfg, ckpt = load_model(checkpoint)
     meta = json.loads(ckpt["meta"])
     if data is None:
-        data = next((d for d in (cfg.data.val_root, cfg.data.root) if d and Path(d, "dataset.json").is_file()), None)
+        data = next((d for d in (cfg.data.val_root, cfg.data.root, *(s.root for s in cfg.data.sources))
+                     if d and Path(d).is_dir()), None)
         if data is None:
             raise ExportError(f"no sim dataset for the parity check: the checkpoint's data.root {cfg.data.root!r} does not "
                               "exist here; pass --data DIR (a dataset generated with `hydranet sim generate`)")

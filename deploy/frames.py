@@ -13,9 +13,9 @@ import numpy as np
 
 def dataset_frames(root: str | Path, cameras: Sequence[str], count: int) -> Iterator[dict]:
     """Yields {"images" (N, H, W, 3) uint8 RGB, "ego2world" (4, 4) float64, "scene", "first_of_scene"}."""
-    from hydranet.data import SimDataset
+    from hydranet.data.formats import open_dataset
 
-    ds = SimDataset(root, cameras=list(cameras), channels=("images",))
+    ds = open_dataset(root, cameras=list(cameras), channels=("images",))  # any format, detected (docs/datasets.md)
     if len(ds) == 0:
         raise ValueError(f"dataset {root} has no frames")
     prev_scene = None

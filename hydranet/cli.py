@@ -116,7 +116,8 @@ def cmd_eval(args) -> None:
         results = evaluate_onnx(args.checkpoint, args.data, args.out, progress=not args.quiet,
                                 save_predictions=args.save_predictions)
     else:
-        results = evaluate_checkpoint(args.checkpoint, args.data, args.out, args.save_predictions, progress=not args.quiet)
+        results = evaluate_checkpoint(args.checkpoint, args.data, args.out, args.save_predictions, progress=not args.quiet,
+                                      format=args.format, split=args.split, version=args.version)
     print(format_table(results))
     for path in results["predictions"]:
         note = (f" (the nuScenes submission format: `hydranet eval-nuscenes --dataroot <export_nuscenes of {args.data}> "
@@ -224,7 +225,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="checkpoint.pt or its run folder, or an exported model.onnx / model.int8.onnx")
     ev.add_argument("--reference", type=Path, default=None,
                     help="also evaluate this checkpoint/ONNX model and print the primary-metric drop per head")
-    ev.add_argument("--data", type=Path, required=True, help="a generated dataset to evaluate on")
+    ev.add_argument("--data", type=Path, required=True,
+                    help="a dataset folder to evaluate on: sim, nuScenes, BDD100K or KITTI (docs/datasets.md)")
+    ev.add_argument("--format", choices=["auto", "sim", "nuscenes", "kitti", "bdd100k"], default=None,
+                    help="dataset format (default: the config's for its data.root/sources, else detected)")
+    ev.add_argument("--split", default=None, help="nuScenes/KITTI/BDD100K split (default: the config's, else the reader's)")
+    ev.add_argument("--version", default=None, help="nuScenes version folder (default: the only one)")
     ev.add_argument("--out", type=Path, default=Path("metrics.json"))
     ev.add_argument("--save-predictions", type=Path, default=None, metavar="DIR",
                     help="where the heads write their predictions (det2d COCO JSON, det3d nuscenes_results.json); "

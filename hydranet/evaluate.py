@@ -20,18 +20,32 @@ from typing import Any
 import torch
 
 from hydranet.checkpoint import load_model
-from hydranet.data import SimDataset
+from hydranet.data.sources import open_data
 from hydranet.loader import LabelledFrames
+from hydranet.models.partial import supervised_targets, supervised_update
 from hydranet.rig import rig_from_dict
 from hydranet.stream import predict_stream
 
 
 def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = None,
-                      image_size: tuple[int, int] | None = None) -> LabelledFrames:
-    """The frames of dataset `data` as the model sees them: its cameras and image size, its
-    heads' targets, no augmentation."""
-    cams = cameras if cameras is not None else (list(cfg.data.cameras) if cfg.data.cameras else None)
-    ds = SimDataset(data, cameras=cams, on_bad_frame=cfg.data.on_bad_frame)
+                      image_size: tuple[int, int] | None = None, format: str | None = None,
+                      split: str | None = None, version: str | None = None) -> LabelledFrames:
+    """The frames of dataset `data` (any format: `hydranet.data.sources.open_data`; data.root or a
+    source of the config is read with its format/split/version/cameras) as the model sees them:
+    its image size, its heads' targets, no augmentation. A camera-only model evaluates every
+    camera of a dataset that lacks the config's cameras; a head needing calibration on an
+    uncalibrated dataset (BDD100K) is a ConfigError."""
+    from hydranet.data.dataset import DatasetError
+    from hydranet.experiment import check_heads
+
+    try:
+        ds = open_data(cfg.data, data, format, split, version, cameras)
+    except DatasetError as e:
+        wrong_cameras = "unknown camera" in str(e) or "has one camera" in str(e)
+        if cameras is not None or getattr(model, "fusion", None) is not None or not wrong_cameras:
+            raise
+        ds = open_data(cfg.data, data, format, split, version, all_cameras=True)
+    check_heads(list(model.heads), [getattr(ds, "format", "sim")], bev_only=True, where=f"the format of {data}")
     return LabelledFrames(ds, dict(model.heads.items()), image_size or cfg.data.image_size, None, cfg.seed)
 
 
@@ -61,10 +75,12 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
         it = tqdm(it, desc="eval", unit="batch", dynamic_ncols=True)
     for batch, decoded in it:
         for name, metric in metrics.items():
-            metric.update(decoded[name], batch["targets"][name])
-            kept[name].append(batch["targets"][name])
+            supervised_update(metric, decoded[name], batch["targets"][name])  # frames without its labels: not scored
+            t = supervised_targets(batch["targets"][name], len(decoded[name]))
+            if t is not None:
+                kept[name].append(t)
     results = {name: m.compute() for name, m in metrics.items()}
-    base = {name: task.baseline(kept[name]) for name, task in heads.items()}
+    base = {name: task.baseline(kept[name]) if kept[name] else {} for name, task in heads.items()}
     written: list[str] = []
     if predictions_dir is not None:
         Path(predictions_dir).mkdir(parents=True, exist_ok=True)
@@ -128,19 +144,22 @@ def write_results(results: Mapping[str, Any], out: str | Path) -> Path:
 
 def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Path | None = None,
                         save_predictions: str | Path | None = None, progress: bool = True,
-                        on_outputs: Callable[[dict, dict], None] | None = None) -> dict[str, Any]:
+                        on_outputs: Callable[[dict, dict], None] | None = None, format: str | None = None,
+                        split: str | None = None, version: str | None = None) -> dict[str, Any]:
     """Load a checkpoint, evaluate it on `data`, write metrics JSON to `out`; returns the results.
     The heads' prediction files (det2d COCO JSON, det3d nuScenes submission) go to
     `save_predictions` (default: the folder of `out`); results["predictions"] lists them."""
     model, cfg, ckpt = load_model(checkpoint)
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
-    frames = evaluation_frames(model, cfg, data)
+    frames = evaluation_frames(model, cfg, data, format=format, split=split, version=version)
     if model.fusion is not None:
         check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
     if save_predictions is None and out is not None:
         save_predictions = Path(out).parent
     results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs)
-    results.update({"checkpoint": str(checkpoint), "data": str(data), "step": int(ckpt["step"])})
+    results.update({"checkpoint": str(checkpoint), "data": str(data), "step": int(ckpt["step"]),
+                    "format": getattr(frames.data, "format", "sim"), "split": getattr(frames.data, "split", None),
+                    "cameras": list(frames.data.rig.names)})
     if out is not None:
         write_results(results, out)
     return results

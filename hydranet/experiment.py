@@ -18,13 +18,37 @@ from hydranet.config import ConfigError, apply_overrides, from_dict, load_config
 from hydranet.models import ModelConfig
 
 
+DatasetFormat = Literal["auto", "sim", "nuscenes", "bdd100k", "kitti"]
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """One dataset of a mixed run (`data.sources`, docs/datasets.md): batches are drawn from one
+    source at a time, source k with probability weight_k / sum(weights). `class_map` renames the
+    source's project classes into the run's merged taxonomy (null drops a class)."""
+
+    root: str
+    format: DatasetFormat = "auto"  # auto = detected from the folder (hydranet.data.formats)
+    weight: float = 1.0
+    split: str | None = None  # nuScenes/KITTI/BDD100K split (None: the reader's default)
+    version: str | None = None  # nuScenes version folder (None: the only one under root)
+    cameras: tuple[str, ...] | None = None  # None = every camera of the source
+    class_map: dict[str, str | None] = field(default_factory=dict)
+    name: str | None = None  # its name in per-source results (default: "<format><index>")
+
+
 @dataclass(frozen=True)
 class DataConfig:
-    root: str = "out/demo/sim"  # a generated dataset (docs/dataset_format.md)
+    root: str = "out/demo/sim"  # a dataset folder: sim (docs/dataset_format.md), nuScenes, BDD100K or KITTI
+    format: DatasetFormat = "auto"  # auto = detected from the folder where unambiguous
+    split: str | None = None  # nuScenes/KITTI/BDD100K split of root (None: the reader's default)
+    version: str | None = None  # nuScenes version folder (None: the only one under root)
     val_root: str | None = None  # held-out dataset for metrics at the end of training
+    val_split: str | None = None  # split of val_root (None: the reader's default)
     cameras: tuple[str, ...] | None = None  # None = every camera of the rig
     image_size: tuple[int, int] = (96, 160)  # (H, W) the network sees; multiples of input_divisor()
     on_bad_frame: Literal["raise", "skip"] = "raise"
+    sources: tuple[SourceConfig, ...] = ()  # several datasets in one run (then root/format/split/version/cameras unused)
 
 
 @dataclass(frozen=True)
@@ -83,6 +107,53 @@ def check_experiment(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"config key '{key}' must be >= 1, got {getattr(cfg, key)}")
     if cfg.num_workers < 0:
         raise ConfigError(f"config key 'num_workers' must be >= 0, got {cfg.num_workers}")
+    check_data_sources(cfg)
+
+
+GEOMETRY_HEADS = ("det3d", "bevmap", "depth", "normals")  # need camera calibration (or 3D labels only it gives)
+
+
+def check_data_sources(cfg: ExperimentConfig) -> None:
+    """data.sources against the single-dataset keys, weights and names; heads a format can never
+    supervise (BDD100K has no calibration). Formats left on auto are checked again once detected
+    (`check_heads`)."""
+    d = cfg.data
+    if d.sources:
+        for key in ("format", "split", "version", "cameras"):
+            if getattr(d, key) not in (None, "auto"):
+                raise ConfigError(f"config key 'data.{key}': with data.sources every source has its own {key}; "
+                                  f"move it into the sources (data.sources[i].{key})")
+        names = []
+        for i, s in enumerate(d.sources):
+            if not s.root:
+                raise ConfigError(f"config key 'data.sources[{i}].root' is empty; name the dataset folder")
+            if not s.weight > 0:
+                raise ConfigError(f"config key 'data.sources[{i}].weight' must be > 0, got {s.weight}")
+            if s.cameras is not None and len(s.cameras) == 0:
+                raise ConfigError(f"config key 'data.sources[{i}].cameras': an empty list selects no camera; leave it "
+                                  "null for every camera of the source or name the cameras")
+            names.append(s.name or f"{s.format}{i}")
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"config key 'data.sources': two sources are named {dup[0]!r}; give them distinct names")
+    formats = [s.format for s in d.sources] if d.sources else [d.format]
+    check_heads([t.name for t in cfg.model.tasks], [f for f in formats if f != "auto"], bev_only=len(formats) > 1)
+
+
+def check_heads(heads, formats, bev_only: bool = False, where: str = "data.format") -> None:
+    """ConfigError for a head a run's formats cannot feed: on one uncalibrated dataset (BDD100K)
+    every geometry head (GEOMETRY_HEADS); with `bev_only` (a mix, where other sources supervise
+    depth/normals, or evaluation) the BEV heads, whose view transform needs each batch's calibration."""
+    from hydranet.data.formats import UNCALIBRATED
+    from hydranet.tasks import BEV_TASKS
+
+    bad_fmt = next((f for f in formats if f in UNCALIBRATED), None)
+    if bad_fmt is None:
+        return
+    need = [h for h in heads if h in BEV_TASKS] if bev_only else [h for h in heads if h in GEOMETRY_HEADS]
+    if need:
+        raise ConfigError(f"config key 'model.tasks': head '{need[0]}' needs camera calibration, which {bad_fmt} lacks "
+                          f"({where}={bad_fmt}); remove {need} from model.tasks or train on a calibrated dataset")
 
 
 def load_experiment(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:

@@ -33,9 +33,9 @@ import torch.distributed as dist
 from hydranet.bevgrid import BevGrid
 from hydranet.checkpoint import CHECKPOINT, load_checkpoint, model_meta, remove_stale_temps, rng_state, save_checkpoint, set_rng_state
 from hydranet.config import ConfigError, to_dict
-from hydranet.data import SimDataset
-from hydranet.experiment import ExperimentConfig, OptimConfig
-from hydranet.loader import Augmenter, Collate, StepBatchSampler, LabelledFrames, to_device
+from hydranet.data.sources import check_supervision, open_data, open_sources, run_dataset
+from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_json
+from hydranet.loader import Augmenter, Collate, LabelledFrames, SourceBatchSampler, StepBatchSampler, to_device
 from hydranet.models import HydraNet, build_model
 
 
@@ -130,10 +130,12 @@ def check_finite(losses: dict[str, torch.Tensor], heads: list[str], step: int, d
 
 
 def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None = None, augment: bool = True,
-                        clip_length: int | None = None):
-    """Training items of `root` (default data.root): clips of the model's video length (docs/bev.md)."""
-    ds = SimDataset(root or cfg.data.root, cameras=list(cfg.data.cameras) if cfg.data.cameras else None,
-                    on_bad_frame=cfg.data.on_bad_frame)
+                        clip_length: int | None = None, data=None):
+    """Training items of `root` (default: the run's datasets, data.root or data.sources, read by
+    `hydranet.data.sources`) or of the dataset `data` already opened: clips of the model's video
+    length (docs/bev.md)."""
+    ds = data if data is not None else open_data(cfg.data, root) if root is not None else \
+        run_dataset(open_sources(cfg.data))
     a = cfg.augment
     bev = model.fusion is not None
     aug = Augmenter(a.photometric, a.geometric, a.scale_range, a.geometric_p, a.bev_rotation_deg if bev else 0.0,
@@ -158,7 +160,8 @@ def check_resume(cfg: ExperimentConfig, ckpt: dict[str, Any], where: str) -> lis
     """The config keys `cfg` changes against the checkpoint's run ("key: old -> new"); a change
     outside RESUMABLE_KEYS (it would not take effect, or would make the run inexact) raises
     ConfigError, as does a run already at or past cfg.steps."""
-    old, new = _flat(json.loads(ckpt["config"])), _flat(to_dict(cfg))
+    old = _flat(to_dict(experiment_from_json(ckpt["config"])))  # keys added since it was written: their defaults
+    new = _flat(to_dict(cfg))
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     bad = [k for k in changed if k not in RESUMABLE_KEYS]
     if bad:
@@ -212,9 +215,10 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    meta_ds = SimDataset(cfg.data.root, cameras=list(cfg.data.cameras) if cfg.data.cameras else None,
-                         channels=(), on_bad_frame=cfg.data.on_bad_frame)
-    meta = model_meta(cfg, meta_ds)
+    sources = open_sources(cfg.data)  # data.root or data.sources, any format (docs/datasets.md)
+    check_supervision([t.name for t in cfg.model.tasks], sources)
+    data = run_dataset(sources)
+    meta = model_meta(cfg, data)
     model = build_model(cfg.model, meta).to(d.device)
     optimizer = make_optimizer(cfg.optim, model)
     scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
@@ -230,8 +234,12 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         for p in model.parameters():
             dist.broadcast(p.data, src=0)
 
-    frames = build_training_data(cfg, model)
-    sampler = StepBatchSampler(len(frames), cfg.batch_size, cfg.seed, cfg.steps, start, d.rank, d.world)
+    frames = build_training_data(cfg, model, data=data)
+    if len(sources) > 1:  # one source per batch, drawn by weight
+        sampler = SourceBatchSampler(data.ranges, [s.weight for s in sources], cfg.batch_size, cfg.seed, cfg.steps,
+                                     start, d.rank, d.world)
+    else:
+        sampler = StepBatchSampler(len(frames), cfg.batch_size, cfg.seed, cfg.steps, start, d.rank, d.world)
     loader = torch.utils.data.DataLoader(frames, batch_sampler=sampler, collate_fn=Collate(model.target_builders()),
                                          num_workers=cfg.num_workers, persistent_workers=False,
                                          generator=torch.Generator().manual_seed(cfg.seed))  # not the global RNG

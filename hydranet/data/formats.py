@@ -17,6 +17,9 @@ from hydranet.data.dataset import DatasetError, SimDataset
 FORMATS = ("sim", "nuscenes", "kitti", "bdd100k")
 # which heads each format can supervise at most (a sample may supervise fewer)
 SIM_HEADS = ("det2d", "lanes", "drivable", "depth", "normals", "signs_lights", "det3d", "bevmap")
+FORMAT_HEADS = {"sim": SIM_HEADS, "nuscenes": ("det2d", "det3d"), "kitti": ("det2d", "det3d"),
+                "bdd100k": ("det2d", "signs_lights", "drivable", "lanes")}
+UNCALIBRATED = ("bdd100k",)  # no intrinsics/extrinsics: no BEV view transform, no 3D labels
 
 
 def _looks_like(root: Path) -> list[str]:
@@ -52,7 +55,7 @@ def open_dataset(root, format: str | None = None, split: str | None = None, vers
     """The reader of `format` (None: detected) over root. `split`/`version` where the format has them
     (nuScenes: version folder and split; KITTI: ImageSets split or "testing"; BDD100K: train/val/test,
     default val); `channels` None = the reader's default."""
-    fmt = format or detect_format(root)
+    fmt = format if format not in (None, "auto") else detect_format(root)
     if fmt not in FORMATS:
         raise DatasetError(f"unknown dataset format {fmt!r}; known: {list(FORMATS)}")
     kw = {"cameras": cameras, "on_bad_frame": on_bad_frame}

@@ -33,14 +33,17 @@ class FixedWeights(nn.Module):
         self.task_names = list(task_names)
         self.weights = {n: float(weights.get(n, 1.0)) for n in task_names}
 
-    def _check(self, losses: Mapping[str, torch.Tensor]) -> None:
-        missing = [n for n in self.task_names if n not in losses]
-        if missing:
-            raise ValueError(f"balancer got no loss for task '{missing[0]}' (got {sorted(losses)})")
+    def _check(self, losses: Mapping[str, torch.Tensor]) -> list[str]:
+        """The tasks present in `losses` (a batch may lack some heads' labels: partial labels,
+        hydranet/models/partial.py); an unknown name or no loss at all raises."""
+        unknown = sorted(set(losses) - set(self.task_names))
+        if unknown or not losses:
+            raise ValueError(f"balancer got losses {sorted(losses)}; its tasks are {self.task_names}")
+        return [n for n in self.task_names if n in losses]
 
     def weighted(self, losses: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        self._check(losses)
-        return {n: self.weights[n] * losses[n] for n in self.task_names}
+        """The weighted losses of the tasks present (a task absent from the batch is left out)."""
+        return {n: self.weights[n] * losses[n] for n in self._check(losses)}
 
     def combine(self, losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return sum(self.weighted(losses).values())
@@ -61,7 +64,7 @@ class UncertaintyWeighting(FixedWeights):
 
     def combine(self, losses: Mapping[str, torch.Tensor]) -> torch.Tensor:
         w = self.weighted(losses)
-        return sum(torch.exp(-self.log_vars[n]) * w[n] + self.log_vars[n] for n in self.task_names)
+        return sum(torch.exp(-self.log_vars[n]) * w[n] + self.log_vars[n] for n in w)
 
 
 class PCGrad(FixedWeights):
@@ -77,7 +80,7 @@ class PCGrad(FixedWeights):
         shared_ids = {id(p) for p in shared}
         w = self.weighted(losses)
         grads = []
-        for n in self.task_names:  # flat gradient of each task on the shared parameters
+        for n in w:  # flat gradient of each task present on the shared parameters
             g = torch.autograd.grad(w[n], shared, retain_graph=True, allow_unused=True)
             grads.append(torch.cat([(gi if gi is not None else torch.zeros_like(p)).reshape(-1)
                                     for gi, p in zip(g, shared)]))

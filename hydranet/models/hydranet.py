@@ -36,6 +36,7 @@ from hydranet.models.balancing import FixedWeights, build_balancer
 from hydranet.models.bifpn import BiFPN
 from hydranet.bevgrid import BevGrid
 from hydranet.models.config import BevConfig, ModelConfig
+from hydranet.models.partial import SAMPLES, present_objectives, supervised_loss
 from hydranet.models.state_dict import load_state_dict_checked
 from hydranet.models.video import BevFusion, VideoQueue
 from hydranet.models.depth_lift import DepthViewTransform
@@ -157,10 +158,12 @@ class HydraNet(nn.Module):
             if name not in targets:
                 raise ValueError(f"no targets for '{name}' (targets have {sorted(targets)}); build them with "
                                  "model.target_builders(), which holds the heads and the auxiliary objectives")
-            parts = objective.loss(outputs[name], targets[name])
+            parts, count = supervised_loss(objective, outputs[name], targets[name])  # frames without its labels: masked
             out.update({f"{name}.{k}": v for k, v in parts.items()})
             out[name] = sum(parts.values())
-        out["loss"] = self.balancer.combine({n: out[n] for n in self.objectives})
+            if count >= 0:
+                out[f"{name}.{SAMPLES}"] = torch.tensor(float(count))
+        out["loss"] = self.balancer.combine({n: out[n] for n in present_objectives(self.objectives, out)})
         return out
 
     def target_builders(self) -> dict[str, Any]:
@@ -181,7 +184,7 @@ class HydraNet(nn.Module):
         shared = self.shared_parameters()
         ids = {id(p) for p in shared}
         others = [p for p in self.parameters() if id(p) not in ids]
-        self.balancer.backward({n: losses[n] for n in self.objectives}, shared, others)
+        self.balancer.backward({n: losses[n] for n in present_objectives(self.objectives, losses)}, shared, others)
 
     def load_weights(self, state: Mapping[str, torch.Tensor], partial: bool = False) -> dict[str, list[str]]:
         """Load a state dict; one that does not fit raises ValueError listing the keys (unless `partial`)."""

@@ -139,7 +139,10 @@ class Det3dTask(Task):
     def build_targets(self, sample: Mapping) -> dict[str, Any]:
         boxes, labels = self.frame_boxes(sample)
         heat, reg, mask = encode_boxes3d(boxes, labels, len(self.classes), self.grid)
-        frame = {"token": sample_token(sample["scene"], sample["frame_dir"]) if "frame_dir" in sample else None,
+        # a nuScenes sample's own token, else the one export_nuscenes gives a sim frame
+        token = sample.get("sample_token") or (sample_token(sample["scene"], sample["frame_dir"]) if "frame_dir" in sample
+                                               else None)
+        frame = {"token": token,
                  "ego2world": np.asarray(sample.get("ego2world", np.eye(4)), np.float64),
                  "boxes3d": require(sample, "labels", self.name).get("boxes3d", [])}  # for the nuScenes metrics
         return {"heatmap": heat[None], **{k: v[None] for k, v in reg.items()}, "mask": mask[None],  # (1, ...)
@@ -150,10 +153,13 @@ class Det3dTask(Task):
             raise ValueError(f"task '{self.name}': heatmap output {tuple(outputs['heatmap'].shape)} vs target "
                              f"{tuple(targets['heatmap'].shape)}; targets must be built on the model's BEV grid")
         mask = targets["mask"][:, None].float()  # (B, 1, X, Y)
-        num = mask.sum().clamp(min=1)
         out = {"heatmap": self.weights["heatmap"] * focal_loss_with_logits(outputs["heatmap"].float(), targets["heatmap"])}
         for k in REG:
-            out[k] = self.weights[k] * ((outputs[k].float() - targets[k]).abs() * mask).sum() / num
+            t, m = targets[k], mask
+            if k == "vel":  # unknown velocity (KITTI, a nuScenes box annotated once): NaN, left out of the loss
+                m = mask * torch.isfinite(t).all(1, keepdim=True).float()
+                t = torch.nan_to_num(t)
+            out[k] = self.weights[k] * ((outputs[k].float() - t).abs() * m).sum() / m.sum().clamp(min=1)
         return out
 
     def decoding(self) -> dict[str, Any]:

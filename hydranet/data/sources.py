@@ -1,0 +1,221 @@
+"""The datasets of a run, opened through one function: `data.root` (any format) or several
+`data.sources` mixed into one flat dataset with a merged class taxonomy (docs/datasets.md).
+
+    sources = open_sources(cfg.data)            # [Source(name, format, dataset, weight)]
+    ds = run_dataset(sources)                   # the reader itself, or a MixedDataset over them
+    ds = open_data(cfg.data, "data/nuscenes")   # another folder, read as the config says
+
+Every dataset returned has SimDataset's interface (meta, rig, classes, scenes, frame_ids,
+__getitem__, clip, clip_ends, skipped) and samples carry `sample["supervises"]` (the heads whose
+labels they hold; a sim sample supervises every head). numpy + OpenCV only.
+
+Merged taxonomy of a mix: a source's project classes (what its reader maps its own categories
+to, hydranet.data.<format>.CATEGORY_MAP/TYPE_MAP) pass through its `class_map` (null drops the
+class); `classes`, `sign_classes`, `light_states` and `lane_types` are the ordered unions over
+sources (first source first). The model's rig (meta["rig"], what export and the BEV view
+transform's build-time table use) is the first source's; BEV batches carry their own calibration.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydranet.data.dataset import DatasetError
+from hydranet.data.formats import FORMAT_HEADS, detect_format, open_dataset
+
+MERGED_LISTS = ("classes", "sign_classes", "light_states", "lane_types")
+# objectives that are not heads but read a head's labels (LSS depth supervision reads the depth maps)
+LABELS_OF = {"view_depth": "depth"}
+
+
+@dataclass
+class Source:
+    name: str
+    format: str
+    dataset: Any
+    weight: float = 1.0
+    class_map: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def supervises(self) -> frozenset[str]:
+        return frozenset(getattr(self.dataset, "supervises", FORMAT_HEADS[self.format]))
+
+
+def _cams(cameras) -> list[str] | None:
+    return list(cameras) if cameras else None
+
+
+def open_sources(data, on_bad_frame: str | None = None, channels=None) -> list[Source]:
+    """The datasets of a DataConfig: its sources, or data.root as the one source."""
+    bad = on_bad_frame or data.on_bad_frame
+    if not data.sources:
+        fmt = data.format if data.format != "auto" else detect_format(data.root)
+        ds = open_dataset(data.root, fmt, data.split, data.version, _cams(data.cameras), bad, channels)
+        return [Source(fmt, fmt, ds)]
+    out = []
+    for i, s in enumerate(data.sources):
+        try:
+            fmt = s.format if s.format != "auto" else detect_format(s.root)
+            ds = open_dataset(s.root, fmt, s.split, s.version, _cams(s.cameras), bad, channels)
+        except DatasetError as e:
+            raise DatasetError(f"data.sources[{i}]: {e}", e.path) from None
+        out.append(Source(s.name or f"{fmt}{i}", fmt, ds, s.weight, dict(s.class_map)))
+    return out
+
+
+def run_dataset(sources: list[Source]):
+    """One source's reader as it is (no class map), else a MixedDataset over all of them."""
+    if len(sources) == 1 and not sources[0].class_map:
+        return sources[0].dataset
+    return MixedDataset(sources)
+
+
+def open_data(data, root: str | Path | None = None, format: str | None = None, split: str | None = None,
+              version: str | None = None, cameras: list[str] | None = None, on_bad_frame: str | None = None,
+              channels=None, all_cameras: bool = False):
+    """A folder read with the config's settings: data.root (or the source whose root it is) with
+    its format, split, version and cameras unless given; data.val_root with data.val_split and
+    data.cameras; another folder auto-detected, with data.cameras when given. `all_cameras`:
+    every camera of the folder, whatever the config selects."""
+    bad = on_bad_frame or data.on_bad_frame
+    spec = (root, "auto", None, None, data.cameras)
+    if root is None or _same(root, data.root) and not data.sources:
+        spec = (data.root, data.format, data.split, data.version, data.cameras)
+    elif data.val_root and _same(root, data.val_root):
+        spec = (root, "auto", data.val_split, None, data.cameras)
+    else:
+        spec = next(((s.root, s.format, s.split, s.version, s.cameras) for s in data.sources if _same(root, s.root)),
+                    spec)
+    r, f, sp, v, c = spec
+    return open_dataset(r, format or f, split if split is not None else sp, version if version is not None else v,
+                        None if all_cameras else cameras if cameras is not None else _cams(c), bad, channels)
+
+
+def _same(a, b) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return str(a) == str(b)
+
+
+def check_supervision(heads, sources: list[Source]) -> None:
+    """ConfigError for a head no source has labels for, and for heads a detected format cannot
+    feed (hydranet.experiment.check_heads)."""
+    from hydranet.config import ConfigError
+    from hydranet.experiment import check_heads
+
+    check_heads(heads, [s.format for s in sources], bev_only=len(sources) > 1,
+                where="the detected format of " + ", ".join(str(getattr(s.dataset, "root", s.name)) for s in sources))
+    have = set().union(*(s.supervises for s in sources))
+    missing = [h for h in heads if h not in have]
+    if missing:
+        what = "; ".join(f"{s.name} ({s.format}) supervises {sorted(s.supervises) or 'nothing'}" for s in sources)
+        raise ConfigError(f"config key 'model.tasks': no dataset of this run has labels for head '{missing[0]}' ({what}); "
+                          f"remove {missing} from model.tasks or add a source that has them")
+
+
+def remap_sample(sample: dict, class_map: dict[str, str | None], source: str | None = None) -> dict:
+    """A copy of `sample` whose box classes pass through class_map (None drops the box)."""
+    out = dict(sample)
+    if source is not None:
+        out["source"] = source
+    if not class_map:
+        return out
+    labels = dict(sample["labels"])
+
+    def boxes(items):
+        kept = []
+        for b in items:
+            c = class_map.get(b["class"], b["class"])
+            if c is not None:
+                kept.append({**b, "class": c} if c != b["class"] else b)
+        return kept
+
+    labels["cameras"] = {n: {**cam, "boxes2d": boxes(cam.get("boxes2d", []))} for n, cam in labels["cameras"].items()}
+    labels["boxes3d"] = boxes(labels.get("boxes3d", []))
+    out["labels"] = labels
+    return out
+
+
+def merged_meta(sources: list[Source]) -> dict:
+    first = sources[0].dataset.meta
+    meta = {k: v for k, v in first.items() if k not in ("scenes",)}
+    for key in MERGED_LISTS:
+        merged: list[str] = []
+        for s in sources:
+            names = s.dataset.meta.get(key, [])
+            if key == "classes":
+                names = [s.class_map.get(c, c) for c in names]
+            merged += [c for c in names if c is not None and c not in merged]
+        meta[key] = merged
+    bev = next((s.dataset.meta["bev"] for s in sources if "bev" in s.dataset.meta), None)
+    if "bev" not in meta and bev is not None:
+        meta["bev"] = bev
+    meta["rig"] = sources[0].dataset.rig.to_dict()
+    meta["supervises"] = sorted(set().union(*(s.supervises for s in sources)))
+    meta["sources"] = [{"name": s.name, "format": s.format, "root": str(getattr(s.dataset, "root", "")),
+                        "split": getattr(s.dataset, "split", None), "weight": s.weight,
+                        "classes": list(s.dataset.meta.get("classes", [])), "class_map": dict(s.class_map),
+                        "supervises": sorted(s.supervises)} for s in sources]
+    return meta
+
+
+class MixedDataset:
+    """Several datasets as one flat dataset: source 0's frames, then source 1's, ... Scene names
+    are prefixed with the source name ("<source>/<scene>"); samples carry "source" and classes in
+    the merged taxonomy. `ranges[k]` = (first, end) flat indices of source k."""
+
+    def __init__(self, sources: list[Source]):
+        if not sources:
+            raise ValueError("MixedDataset needs at least one source")
+        self.sources = list(sources)
+        self.meta = merged_meta(self.sources)
+        self.rig = self.sources[0].dataset.rig
+        self.classes = list(self.meta["classes"])
+        self.supervises = frozenset(self.meta["supervises"])
+        self.ranges: list[tuple[int, int]] = []
+        start = 0
+        for s in self.sources:
+            self.ranges.append((start, start + len(s.dataset)))
+            start += len(s.dataset)
+        self.frame_ids = [(f"{s.name}/{scene}", f) for s in self.sources for scene, f in s.dataset.frame_ids]
+        self.scenes = [{**sc, "name": f"{s.name}/{sc['name']}"} for s in self.sources for sc in s.dataset.scenes]
+        self.root = self.sources[0].dataset.root
+
+    @property
+    def skipped(self) -> list[str]:
+        return [p for s in self.sources for p in s.dataset.skipped]
+
+    def __len__(self) -> int:
+        return self.ranges[-1][1]
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """(source position, index in that source) of flat index i."""
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"frame index {i} out of range for {n} frames")
+        i %= n
+        for k, (a, b) in enumerate(self.ranges):
+            if a <= i < b:
+                return k, i - a
+        raise IndexError(i)
+
+    def _fix(self, k: int, sample: dict) -> dict:
+        s = self.sources[k]
+        out = remap_sample(sample, s.class_map, s.name)
+        out["scene"] = f"{s.name}/{sample['scene']}"
+        if "supervises" not in out:
+            out["supervises"] = set(s.supervises)
+        return out
+
+    def __getitem__(self, i: int) -> dict:
+        k, j = self.locate(i)
+        return self._fix(k, self.sources[k].dataset[j])
+
+    def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
+        k, j = self.locate(i)
+        return [self._fix(k, s) for s in self.sources[k].dataset.clip(j, length, pad)]
+
+    def clip_ends(self, length: int, pad: bool = False) -> list[int]:
+        return [a + j for (a, _), s in zip(self.ranges, self.sources) for j in s.dataset.clip_ends(length, pad)]
