@@ -174,6 +174,43 @@ def cmd_engine_fleet(args) -> None:
     print(f"wrote {generate_fleet(args.out, cfg, args.clips, args.seed, progress=not args.quiet)}")
 
 
+def cmd_engine_shadow(args) -> None:
+    from data_engine.shadow import run_shadow
+
+    st = run_shadow(args.model, args.fleet, args.catalog, args.candidate, args.executor, args.workers, progress=not args.quiet)
+    print(f"shadow run {st['run_id']}: {st['clips'] - st['done_before']} of {st['clips']} clips shadowed now "
+          f"({st['done_before']} done before), {st['frames']} frames, {st['corrupt']} corrupt -> {args.catalog}")
+
+
+def _engine_config(args):
+    from data_engine.mining import EngineConfig
+
+    return load_config(EngineConfig, args.config, list(args.set))
+
+
+def cmd_engine_triggers(args) -> None:
+    from data_engine.triggers import build_triggers, fire_all
+
+    run_id, hits = fire_all(args.catalog, build_triggers(_engine_config(args).trigger_params() or None), args.run)
+    print(f"triggers over shadow run {run_id} of {args.catalog}\n| trigger | frames fired |\n|---|---:|")
+    print("\n".join(f"| {name} | {len(h)} |" for name, h in hits.items()))
+
+
+def cmd_engine_mine(args) -> None:
+    from data_engine.mining import mine, write_selection
+
+    sel = mine(args.catalog, args.budget, args.strategy, _engine_config(args), args.unit, args.run, args.name)
+    write_selection(sel, args.out)
+    print(f"selected {len(sel['items'])} {args.unit}(s) of {sel['pool']} by {args.strategy} -> {args.out}")
+
+
+def cmd_engine_similar(args) -> None:
+    from data_engine.mining import similar
+
+    for r in similar(args.catalog, args.frame, args.k, args.run):
+        print(f"{r['frame_id']:8d}  {r['clip']}/{r['frame']:06d}  {r['similarity']:.4f}")
+
+
 def _add_engine(sub) -> None:
     """`hydranet engine ...`: the data engine (docs/data_engine.md)."""
     eng = sub.add_parser("engine", help="the data engine: fleet, shadow mode, triggers, mining (docs/data_engine.md)")
@@ -186,6 +223,34 @@ def _add_engine(sub) -> None:
     f.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=cmd_engine_fleet)
+    sh = eng.add_parser("shadow", help="run the deployed ONNX model over every fleet clip; per-frame signals into the catalog")
+    sh.add_argument("--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
+    sh.add_argument("--fleet", type=Path, required=True, help="a fleet folder (`hydranet engine fleet`)")
+    sh.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing)")
+    sh.add_argument("--candidate", type=Path, default=None, help="a candidate model run alongside (it never drives)")
+    sh.add_argument("--executor", default="local", help="local (process pool) or ray")
+    sh.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU)")
+    sh.add_argument("--quiet", action="store_true", help="no progress bar")
+    sh.set_defaults(func=cmd_engine_shadow)
+    for cmd, helptext in (("triggers", "fire the configured triggers over a shadow run; frames fired per trigger"),
+                          ("mine", "select a budget of frames (or clips) worth labelling, each with its reason"),
+                          ("similar", "the frames most like a given frame (embedding cosine)")):
+        c = eng.add_parser(cmd, help=helptext)
+        c.add_argument("--catalog", type=Path, required=True)
+        c.add_argument("--run", type=int, default=None, help="shadow run id (default: the latest)")
+        if cmd != "similar":
+            c.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
+            c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+        if cmd == "mine":
+            c.add_argument("--budget", type=int, required=True)
+            c.add_argument("--strategy", default="hybrid", help="random | uncertainty | diversity | hybrid | triggers")
+            c.add_argument("--unit", default="frame", help="frame or clip")
+            c.add_argument("--out", type=Path, default=Path("selection.json"))
+            c.add_argument("--name", default=None, help="selection name in the catalog (default: strategy-unit-budget)")
+        if cmd == "similar":
+            c.add_argument("--frame", type=int, required=True, help="query frame id (selection.json items' frame_id)")
+            c.add_argument("--k", type=int, default=50)
+        c.set_defaults(func={"triggers": cmd_engine_triggers, "mine": cmd_engine_mine, "similar": cmd_engine_similar}[cmd])
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -87,3 +87,21 @@ def build_triggers(params: Mapping[str, Mapping[str, Any]] | None = None) -> lis
             raise ValueError(f"trigger '{name}': quota must be at least 1, got {t.quota}")
         out.append(t)
     return out
+
+
+def fire_all(catalog, triggers: list[Trigger], run: int | None = None) -> tuple[int, dict[str, list[tuple[int, float]]]]:
+    """Run `triggers` over a shadow run's frames and store their hits (replacing earlier hits of the
+    same trigger version: idempotent). Returns (run id, {trigger: [(frame id, score)]})."""
+    from data_engine.catalog import Catalog
+
+    with Catalog(catalog) as cat:
+        run_id = cat.latest_run(run)
+        table = cat.table(run_id)
+        ids, emb = cat.embeddings(run_id, table["frame_id"])
+        if len(ids) == len(table["frame_id"]):
+            table["embedding"] = emb
+        out = {}
+        for t in triggers:
+            out[t.name] = t.fire(table)
+            cat.write_hits(t.name, t.version, run_id, out[t.name])
+    return run_id, out

@@ -1,0 +1,294 @@
+"""Mining under a budget, and similarity search, over a shadow run's catalog rows.
+
+    hydranet engine mine --catalog CAT --budget N --strategy S --out selection.json [--unit frame|clip]
+    hydranet engine similar --catalog CAT --frame ID --k 50
+
+Strategies (the miner reads signals and embeddings only, never the fleet's scenario tags):
+- random: a seeded uniform sample (the baseline every other strategy is measured against);
+- uncertainty: the highest uncertainty score u = mean over the available uncertainty signals of
+  their percentile rank in the pool (scale-free: entropies, counts and disagreements combine);
+- diversity: k-center greedy (Sener & Savarese, ICLR 2018) on the cosine embeddings: each pick is
+  the frame farthest from everything picked so far;
+- hybrid: the top `pool_factor * budget` frames by uncertainty, then k-center greedy inside that
+  pool (uncertain *and* diverse, as PPAL, CVPR 2024);
+- triggers: the frames the triggers fired on, round-robin over the triggers (each trigger's hits
+  best first, within its quota), then filled by uncertainty if they run short.
+Ranked strategies (uncertainty, triggers) drop near-duplicates (cosine distance to a selected item
+below `dedup` x the pool's median nearest-neighbour distance) and are class-aware: no dominant
+predicted class may take more than `class_cap` of the budget while items of other classes remain.
+Every item carries why it was chosen: {"strategy", "score", "triggers"}.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_engine.catalog import Catalog
+from data_engine.triggers import build_triggers
+
+STRATEGIES = ("random", "uncertainty", "diversity", "hybrid", "triggers")
+UNITS = ("frame", "clip")
+UNCERTAINTY_SIGNALS = ("det2d_entropy", "det2d_uncertain", "signs_lights_entropy", "det3d_entropy", "det3d_uncertain",
+                       "lanes_entropy_p95", "drivable_entropy_p95", "flicker", "jitter", "cross_camera", "box2d_vs_3d",
+                       "depth_vs_3d", "disagree_det2d", "disagree_det3d", "disagree_dense")
+
+
+@dataclass(frozen=True)
+class TriggerParams:
+    threshold: float | None = None
+    quota: int | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class MiningConfig:
+    pool_factor: float = 4.0  # hybrid: uncertainty pool = pool_factor * budget
+    dedup: float = 0.25  # near-duplicate: distance below dedup x the median nearest-neighbour distance
+    class_cap: float = 0.5  # share of the budget one dominant class may take
+    seed: int = 0  # random strategy
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """configs/engine.yaml: which triggers run with which parameters, and the mining knobs."""
+    triggers: dict[str, TriggerParams] = field(default_factory=dict)  # empty: every registered trigger, defaults
+    mining: MiningConfig = field(default_factory=MiningConfig)
+
+    def trigger_params(self) -> dict[str, dict]:
+        return {n: {k: v for k, v in (("threshold", p.threshold), ("quota", p.quota), ("enabled", p.enabled)) if v is not None}
+                for n, p in self.triggers.items()}
+
+
+class MiningError(ValueError):
+    """A selection that cannot be made as asked; one line saying what to do."""
+
+
+# -- scores ----------------------------------------------------------------------------------------
+def percentile_rank(v: np.ndarray) -> np.ndarray:
+    """Rank of each finite value in [0, 1] (ties share their mean rank); NaN stays NaN."""
+    out = np.full(len(v), np.nan)
+    ok = np.flatnonzero(np.isfinite(v))
+    if len(ok) == 0:
+        return out
+    order = np.argsort(v[ok], kind="stable")
+    ranks = np.empty(len(ok))
+    ranks[order] = np.arange(len(ok))
+    vals = v[ok]
+    for u in np.unique(vals):  # ties: the mean rank
+        m = vals == u
+        if m.sum() > 1:
+            ranks[m] = ranks[m].mean()
+    out[ok] = ranks / max(len(ok) - 1, 1)
+    return out
+
+
+def uncertainty_score(table: Mapping[str, np.ndarray]) -> np.ndarray:
+    ranks = [percentile_rank(np.asarray(table[s], np.float64)) for s in UNCERTAINTY_SIGNALS if s in table]
+    ranks = [r for r in ranks if np.isfinite(r).any() and np.nanmax(r) > 0]
+    if not ranks:
+        return np.zeros(len(table["frame_id"]))
+    with np.errstate(invalid="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            s = np.nanmean(np.stack(ranks), axis=0)
+    return np.nan_to_num(s, nan=0.0)
+
+
+def k_center_greedy(emb: np.ndarray, k: int, candidates: np.ndarray | None = None) -> tuple[list[int], list[float]]:
+    """Indices of k rows of `emb` (unit rows) chosen by k-center greedy among `candidates` (default all);
+    the first is the row farthest from the candidates' mean; returns (indices, distance at pick)."""
+    cand = np.arange(len(emb)) if candidates is None else np.asarray(candidates)
+    X = emb[cand].astype(np.float64)
+    mean = X.mean(0)
+    first = int(np.argmax(((X - mean) ** 2).sum(1)))
+    picked, dist_at = [first], [float(np.sqrt(((X[first] - mean) ** 2).sum()))]
+    d = np.sqrt(np.maximum(2 - 2 * X @ X[first], 0))
+    while len(picked) < min(k, len(cand)):
+        i = int(np.argmax(d))
+        picked.append(i)
+        dist_at.append(float(d[i]))
+        d = np.minimum(d, np.sqrt(np.maximum(2 - 2 * X @ X[i], 0)))
+        d[picked] = -1.0
+    return [int(cand[i]) for i in picked], dist_at
+
+
+def nn_scale(emb: np.ndarray, rng: np.random.Generator, sample: int = 512) -> float:
+    """The median distance of a sample of rows to their nearest other row."""
+    if len(emb) < 2:
+        return 0.0
+    idx = rng.choice(len(emb), min(sample, len(emb)), replace=False)
+    sim = emb[idx] @ emb.T
+    sim[np.arange(len(idx)), idx] = -np.inf
+    return float(np.median(np.sqrt(np.maximum(2 - 2 * sim.max(1), 0))))
+
+
+# -- pool ------------------------------------------------------------------------------------------
+def load_pool(cat: Catalog, run_id: int, unit: str) -> dict[str, Any]:
+    """The run's ok frames as a pool: table columns, embeddings (row-aligned), dominant classes;
+    with unit "clip" one item per clip (max score signals, mean embedding)."""
+    table = cat.table(run_id)
+    ids, emb = cat.embeddings(run_id, table["frame_id"])
+    order = {int(f): i for i, f in enumerate(ids)}
+    missing = [int(f) for f in table["frame_id"] if int(f) not in order]
+    if missing:
+        raise MiningError(f"frame {missing[0]} has signals but no embedding in {cat.path}; rerun shadow into a new catalog")
+    table["embedding"] = emb[[order[int(f)] for f in table["frame_id"]]] if len(ids) else emb
+    preds = cat.predictions(run_id, table["frame_id"])
+    table["dominant"] = np.asarray([_dominant(preds.get(int(f), {})) for f in table["frame_id"]], object)
+    table["frame_ids"] = np.asarray([[int(f)] for f in table["frame_id"]] + [[]], object)[:-1]
+    if unit == "frame":
+        return table
+    clips = sorted(set(table["clip"]))
+    rows = {c: np.flatnonzero(table["clip"] == c) for c in clips}
+    out: dict[str, Any] = {"frame_id": np.asarray([table["frame_id"][rows[c][0]] for c in clips]),
+                           "clip": np.asarray(clips, object), "idx": np.zeros(len(clips), np.int64)}
+    for k, v in table.items():
+        if k in out or k in ("embedding", "dominant", "frame_ids", "status"):
+            continue
+        with np.errstate(invalid="ignore"):
+            out[k] = np.asarray([np.nan if np.isnan(v[rows[c]]).all() else np.nanmax(v[rows[c]]) for c in clips])
+    e = np.stack([table["embedding"][rows[c]].mean(0) for c in clips]) if len(clips) else table["embedding"]
+    out["embedding"] = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+    out["dominant"] = np.asarray([table["dominant"][rows[c][0]] for c in clips], object)
+    out["frame_ids"] = np.asarray([[int(f) for f in table["frame_id"][rows[c]]] for c in clips] + [[]], object)[:-1]
+    return out
+
+
+def _dominant(pred: Mapping) -> str:
+    labels = [lab for cam in pred.get("det2d", []) for lab, s in zip(cam["labels"], cam["scores"]) if s >= 0.3]
+    return f"class{np.bincount(labels).argmax()}" if labels else "none"
+
+
+# -- selection -------------------------------------------------------------------------------------
+def mine(catalog: str | Path, budget: int, strategy: str, cfg: EngineConfig | None = None, unit: str = "frame",
+         run: int | None = None, name: str | None = None) -> dict[str, Any]:
+    """Select `budget` items of a shadow run; recorded in the catalog (selection `name`) and returned."""
+    cfg = cfg or EngineConfig()
+    if strategy not in STRATEGIES:
+        raise MiningError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
+    if unit not in UNITS:
+        raise MiningError(f"unknown unit {unit!r}; choose one of {list(UNITS)}")
+    if budget <= 0:
+        raise MiningError(f"--budget must be at least 1, got {budget}")
+    with Catalog(catalog) as cat:
+        run_id = cat.latest_run(run)
+        pool = load_pool(cat, run_id, unit)
+        n = len(pool["frame_id"])
+        if budget > n:
+            raise MiningError(f"--budget {budget} is larger than the pool of {n} {unit}s of shadow run {run_id} in {cat.path}; "
+                              "ask for fewer or shadow more clips")
+        picks = select(pool, budget, strategy, cfg, cat, run_id)
+        items = [{"rank": r, "frame_id": int(pool["frame_id"][i]), "clip": str(pool["clip"][i]), "frame": int(pool["idx"][i]),
+                  "frame_ids": list(pool["frame_ids"][i]), "reason": reason} for r, (i, reason) in enumerate(picks)]
+        name = name or f"{strategy}-{unit}-{budget}"
+        params = {"unit": unit, "mining": {"pool_factor": cfg.mining.pool_factor, "dedup": cfg.mining.dedup,
+                                           "class_cap": cfg.mining.class_cap, "seed": cfg.mining.seed}}
+        cat.write_selection(name, run_id, strategy, budget, unit, params, items)
+        info = cat.run_info(run_id)
+    return {"name": name, "strategy": strategy, "budget": budget, "unit": unit, "run": info, "pool": n, "items": items}
+
+
+def select(pool: Mapping[str, Any], budget: int, strategy: str, cfg: EngineConfig, cat: Catalog | None = None,
+           run_id: int | None = None) -> list[tuple[int, dict]]:
+    """(row index, reason) of the picks, in order."""
+    n = len(pool["frame_id"])
+    m = cfg.mining
+    if strategy == "random":
+        idx = np.random.default_rng(m.seed).choice(n, budget, replace=False)
+        return [(int(i), {"strategy": "random", "score": None}) for i in idx]
+    u = uncertainty_score(pool)
+    emb = pool["embedding"]
+    if strategy == "diversity":
+        picks, dist = k_center_greedy(emb, budget)
+        return [(i, {"strategy": "diversity", "score": round(d, 6)}) for i, d in zip(picks, dist)]
+    if strategy == "hybrid":
+        size = min(n, max(budget, int(math.ceil(m.pool_factor * budget))))
+        top = np.lexsort((np.asarray(pool["frame_id"]), -u))[:size]
+        picks, dist = k_center_greedy(emb, budget, top)
+        return [(i, {"strategy": "hybrid", "score": round(float(u[i]), 6), "distance": round(d, 6)}) for i, d in zip(picks, dist)]
+    ranked: list[tuple[int, dict]] = []
+    if strategy == "triggers":
+        triggers = build_triggers(cfg.trigger_params() or None)
+        fired: dict[int, list[str]] = {}
+        queues = []
+        for t in triggers:
+            hits = t.fire(pool)
+            row = {int(f): i for i, f in enumerate(pool["frame_id"])}
+            queues.append((t.name, [(row[f], s) for f, s in hits]))
+            for f, _ in hits:
+                fired.setdefault(row[f], []).append(t.name)
+        seen = set()
+        while any(q for _, q in queues):
+            for name, q in queues:
+                while q:
+                    i, s = q.pop(0)
+                    if i not in seen:
+                        seen.add(i)
+                        ranked.append((i, {"strategy": "triggers", "trigger": name, "score": round(float(s), 6),
+                                           "triggers": sorted(fired[i])}))
+                        break
+    rest = [int(i) for i in np.lexsort((np.asarray(pool["frame_id"]), -u)) if int(i) not in {r for r, _ in ranked}]
+    ranked += [(i, {"strategy": "uncertainty" if strategy == "uncertainty" else "uncertainty (fill)",
+                    "score": round(float(u[i]), 6)}) for i in rest]
+    return _dedup_class_aware(ranked, emb, pool["dominant"], budget, m)
+
+
+def _dedup_class_aware(ranked: list[tuple[int, dict]], emb: np.ndarray, dominant: np.ndarray, budget: int,
+                       m: MiningConfig) -> list[tuple[int, dict]]:
+    radius = m.dedup * nn_scale(emb, np.random.default_rng(0)) if len(emb) else 0.0
+    cap = max(1, int(math.ceil(m.class_cap * budget)))
+    picks: list[tuple[int, dict]] = []
+    chosen: list[int] = []
+    per_class: dict[str, int] = {}
+    for relax in (False, True):  # first pass: both rules; second: fill what is left, rules off
+        for i, reason in ranked:
+            if len(picks) == budget:
+                return picks
+            if i in chosen:
+                continue
+            if not relax:
+                if per_class.get(dominant[i], 0) >= cap:
+                    continue
+                if chosen and radius > 0 and np.sqrt(max(2 - 2 * float((emb[chosen] @ emb[i]).max()), 0)) < radius:
+                    continue
+            chosen.append(i)
+            per_class[dominant[i]] = per_class.get(dominant[i], 0) + 1
+            picks.append((i, reason))
+    return picks
+
+
+def similar(catalog: str | Path, frame_id: int, k: int = 50, run: int | None = None) -> list[dict[str, Any]]:
+    """The k frames whose embedding is most like frame `frame_id`'s (cosine), the query first."""
+    if k < 1:
+        raise MiningError(f"--k must be at least 1, got {k}")
+    with Catalog(catalog) as cat:
+        run_id = cat.latest_run(run)
+        table = cat.table(run_id)
+        ids, emb = cat.embeddings(run_id)
+        where = np.flatnonzero(ids == frame_id)
+        if len(where) == 0:
+            raise MiningError(f"frame {frame_id} is not in shadow run {run_id} of {cat.path} (frame ids "
+                              f"{int(ids.min()) if len(ids) else '-'}..{int(ids.max()) if len(ids) else '-'})")
+        sim = emb @ emb[where[0]]
+        order = np.lexsort((ids, -sim))
+        order = np.concatenate([[where[0]], [o for o in order if o != where[0]]])[:k]
+        names = {int(f): (str(c), int(i)) for f, c, i in zip(table["frame_id"], table["clip"], table["idx"])}
+        return [{"frame_id": int(ids[o]), "clip": names.get(int(ids[o]), ("?", -1))[0],
+                 "frame": names.get(int(ids[o]), ("?", -1))[1], "similarity": round(float(sim[o]), 6)} for o in order]
+
+
+def write_selection(sel: Mapping[str, Any], out: str | Path) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(sel, indent=1) + "\n")
+    tmp.replace(out)
+    return out
