@@ -1,0 +1,200 @@
+"""Shadow mode end to end on a tiny fleet with the deployed artifact: the embedding output, the
+torch-free shadow path that never opens the fleet's truth file, idempotent reruns, kill -9 in the
+middle then a rerun equal to an uninterrupted run, pool == in-process rows, corrupt frames recorded,
+mining within budget and without repeats, similarity search."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_fixtures import REPO, make_fleet, make_model
+
+from data_engine.catalog import Catalog
+from data_engine.mining import STRATEGIES, mine, similar
+from data_engine.shadow import run_shadow
+from data_engine.signals import SIGNALS
+
+HAS_RAY = __import__("importlib.util").util.find_spec("ray") is not None
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("engine")
+    fleet = make_fleet(root / "fleet")
+    model = make_model(root, fleet)
+    cat = root / "ref.db"
+    run_shadow(model, fleet, cat, workers=1, progress=False)
+    return {"root": root, "fleet": fleet, "model": model, "catalog": cat}
+
+
+def rows(path: Path) -> list[tuple]:
+    db = sqlite3.connect(str(path))
+    try:
+        sig = db.execute(f"SELECT frame_id, status, {', '.join(SIGNALS)} FROM signals ORDER BY frame_id").fetchall()
+        emb = db.execute("SELECT frame_id, vec FROM embeddings ORDER BY frame_id").fetchall()
+        return sig, emb
+    finally:
+        db.close()
+
+
+def assert_same_rows(a: Path, b: Path) -> None:
+    (sa, ea), (sb, eb) = rows(a), rows(b)
+    assert [r[:2] for r in sa] == [r[:2] for r in sb]
+    np.testing.assert_allclose(np.array([r[2:] for r in sa], float), np.array([r[2:] for r in sb], float), rtol=1e-4, atol=1e-5)
+    assert [f for f, _ in ea] == [f for f, _ in eb]
+    np.testing.assert_allclose(np.stack([np.frombuffer(v, np.float32) for _, v in ea]),
+                               np.stack([np.frombuffer(v, np.float32) for _, v in eb]), rtol=1e-4, atol=1e-5)
+
+
+def test_export_declares_the_embedding(env):
+    from deploy.metadata import read_metadata
+    from deploy.runtime import HydraRuntime
+
+    md = read_metadata(env["model"])
+    assert md["embedding"]["output"] == "embedding" and 64 <= md["embedding"]["dim"] <= 256
+    assert md["outputs"]["embedding"]["shape"] == [6, md["embedding"]["dim"]]  # (B*N, C), 6 cameras
+    rt = HydraRuntime(env["model"])
+    assert "embedding" in rt.output_names and rt.state_spec  # the video queue is carried in shadow mode
+
+
+def test_catalog_holds_every_frame_with_signals_and_embeddings(env):
+    with Catalog(env["catalog"]) as cat:
+        t = cat.table(cat.latest_run())
+        assert len(t["frame_id"]) == 9 and set(t["status"]) == {"ok"}
+        assert np.isfinite(t["det2d_entropy"]).all() and np.isfinite(t["det3d_entropy"]).all()
+        assert np.isnan(t["flicker"][t["idx"] < 2]).all() and np.isfinite(t["flicker"][t["idx"] == 2]).all()
+        ids, emb = cat.embeddings(cat.latest_run())
+        assert emb.shape[0] == 9 and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+
+
+SHADOW_SCRIPT = """
+import sys, json
+opened = []
+sys.addaudithook(lambda ev, args: opened.append(str(args[0])) if ev == "open" and args and isinstance(args[0], str) else None)
+from data_engine.shadow import run_shadow
+from data_engine.mining import mine
+from data_engine.triggers import build_triggers, fire_all
+run_shadow(sys.argv[1], sys.argv[2], sys.argv[3], workers=1, progress=False)
+fire_all(sys.argv[3], build_triggers())
+for s in ("random", "uncertainty", "diversity", "hybrid", "triggers"):
+    mine(sys.argv[3], 3, s)
+bad = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torchvision") or m in ("sim.render", "moderngl"))
+print(json.dumps({"bad": bad, "truth": [p for p in opened if "truth" in p]}))
+"""
+
+
+def test_shadow_and_mining_are_torch_free_and_blind_to_the_truth(env, tmp_path):
+    res = subprocess.run([sys.executable, "-c", SHADOW_SCRIPT, str(env["model"]), str(env["fleet"]), str(tmp_path / "c.db")],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out == {"bad": [], "truth": []}
+    assert (env["fleet"] / "truth" / "scenarios.json").is_file()
+
+
+def test_rerun_is_idempotent(env, tmp_path):
+    cat = tmp_path / "c.db"
+    shutil.copy(env["catalog"], cat)
+    st = run_shadow(env["model"], env["fleet"], cat, workers=1, progress=False)
+    assert st["done_before"] == 3 and st["frames"] == 0
+    assert_same_rows(cat, env["catalog"])
+
+
+def test_process_pool_gives_the_same_rows(env, tmp_path):
+    cat = tmp_path / "pool.db"
+    run_shadow(env["model"], env["fleet"], cat, workers=2, progress=False)
+    assert_same_rows(cat, env["catalog"])
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'ray[default]'); the local executor is tested")
+def test_ray_gives_the_same_rows(env, tmp_path):
+    cat = tmp_path / "ray.db"
+    run_shadow(env["model"], env["fleet"], cat, executor="ray", workers=2, progress=False)
+    assert_same_rows(cat, env["catalog"])
+
+
+KILL_SCRIPT = """
+import sys, time
+from data_engine.catalog import Catalog
+orig = Catalog._insert_signals
+def slow(self, sql, values):  # inside the clip's transaction: a kill here must lose the whole clip
+    orig(self, sql, values)
+    print("inserted", flush=True)
+    time.sleep(3)
+Catalog._insert_signals = slow
+from data_engine.shadow import run_shadow
+run_shadow(sys.argv[1], sys.argv[2], sys.argv[3], workers=1, progress=False)
+"""
+
+
+def test_kill_9_mid_shadow_then_rerun_equals_an_uninterrupted_run(env, tmp_path):
+    cat = tmp_path / "killed.db"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(env["model"]), str(env["fleet"]), str(cat)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = 0
+        deadline = time.time() + 120
+        while seen < 2 and time.time() < deadline:  # the 2nd clip's rows are inserted, not committed
+            line = proc.stdout.readline()
+            seen += line.startswith("inserted")
+        assert seen == 2, proc.stderr.read()[-2000:]
+    finally:
+        proc.kill()  # SIGKILL
+        proc.wait()
+    with Catalog(cat) as c:
+        done = c.db.execute("SELECT count(*) FROM shadow_clips").fetchone()[0]
+        n = c.db.execute("SELECT count(*) FROM signals").fetchone()[0]
+    assert done == 1 and n == 3  # the first clip whole, nothing of the second
+    st = run_shadow(env["model"], env["fleet"], cat, workers=1, progress=False)
+    assert st["done_before"] == 1 and st["frames"] == 6
+    assert_same_rows(cat, env["catalog"])
+
+
+def test_corrupt_frame_is_recorded_and_skipped(env, tmp_path):
+    fleet = tmp_path / "fleet"
+    shutil.copytree(env["fleet"], fleet)
+    jpg = fleet / "scenes" / "clip_00001" / "000001" / "CAM_BACK.jpg"
+    jpg.write_bytes(jpg.read_bytes()[:100])
+    st = run_shadow(env["model"], fleet, tmp_path / "c.db", workers=1, progress=False)
+    assert st["frames"] == 9 and st["corrupt"] == 1
+    with Catalog(tmp_path / "c.db") as c:
+        status, error = c.db.execute("SELECT status, error FROM signals WHERE status != 'ok'").fetchone()
+        assert status == "corrupt" and "CAM_BACK.jpg" in error
+        assert len(c.table(c.latest_run())["frame_id"]) == 8
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("unit", ["frame", "clip"])
+def test_mining_respects_the_budget_without_repeats(env, tmp_path, strategy, unit):
+    cat = tmp_path / "c.db"
+    shutil.copy(env["catalog"], cat)
+    budget = 4 if unit == "frame" else 2
+    sel = mine(cat, budget, strategy, unit=unit)
+    ids = [it["frame_id"] for it in sel["items"]]
+    assert len(ids) == budget and len(set(ids)) == budget
+    assert all(it["reason"]["strategy"].startswith(("random", "uncertainty", "diversity", "hybrid", "triggers"))
+               for it in sel["items"])
+    if unit == "clip":
+        assert all(len(it["frame_ids"]) == 3 for it in sel["items"])
+    with Catalog(cat) as c:
+        assert c.db.execute("SELECT count(*) FROM selection_items").fetchone()[0] == budget
+    mine(cat, budget, strategy, unit=unit)  # same name again: replaced, not added
+    with Catalog(cat) as c:
+        assert c.db.execute("SELECT count(*) FROM selection_items").fetchone()[0] == budget
+
+
+def test_similarity_returns_the_query_first(env):
+    with Catalog(env["catalog"]) as c:
+        ids = c.table(c.latest_run())["frame_id"]
+    for q in ids[[0, 4, 8]]:
+        res = similar(env["catalog"], int(q), k=5)
+        assert res[0]["frame_id"] == q and len(res) == 5 and len({r["frame_id"] for r in res}) == 5
+        assert res[0]["similarity"] == pytest.approx(1.0, abs=1e-5)
+        assert all(a["similarity"] >= b["similarity"] - 1e-6 for a, b in zip(res[1:], res[2:]))
