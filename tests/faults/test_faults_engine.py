@@ -1,0 +1,163 @@
+"""Fault rows of `hydranet engine ...`: a missing or foreign fleet, models that are not hydranet ONNX
+or lack the embedding, a fleet of another rig, catalogs that are corrupt, foreign or newer, bad
+budgets, strategies, triggers, executors and frames. One row per case, through the real CLI."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from faultlib import Case, Env, params, run_case
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def engine_env(fault_env: Env, tmp_path_factory) -> dict:
+    """An untrained tiny model (CAM_FRONT, 64x64) exported from the fault dataset, shadowed over it."""
+    import onnx
+
+    from deploy.export import export_model, sim_frames
+    from deploy.metadata import PREFIX, read_metadata, set_metadata
+    from data_engine.shadow import run_shadow
+    from hydranet.experiment import load_experiment
+    from hydranet.models import build_model
+
+    root = tmp_path_factory.mktemp("engine_faults")
+    cfg = load_experiment(REPO / "configs" / "tiny.yaml", [f"data.root={fault_env.dataset}", "data.cameras=[CAM_FRONT]",
+                                                          "data.image_size=[64,64]", "device=cpu"])
+    meta = json.loads((fault_env.dataset / "dataset.json").read_text())
+    model = build_model(cfg.model, meta)
+    export_model(model, cfg, meta, root / "model.onnx", sim_frames(cfg, fault_env.dataset, 1), verbose=False)
+    m = onnx.load(str(root / "model.onnx"))  # the same model without its embedding output (an older export)
+    md = read_metadata(m)
+    keep = [o for o in m.graph.output if o.name != "embedding"]
+    del m.graph.output[:]
+    m.graph.output.extend(keep)
+    md["outputs"].pop("embedding")
+    md["embedding"] = None
+    set_metadata(m, {PREFIX + k: json.dumps(v) for k, v in md.items()})
+    onnx.save(m, str(root / "noemb.onnx"))
+    run_shadow(root / "model.onnx", fault_env.dataset, root / "cat.db", workers=1, progress=False)
+    return {"model": root / "model.onnx", "noemb": root / "noemb.onnx", "catalog": root / "cat.db"}
+
+
+ENV: dict = {}
+
+
+@pytest.fixture(autouse=True)
+def _engine(engine_env):
+    ENV.update(engine_env)
+
+
+def shadow(tmp: Path, env: Env, model=None, fleet=None, *extra) -> list:
+    return ["engine", "shadow", "--model", model or ENV["model"], "--fleet", fleet or env.dataset, "--catalog", tmp / "c.db",
+            "--quiet", *extra]
+
+
+def cat_copy(tmp: Path) -> Path:
+    shutil.copy(ENV["catalog"], tmp / "c.db")
+    return tmp / "c.db"
+
+
+def junk(tmp: Path, name: str, data: bytes = b"garbage " * 64) -> Path:
+    (tmp / name).write_bytes(data)
+    return tmp / name
+
+
+def foreign_sqlite(tmp: Path) -> Path:
+    db = sqlite3.connect(str(tmp / "foreign.db"))
+    db.execute("CREATE TABLE t (x)")
+    db.close()
+    return tmp / "foreign.db"
+
+
+def newer(tmp: Path) -> Path:
+    p = cat_copy(tmp)
+    db = sqlite3.connect(str(p))
+    db.execute("PRAGMA user_version = 7")
+    db.close()
+    return p
+
+
+def no_metadata_onnx(tmp: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    onnx.save(helper.make_model(g), str(tmp / "plain.onnx"))
+    return tmp / "plain.onnx"
+
+
+def other_rig_fleet(tmp: Path, env: Env) -> Path:
+    dst = tmp / "other"
+    shutil.copytree(env.dataset, dst)
+    meta = json.loads((dst / "dataset.json").read_text())
+    meta["rig"]["cameras"] = [c for c in meta["rig"]["cameras"] if c["name"] != "CAM_FRONT"]
+    (dst / "dataset.json").write_text(json.dumps(meta))
+    return dst
+
+
+def mine(tmp: Path, catalog: Path, *extra) -> list:
+    return ["engine", "mine", "--catalog", catalog, "--out", tmp / "sel.json", *extra]
+
+
+CASES = [
+    Case("shadow-missing-fleet", lambda t, e: shadow(t, e, fleet=t / "nope"), words=("nope", "does not exist", "engine fleet")),
+    Case("shadow-fleet-not-a-dataset", lambda t, e: (t / "empty").mkdir() or shadow(t, e, fleet=t / "empty"),
+         words=("dataset.json", "missing")),
+    Case("shadow-model-missing", lambda t, e: shadow(t, e, model=t / "none.onnx"), words=("none.onnx", "does not exist")),
+    Case("shadow-model-not-onnx", lambda t, e: shadow(t, e, model=junk(t, "junk.onnx")), words=("junk.onnx", "not a readable")),
+    Case("shadow-model-without-metadata", lambda t, e: shadow(t, e, model=no_metadata_onnx(t)),
+         words=("plain.onnx", "no hydranet metadata")),
+    Case("shadow-model-without-embedding", lambda t, e: shadow(t, e, model=ENV["noemb"]), words=("noemb.onnx", "embedding",
+                                                                                              "re-export")),
+    Case("shadow-candidate-without-embedding", lambda t, e: shadow(t, e, None, None, "--candidate", ENV["noemb"]),
+         words=("--candidate", "embedding")),
+    Case("shadow-fleet-of-another-rig", lambda t, e: shadow(t, e, fleet=other_rig_fleet(t, e)), words=("CAM_FRONT", "rig")),
+    Case("shadow-unknown-executor", lambda t, e: shadow(t, e, None, None, "--executor", "spark"), words=("spark", "local")),
+    Case("shadow-workers-zero", lambda t, e: shadow(t, e, None, None, "--workers", "0"), words=("--workers", "at least 1")),
+    Case("shadow-corrupt-catalog", lambda t, e: junk(t, "c.db") and shadow(t, e), words=("c.db", "not a readable catalog")),
+    Case("mine-missing-catalog", lambda t, e: mine(t, t / "none.db", "--budget", "1"), words=("none.db", "does not exist")),
+    Case("mine-corrupt-catalog", lambda t, e: mine(t, junk(t, "bad.db"), "--budget", "1"), words=("bad.db", "not a readable")),
+    Case("mine-foreign-sqlite", lambda t, e: mine(t, foreign_sqlite(t), "--budget", "1"), words=("not a hydranet catalog",)),
+    Case("mine-newer-schema", lambda t, e: mine(t, newer(t), "--budget", "1"), words=("schema version 7", "newer")),
+    Case("mine-budget-zero", lambda t, e: mine(t, cat_copy(t), "--budget", "0"), words=("--budget", "at least 1")),
+    Case("mine-budget-negative", lambda t, e: mine(t, cat_copy(t), "--budget", "-3"), words=("--budget", "at least 1")),
+    Case("mine-budget-above-pool", lambda t, e: mine(t, cat_copy(t), "--budget", "500"), words=("500", "larger than the pool")),
+    Case("mine-unknown-strategy", lambda t, e: mine(t, cat_copy(t), "--budget", "1", "--strategy", "best"),
+         words=("best", "hybrid")),
+    Case("mine-unknown-unit", lambda t, e: mine(t, cat_copy(t), "--budget", "1", "--unit", "scene"), words=("scene", "clip")),
+    Case("mine-unknown-trigger", lambda t, e: mine(t, cat_copy(t), "--budget", "1", "--strategy", "triggers", "--set",
+                                                  "triggers.sparkle.threshold=1"), words=("sparkle", "known triggers")),
+    Case("mine-unknown-run", lambda t, e: mine(t, cat_copy(t), "--budget", "1", "--run", "42"), words=("no shadow run 42",)),
+    Case("triggers-empty-catalog", lambda t, e: ["engine", "triggers", "--catalog", t / "e.db"],
+         words=("e.db", "does not exist")),
+    Case("similar-unknown-frame", lambda t, e: ["engine", "similar", "--catalog", cat_copy(t), "--frame", "999"],
+         words=("frame 999", "not in shadow run")),
+    Case("similar-k-zero", lambda t, e: ["engine", "similar", "--catalog", cat_copy(t), "--frame", "1", "--k", "0"],
+         words=("--k", "at least 1")),
+    Case("fleet-zero-clips", lambda t, e: ["engine", "fleet", "--out", t / "f", "--clips", "0", "--quiet"], words=("--clips",)),
+    Case("fleet-unknown-key", lambda t, e: ["engine", "fleet", "--out", t / "f", "--set", "sim.wheels=3", "--quiet"],
+         words=("wheels",)),
+    Case("fleet-bad-rate", lambda t, e: ["engine", "fleet", "--out", t / "f", "--set", "rare.cones_on_road=2", "--quiet"],
+         words=("cones_on_road",)),
+]
+
+
+@pytest.mark.parametrize("case", params(CASES))
+def test_engine_fault(case: Case, tmp_path, fault_env, monkeypatch, capsys):
+    run_case(case, tmp_path, fault_env, monkeypatch, capsys)
+
+
+def test_ray_executor_without_ray_names_the_package(tmp_path, fault_env, monkeypatch, capsys):
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("ray is installed here: the missing-package message cannot be shown")
+    run_case(Case("shadow-ray-missing", lambda t, e: shadow(t, e, None, None, "--executor", "ray"),
+                  words=("ray", "pip install")), tmp_path, fault_env, monkeypatch, capsys)
