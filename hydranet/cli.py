@@ -120,8 +120,11 @@ def cmd_eval(args) -> None:
                                       format=args.format, split=args.split, version=args.version)
     print(format_table(results))
     for path in results["predictions"]:
-        note = (f" (the nuScenes submission format: `hydranet eval-nuscenes --dataroot <export_nuscenes of {args.data}> "
-                "--version v1.0-mini --split all --results ...`)") if path.endswith("nuscenes_results.json") else ""
+        root = args.data if results.get("format") == "nuscenes" else f"<export_nuscenes of {args.data}>"
+        split = results.get("split") or "all" if results.get("format") == "nuscenes" else "all"
+        version = results.get("version") or "v1.0-mini"
+        note = (f" (the nuScenes submission format: `hydranet eval-nuscenes --dataroot {root} --version {version} "
+                f"--split {split} --results ...`)") if path.endswith("nuscenes_results.json") else ""
         print(f"wrote {path}{note}")
     if getattr(args, "reference", None) is not None:
         from deploy.onnx_eval import evaluate_any, format_drop, primary_drop

@@ -159,7 +159,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Pat
     results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs)
     results.update({"checkpoint": str(checkpoint), "data": str(data), "step": int(ckpt["step"]),
                     "format": getattr(frames.data, "format", "sim"), "split": getattr(frames.data, "split", None),
-                    "cameras": list(frames.data.rig.names)})
+                    "version": getattr(frames.data, "version", None), "cameras": list(frames.data.rig.names)})
     if out is not None:
         write_results(results, out)
     return results
