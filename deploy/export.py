@@ -95,10 +95,10 @@ def example_inputs(model: HydraNet, images: np.ndarray, prev_bev: np.ndarray | N
 def sim_frames(cfg, data: str | Path, count: int) -> list[dict]:
     """Up to `count` consecutive frames of `data` (the checkpoint's cameras, resized to its image size):
     {"images" (N, 3, H, W) uint8, "ego2world" (4, 4), "scene"}."""
-    from hydranet.data.sources import open_data
+    from hydranet.data.sources import model_cameras, open_data
     from hydranet.loader import resize_to
 
-    ds = open_data(cfg.data, data, channels=("images",))  # any format (docs/datasets.md), the model's cameras
+    ds = open_data(cfg.data, data, cameras=model_cameras(cfg.data), channels=("images",))  # any format, the model's cameras
     out = []
     for i in range(min(count, len(ds))):
         s = resize_to(ds[i], tuple(cfg.data.image_size))

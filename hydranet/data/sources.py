@@ -92,6 +92,12 @@ def open_data(data, root: str | Path | None = None, format: str | None = None, s
                         None if all_cameras else cameras if cameras is not None else _cams(c), bad, channels)
 
 
+def model_cameras(data) -> list[str] | None:
+    """The cameras the model is built on (its meta rig): data.cameras, or the first source's
+    (None: every camera of that dataset)."""
+    return _cams(data.sources[0].cameras if data.sources else data.cameras)
+
+
 def _same(a, b) -> bool:
     try:
         return Path(a).resolve() == Path(b).resolve()
