@@ -58,10 +58,12 @@ CREATE TABLE IF NOT EXISTS selections (id INTEGER PRIMARY KEY, name TEXT UNIQUE 
     budget INTEGER, unit TEXT, params TEXT, created REAL);
 CREATE TABLE IF NOT EXISTS selection_items (selection_id INTEGER NOT NULL REFERENCES selections(id), rank INTEGER NOT NULL,
     frame_id INTEGER NOT NULL, reason TEXT, PRIMARY KEY(selection_id, rank), UNIQUE(selection_id, frame_id));
-CREATE TABLE IF NOT EXISTS label_jobs (id INTEGER PRIMARY KEY, selection_id INTEGER, frame_id INTEGER NOT NULL,
-    state TEXT NOT NULL, backend TEXT, created REAL, updated REAL);
-CREATE TABLE IF NOT EXISTS labels (id INTEGER PRIMARY KEY, frame_id INTEGER NOT NULL, version INTEGER NOT NULL,
-    source TEXT, model_id INTEGER, payload TEXT, created REAL, UNIQUE(frame_id, version));
+CREATE TABLE IF NOT EXISTS label_jobs (id INTEGER PRIMARY KEY, selection TEXT NOT NULL, frame_id INTEGER NOT NULL
+    REFERENCES frames(id), state TEXT NOT NULL, backend TEXT NOT NULL, model_id INTEGER, external_id TEXT, label_id INTEGER,
+    created REAL, updated REAL, UNIQUE(selection, frame_id));
+CREATE TABLE IF NOT EXISTS labels (id INTEGER PRIMARY KEY, frame_id INTEGER NOT NULL REFERENCES frames(id), version INTEGER NOT NULL,
+    job_id INTEGER NOT NULL REFERENCES label_jobs(id), source TEXT NOT NULL, labeller TEXT, model_id INTEGER, payload TEXT NOT NULL,
+    digest TEXT NOT NULL, created REAL, UNIQUE(frame_id, version), UNIQUE(job_id, source, digest));
 CREATE TABLE IF NOT EXISTS registry (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, role TEXT NOT NULL,
     previous_id INTEGER, promoted REAL);
 CREATE TABLE IF NOT EXISTS gate_results (id INTEGER PRIMARY KEY, candidate_id INTEGER, production_id INTEGER, suite TEXT,

@@ -1,0 +1,209 @@
+"""The labelling backends' one small interface and the label vocabulary they share.
+
+A backend takes label jobs and gives labels back:
+
+    backend.send(jobs)  -> {job id: external id}   # idempotent: sending a job twice creates nothing twice
+    backend.fetch(jobs) -> iterable of FetchedLabel  # finished labels of the sent jobs, in any order
+
+`data_engine.labels` owns the jobs' states and the versioned label store; a backend never writes
+the catalog. A label's payload is the frame's labels in the dataset format (docs/dataset_format.md,
+labels.json): {"cameras": {CAM: {"boxes2d": [{"bbox": [x0, y0, x1, y1], "class", "attributes"}],
+"lanes2d": [...]}}, ...}; human backends fill the 2D part, the oracle the whole labels.json.
+
+Label names (what a person picks in a tool) are the dataset's object classes, except signs and lights,
+which are picked by what they show, as the signs_lights head predicts them: "sign:stop", "light:red",
+and "sign:back" / "light:back" for a sign or light seen from behind.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+SIGN, LIGHT, BACK = "traffic_sign", "traffic_light", "back"
+
+
+class LabelingError(ValueError):
+    """A label file, server answer or job that cannot be used; one line naming it and what to do."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One frame to label. `root` is the fleet folder; the frame's files are root/scenes/clip/dir/."""
+    id: int
+    selection: str
+    frame_id: int
+    clip: str
+    frame: int
+    dir: str
+    root: str
+    cameras: tuple[str, ...]
+    sizes: tuple[tuple[int, int], ...]  # (H, W) per camera
+    state: str = "queued"
+    backend: str = ""
+    model_id: int | None = None
+    external_id: str | None = None
+    predictions: Mapping[str, Any] = field(default_factory=dict)  # {camera: [{"bbox", "label", "score"}]} pre-annotations
+    model_version: str = ""
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.root) / "scenes" / self.clip / self.dir
+
+    def image(self, camera: str) -> Path:
+        return self.folder / f"{camera}.jpg"
+
+    def image_name(self, camera: str) -> str:
+        """The image's name in exported files and tools: clip/frame dir/camera.jpg (unique in a fleet)."""
+        return f"{self.clip}/{self.dir}/{camera}.jpg"
+
+
+@dataclass(frozen=True)
+class FetchedLabel:
+    job_id: int
+    payload: Mapping[str, Any]
+    source: str  # oracle | label_studio | file
+    labeller: str
+
+
+class Backend(Protocol):
+    name: str
+
+    def send(self, jobs: Sequence[Job]) -> dict[int, str]: ...
+
+    def fetch(self, jobs: Sequence[Job]) -> Iterable[FetchedLabel]: ...
+
+
+# -- label names ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Vocabulary:
+    """What a labeller can pick: object classes (signs and lights by what they show) and lane types."""
+    classes: tuple[str, ...]
+    sign_classes: tuple[str, ...]
+    light_states: tuple[str, ...]
+    lane_types: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dataset(cls, root: str | Path) -> "Vocabulary":
+        path = Path(root) / "dataset.json"
+        try:
+            meta = json.loads(path.read_text())
+            return cls(tuple(meta["classes"]), tuple(meta.get("sign_classes", ())), tuple(meta.get("light_states", ())),
+                       tuple(meta.get("lane_types", ())))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise LabelingError(f"{path}: cannot read the label classes ({type(e).__name__}: {e}); "
+                                "give a fleet or dataset folder") from None
+
+    @property
+    def names(self) -> list[str]:
+        out = [c for c in self.classes if c not in (SIGN, LIGHT)]
+        if SIGN in self.classes:
+            out += [f"sign:{s}" for s in self.sign_classes] + [f"sign:{BACK}"]
+        if LIGHT in self.classes:
+            out += [f"light:{s}" for s in self.light_states] + [f"light:{BACK}"]
+        return out
+
+    def name_of(self, box: Mapping[str, Any]) -> str:
+        """The label name of a labels.json box."""
+        cls, att = box["class"], box.get("attributes") or {}
+        if cls == SIGN:
+            return f"sign:{BACK}" if att.get("view") == BACK or "sign_class" not in att else f"sign:{att['sign_class']}"
+        if cls == LIGHT:
+            return f"light:{BACK}" if att.get("view") == BACK or "light_state" not in att else f"light:{att['light_state']}"
+        return cls
+
+    def box_of(self, name: str, bbox: Sequence[float], where: str) -> dict[str, Any]:
+        """A labels.json box from a label name; LabelingError naming `where` for an unknown name."""
+        if name not in self.names:
+            raise LabelingError(f"{where}: unknown label {name!r}; the project's labels are {self.names}")
+        if name.startswith(("sign:", "light:")):
+            kind, what = name.split(":", 1)
+            cls = SIGN if kind == "sign" else LIGHT
+            att = {"view": BACK} if what == BACK else {"view": "front", ("sign_class" if kind == "sign" else "light_state"): what}
+            return {"bbox": [float(v) for v in bbox], "class": cls, "attributes": att}
+        return {"bbox": [float(v) for v in bbox], "class": name, "attributes": {}}
+
+
+# -- payload helpers -------------------------------------------------------------------------------
+def check_bbox(bbox: Sequence[Any], size: tuple[int, int], where: str) -> list[float]:
+    """[x0, y0, x1, y1] as floats, finite, x0 < x1, y0 < y1, inside the (H, W) image with 0.5 px slack."""
+    try:
+        b = [float(v) for v in bbox]
+    except (TypeError, ValueError):
+        raise LabelingError(f"{where}: box {bbox!r} is not four numbers") from None
+    H, W = size
+    if len(b) != 4 or not all(math.isfinite(v) for v in b):
+        raise LabelingError(f"{where}: box {bbox!r} is not four finite numbers")
+    if not (b[0] < b[2] and b[1] < b[3]):
+        raise LabelingError(f"{where}: box {[round(v, 2) for v in b]} has no area (need x0 < x1 and y0 < y1)")
+    if b[0] < -0.5 or b[1] < -0.5 or b[2] > W + 0.5 or b[3] > H + 0.5:
+        raise LabelingError(f"{where}: box {[round(v, 2) for v in b]} lies outside the {W}x{H} image")
+    return b
+
+
+def canonical(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The payload with boxes rounded to 1/1000 px and sorted per camera (a stable digest: the same
+    labels read back from a tool give the same version)."""
+    out = json.loads(json.dumps(payload))
+    for cam in (out.get("cameras") or {}).values():
+        boxes = cam.get("boxes2d") or []
+        for b in boxes:
+            b["bbox"] = [round(float(v), 3) for v in b["bbox"]]
+        cam["boxes2d"] = sorted(boxes, key=lambda b: (b["class"], b["bbox"], json.dumps(b.get("attributes") or {}, sort_keys=True)))
+        for ln in cam.get("lanes2d") or []:
+            ln["points"] = [[round(float(v), 3) for v in p] for p in ln["points"]]
+    return out
+
+
+def digest(payload: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(canonical(payload), sort_keys=True).encode()).hexdigest()
+
+
+def iou(a: Sequence[float], b: Sequence[float]) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def compare(a: Mapping[str, Any], b: Mapping[str, Any], vocab_name=None, tol_px: float = 0.5) -> dict[str, Any]:
+    """How two payloads' 2D boxes differ: per camera greedy IoU matching; {"agree": bool, "boxes": (na, nb),
+    "unmatched": n, "class_changes": n, "max_px": largest corner deviation of a matched pair}."""
+    name = vocab_name or (lambda box: (box["class"], json.dumps(box.get("attributes") or {}, sort_keys=True)))
+    ca, cb = a.get("cameras") or {}, b.get("cameras") or {}
+    na = nb = unmatched = changes = 0
+    max_px = 0.0
+    for cam in sorted(set(ca) | set(cb)):
+        ba = list((ca.get(cam) or {}).get("boxes2d") or [])
+        bb = list((cb.get(cam) or {}).get("boxes2d") or [])
+        na, nb = na + len(ba), nb + len(bb)
+        pairs = sorted(((iou(x["bbox"], y["bbox"]), i, j) for i, x in enumerate(ba) for j, y in enumerate(bb)), reverse=True)
+        used_a, used_b = set(), set()
+        for v, i, j in pairs:
+            if v <= 0.3 or i in used_a or j in used_b:
+                continue
+            used_a.add(i)
+            used_b.add(j)
+            changes += name(ba[i]) != name(bb[j])
+            max_px = max(max_px, max(abs(p - q) for p, q in zip(ba[i]["bbox"], bb[j]["bbox"])))
+        unmatched += (len(ba) - len(used_a)) + (len(bb) - len(used_b))
+    return {"agree": unmatched == 0 and changes == 0 and max_px <= tol_px, "boxes": (na, nb), "unmatched": unmatched,
+            "class_changes": changes, "max_px": round(max_px, 3)}
+
+
+def two_d(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The 2D part a person labels: per camera boxes2d (bbox, class, attributes) and lanes2d (points, type)."""
+    cams = {}
+    for cam, c in (payload.get("cameras") or {}).items():
+        cams[cam] = {"boxes2d": [{"bbox": [float(v) for v in b["bbox"]], "class": b["class"],
+                                  "attributes": {k: v for k, v in (b.get("attributes") or {}).items()
+                                                 if k in ("sign_class", "light_state", "view")}}
+                                 for b in c.get("boxes2d") or []],
+                     "lanes2d": [{"points": [[float(u), float(v)] for u, v in ln["points"]], "type": ln.get("type")}
+                                 for ln in c.get("lanes2d") or []]}
+    return {"cameras": cams}

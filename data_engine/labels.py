@@ -1,0 +1,407 @@
+"""The relabel queue and the versioned label store, in the catalog's SQLite file (docs/labeling.md).
+
+    selection.json --create_jobs--> label_jobs (queued) --send--> sent --import_labels--> labelled
+                                                           --accept--> accepted | --reject--> rejected (--requeue--> queued)
+
+A selection is the miner's output ({"name", "items": [{"frame_id", "clip", "frame", "frame_ids"}]}) or
+the minimal hand-written form {"name": optional, "frames": [{"clip": "clip_00003", "frame": 2}]}; each
+selected frame becomes one job (UNIQUE(selection, frame): creating the jobs twice adds nothing).
+
+Labels are versioned and never overwritten: each version of a frame has its source (oracle |
+label_studio | file), labeller, time, the model that was deployed when the frame was mined, and a
+digest of its content. Guarantees, each tested with kill -9 (tests/test_engine_labeling.py):
+- a label and its job's move to "labelled" are one transaction; the same content for the same job
+  from the same source is the same version (UNIQUE(job_id, source, digest)): an import killed at
+  any moment and rerun loses no label and duplicates none;
+- a job is marked sent only after its backend accepted it, and backends' send is idempotent (Label
+  Studio tasks carry their job id and are looked up before any is created): a send killed and rerun
+  creates nothing twice;
+- two versions of a frame that disagree (a box unmatched, a class changed, a corner moved more than
+  0.5 px) are a conflict: reported by import and `conflicts`, and `accept` refuses to pick one
+  unless told which version;
+- training reads `accepted_labels` only: a label exists for training once its job is accepted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from data_engine.catalog import _SCHEMA, Catalog, CatalogError
+from data_engine.labeling.base import Backend, FetchedLabel, Job, LabelingError, canonical, check_bbox, compare, digest
+
+STATES = ("queued", "sent", "labelled", "accepted", "rejected")
+TRANSITIONS = {"queued": ("sent",), "sent": ("labelled",), "labelled": ("accepted", "rejected"), "rejected": ("queued",),
+               "accepted": ()}
+SOURCES = ("oracle", "label_studio", "file")
+_TABLES = ("label_jobs", "labels")
+
+
+class LabelError(LabelingError):
+    """An illegal job transition or an unusable selection; one line naming the job or item."""
+
+
+# -- schema --------------------------------------------------------------------------------------------
+def ensure_schema(cat: Catalog) -> None:
+    """Catalogs written before the label tables took their final form hold empty placeholders: replace
+    them; a placeholder that holds rows is a CatalogError (nothing is dropped that holds data)."""
+    cols = {r[1] for r in cat.db.execute("PRAGMA table_info(label_jobs)")}
+    if "selection" in cols:
+        return
+    rows = sum(cat.db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _TABLES if cols)
+    if rows:
+        raise CatalogError(f"catalog {cat.path} holds label jobs of an older layout; recreate the catalog")
+    stmts = [s for s in _SCHEMA.split(";") if any(f"EXISTS {t} " in s for t in _TABLES)]
+    with cat.transaction():
+        for t in reversed(_TABLES):
+            cat.db.execute(f"DROP TABLE IF EXISTS {t}")
+        for s in stmts:
+            cat.db.execute(s)
+
+
+def open_catalog(path: str | Path) -> Catalog:
+    cat = Catalog(path)
+    ensure_schema(cat)
+    return cat
+
+
+# -- selections -> jobs ----------------------------------------------------------------------------------
+def read_selection(path: str | Path) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """(name, items, the whole JSON) of a selection file; items are {"frame_id"?, "clip", "frame", "frame_ids"?}."""
+    path = Path(path)
+    try:
+        sel = json.loads(path.read_text())
+    except OSError as e:
+        raise LabelError(f"selection {path}: {e.strerror or e}; give the file `hydranet engine mine --out` wrote") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LabelError(f"selection {path} is not valid JSON ({e})") from None
+    items = sel.get("items", sel.get("frames")) if isinstance(sel, dict) else None
+    if not isinstance(items, list) or not items:
+        raise LabelError(f"selection {path} has no 'items' (miner output) or 'frames' list [{{\"clip\", \"frame\"}}]")
+    for k, it in enumerate(items):
+        if not isinstance(it, dict) or not ("frame_id" in it or ("clip" in it and "frame" in it)):
+            raise LabelError(f"selection {path} item {k} needs 'frame_id' or 'clip' and 'frame', got {it!r:.80}")
+    name = str(sel.get("name") or path.stem)
+    return name, items, sel
+
+
+def _frame_ids(cat: Catalog, items: Sequence[Mapping], fleet: str | None, where: str) -> list[int]:
+    ids: list[int] = []
+    for k, it in enumerate(items):
+        if it.get("frame_ids"):
+            ids += [int(f) for f in it["frame_ids"]]
+            continue
+        if "frame_id" in it:
+            ids.append(int(it["frame_id"]))
+            continue
+        q = ("SELECT f.id, fl.root FROM frames f JOIN clips c ON f.clip_id = c.id JOIN fleets fl ON c.fleet_id = fl.id "
+             "WHERE c.name = ? AND f.idx = ?")
+        rows = cat.db.execute(q, (str(it["clip"]), int(it["frame"]))).fetchall()
+        if fleet is not None:
+            rows = [r for r in rows if r[1] == str(Path(fleet).resolve())]
+        if len(rows) != 1:
+            hint = "add \"fleet\": ROOT to the selection" if rows else "shadow its fleet first"
+            raise LabelError(f"{where} item {k}: frame {it['clip']}/{it['frame']} is "
+                             f"{'in several fleets of' if rows else 'not in'} catalog {cat.path}; {hint}")
+        ids.append(int(rows[0][0]))
+    known = {r[0] for r in cat.db.execute(f"SELECT id FROM frames WHERE id IN ({', '.join('?' * len(ids))})", ids)}
+    missing = [f for f in ids if f not in known]
+    if missing:
+        raise LabelError(f"{where}: frame id {missing[0]} is not in catalog {cat.path}; was the selection mined from another catalog?")
+    return list(dict.fromkeys(ids))
+
+
+def create_jobs(cat: Catalog, selection: str | Path, backend: str) -> dict[str, Any]:
+    """Queue one job per selected frame (idempotent); returns {"selection", "created", "existing"}."""
+    name, items, sel = read_selection(selection)
+    fleet = sel.get("fleet") or (sel.get("run") or {}).get("fleet")
+    ids = _frame_ids(cat, items, fleet, f"selection {selection}")
+    row = cat.db.execute("SELECT r.model_id FROM selections s JOIN shadow_runs r ON s.run_id = r.id WHERE s.name = ?",
+                         (name,)).fetchone()
+    model_id = row[0] if row else None
+    now = time.time()
+    with cat.transaction():
+        before = cat.db.execute("SELECT count(*) FROM label_jobs WHERE selection = ?", (name,)).fetchone()[0]
+        other = cat.db.execute("SELECT DISTINCT backend FROM label_jobs WHERE selection = ? AND backend != ?",
+                               (name, backend)).fetchone()
+        if other:
+            raise LabelError(f"selection {name!r} is already queued for backend {other[0]!r}; label it there, or mine a "
+                             f"selection under another --name for {backend!r}")
+        cat.db.executemany("INSERT OR IGNORE INTO label_jobs (selection, frame_id, state, backend, model_id, created, updated) "
+                           "VALUES (?, ?, 'queued', ?, ?, ?, ?)", [(name, f, backend, model_id, now, now) for f in ids])
+        after = cat.db.execute("SELECT count(*) FROM label_jobs WHERE selection = ?", (name,)).fetchone()[0]
+    return {"selection": name, "created": after - before, "existing": before, "frames": len(ids)}
+
+
+# -- reading jobs -----------------------------------------------------------------------------------------
+_RIGS: dict[str, tuple[tuple[str, ...], tuple[tuple[int, int], ...]]] = {}
+
+
+def _rig(root: str) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
+    if root not in _RIGS:
+        path = Path(root) / "dataset.json"
+        try:
+            cams = json.loads(path.read_text())["rig"]["cameras"]
+            _RIGS[root] = (tuple(str(c["name"]) for c in cams), tuple((int(c["height"]), int(c["width"])) for c in cams))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise LabelError(f"{path}: cannot read the fleet's cameras ({type(e).__name__}: {e}); the fleet moved or is damaged") from None
+    return _RIGS[root]
+
+
+def load_jobs(cat: Catalog, selection: str | None = None, states: Sequence[str] | None = None,
+              ids: Iterable[int] | None = None, backend: str | None = None) -> list[Job]:
+    where, args = [], []
+    if selection is not None:
+        where.append("j.selection = ?")
+        args.append(selection)
+    if states is not None:
+        where.append(f"j.state IN ({', '.join('?' * len(states))})")
+        args += list(states)
+    if backend is not None:
+        where.append("j.backend = ?")
+        args.append(backend)
+    id_list = None if ids is None else [int(i) for i in ids]
+    rows = cat.db.execute("SELECT j.id, j.selection, j.frame_id, c.name, f.idx, f.dir, fl.root, j.state, j.backend, j.model_id, "
+                          "j.external_id FROM label_jobs j JOIN frames f ON j.frame_id = f.id JOIN clips c ON f.clip_id = c.id "
+                          f"JOIN fleets fl ON c.fleet_id = fl.id {'WHERE ' + ' AND '.join(where) if where else ''} ORDER BY j.id",
+                          args).fetchall()
+    if id_list is not None:
+        keep = set(id_list)
+        rows = [r for r in rows if r[0] in keep]
+        missing = sorted(keep - {r[0] for r in rows})
+        if missing:
+            raise LabelError(f"job {missing[0]} is not in catalog {cat.path}"
+                             f"{f' (selection {selection!r})' if selection else ''}; `hydranet engine jobs` lists them")
+    out = []
+    for jid, sel, fid, clip, idx, d, root, state, be, mid, ext in rows:
+        cams, sizes = _rig(root)
+        out.append(Job(jid, sel, fid, clip, idx, d, root, cams, sizes, state, be, mid, ext))
+    return out
+
+
+def with_predictions(cat: Catalog, jobs: Sequence[Job], min_score: float = 0.1) -> list[Job]:
+    """The jobs with the deployed model's det2d predictions of their frames as pre-annotations
+    ({camera: [{"bbox", "label", "score"}]}, boxes scaled to the camera images), where the catalog
+    has them and the model file still exists; otherwise unchanged."""
+    from deploy.metadata import read_metadata
+
+    out = []
+    meta: dict[int, Any] = {}
+    for j in jobs:
+        row = cat.db.execute("SELECT s.predictions, r.model_id, m.path FROM selections sel JOIN shadow_runs r ON sel.run_id = r.id "
+                             "JOIN models m ON r.model_id = m.id JOIN signals s ON s.run_id = r.id AND s.frame_id = ? "
+                             "WHERE sel.name = ?", (j.frame_id, j.selection)).fetchone()
+        if row is None or not row[0]:
+            out.append(j)
+            continue
+        preds, mid, path = json.loads(row[0]), row[1], row[2]
+        if mid not in meta:
+            try:
+                meta[mid] = read_metadata(path)
+            except Exception:  # noqa: BLE001 - a moved model file only loses the pre-annotations
+                meta[mid] = None
+        md = meta[mid]
+        if md is None or "det2d" not in preds or "det2d" not in md["heads"]:
+            out.append(j)
+            continue
+        classes = md["heads"]["det2d"].get("classes") or md.get("classes") or []
+        H, W = md["rig"]["image_size"]
+        cams = {}
+        for cam, p in zip(md["rig"]["names"], preds["det2d"]):
+            if cam not in j.cameras:
+                continue
+            h, w = j.sizes[j.cameras.index(cam)]
+            sx, sy = w / W, h / H
+            cams[cam] = [{"bbox": [b[0] * sx, b[1] * sy, b[2] * sx, b[3] * sy], "label": classes[lab] if lab < len(classes) else str(lab),
+                          "score": float(s)} for b, s, lab in zip(p["boxes"], p["scores"], p["labels"]) if s >= min_score]
+        out.append(dataclasses.replace(j, predictions=cams, model_version=Path(path).name))
+    return out
+
+
+# -- transitions ----------------------------------------------------------------------------------------
+def _move(cat: Catalog, job: Job | tuple[int, str], to: str, **cols: Any) -> None:
+    """Inside a transaction: one job from its state to `to`, or LabelError naming the job."""
+    jid, state = (job.id, job.state) if isinstance(job, Job) else job
+    if to not in STATES:
+        raise LabelError(f"unknown job state {to!r}; states are {list(STATES)}")
+    if to not in TRANSITIONS[state]:
+        raise LabelError(f"job {jid} is {state}: it cannot become {to} (from {state} only to "
+                         f"{' or '.join(TRANSITIONS[state]) or 'nothing: final'})")
+    sets = ", ".join(f"{k} = ?" for k in ["state", "updated", *cols])
+    cur = cat.db.execute(f"UPDATE label_jobs SET {sets} WHERE id = ? AND state = ?", (to, time.time(), *cols.values(), jid, state))
+    if cur.rowcount != 1:
+        raise LabelError(f"job {jid} changed state while being moved to {to}; rerun the command")
+
+
+def transition(cat: Catalog, job_ids: Iterable[int], to: str, version: int | None = None) -> list[int]:
+    """Move jobs to `to` in one transaction (all or none). Accepting pins a label version: the one
+    given, else the latest, refused when the frame's versions disagree (a conflict is never settled
+    silently)."""
+    ids = [int(i) for i in job_ids]
+    with cat.transaction():
+        states = dict(cat.db.execute(f"SELECT id, state FROM label_jobs WHERE id IN ({', '.join('?' * len(ids))})", ids).fetchall())
+        for jid in ids:
+            if jid not in states:
+                raise LabelError(f"job {jid} is not in catalog {cat.path}; `hydranet engine jobs` lists them")
+            cols: dict[str, Any] = {}
+            if to == "accepted" and states[jid] == "labelled":
+                cols["label_id"] = _pick_version(cat, jid, version)
+            if to == "queued":
+                cols["external_id"] = None
+            _move(cat, (jid, states[jid]), to, **cols)
+    return ids
+
+
+def _pick_version(cat: Catalog, job_id: int, version: int | None) -> int:
+    fid = cat.db.execute("SELECT frame_id FROM label_jobs WHERE id = ?", (job_id,)).fetchone()[0]
+    vers = versions(cat, fid)
+    if version is not None:
+        pick = [v for v in vers if v["version"] == version]
+        if not pick:
+            raise LabelError(f"job {job_id}: frame {fid} has no label version {version} (versions {[v['version'] for v in vers]})")
+        return pick[0]["id"]
+    own = [v for v in vers if v["job_id"] == job_id]
+    latest = own[-1]
+    bad = [(v, c) for v in vers if v["id"] != latest["id"] for c in [compare(v["payload"], latest["payload"])] if not c["agree"]]
+    if bad:
+        v, c = bad[0]
+        raise LabelError(f"job {job_id}: frame {fid} has label versions that disagree (v{v['version']} {v['source']} by "
+                         f"{v['labeller']} vs v{latest['version']} {latest['source']} by {latest['labeller']}: {_describe(c)}); "
+                         "accept one with --version V")
+    return latest["id"]
+
+
+def _describe(c: Mapping[str, Any]) -> str:
+    return (f"{c['boxes'][0]} vs {c['boxes'][1]} boxes, {c['unmatched']} unmatched, {c['class_changes']} class changes, "
+            f"corners up to {c['max_px']} px apart")
+
+
+# -- send / import --------------------------------------------------------------------------------------
+def send(cat: Catalog, backend: Backend, selection: str | None = None, batch: int | None = None,
+         progress: bool = False) -> dict[str, int]:
+    """Hand the queued jobs to the backend, `batch` jobs per call (default: the backend's); each
+    batch is marked sent in one transaction after the backend took it."""
+    from tqdm import tqdm
+
+    jobs = load_jobs(cat, selection, ("queued",), backend=backend.name)
+    size = batch or getattr(backend, "batch", 0) or len(jobs) or 1
+    if getattr(backend, "wants_predictions", False):
+        jobs = with_predictions(cat, jobs)
+    sent = 0
+    with tqdm(total=len(jobs), desc=f"send to {backend.name}", unit="job", disable=not progress) as bar:
+        for k in range(0, len(jobs), size):
+            chunk = jobs[k:k + size]
+            ext = backend.send(chunk)
+            with cat.transaction():
+                for j in chunk:
+                    _move(cat, j, "sent", external_id=ext.get(j.id))
+            sent += len(chunk)
+            bar.update(len(chunk))
+    return {"sent": sent}
+
+
+def import_labels(cat: Catalog, backend: Backend, selection: str | None = None, progress: bool = False) -> dict[str, Any]:
+    """Fetch finished labels and record each as a version (one transaction per label, with its job's
+    move to labelled). Returns {"new", "duplicate", "conflicts": [...], "waiting": jobs still without a label}."""
+    from tqdm import tqdm
+
+    jobs = load_jobs(cat, selection, ("sent", "labelled", "accepted", "rejected"), backend=backend.name)
+    by_id = {j.id: j for j in jobs}
+    new = dup = 0
+    conflicts: list[dict[str, Any]] = []
+    for lab in tqdm(backend.fetch(jobs), desc=f"import from {backend.name}", unit="label", disable=not progress):
+        job = by_id.get(lab.job_id)
+        if job is None:
+            raise LabelError(f"{backend.name} returned a label for job {lab.job_id}, which is not a sent job of backend "
+                             f"{backend.name!r}{f' in selection {selection!r}' if selection else ''} in {cat.path}")
+        _, created, conf = record_label(cat, job, lab)
+        new, dup = new + created, dup + (not created)
+        conflicts += conf
+    waiting = cat.db.execute(f"SELECT count(*) FROM label_jobs WHERE state = 'sent' AND backend = ?"
+                             f"{' AND selection = ?' if selection else ''}",
+                             (backend.name, selection) if selection else (backend.name,)).fetchone()[0]
+    return {"new": new, "duplicate": dup, "conflicts": conflicts, "waiting": waiting}
+
+
+def check_payload(job: Job, payload: Mapping[str, Any], where: str) -> dict[str, Any]:
+    cams = payload.get("cameras") if isinstance(payload, Mapping) else None
+    if not isinstance(cams, Mapping):
+        raise LabelingError(f"{where}: label of job {job.id} has no 'cameras'")
+    for cam, c in cams.items():
+        if cam not in job.cameras:
+            raise LabelingError(f"{where}: label of job {job.id} names camera {cam!r}, not one of the fleet's {list(job.cameras)}")
+        size = job.sizes[job.cameras.index(cam)]
+        for k, b in enumerate(c.get("boxes2d") or []):
+            check_bbox(b.get("bbox"), size, f"{where} job {job.id} {cam} box {k}")
+    return canonical(payload)
+
+
+def record_label(cat: Catalog, job: Job, lab: FetchedLabel) -> tuple[int, bool, list[dict[str, Any]]]:
+    """(label id, whether new, conflicts with the frame's other versions)."""
+    if lab.source not in SOURCES:
+        raise LabelError(f"label source {lab.source!r} is not one of {list(SOURCES)}")
+    payload = check_payload(job, lab.payload, lab.source)
+    dg = digest(payload)
+    with cat.transaction():
+        row = cat.db.execute("SELECT id FROM labels WHERE job_id = ? AND source = ? AND digest = ?", (job.id, lab.source, dg)).fetchone()
+        if row:
+            return int(row[0]), False, []
+        state = cat.db.execute("SELECT state FROM label_jobs WHERE id = ?", (job.id,)).fetchone()[0]
+        if state == "queued":
+            raise LabelError(f"job {job.id} is queued: a label arrives only for a sent job; run `hydranet engine label` first")
+        version = cat.db.execute("SELECT coalesce(max(version), 0) + 1 FROM labels WHERE frame_id = ?", (job.frame_id,)).fetchone()[0]
+        cur = cat.db.execute("INSERT INTO labels (frame_id, version, job_id, source, labeller, model_id, payload, digest, created) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (job.frame_id, version, job.id, lab.source, lab.labeller,
+                                                                    job.model_id, json.dumps(payload), dg, time.time()))
+        if state == "sent":
+            _move(cat, (job.id, state), "labelled")
+    conf = []
+    for v in versions(cat, job.frame_id):
+        if v["version"] != version:
+            c = compare(v["payload"], payload)
+            if not c["agree"]:
+                conf.append({"frame_id": job.frame_id, "frame": f"{job.clip}/{job.dir}", "versions": [v["version"], version],
+                             "sources": [v["source"], lab.source], "detail": _describe(c)})
+    return int(cur.lastrowid), True, conf
+
+
+# -- reading labels -------------------------------------------------------------------------------------
+def versions(cat: Catalog, frame_id: int) -> list[dict[str, Any]]:
+    return [{"id": i, "version": v, "job_id": j, "source": s, "labeller": lb, "model_id": m, "created": t, "payload": json.loads(p)}
+            for i, v, j, s, lb, m, t, p in cat.db.execute(
+                "SELECT id, version, job_id, source, labeller, model_id, created, payload FROM labels WHERE frame_id = ? "
+                "ORDER BY version", (frame_id,))]
+
+
+def conflicts(cat: Catalog, selection: str | None = None) -> list[dict[str, Any]]:
+    """Every pair of disagreeing versions of a frame (of the selection's frames, or all)."""
+    q = "SELECT DISTINCT l.frame_id FROM labels l" + (" JOIN label_jobs j ON l.job_id = j.id WHERE j.selection = ?" if selection else "")
+    out = []
+    for (fid,) in cat.db.execute(q, (selection,) if selection else ()).fetchall():
+        vers = versions(cat, fid)
+        for a in range(len(vers)):
+            for b in range(a + 1, len(vers)):
+                c = compare(vers[a]["payload"], vers[b]["payload"])
+                if not c["agree"]:
+                    out.append({"frame_id": fid, "versions": [vers[a]["version"], vers[b]["version"]],
+                                "sources": [vers[a]["source"], vers[b]["source"]], "detail": _describe(c)})
+    return out
+
+
+def accepted_labels(cat: Catalog) -> dict[int, dict[str, Any]]:
+    """{frame id: payload} of the accepted jobs' pinned versions: all that training may read."""
+    rows = cat.db.execute("SELECT j.frame_id, l.payload FROM label_jobs j JOIN labels l ON j.label_id = l.id "
+                          "WHERE j.state = 'accepted' ORDER BY j.updated, j.id").fetchall()
+    return {int(f): json.loads(p) for f, p in rows}
+
+
+def job_table(cat: Catalog, selection: str | None = None) -> list[dict[str, Any]]:
+    rows = cat.db.execute("SELECT j.id, j.selection, j.frame_id, c.name, f.idx, j.state, j.backend, "
+                          "(SELECT count(*) FROM labels l WHERE l.frame_id = j.frame_id) FROM label_jobs j JOIN frames f ON "
+                          f"j.frame_id = f.id JOIN clips c ON f.clip_id = c.id {'WHERE j.selection = ?' if selection else ''} "
+                          "ORDER BY j.id", (selection,) if selection else ()).fetchall()
+    return [{"job": r[0], "selection": r[1], "frame_id": r[2], "frame": f"{r[3]}/{r[4]}", "state": r[5], "backend": r[6],
+             "versions": r[7]} for r in rows]
