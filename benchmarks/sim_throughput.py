@@ -1,10 +1,14 @@
 """Sim throughput: camera images per second rendered with every label channel (RGB, normals,
 z-depth, semantic, instance) for the 6-camera rig, side by side with the time OpenCV needs to
-decode the same images from JPEG (quality 95). Run by hand, not in CI:
+decode the same images from JPEG (quality 95), for the old look (every `look` switch off,
+antialias 1: box bodies, flat colours) and the default look (detailed meshes, procedural
+textures, 4x MSAA colour, HDR sky/specular/glare/tone mapping, sun shadows, realistic sensor) in
+one run. Run by hand, not in CI:
 
     .venv/bin/python benchmarks/sim_throughput.py [--frames 40]
 
-Prints one table; the last line is the ratio render rate / JPEG decode rate.
+Prints one table; the last lines are the ratio render rate / JPEG decode rate and the cost of
+the new look (old-look images/s / new-look images/s, with all labels).
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import time
 import cv2
 import numpy as np
 
-from sim.config import SimConfig
+from sim.config import LookConfig, SimConfig
 from sim.generate import sim_rig
 from sim.labels import frame_labels
 from sim.meshes import DynamicMesh, scene_lights, static_mesh
@@ -23,11 +27,15 @@ from sim.scene import FRAME_DT, ego_pose, scene_lighting
 from sim.world import World
 
 
-def measure(width: int, height: int, frames: int, seed: int = 1) -> dict:
-    cfg = SimConfig(image_width=width, image_height=height)
+OLD_LOOK = LookConfig(detailed_meshes=False, textures=False, antialias=1, hdr=False, shadows="off", glare="off",
+                      sensor="gaussian")
+
+
+def measure(width: int, height: int, frames: int, seed: int = 1, look: LookConfig | None = None) -> dict:
+    cfg = SimConfig(image_width=width, image_height=height, look=look or LookConfig())
     rig = sim_rig(cfg)
     world = World(cfg, seed)
-    renderer = Renderer(rig)
+    renderer = Renderer(rig, cfg.look)
     renderer.set_static(static_mesh(world))
     dynamic, lighting = DynamicMesh(world), scene_lighting(world, cfg)
     exposures = np.ones(len(rig))
@@ -52,6 +60,7 @@ def measure(width: int, height: int, frames: int, seed: int = 1) -> dict:
     n = len(rig)
     return {
         "size": f"{height}x{width}",
+        "look": "old" if look == OLD_LOOK else "new",
         "render": n / float(np.median(render_s)),
         "render_labels": n / float(np.median(np.add(render_s, label_s))),
         "decode": 1.0 / float(np.median(decode_s)),
@@ -62,12 +71,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--frames", type=int, default=40)
     args = ap.parse_args()
-    rows = [measure(320, 192, args.frames), measure(800, 448, max(args.frames // 2, 5))]
-    print(f"{'resolution':>10} | {'render+channels img/s':>21} | {'+ all labels img/s':>18} | {'JPEG decode img/s':>17} | ratio")
+    rows = [measure(320, 192, args.frames, look=OLD_LOOK), measure(320, 192, args.frames),
+            measure(800, 448, max(args.frames // 2, 5), look=OLD_LOOK), measure(800, 448, max(args.frames // 2, 5))]
+    print(f"{'resolution':>10} | look | {'render+channels img/s':>21} | {'+ all labels img/s':>18} | {'JPEG decode img/s':>17} | ratio")
     for r in rows:
-        print(f"{r['size']:>10} | {r['render']:>21.0f} | {r['render_labels']:>18.0f} | {r['decode']:>17.0f} | "
+        print(f"{r['size']:>10} | {r['look']:>4} | {r['render']:>21.0f} | {r['render_labels']:>18.0f} | {r['decode']:>17.0f} | "
               f"{r['render'] / r['decode']:.2f}")
-    print(f"ratio render/decode at 192x320: {rows[0]['render'] / rows[0]['decode']:.2f}")
+    print(f"ratio render/decode at 192x320 (new look): {rows[1]['render'] / rows[1]['decode']:.2f}")
+    for a, b in ((rows[0], rows[1]), (rows[2], rows[3])):
+        print(f"cost of the new look at {a['size']}: {a['render_labels'] / b['render_labels']:.2f}x (all labels)")
 
 
 if __name__ == "__main__":

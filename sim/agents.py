@@ -4,11 +4,13 @@ sidewalks and crosswalks. Every agent has an exact velocity at every step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from sim.bodies import detailed_body, pedestrian
 from sim.roads import Path
+from sim.shapes import Part, pitch_matrix
 
 # (length, width, height) ranges per class; bodies are unions of boxes inside these bounds.
 CLASS_SIZES = {
@@ -28,26 +30,40 @@ CAR_COLORS = np.array([[0.8, 0.1, 0.1], [0.1, 0.2, 0.6], [0.85, 0.85, 0.85], [0.
                        [0.5, 0.5, 0.55], [0.2, 0.45, 0.25], [0.9, 0.7, 0.2], [0.35, 0.2, 0.15]])
 
 
-@dataclass
-class Part:
-    """An axis-aligned box in the object frame (origin on the ground under the centre)."""
-
-    center: np.ndarray  # (3,)
-    size: np.ndarray  # (3,)
-    color: np.ndarray  # (3,) linear RGB
-    emissive: float = 0.0
-    light: str = ""  # "head" / "tail" lamps light up at night; "red"/"yellow"/"green" signal lamps
-    semantic: str = ""  # overrides the object's semantic class (e.g. "pole" under a sign)
-
-
 def _box(cx, cy, cz, l, w, h, color, emissive=0.0, light="") -> Part:
     return Part(np.array([cx, cy, cz], float), np.array([l, w, h], float), np.asarray(color, float), emissive, light)
 
 
-def make_body(cls: str, rng: np.random.Generator) -> list[Part]:
-    """Box parts of one object of class `cls`, with z = 0 on the ground."""
+CHILD_SHARE = 0.1  # of pedestrians (detailed bodies only): 1.0-1.4 m tall, attribute child
+
+
+def make_body(cls: str, rng: np.random.Generator, detail: bool = True) -> list[Part]:
+    """Parts of one object of class `cls`, with z = 0 on the ground: recognizable convex parts
+    (`sim.bodies`) or, with detail=False, the few plain boxes of the old look. Both draw the
+    same numbers from `rng` (the dimensions and one seed), so the world's layout does not
+    depend on `detail`."""
+    if cls not in CLASS_SIZES:
+        raise ValueError(f"unknown agent class {cls!r}; known: {sorted(CLASS_SIZES)}")
     (l0, l1), (w0, w1), (h0, h1) = CLASS_SIZES[cls]
     L, W, H = rng.uniform(l0, l1), rng.uniform(w0, w1), rng.uniform(h0, h1)
+    sub = np.random.default_rng(int(rng.integers(1 << 62)))
+    if detail:
+        if cls == "pedestrian":
+            child = sub.random() < CHILD_SHARE
+            return pedestrian(sub, sub.uniform(1.0, 1.4) if child else H, child)
+        parts = detailed_body(cls, L, W, H, sub)
+        if parts is not None:
+            return parts
+    return _box_body(cls, L, W, H, sub)
+
+
+def is_child(parts: list[Part]) -> bool:
+    """A pedestrian body of a child (shorter than any adult's)."""
+    return body_bounds(parts)[1][2] < CLASS_SIZES["pedestrian"][2][0] - 0.1
+
+
+def _box_body(cls: str, L: float, W: float, H: float, rng: np.random.Generator) -> list[Part]:
+    """The old look: a few boxes per object."""
     black = (0.05, 0.05, 0.05)
     if cls == "car":
         c = CAR_COLORS[rng.integers(len(CAR_COLORS))]
@@ -118,8 +134,6 @@ def make_body(cls: str, rng: np.random.Generator) -> list[Part]:
     elif cls == "debris":
         parts = [_box(0, 0, H / 2, L, W, H, rng.uniform(0.2, 0.5, 3)),
                  _box(0.2 * L, 0.1 * W, H * 0.35, 0.5 * L, 0.6 * W, 0.7 * H, rng.uniform(0.3, 0.6, 3))]
-    else:
-        raise ValueError(f"unknown agent class {cls!r}; known: {sorted(CLASS_SIZES)}")
     if cls in ("car", "truck", "bus", "construction_vehicle"):
         body = parts[0]
         zl = body.center[2]
@@ -132,8 +146,39 @@ def make_body(cls: str, rng: np.random.Generator) -> list[Part]:
 
 def body_bounds(parts: list[Part]) -> tuple[np.ndarray, np.ndarray]:
     """Tight box (centre, size) of the parts in the object frame."""
-    lo = np.min([p.center - p.size / 2 for p in parts], axis=0)
-    hi = np.max([p.center + p.size / 2 for p in parts], axis=0)
+    pts = np.concatenate([p.points() for p in parts])
+    lo, hi = pts.min(0), pts.max(0)
+    return (lo + hi) / 2, hi - lo
+
+
+def animate(parts: list[Part], cycle: float) -> list[Part]:
+    """The parts at gait phase `cycle` (radians): swinging parts rotate about their pivot by
+    swing * sin(cycle + phase); the body then drops so the lowest swinging point stays on the
+    ground (a straight leg lifts the hip as it swings). Returns new parts; others are shared."""
+    out, low, moved = [], None, False
+    for p in parts:
+        if p.swing:
+            a = p.swing * np.sin(cycle + p.phase)
+            R = pitch_matrix(a)
+            q = replace(p, center=p.pivot + R @ (p.center - p.pivot), pitch=p.pitch + a)
+            z = q.points()[:, 2].min()
+            low = z if low is None else min(low, z)
+            moved = True
+            out.append(q)
+        else:
+            out.append(p)
+    if not moved:
+        return out
+    rest = min(p.points()[:, 2].min() for p in parts if p.swing)  # lowest swinging point at rest
+    if rest > 0.02:  # not standing on it (a cyclist's legs)
+        return out
+    return [replace(p, center=p.center + [0, 0, rest - low]) for p in out]
+
+
+def animated_bounds(parts: list[Part], samples: int = 48) -> tuple[np.ndarray, np.ndarray]:
+    """Box (centre, size) enclosing the parts over a whole gait cycle."""
+    pts = np.concatenate([q.points() for c in np.linspace(0, 2 * np.pi, samples, endpoint=False) for q in animate(parts, c)])
+    lo, hi = pts.min(0), pts.max(0)
     return (lo + hi) / 2, hi - lo
 
 
@@ -153,14 +198,24 @@ class Agent:
     follows_traffic: bool = True  # vehicles and cyclists; pedestrians just walk
     attributes: dict = field(default_factory=dict)
     z: float = 0.0  # height of the surface it stands on (World keeps it on the ground under it)
+    stride: float = 0.0  # metres travelled per gait cycle (walking, pedalling); 0: by class and height
 
     def __post_init__(self):
-        self.box_center, self.box_size = body_bounds(self.parts)
+        self.rest_parts = self.parts
+        self.animated = any(p.swing for p in self.parts)
+        if self.animated:  # one box for the whole cycle (as annotators box a walking person)
+            self.box_center, self.box_size = animated_bounds(self.parts)
+        else:
+            self.box_center, self.box_size = body_bounds(self.parts)
+        if not self.stride:
+            self.stride = 4.4 if self.cls == "cyclist" else 0.85 * float(self.box_size[2])
         self.update_pose()
 
     def update_pose(self):
         if self.path is not None:
             self.pos, self.heading = self.path.at(self.s)
+        if self.animated:
+            self.parts = animate(self.rest_parts, 2 * np.pi * self.s / self.stride)
 
     @property
     def velocity(self) -> np.ndarray:

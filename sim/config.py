@@ -7,7 +7,8 @@ bad config never renders an empty or wrong dataset with exit status 0.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
+from typing import Literal
 
 from hydranet.config import ConfigError
 
@@ -89,6 +90,36 @@ class RoadsideConfig:
 
 
 @dataclass(frozen=True)
+class LookConfig:
+    """How the images look. Only detailed_meshes changes labels (the objects' shapes, so their
+    masks and boxes); the rest touch the RGB image alone. Every switch off and antialias 1 is
+    the old look: box bodies, flat colours, one-sample pixels, clamped colour,
+    a flat sky, Gaussian noise, no shadows."""
+
+    detailed_meshes: bool = True  # recognizable parts (sim/bodies.py), walking cycle, round trees and poles
+    textures: bool = True  # procedural asphalt, concrete, facades with windows, foliage, paint wear
+    hdr: bool = True  # sky gradient and sun, specular paint/glass/wet roads, lit windows, filmic tone mapping, auto-exposure
+    sensor: Literal["gaussian", "realistic"] = "realistic"  # realistic: shot + read noise in linear light, vignetting
+    # costly on llvmpipe (CPU), cheap on a GPU: "auto" turns them on only where a GPU renders
+    antialias: int = 0  # multisamples per pixel of the colour image: 1 (off), 2, 4, 8; 0 = auto (4 on a GPU, else 1)
+    shadows: Literal["auto", "on", "off"] = "auto"  # the sun's shadow map (day and dusk)
+    glare: Literal["auto", "on", "off"] = "auto"  # light spilled around lamps and headlights (needs hdr)
+    shadow_resolution: int = 1024  # texels a side of the sun's shadow map (covers 120 m around the ego)
+
+    def __post_init__(self):
+        _need(self.antialias in (0, 1, 2, 4, 8), "look.antialias", self.antialias, "give 0 (auto), 1 (off), 2, 4 or 8 samples")
+        _need(128 <= self.shadow_resolution <= 8192, "look.shadow_resolution", self.shadow_resolution,
+              "give texels from 128 to 8192")
+
+    def resolved(self, gpu: bool) -> "LookConfig":
+        """The look with every "auto" decided for a GPU (gpu=True) or llvmpipe."""
+        auto = "on" if gpu else "off"
+        return replace(self, antialias=self.antialias or (4 if gpu else 1),
+                       shadows=auto if self.shadows == "auto" else self.shadows,
+                       glare=auto if self.glare == "auto" else self.glare)
+
+
+@dataclass(frozen=True)
 class SimConfig:
     rig: str = "nuscenes6"
     image_width: int = 0  # 0 = the rig's own resolution
@@ -100,6 +131,7 @@ class SimConfig:
     roadside: RoadsideConfig = field(default_factory=RoadsideConfig)
     conditions: ConditionsConfig = field(default_factory=ConditionsConfig)
     rare: RareConfig = field(default_factory=RareConfig)
+    look: LookConfig = field(default_factory=LookConfig)
     bev_range: float = 50.0  # metres each side of the ego
     bev_resolution: float = 0.5  # metres per cell
     label_range: float = 60.0  # 3D boxes and lane lines within this distance

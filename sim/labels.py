@@ -15,7 +15,6 @@ from sim.render import NEAR, CameraImages
 from sim.world import World
 
 LANE_STEP = 1.0  # metres between lane label points
-_FACE_IDX = np.array([[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 5, 4], [1, 2, 6, 5], [2, 3, 7, 6], [3, 0, 4, 7]])
 
 
 def labelled_objects(world: World) -> dict[int, tuple[str, list, np.ndarray, dict]]:
@@ -41,30 +40,28 @@ def _clip_near(poly: np.ndarray, near: float) -> np.ndarray:
     return np.asarray(out)
 
 
-_UNIT_CORNERS = box_corners(np.zeros(3), np.ones(3), 0.0)  # (8, 3) corners of a unit box, box_corners' order
-
-
 def silhouette_polygons(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarray) -> list[np.ndarray]:
     """Convex image polygons (K, 2) whose union is the object's unoccluded silhouette in `cam`
-    (parts clipped to the near plane as the rasterizer clips them; poles are not the object)."""
+    (parts clipped to the near plane as the rasterizer clips them; poles are not the object).
+    Every part is convex (`sim.shapes`): wholly in front of the near plane its silhouette is the
+    hull of its projected corners; across it, each triangle is clipped."""
     body = [p for p in parts if p.semantic != "pole"]
     if not body:
         return []
     T = world2cam @ pose
-    local = np.array([p.center for p in body])[:, None] + _UNIT_CORNERS * np.array([p.size for p in body])[:, None]
-    cam_pts = local @ T[:3, :3].T + T[:3, 3]  # (P, 8, 3) camera frame
-    front = cam_pts[..., 2] >= NEAR
     K2, c2 = cam.K[:2, :2].T, cam.K[:2, 2]
     out = []
-    for corners, f in zip(cam_pts, front):
+    for p in body:
+        corners = p.points() @ T[:3, :3].T + T[:3, 3]  # (K, 3) camera frame
+        f = corners[:, 2] >= NEAR
         if not f.any():
             continue
         if f.all():
             uv = corners[:, :2] / corners[:, 2:3] @ K2 + c2
             out.append(cv2.convexHull(uv.astype(np.float32))[:, 0].astype(np.float64))
             continue
-        for face in _FACE_IDX:
-            poly = _clip_near(corners[face], NEAR)
+        for tri in p.triangles() @ T[:3, :3].T + T[:3, 3]:
+            poly = _clip_near(tri, NEAR)
             if len(poly) >= 3:
                 out.append(np.clip(poly[:, :2] / poly[:, 2:3] @ K2 + c2, -1e5, 1e5))
     return out

@@ -1,7 +1,8 @@
 """Triangle soups of the world for the rasterizer.
 
-Every vertex carries 12 floats: position (3, world), normal (3, world), linear RGB colour (3),
-emissive (1), semantic class id (1), instance (track) id (1). Triangles are not indexed
+Every vertex carries 13 floats: position (3, world), normal (3, world), linear RGB colour (3),
+emissive (1), semantic class id (1), instance (track) id (1), material (1: `sim.shapes.MATERIALS`
+id + a per-instance parameter; the shader textures by it). Triangles are not indexed
 (flat-shaded faces need their own normals anyway).
 """
 from __future__ import annotations
@@ -11,34 +12,15 @@ import numpy as np
 from sim.agents import Part
 from sim.classes import SEMANTIC_ID
 from sim.roads import CURB_HEIGHT, MARKING_WIDTH, SIDEWALK_WIDTH, TERRAIN_Z, RoadNetwork, chord_samples, marking_pieces
+from sim.shapes import material
 from sim.world import World, light_parts
 
-VERTEX_FLOATS = 12
+VERTEX_FLOATS = 13
 GROUND_Z = TERRAIN_Z  # off-road terrain sits just under the road surface
 MARKING_Z = 0.012
 
-# unit cube: 6 faces x 2 triangles x 3 vertices, with face normals
-_FACES = [((1, 0, 0), (0, 1, 0), (0, 0, 1)), ((-1, 0, 0), (0, 0, 1), (0, 1, 0)),
-          ((0, 1, 0), (0, 0, 1), (1, 0, 0)), ((0, -1, 0), (1, 0, 0), (0, 0, 1)),
-          ((0, 0, 1), (1, 0, 0), (0, 1, 0)), ((0, 0, -1), (0, 1, 0), (1, 0, 0))]
-
-
-def _unit_cube() -> tuple[np.ndarray, np.ndarray]:
-    pos, nrm = [], []
-    for n, a, b in _FACES:
-        n, a, b = map(np.asarray, (n, a, b))
-        c = [n * 0.5 + sa * a * 0.5 + sb * b * 0.5 for sa, sb in ((-1, -1), (1, -1), (1, 1), (-1, 1))]
-        for i in (0, 1, 2, 0, 2, 3):
-            pos.append(c[i])
-            nrm.append(n)
-    return np.asarray(pos, float), np.asarray(nrm, float)
-
-
-CUBE_POS, CUBE_NRM = _unit_cube()  # (36, 3) each
-
-
-def vertices(pos, nrm, color, emissive, semantic, instance) -> np.ndarray:
-    """Pack per-vertex arrays (V, 3) and scalars/broadcastables into (V, 12) float32."""
+def vertices(pos, nrm, color, emissive, semantic, instance, material: float = 0.0) -> np.ndarray:
+    """Pack per-vertex arrays (V, 3) and scalars/broadcastables into (V, 13) float32."""
     V = len(pos)
     out = np.empty((V, VERTEX_FLOATS), np.float32)
     out[:, 0:3] = pos
@@ -47,17 +29,19 @@ def vertices(pos, nrm, color, emissive, semantic, instance) -> np.ndarray:
     out[:, 9] = emissive
     out[:, 10] = semantic
     out[:, 11] = instance
+    out[:, 12] = material
     return out
 
 
 def parts_local(parts: list[Part], semantic: str, instance: int, lit: bool) -> np.ndarray:
-    """Box parts in their object frame -> (36 * P, 12) vertices (object frame)."""
+    """Parts in their object frame -> (V, 13) vertices (object frame)."""
     out = []
     for p in parts:
         sem = p.semantic or semantic
         inst = 0 if p.semantic == "pole" else instance
         emissive = p.emissive if p.light in ("", "red", "yellow", "green") else (1.0 if lit else 0.0)
-        out.append(vertices(CUBE_POS * p.size + p.center, CUBE_NRM, p.color, emissive, SEMANTIC_ID[sem], inst))
+        pos, nrm = p.mesh()
+        out.append(vertices(pos, nrm, p.color, emissive, SEMANTIC_ID[sem], inst, p.material))
     return np.concatenate(out)
 
 
@@ -70,7 +54,7 @@ def transform_local(v: np.ndarray, pose: np.ndarray) -> np.ndarray:
     return out
 
 
-def _strip(left: np.ndarray, right: np.ndarray, z0: float, z1: float, color, sem: str) -> np.ndarray:
+def _strip(left: np.ndarray, right: np.ndarray, z0: float, z1: float, color, sem: str, mat: float = 0.0) -> np.ndarray:
     """Quads between two polylines (M, 2) at heights z0 (left) and z1 (right), one quad per
     ~2 m (the paths are sampled every 0.5 m; a 2 m chord on a 50 m arc is off by 1 cm)."""
     left, right = chord_samples(left), chord_samples(right)
@@ -81,39 +65,45 @@ def _strip(left: np.ndarray, right: np.ndarray, z0: float, z1: float, color, sem
     n = np.cross(b - a, d - a)
     n /= np.linalg.norm(n, axis=1, keepdims=True) + 1e-12
     n *= np.sign(n[:, 2:3] + 1e-9) if z0 == z1 else 1.0
-    return vertices(tris, np.repeat(n, 6, 0), color, 0.0, SEMANTIC_ID[sem], 0)
+    return vertices(tris, np.repeat(n, 6, 0), color, 0.0, SEMANTIC_ID[sem], 0, mat)
 
 
-def _quad(poly: np.ndarray, z: float, color, sem: str) -> np.ndarray:
+def _quad(poly: np.ndarray, z: float, color, sem: str, mat: float = 0.0) -> np.ndarray:
     p = np.concatenate([poly, np.full((4, 1), z)], 1)
     tris = p[[0, 1, 2, 0, 2, 3]]
-    return vertices(tris, np.array([0.0, 0.0, 1.0]), color, 0.0, SEMANTIC_ID[sem], 0)
+    return vertices(tris, np.array([0.0, 0.0, 1.0]), color, 0.0, SEMANTIC_ID[sem], 0, mat)
 
 
-def road_mesh(road: RoadNetwork, rng: np.random.Generator) -> np.ndarray:
+def road_mesh(road: RoadNetwork, rng: np.random.Generator, textures: bool = True) -> np.ndarray:
+    """Road, markings, crosswalks and sidewalks; with `textures` their materials carry a
+    per-scene wear level (asphalt patches and cracks, faded paint, paving joints)."""
     asphalt = np.array([0.16, 0.16, 0.17]) * rng.uniform(0.85, 1.2)
     paving = np.array([0.5, 0.48, 0.45]) * rng.uniform(0.85, 1.1)
+    wear = rng.uniform(0.0, 1.0)
+    m_road, m_paint, m_walk = ((material("asphalt", wear), material("paint_marking", wear), material("concrete", rng.uniform()))
+                               if textures else (0.0, 0.0, 0.0))
     out = []
     hw = road.half_width
-    out.append(_strip(road.main.offset(hw).points, road.main.offset(-hw).points, 0.0, 0.0, asphalt, "road"))
+    out.append(_strip(road.main.offset(hw).points, road.main.offset(-hw).points, 0.0, 0.0, asphalt, "road", m_road))
     for it in road.intersections:
         wc = it.cross_half_width
-        out.append(_strip(it.cross.offset(wc).points, it.cross.offset(-wc).points, 0.0, 0.0, asphalt, "road"))
+        out.append(_strip(it.cross.offset(wc).points, it.cross.offset(-wc).points, 0.0, 0.0, asphalt, "road", m_road))
     colors = {"solid_white": (0.85, 0.85, 0.85), "dashed_white": (0.85, 0.85, 0.85), "solid_yellow": (0.85, 0.65, 0.1)}
     for m in road.markings:
         for piece in marking_pieces(m):
             w = MARKING_WIDTH / 2
-            out.append(_strip(piece.offset(w).points, piece.offset(-w).points, MARKING_Z, MARKING_Z, colors[m.type], "lane_marking"))
+            out.append(_strip(piece.offset(w).points, piece.offset(-w).points, MARKING_Z, MARKING_Z, colors[m.type],
+                              "lane_marking", m_paint))
     for poly in road.stripes:
-        out.append(_quad(poly, MARKING_Z, (0.85, 0.85, 0.85), "crosswalk"))
+        out.append(_quad(poly, MARKING_Z, (0.85, 0.85, 0.85), "crosswalk", m_paint))
     for inner, side in road.sidewalks:
         outer = inner.offset(side * SIDEWALK_WIDTH)
-        out.append(_strip(inner.points, outer.points, CURB_HEIGHT, CURB_HEIGHT, paving, "sidewalk"))
-        out.append(_curb(inner.points, paving * 0.8))
+        out.append(_strip(inner.points, outer.points, CURB_HEIGHT, CURB_HEIGHT, paving, "sidewalk", m_walk))
+        out.append(_curb(inner.points, paving * 0.8, m_walk))
     return np.concatenate(out)
 
 
-def _curb(edge: np.ndarray, color) -> np.ndarray:
+def _curb(edge: np.ndarray, color, mat: float = 0.0) -> np.ndarray:
     """Vertical kerb face along `edge` (M, 2) from the road up to the sidewalk."""
     edge = chord_samples(edge)
     lo = np.concatenate([edge, np.zeros((len(edge), 1))], 1)
@@ -123,22 +113,23 @@ def _curb(edge: np.ndarray, color) -> np.ndarray:
     t = b - a
     n = np.stack([-t[:, 1], t[:, 0], np.zeros(len(t))], 1)
     n /= np.linalg.norm(n, axis=1, keepdims=True) + 1e-12
-    return vertices(tris, np.repeat(n, 6, 0), color, 0.0, SEMANTIC_ID["curb"], 0)
+    return vertices(tris, np.repeat(n, 6, 0), color, 0.0, SEMANTIC_ID["curb"], 0, mat)
 
 
-def ground_mesh(world: World) -> np.ndarray:
+def ground_mesh(world: World, textures: bool = True) -> np.ndarray:
     pts = world.road.main.points
     lo, hi = pts.min(0) - 150, pts.max(0) + 150
     poly = np.array([[lo[0], lo[1]], [hi[0], lo[1]], [hi[0], hi[1]], [lo[0], hi[1]]])
     color = np.array([0.22, 0.3, 0.12]) * world.rng.uniform(0.8, 1.2)
-    return _quad(poly, GROUND_Z, color, "terrain")
+    return _quad(poly, GROUND_Z, color, "terrain", material("grass", 0.5) if textures else 0.0)
 
 
 def static_mesh(world: World) -> np.ndarray:
     """Everything that never moves or changes colour: ground, roads, buildings, signs, poles."""
     lit = world.conditions.time_of_day != "day"
     rng = np.random.default_rng(world.rng.integers(1 << 31))
-    out = [ground_mesh(world), road_mesh(world.road, rng)]
+    textures = world.cfg.look.textures
+    out = [ground_mesh(world, textures), road_mesh(world.road, rng, textures)]
     for p in world.props:
         if p.semantic != "traffic_light":
             out.append(transform_local(parts_local(p.parts, p.semantic, p.track_id, lit), p.pose()))
@@ -151,11 +142,13 @@ class DynamicMesh:
     def __init__(self, world: World):
         self.world = world
         lit = world.conditions.time_of_day != "day"
-        self.local = [parts_local(a.parts, a.cls, a.track_id, lit and not a.attributes.get("parked")) for a in world.agents]
+        self.lit = [lit and not a.attributes.get("parked") for a in world.agents]
+        self.local = [parts_local(a.parts, a.cls, a.track_id, on) for a, on in zip(world.agents, self.lit)]
 
     def build(self) -> np.ndarray:
         w = self.world
-        out = [transform_local(v, a.pose()) for v, a in zip(self.local, w.agents)]
+        out = [transform_local(parts_local(a.parts, a.cls, a.track_id, on) if a.animated else v, a.pose())
+               for v, a, on in zip(self.local, w.agents, self.lit)]
         for prop, k, approach in w.lights:
             state = w.signal(k, approach)
             prop.parts = light_parts(state)

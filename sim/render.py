@@ -1,7 +1,14 @@
 """OpenGL rasterizer (moderngl on EGL: Mesa's llvmpipe on CPUs, the GPU where there is one).
 
-All cameras of the rig are drawn side by side into one framebuffer atlas with four targets
-(colour, normal, z-depth, semantic<<16|instance) and read back once per frame.
+All cameras of the rig are drawn side by side into one framebuffer atlas and read back once per
+frame. Passes (sim.config.LookConfig switches them):
+
+1. shadow (look.shadows, sun up): depth of the scene seen from the sun, 120 m around the ego;
+2. labels + colour in one pass into four one-sample targets (linear radiance, normal, z-depth,
+   semantic << 16 | instance); with look.antialias > 1 the labels are drawn alone (one sample
+   per pixel: exact) and the colour again into a multisampled target, then resolved;
+3. post, per camera: sky behind partly covered pixels, glare, exposure, vignetting, sensor
+   noise, tone curve and gamma into the 8-bit RGB image.
 """
 from __future__ import annotations
 
@@ -15,10 +22,27 @@ import numpy as np
 
 from hydranet.geometry import invert_rigid
 from hydranet.rig import Rig
+from sim.config import LookConfig
 
 SHADERS = Path(__file__).parent / "shaders"
 NEAR, FAR = 0.3, 250.0  # nothing beyond FAR is drawn: depth stays inside the uint16 encoding
-_ATTRS = ("in_pos", "in_normal", "in_color", "in_emissive", "in_semantic", "in_instance")
+_ATTRS = (("in_pos", "3f", 12), ("in_normal", "3f", 12), ("in_color", "3f", 12), ("in_emissive", "1f", 4),
+          ("in_semantic", "1f", 4), ("in_instance", "1f", 4), ("in_material", "1f", 4))
+SHADOW_HALF = 60.0  # metres: the sun's shadow map covers this far around the ego each way
+_POST_VERT = """#version 330
+void main() {  // one triangle over the viewport
+    vec2 p = vec2(float((gl_VertexID & 1) << 2) - 1.0, float((gl_VertexID & 2) << 1) - 1.0);
+    gl_Position = vec4(p, 0.0, 1.0);
+}
+"""
+_SHADOW_VERT = """#version 330
+uniform mat4 shadow_vp;
+in vec3 in_pos;
+void main() { gl_Position = shadow_vp * vec4(in_pos, 1.0); }
+"""
+_SHADOW_FRAG = """#version 330
+void main() {}
+"""
 
 
 class RenderError(RuntimeError):
@@ -68,7 +92,8 @@ def create_context():
     except Exception as e:  # noqa: BLE001 - any driver failure becomes one actionable line
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RenderError(
-            f"no usable OpenGL 3.3 driver through EGL ({msg}); install Mesa (Debian: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri)") from None
+            f"no usable OpenGL 3.3 driver through EGL ({msg}); install Mesa "
+            "(Debian: apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri)") from None
 
 
 def projection(K: np.ndarray, width: int, height: int, near: float = NEAR, far: float = FAR) -> np.ndarray:
@@ -99,6 +124,10 @@ class Lighting:
     rain: float
     noise_std: float
     lights: list  # [(pos (3,), colour (3,), spot dir (3,) or zeros)]
+    sky_zenith: np.ndarray | None = None  # sky radiance overhead and at the horizon (HDR look); None: fog_color
+    sky_horizon: np.ndarray | None = None
+    night: float = 0.0  # 1 at night: lit windows
+    shot_gain: float = 0.0004  # photon noise variance per unit linear signal (realistic sensor)
 
 
 @dataclass
@@ -110,39 +139,149 @@ class CameraImages:
     instance: np.ndarray  # (H, W) int32
 
 
+_OUTSIDE = np.zeros((4, 4))  # no sun: every point maps outside the shadow map (lit; the sun term is ~0 anyway)
+_OUTSIDE[2, 3], _OUTSIDE[3, 3] = 9.0, 1.0
+
+
+def _set(prog, name: str, value) -> None:
+    """Set a uniform the variant uses (the GLSL compiler drops unused ones)."""
+    if name in prog:
+        if isinstance(value, (bytes, bytearray)):
+            prog[name].write(value)
+        else:
+            prog[name].value = value
+
+
+def sun_view_projection(sun_dir: np.ndarray, center: np.ndarray, half: float = SHADOW_HALF) -> np.ndarray:
+    """Orthographic world -> clip matrix of the sun's shadow map: a square of 2 * half metres
+    around `center` (3,), looking along -sun_dir, depth over +-200 m."""
+    f = -np.asarray(sun_dir, float) / np.linalg.norm(sun_dir)
+    up = np.array([0.0, 0.0, 1.0]) if abs(f[2]) < 0.99 else np.array([1.0, 0.0, 0.0])
+    r = np.cross(f, up)
+    r /= np.linalg.norm(r)
+    u = np.cross(r, f)
+    view = np.eye(4)
+    view[0, :3], view[1, :3], view[2, :3] = r, u, -f
+    view[:3, 3] = -view[:3, :3] @ center
+    depth = 200.0
+    ortho = np.diag([1 / half, 1 / half, -1 / depth, 1.0])
+    return ortho @ view
+
+
 class Renderer:
     """Renders a rig into RGB and every label channel. One GL context per renderer."""
 
-    def __init__(self, rig: Rig):
+    def __init__(self, rig: Rig, look: LookConfig | None = None):
         self.rig = rig
-        self.ctx = ctx = create_context()
-        self.prog = ctx.program(vertex_shader=(SHADERS / "scene.vert.glsl").read_text(),
-                                fragment_shader=(SHADERS / "scene.frag.glsl").read_text())
+        self.ctx = create_context()
         self.offsets = np.cumsum([0] + [c.width for c in rig.cameras])
         W, H = int(self.offsets[-1]), max(c.height for c in rig.cameras)
         self.size = (W, H)
-        self.targets = [ctx.texture((W, H), 4, dtype="f1"), ctx.texture((W, H), 4, dtype="f1"),
-                        ctx.texture((W, H), 1, dtype="f4"), ctx.texture((W, H), 1, dtype="u4")]
-        self.fbo = ctx.framebuffer(color_attachments=self.targets, depth_attachment=ctx.depth_renderbuffer((W, H)))
-        # the sky colour is cleared through a second framebuffer on the colour texture alone, so
-        # label targets keep their zero clear (0 = sky / no surface in every label channel)
-        self.clear_color = ctx.framebuffer(color_attachments=self.targets[:1])
         self.projs = [projection(c.K, c.width, c.height).astype("f4") for c in rig.cameras]
-        self.static_vao = None
+        self._programs: dict = {}
+        self.static_vbo = None
+        self.static_n = 0
         self.dyn_vbo = None
-        self.dyn_vao = None
         self.dyn_capacity = 0
+        self._vaos: dict = {}
+        self.look = None
+        self.set_look(look or LookConfig())
 
-    def _vao(self, vbo):
-        return self.ctx.vertex_array(self.prog, [(vbo, "3f 3f 3f 1f 1f 1f", *_ATTRS)])
+    # ---- set-up ---------------------------------------------------------------------------
+    def _program(self, key: str, defines: tuple[str, ...] = ()):
+        name = (key, defines)
+        if name not in self._programs:
+            head = "#version 330\n" + "".join(f"#define {d}\n" for d in defines)
+            if key == "scene":
+                vs, fs = (SHADERS / "scene.vert.glsl").read_text(), (SHADERS / "scene.frag.glsl").read_text()
+            elif key == "post":
+                vs, fs = _POST_VERT, (SHADERS / "post.frag.glsl").read_text()
+            else:
+                vs, fs = _SHADOW_VERT, _SHADOW_FRAG
+            if key != "shadow":
+                vs = vs if vs.startswith("#version") else head + vs
+                fs = head + fs
+            self._programs[name] = self.ctx.program(vertex_shader=vs, fragment_shader=fs)
+        return self._programs[name]
+
+    @property
+    def gpu(self) -> bool:
+        """Whether a GPU renders (not Mesa's CPU rasterizers)."""
+        name = self.ctx.info.get("GL_RENDERER", "").lower()
+        return not any(k in name for k in ("llvmpipe", "softpipe", "swrast"))
+
+    def set_look(self, look: LookConfig) -> None:
+        """Build the programs and targets of a look (a no-op when it is the current one); "auto"
+        switches are decided for this context's renderer (`self.look` holds the result)."""
+        look = look.resolved(self.gpu)
+        if look == self.look:
+            return
+        self.look = look
+        ctx, (W, H) = self.ctx, self.size
+        for obj in getattr(self, "_targets", []):
+            obj.release()
+        common = ((("TEXTURES",) if look.textures else ()) + (("HDR",) if look.hdr else ())
+                  + (("SHADOWS",) if look.shadows == "on" else ()))
+        self.msaa = look.antialias > 1
+        self.radiance = ctx.texture((W, H), 4, dtype="f2")
+        glare = look.hdr and look.glare == "on"  # reads the mip chain; without mipmaps the texture must not ask for them
+        self.radiance.filter = (ctx.LINEAR_MIPMAP_LINEAR if glare else ctx.LINEAR, ctx.LINEAR)
+        self.radiance.repeat_x = self.radiance.repeat_y = False
+        self.label_targets = [ctx.texture((W, H), 4, dtype="f1"), ctx.texture((W, H), 1, dtype="f4"),
+                              ctx.texture((W, H), 1, dtype="u4")]
+        depth = ctx.depth_renderbuffer((W, H))
+        self._targets = [self.radiance, *self.label_targets, depth]
+        if self.msaa:
+            self.prog_labels = self._program("scene", ("LABELS", "LOC_NORMAL 0", "LOC_DEPTH 1", "LOC_LABEL 2"))
+            self.fbo_labels = ctx.framebuffer(color_attachments=self.label_targets, depth_attachment=depth)
+            self.prog_color = self._program("scene", ("COLOR",) + common)
+            ms_color = ctx.renderbuffer((W, H), 4, samples=look.antialias, dtype="f2")
+            ms_depth = ctx.depth_renderbuffer((W, H), samples=look.antialias)
+            self.fbo_color = ctx.framebuffer(color_attachments=[ms_color], depth_attachment=ms_depth)
+            self.fbo_resolve = ctx.framebuffer(color_attachments=[self.radiance])
+            self._targets += [ms_color, ms_depth]
+            self.passes = [(self.prog_labels, self.fbo_labels), (self.prog_color, self.fbo_color)]
+        else:
+            prog = self._program("scene", ("COLOR", "LABELS", "LOC_NORMAL 1", "LOC_DEPTH 2", "LOC_LABEL 3") + common)
+            self.passes = [(prog, ctx.framebuffer(color_attachments=[self.radiance, *self.label_targets], depth_attachment=depth))]
+        self.output = ctx.texture((W, H), 4, dtype="f1")
+        self.fbo_out = ctx.framebuffer(color_attachments=[self.output])
+        self.prog_post = self._program("post", (("HDR",) if look.hdr else ()) + (("REALISTIC",) if look.sensor == "realistic" else ())
+                                       + (("GLARE",) if look.hdr and look.glare == "on" else ()))
+        self.post_vao = ctx.vertex_array(self.prog_post, [])
+        self._targets += [self.output]
+        if look.shadows == "on":
+            S = look.shadow_resolution
+            self.shadow_tex = ctx.depth_texture((S, S))
+            self.shadow_tex.compare_func = "<="
+            self.shadow_tex.filter = (ctx.LINEAR, ctx.LINEAR)
+            self.fbo_shadow = ctx.framebuffer(depth_attachment=self.shadow_tex)
+            self.prog_shadow = self._program("shadow")
+            self._targets += [self.shadow_tex]
+        self._vaos = {}
+
+    def _vao(self, prog, which: str):
+        """The vertex array of `prog` over the static or dynamic buffer (attributes the variant
+        does not read are skipped as padding)."""
+        key = (id(prog), which)
+        vbo = self.static_vbo if which == "static" else self.dyn_vbo
+        if key not in self._vaos or self._vaos[key][0] is not vbo:
+            fmt, names = [], []
+            for name, f, nbytes in _ATTRS:
+                if name in prog:
+                    fmt.append(f)
+                    names.append(name)
+                else:
+                    fmt.append(f"{nbytes}x")
+            self._vaos[key] = (vbo, self.ctx.vertex_array(prog, [(vbo, " ".join(fmt), *names)]))
+        return self._vaos[key][1]
 
     def set_static(self, verts: np.ndarray, tile: float = 24.0) -> None:
-        """Upload the scene's static triangles (V, 12) once per scene, sorted into square
+        """Upload the scene's static triangles (V, 13) once per scene, sorted into square
         tiles of `tile` metres so each camera draws only the tiles inside its frustum."""
-        if self.static_vao is not None:
-            self.static_vao.release()
+        if self.static_vbo is not None:
             self.static_vbo.release()
-        tris = verts.reshape(-1, 3, verts.shape[1])  # (T, 3, 12)
+        tris = verts.reshape(-1, 3, verts.shape[1])  # (T, 3, 13)
         key = np.floor(tris[:, :, :2].mean(1) / tile).astype(np.int64)  # (T, 2)
         key = key[:, 0] * 100003 + key[:, 1]
         order = np.argsort(key, kind="stable")
@@ -155,7 +294,7 @@ class Renderer:
         corners = np.stack([np.where(np.array([i & 1, i & 2, i & 4]) > 0, hi, lo) for i in range(8)], 1)  # (K, 8, 3)
         self.tile_corners = np.concatenate([corners, np.ones(corners.shape[:2] + (1,))], -1)  # (K, 8, 4)
         self.static_vbo = self.ctx.buffer(np.ascontiguousarray(tris, np.float32).tobytes())
-        self.static_vao = self._vao(self.static_vbo)
+        self.static_n = len(tris) * 3
 
     def _visible_ranges(self, clip_from_world: np.ndarray) -> list[tuple[int, int]]:
         """(first, count) vertex ranges of the static tiles that intersect the frustum."""
@@ -174,69 +313,121 @@ class Renderer:
     def _set_dynamic(self, verts: np.ndarray) -> int:
         data = np.ascontiguousarray(verts, np.float32).tobytes()
         if len(data) > self.dyn_capacity:
-            if self.dyn_vao is not None:
-                self.dyn_vao.release()
+            if self.dyn_vbo is not None:
                 self.dyn_vbo.release()
             self.dyn_capacity = max(len(data) * 2, 1 << 16)
             self.dyn_vbo = self.ctx.buffer(reserve=self.dyn_capacity)
-            self.dyn_vao = self._vao(self.dyn_vbo)
         if data:
             self.dyn_vbo.write(data)
         return len(verts)
 
-    def _uniforms(self, lighting: Lighting) -> None:
-        p = self.prog
-        p["sun_dir"].value = tuple(lighting.sun_dir)
-        p["sun_color"].value = tuple(lighting.sun_color)
-        p["ambient"].value = tuple(lighting.ambient)
-        p["fog_color"].value = tuple(lighting.fog_color)
-        p["fog_density"].value = lighting.fog_density
-        p["rain"].value = lighting.rain
-        p["noise_std"].value = lighting.noise_std
+    def _uniforms(self, p, lighting: Lighting) -> None:
+        sky_z = lighting.fog_color if lighting.sky_zenith is None else lighting.sky_zenith
+        sky_h = lighting.fog_color if lighting.sky_horizon is None else lighting.sky_horizon
+        for name, value in (("sun_dir", lighting.sun_dir), ("sun_color", lighting.sun_color), ("ambient", lighting.ambient),
+                            ("fog_color", lighting.fog_color), ("sky_zenith", sky_z), ("sky_horizon", sky_h)):
+            _set(p, name, tuple(float(v) for v in value))
+        _set(p, "fog_density", float(lighting.fog_density))
+        _set(p, "rain", float(lighting.rain))
+        _set(p, "night", float(lighting.night))
+        _set(p, "emissive_gain", 6.0 if self.look.hdr else 1.5)
         n = len(lighting.lights)
-        p["n_lights"].value = n
-        if n:
+        _set(p, "n_lights", n)
+        if n and "light_pos" in p:
             pos, col, dirs = (np.zeros((16, 3), "f4") for _ in range(3))
             for i, (a, b, c) in enumerate(lighting.lights):
                 pos[i], col[i], dirs[i] = a, b, c
-            p["light_pos"].write(pos.tobytes())
-            p["light_color"].write(col.tobytes())
-            p["light_dir"].write(dirs.tobytes())
+            _set(p, "light_pos", pos.tobytes())
+            _set(p, "light_color", col.tobytes())
+            _set(p, "light_dir", dirs.tobytes())
+
+    def _draw_scene(self, prog, w2c: np.ndarray, proj: np.ndarray, n_dyn: int) -> None:
+        _set(prog, "world2cam", w2c.astype("f4").T.tobytes())
+        _set(prog, "proj", proj.T.tobytes())
+        static = self._vao(prog, "static")
+        for first, count in self._visible_ranges(proj.astype(np.float64) @ w2c):
+            static.render(first=first, vertices=count)
+        if n_dyn:
+            self._vao(prog, "dynamic").render(vertices=n_dyn)
+
+    def _shadow_pass(self, lighting: Lighting, ego2world: np.ndarray, n_dyn: int) -> np.ndarray | None:
+        if self.look.shadows != "on" or lighting.sun_dir[2] <= 0.05 or np.max(lighting.sun_color) < 0.1:
+            return None
+        ctx = self.ctx
+        vp = sun_view_projection(lighting.sun_dir, ego2world[:3, 3])
+        self.fbo_shadow.use()
+        self.fbo_shadow.clear(depth=1.0)
+        ctx.viewport = (0, 0, *self.shadow_tex.size)
+        _set(self.prog_shadow, "shadow_vp", vp.astype("f4").T.tobytes())
+        static = self._vao(self.prog_shadow, "static")
+        for first, count in self._visible_ranges(vp):
+            static.render(first=first, vertices=count)
+        if n_dyn:
+            self._vao(self.prog_shadow, "dynamic").render(vertices=n_dyn)
+        return vp
 
     def render(self, dynamic: np.ndarray, ego2world: np.ndarray, lighting: Lighting, exposures, seed: int) -> list[CameraImages]:
-        """Draw the static scene plus `dynamic` (V, 12) vertices from every camera."""
-        if self.static_vao is None:
+        """Draw the static scene plus `dynamic` (V, 13) vertices from every camera."""
+        if self.static_vbo is None:
             raise RenderError("set_static() must be called before render()")
         n_dyn = self._set_dynamic(dynamic)
         ctx = self.ctx
-        sky = np.clip(lighting.fog_color * np.mean(exposures), 0, 1) ** (1 / 2.2)
-        self.fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
-        self.clear_color.clear(*sky, 1.0)
-        self.fbo.use()
         ctx.enable(ctx.DEPTH_TEST)
         ctx.disable(ctx.CULL_FACE)
-        self._uniforms(lighting)
+        shadow_vp = self._shadow_pass(lighting, ego2world, n_dyn)
         world2ego = invert_rigid(ego2world)
+        for prog, fbo in self.passes:
+            fbo.use()
+            fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
+            self._uniforms(prog, lighting)
+            if "shadow_map" in prog:
+                on = shadow_vp is not None
+                self.shadow_tex.use(location=1)
+                _set(prog, "shadow_map", 1)
+                _set(prog, "shadow_vp", (shadow_vp if on else _OUTSIDE).astype("f4").T.tobytes())
+            for i, cam in enumerate(self.rig.cameras):
+                ctx.viewport = (int(self.offsets[i]), 0, cam.width, cam.height)
+                w2c = cam.ego2cam @ world2ego
+                _set(prog, "seed", int(seed * 16 + i) & 0xFFFFFFFF)
+                _set(prog, "cam_pos", tuple(float(v) for v in invert_rigid(w2c)[:3, 3]))
+                self._draw_scene(prog, w2c, self.projs[i], n_dyn)
+        if self.msaa:
+            ctx.copy_framebuffer(self.fbo_resolve, self.fbo_color)
+        self._post(lighting, ego2world, exposures, seed)
+        return self._read()
+
+    def _post(self, lighting: Lighting, ego2world: np.ndarray, exposures, seed: int) -> None:
+        ctx, p, (W, H) = self.ctx, self.prog_post, self.size
+        ctx.disable(ctx.DEPTH_TEST)
+        if self.look.hdr and self.look.glare == "on":
+            self.radiance.build_mipmaps()
+        self.fbo_out.use()
+        self.radiance.use(location=0)
+        _set(p, "radiance", 0)
+        _set(p, "atlas", (float(W), float(H)))
+        self._uniforms(p, lighting)
+        _set(p, "noise_std", float(lighting.noise_std))
+        _set(p, "shot_gain", float(lighting.shot_gain))
+        _set(p, "sky_fog", float(1.0 - np.exp(-lighting.fog_density * 150.0)))
         for i, cam in enumerate(self.rig.cameras):
             x0 = int(self.offsets[i])
             ctx.viewport = (x0, 0, cam.width, cam.height)
-            w2c = cam.ego2cam @ world2ego
-            self.prog["world2cam"].write(w2c.astype("f4").T.tobytes())
-            self.prog["proj"].write(self.projs[i].T.tobytes())
-            self.prog["exposure"].value = float(exposures[i])
-            self.prog["seed"].value = int(seed * 16 + i) & 0xFFFFFFFF
-            for first, count in self._visible_ranges(self.projs[i].astype(np.float64) @ w2c):
-                self.static_vao.render(first=first, vertices=count)
-            if n_dyn:
-                self.dyn_vao.render(vertices=n_dyn)
-        return self._read()
+            cam2world = ego2world @ cam.cam2ego
+            _set(p, "rect", (float(x0), 0.0, float(cam.width), float(cam.height)))
+            _set(p, "pix2world", (cam2world[:3, :3] @ np.linalg.inv(cam.K)).astype("f4").T.tobytes())
+            _set(p, "principal", (float(cam.K[0, 2]), float(cam.K[1, 2])))
+            _set(p, "focal", float(cam.K[0, 0]))
+            _set(p, "exposure", float(exposures[i]))
+            _set(p, "seed", int(seed * 16 + i) & 0xFFFFFFFF)
+            self.post_vao.render(vertices=3)
+        ctx.enable(ctx.DEPTH_TEST)
 
     def _read(self) -> list[CameraImages]:
         W, H = self.size
-        color = np.frombuffer(self.fbo.read(attachment=0, components=3), np.uint8).reshape(H, W, 3)
-        normal = np.frombuffer(self.fbo.read(attachment=1, components=3), np.uint8).reshape(H, W, 3)
-        depth = np.frombuffer(self.fbo.read(attachment=2, components=1, dtype="f4"), np.float32).reshape(H, W)
-        label = np.frombuffer(self.fbo.read(attachment=3, components=1, dtype="u4"), np.uint32).reshape(H, W)
+        color = np.frombuffer(self.fbo_out.read(components=3), np.uint8).reshape(H, W, 3)
+        normal = np.frombuffer(self.label_targets[0].read(), np.uint8).reshape(H, W, 4)[..., :3]
+        depth = np.frombuffer(self.label_targets[1].read(), np.float32).reshape(H, W)
+        label = np.frombuffer(self.label_targets[2].read(), np.uint32).reshape(H, W)
         out = []
         for i, cam in enumerate(self.rig.cameras):
             x0 = int(self.offsets[i])

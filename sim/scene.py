@@ -18,19 +18,38 @@ MAX_SUBSTEP = 0.05  # s: the traffic model's integration step is at most this
 _SKY = {"day": (0.55, 0.7, 0.9), "dusk": (0.8, 0.5, 0.35), "night": (0.02, 0.025, 0.05)}
 _SUN = {"day": (1.1, 1.05, 0.95), "dusk": (0.9, 0.55, 0.3), "night": (0.04, 0.04, 0.06)}
 _AMBIENT = {"day": (0.42, 0.46, 0.55), "dusk": (0.22, 0.2, 0.26), "night": (0.03, 0.03, 0.045)}
+# the HDR look's sky (post.frag.glsl): radiance overhead and at the horizon; night has a faint city glow
+_ZENITH = {"day": (0.22, 0.42, 0.85), "dusk": (0.1, 0.13, 0.32), "night": (0.002, 0.003, 0.008)}
+_HORIZON = {"day": (0.72, 0.8, 0.92), "dusk": (1.0, 0.52, 0.28), "night": (0.025, 0.022, 0.03)}
+EXPOSURE = {"day": 1.0, "dusk": 1.25, "night": 1.8}
+AUTO_EXPOSURE_TARGET = {"day": 0.45, "dusk": 0.38, "night": 0.24}  # mean output level the HDR look's auto-exposure aims at
 
 
 def scene_lighting(world: World, cfg: SimConfig) -> Lighting:
     c = world.conditions
     sky, sun, amb = (np.array(d[c.time_of_day]) for d in (_SKY, _SUN, _AMBIENT))
+    zenith, horizon = np.array(_ZENITH[c.time_of_day]), np.array(_HORIZON[c.time_of_day])
     fog, rain = 0.002, 0.0
     if c.weather == "rain":
         sun, sky, fog, rain = sun * 0.45, sky * 0.7 + 0.12, 0.008, 1.0
+        zenith = horizon = np.full(3, np.mean(sky)) * 0.8
     elif c.weather == "fog":
         sun, fog = sun * 0.5, 0.035
         sky = np.full(3, 0.65) * (1.0 if c.time_of_day == "day" else 0.5 if c.time_of_day == "dusk" else 0.08)
     noise = cfg.conditions.noise_std * (2.0 if c.time_of_day == "night" else 1.0)
-    return Lighting(c.sun_direction, sun, amb, sky, fog, rain, noise, [])
+    night = 1.0 if c.time_of_day == "night" else 0.0
+    return Lighting(c.sun_direction, sun, amb, sky, fog, rain, noise, [], zenith, horizon, night,
+                    shot_gain=0.0004 * (3.0 if night else 1.0))
+
+
+def auto_exposure(gain: np.ndarray, images, target: float, rate: float = 0.5) -> np.ndarray:
+    """Next frame's auto-exposure gains: each camera moves part of the way (in log) towards the
+    gain that brings its image's mean level (gamma-encoded, 0..1) to `target`."""
+    out = gain.copy()
+    for i, im in enumerate(images):
+        mean = float(im.rgb[::8, ::8].mean()) / 255.0
+        out[i] = np.clip(gain[i] * (target / max(mean, 0.02)) ** (2.2 * rate), 0.5, 3.0)
+    return out
 
 
 def ego_pose(world: World) -> np.ndarray:
@@ -40,10 +59,13 @@ def ego_pose(world: World) -> np.ndarray:
 
 def simulate(world: World, rig: Rig, cfg: SimConfig, renderer: Renderer, n_frames: int) -> Iterator[dict]:
     """Yield one dict per frame: index, timestamp_us, ego2world, images (per camera), labels, bev."""
+    renderer.set_look(cfg.look)
     renderer.set_static(static_mesh(world))
     dynamic = DynamicMesh(world)
     lighting = scene_lighting(world, cfg)
-    base_exposure = {"day": 1.0, "dusk": 1.25, "night": 1.8}[world.conditions.time_of_day]
+    tod = world.conditions.time_of_day
+    base_exposure = EXPOSURE[tod]
+    auto = np.ones(len(rig))  # auto-exposure gain per camera (HDR look), from the previous frame's image
     dt = 1.0 / cfg.frame_rate_hz
     for f in range(n_frames):
         if f:
@@ -51,8 +73,10 @@ def simulate(world: World, rig: Rig, cfg: SimConfig, renderer: Renderer, n_frame
         ego2world = ego_pose(world)
         lighting.lights = scene_lights(world)
         jitter = world.rng.normal(0.0, cfg.conditions.exposure_jitter, len(rig))
-        exposures = np.clip(base_exposure * (1.0 + jitter), 0.4, 3.0)
+        exposures = np.clip(base_exposure * (1.0 + jitter), 0.4, 3.0) * auto
         images = renderer.render(dynamic.build(), ego2world, lighting, exposures, seed=int(world.rng.integers(1 << 30)))
+        if cfg.look.hdr:
+            auto = auto_exposure(auto, images, AUTO_EXPOSURE_TARGET[tod])
         labels, bev = frame_labels(world, list(rig.cameras), images, ego2world, cfg.label_range, cfg.bev_range, cfg.bev_resolution)
         yield {"index": f, "timestamp_us": int(round(f * dt * 1e6)), "ego2world": ego2world,
                "images": images, "labels": labels, "bev": bev}

