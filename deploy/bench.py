@@ -121,6 +121,9 @@ def run_bench(checkpoint: str | Path, out: str | Path, data: str | Path | None =
     from deploy.quantize import QuantizeConfig, quantize_model
     from hydranet.checkpoint import config_from_checkpoint, load_checkpoint
 
+    for flag, value, least in (("--runs", runs, 1), ("--warmup", warmup, 0), ("--threads", threads, 1)):
+        if value < least:  # refused before anything is exported: a median of no runs is no figure
+            raise ValueError(f"{flag} {value}: must be >= {least}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     fp32 = out / "model.onnx"

@@ -100,11 +100,18 @@ def predict_stream(model, frames, batch_size: int = 2, device="cpu", indices: It
     order = list(range(len(frames)) if indices is None else indices)
     size = 1 if video else max(int(batch_size), 1)
     collate = Collate(model.heads)
+    is_bad = getattr(frames.data, "is_bad", None)
 
     def items():
         for k in range(0, len(order), size):
-            batch = collate([frames[i] for i in order[k:k + size]])
-            scene = frames.data.frame_ids[frames.frame_index(order[k])][0]
+            got = [(i, frames[i]) for i in order[k:k + size]]
+            # on_bad_frame="skip": a bad frame's item is the next good frame read in its place; it is
+            # counted in `skipped` and not predicted (scored) a second time
+            got = [(i, item) for i, item in got if is_bad is None or not is_bad(frames.frame_index(i))]
+            if not got:
+                continue
+            batch = collate([item for _, item in got])
+            scene = frames.data.frame_ids[frames.frame_index(got[0][0])][0]
             yield {"batch": batch, "scene": scene, "ego2world": batch["ego2world"].numpy()}
 
     @torch.no_grad()
@@ -136,4 +143,7 @@ def predict_frame(model, frames, index: int) -> tuple[dict, dict]:
         first -= 1
     model.eval()
     results = list(predict_stream(model, frames, 1, device, indices=range(first, index + 1)))
+    if getattr(frames.data, "is_bad", lambda i: False)(index):
+        raise ValueError(f"frame {index} is bad (a corrupt or missing file, skipped with data.on_bad_frame=skip: "
+                         f"{', '.join(frames.data.skipped[-3:])}); pick another frame")
     return frames.prepare(index), results[-1][1]

@@ -229,6 +229,10 @@ class SimDataset:
     def __getitem__(self, i: int) -> dict:
         return self._first_good(self._index(i))
 
+    def is_bad(self, i: int) -> bool:
+        """Whether frame i was found bad so far (on_bad_frame='skip': `self[i]` gave another frame)."""
+        return self._index(i) in self._bad
+
     def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
         """The `length` consecutive frames of one scene ending at flat index i, oldest first.
         Raises ValueError if frame i has fewer than length-1 frames before it in its scene (see

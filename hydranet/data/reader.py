@@ -235,6 +235,10 @@ class FrameReader(abc.ABC):
     def __getitem__(self, i: int) -> dict:
         return self._first_good(self._index(i))
 
+    def is_bad(self, i: int) -> bool:
+        """As `SimDataset.is_bad`: frame i was found bad so far (skip mode gave another frame for it)."""
+        return self._index(i) in self._bad
+
     @abc.abstractmethod
     def load(self, i: int) -> dict:
         """Frame i as on disk (never skips); DatasetError on a bad file."""

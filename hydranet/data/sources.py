@@ -219,6 +219,10 @@ class MixedDataset:
         k, j = self.locate(i)
         return self._fix(k, self.sources[k].dataset[j])
 
+    def is_bad(self, i: int) -> bool:
+        k, j = self.locate(i)
+        return self.sources[k].dataset.is_bad(j)
+
     def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
         k, j = self.locate(i)
         return [self._fix(k, s) for s in self.sources[k].dataset.clip(j, length, pad)]

@@ -35,6 +35,7 @@ class Case:
     status: int = 2
     words: tuple[str, ...] = ()  # all must appear in the error line (case-insensitive)
     absent: tuple[str, ...] = ()  # none may appear in stderr
+    stdout: tuple[str, ...] = ()  # all must appear in stdout (case-insensitive): what a run with status 0 reports
     patch: Callable[[pytest.MonkeyPatch, Path], None] | None = None  # simulate what root cannot (EACCES, ENOSPC)
     check: Callable[[Path], None] | None = None  # post-condition on the tmp folder
     marks: tuple = field(default_factory=tuple)
@@ -63,12 +64,16 @@ def run_case(case: Case, tmp: Path, env: Env, monkeypatch: pytest.MonkeyPatch, c
         monkeypatch.undo()
     out, err = capsys.readouterr()
     assert rc == case.status, f"exit status {rc}, expected {case.status}\nstdout: {out[-800:]}\nstderr: {err[-800:]}"
-    if case.status != 0:
+    if case.status == 130:  # Ctrl-C / KeyboardInterrupt: one line, no traceback
+        assert err.strip().splitlines()[-1:] == ["interrupted"], f"not a one-line interruption, stderr: {err[-800:]}"
+    elif case.status != 0:
         lines = [ln for ln in err.strip().splitlines() if ln.strip()]
         assert lines and lines[-1].startswith("error:"), f"no one-line error, stderr: {err[-800:]}"
         msg = lines[-1].lower()
         missing = [w for w in case.words if w.lower() not in msg]
         assert not missing, f"error line lacks {missing}: {lines[-1]}"
+    missing_out = [w for w in case.stdout if w.lower() not in out.lower()]
+    assert not missing_out, f"stdout lacks {missing_out}: {out[-800:]}"
     for w in case.absent:
         assert w.lower() not in err.lower(), f"stderr holds {w!r}: {err[-800:]}"
     if case.check is not None:
