@@ -214,6 +214,71 @@ def cmd_engine_similar(args) -> None:
         print(f"{r['frame_id']:8d}  {r['clip']}/{r['frame']:06d}  {r['similarity']:.4f}")
 
 
+def _label_backend(args):
+    from data_engine.labeling import build_backend
+    from data_engine.labeling.oracle import OracleNoise
+
+    noise = OracleNoise(getattr(args, "jitter_px", 0.0), getattr(args, "miss_small", 0.0), getattr(args, "small_area", 256.0),
+                        getattr(args, "confusion", 0.0), getattr(args, "noise_seed", 0))
+    return build_backend(args.backend, noise=noise, out=getattr(args, "out", None), files=getattr(args, "file", None) or (),
+                         labeller=getattr(args, "labeller", None), url=args.ls_url, token=args.ls_token, project=args.ls_project)
+
+
+def _selection_name(sel):
+    from data_engine.labels import read_selection
+
+    return None if sel is None else read_selection(sel)[0] if str(sel).endswith(".json") else str(sel)
+
+
+def cmd_engine_label(args) -> None:
+    from data_engine.labels import create_jobs, open_catalog, send
+
+    backend = _label_backend(args)
+    with open_catalog(args.catalog) as cat:
+        made = create_jobs(cat, args.selection, backend.name)
+        st = send(cat, backend, made["selection"], progress=not args.quiet)
+    print(f"selection {made['selection']}: {made['created']} label jobs queued ({made['existing']} existed), "
+          f"{st['sent']} sent to {backend.name}" + (f" -> {args.out}" if getattr(args, "out", None) else ""))
+
+
+def cmd_engine_import_labels(args) -> None:
+    from data_engine.labels import import_labels, open_catalog
+
+    with open_catalog(args.catalog) as cat:
+        got = import_labels(cat, _label_backend(args), _selection_name(args.selection), progress=not args.quiet)
+    print(f"{got['new']} new label versions ({got['duplicate']} already recorded), {got['waiting']} sent jobs still waiting, "
+          f"{len(got['conflicts'])} conflicts")
+    for c in got["conflicts"]:
+        print(f"  conflict: frame {c['frame']} (id {c['frame_id']}) versions {c['versions']} ({' vs '.join(c['sources'])}): {c['detail']}")
+
+
+def cmd_engine_jobs(args) -> None:
+    from data_engine.labels import conflicts, job_table, open_catalog, transition
+
+    sel = _selection_name(args.selection)
+    with open_catalog(args.catalog) as cat:
+        for flag, to, source in (("requeue", "queued", "rejected"), ("reject", "rejected", "labelled"),
+                                 ("accept", "accepted", "labelled")):
+            ids = getattr(args, flag)
+            if ids is None:
+                continue
+            if ids == "all":
+                jobs = [r["job"] for r in job_table(cat, sel) if r["state"] == source]
+            else:
+                try:
+                    jobs = [int(i) for i in ids.split(",") if i.strip()]
+                except ValueError:
+                    raise ValueError(f"--{flag} takes job ids like 3,4,7 or 'all', got {ids!r}") from None
+            transition(cat, jobs, to, args.version)
+            print(f"{len(jobs)} jobs -> {to}")
+        rows = job_table(cat, sel)
+        print("| job | selection | frame | state | backend | label versions |\n|---:|---|---|---|---|---:|")
+        print("\n".join(f"| {r['job']} | {r['selection']} | {r['frame']} | {r['state']} | {r['backend']} | {r['versions']} |"
+                        for r in rows))
+        for c in conflicts(cat, sel):
+            print(f"conflict: frame id {c['frame_id']} versions {c['versions']} ({' vs '.join(c['sources'])}): {c['detail']}")
+
+
 def _add_engine(sub) -> None:
     """`hydranet engine ...`: the data engine (docs/data_engine.md)."""
     eng = sub.add_parser("engine", help="the data engine: fleet, shadow mode, triggers, mining (docs/data_engine.md)")
@@ -254,6 +319,44 @@ def _add_engine(sub) -> None:
             c.add_argument("--frame", type=int, required=True, help="query frame id (selection.json items' frame_id)")
             c.add_argument("--k", type=int, default=50)
         c.set_defaults(func={"triggers": cmd_engine_triggers, "mine": cmd_engine_mine, "similar": cmd_engine_similar}[cmd])
+    _add_engine_labels(eng)
+
+
+def _add_engine_labels(eng) -> None:
+    """`hydranet engine label | import-labels | jobs`: the relabel queue (docs/labeling.md)."""
+    def backend_args(c, importing: bool) -> None:
+        c.add_argument("--catalog", type=Path, required=True)
+        c.add_argument("--backend", default="oracle", help="oracle (default) | files | label-studio")
+        c.add_argument("--ls-url", default=None, help="Label Studio URL (or $HYDRANET_LABEL_STUDIO_URL)")
+        c.add_argument("--ls-token", default=None, help="Label Studio API token (or $HYDRANET_LABEL_STUDIO_TOKEN)")
+        c.add_argument("--ls-project", default=None, help="Label Studio project title (default: 'hydranet <selection>')")
+        c.add_argument("--quiet", action="store_true", help="no progress bar")
+        if importing:
+            c.add_argument("--selection", default=None, help="selection name or file (default: every sent job of the backend)")
+            c.add_argument("--file", type=Path, action="append", default=[], help="files: a COCO .json or CVAT .xml to import")
+            c.add_argument("--labeller", default=None, help="files: who labelled them (default: file:<name>)")
+            c.add_argument("--jitter-px", type=float, default=0.0, help="oracle noise: box edge jitter sigma, pixels")
+            c.add_argument("--miss-small", type=float, default=0.0, help="oracle noise: rate of missed small boxes")
+            c.add_argument("--small-area", type=float, default=256.0, help="oracle noise: a small box is under this many px^2")
+            c.add_argument("--confusion", type=float, default=0.0, help="oracle noise: rate of class confusions")
+            c.add_argument("--noise-seed", type=int, default=0)
+
+    lab = eng.add_parser("label", help="queue a selection's frames as label jobs and send them to a labelling backend")
+    backend_args(lab, importing=False)
+    lab.add_argument("--selection", type=Path, required=True, help="selection.json (`hydranet engine mine --out`)")
+    lab.add_argument("--out", type=Path, default=None, help="files: folder for the COCO/CVAT exports and images")
+    lab.set_defaults(func=cmd_engine_label)
+    imp = eng.add_parser("import-labels", help="fetch finished labels from a backend into the catalog as new label versions")
+    backend_args(imp, importing=True)
+    imp.set_defaults(func=cmd_engine_import_labels)
+    jobs = eng.add_parser("jobs", help="list label jobs and conflicts; accept, reject or requeue jobs")
+    jobs.add_argument("--catalog", type=Path, required=True)
+    jobs.add_argument("--selection", default=None, help="selection name or file (default: all)")
+    jobs.add_argument("--accept", default=None, metavar="IDS", help="job ids (3,4) or 'all' labelled jobs")
+    jobs.add_argument("--reject", default=None, metavar="IDS", help="job ids or 'all' labelled jobs")
+    jobs.add_argument("--requeue", default=None, metavar="IDS", help="job ids or 'all' rejected jobs")
+    jobs.add_argument("--version", type=int, default=None, help="accept this label version of the frame (needed on a conflict)")
+    jobs.set_defaults(func=cmd_engine_jobs)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -340,3 +340,19 @@ def test_malformed_cvat_is_refused_and_records_nothing(env, how, words):
             import_labels(cat, build_backend("files", files=[team]), "sel")
         assert words in str(e.value) and str(team) in str(e.value) and "\n" not in str(e.value)
         assert cat.db.execute("SELECT count(*) FROM labels").fetchone()[0] == 0
+
+
+def test_cli_label_import_accept(env, capsys):
+    from hydranet.cli import main
+
+    cat, sel = str(env["catalog"]), str(env["selection"])
+    assert main(["engine", "label", "--catalog", cat, "--selection", sel, "--quiet"]) == 0
+    assert "4 label jobs queued (0 existed), 4 sent to oracle" in capsys.readouterr().out
+    assert main(["engine", "import-labels", "--catalog", cat, "--selection", sel, "--quiet"]) == 0
+    assert "4 new label versions (0 already recorded), 0 sent jobs still waiting, 0 conflicts" in capsys.readouterr().out
+    assert main(["engine", "jobs", "--catalog", cat, "--accept", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "4 jobs -> accepted" in out and out.count("| accepted | oracle | 1 |") == 4
+    assert main(["engine", "jobs", "--catalog", cat, "--accept", "1"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: job 1 is accepted: it cannot become accepted (from accepted only to "
+                                               "nothing: final)")
