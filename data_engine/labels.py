@@ -64,7 +64,11 @@ def ensure_schema(cat: Catalog) -> None:
 
 def open_catalog(path: str | Path) -> Catalog:
     cat = Catalog(path)
-    ensure_schema(cat)
+    try:
+        ensure_schema(cat)
+    except BaseException:
+        cat.close()
+        raise
     return cat
 
 

@@ -356,3 +356,27 @@ def test_cli_label_import_accept(env, capsys):
     assert main(["engine", "jobs", "--catalog", cat, "--accept", "1"]) == 2
     assert capsys.readouterr().err.strip() == ("error: job 1 is accepted: it cannot become accepted (from accepted only to "
                                                "nothing: final)")
+
+
+def test_placeholder_label_tables_of_older_catalogs_are_upgraded_only_when_empty(env):
+    from data_engine.catalog import CatalogError
+
+    old = ["CREATE TABLE label_jobs (id INTEGER PRIMARY KEY, selection_id INTEGER, frame_id INTEGER NOT NULL, state TEXT NOT NULL, "
+           "backend TEXT, created REAL, updated REAL)",
+           "CREATE TABLE labels (id INTEGER PRIMARY KEY, frame_id INTEGER NOT NULL, version INTEGER NOT NULL, source TEXT, "
+           "model_id INTEGER, payload TEXT, created REAL, UNIQUE(frame_id, version))"]
+    with Catalog(env["catalog"]) as cat:
+        cat.db.execute("DROP TABLE labels")
+        cat.db.execute("DROP TABLE label_jobs")
+        for s in old:
+            cat.db.execute(s)
+    with open_catalog(env["catalog"]) as cat:
+        assert create_jobs(cat, env["selection"], "oracle")["created"] == 4
+    with Catalog(env["catalog"]) as cat:
+        cat.db.execute("DROP TABLE labels")
+        cat.db.execute("DROP TABLE label_jobs")
+        for s in old:
+            cat.db.execute(s)
+        cat.db.execute("INSERT INTO label_jobs (frame_id, state) VALUES (1, 'queued')")
+    with pytest.raises(CatalogError, match="older layout; recreate"):
+        open_catalog(env["catalog"])
