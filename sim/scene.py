@@ -22,7 +22,7 @@ _AMBIENT = {"day": (0.42, 0.46, 0.55), "dusk": (0.22, 0.2, 0.26), "night": (0.03
 _ZENITH = {"day": (0.22, 0.42, 0.85), "dusk": (0.1, 0.13, 0.32), "night": (0.002, 0.003, 0.008)}
 _HORIZON = {"day": (0.72, 0.8, 0.92), "dusk": (1.0, 0.52, 0.28), "night": (0.025, 0.022, 0.03)}
 EXPOSURE = {"day": 1.0, "dusk": 1.25, "night": 1.8}
-AUTO_EXPOSURE_TARGET = {"day": 0.45, "dusk": 0.38, "night": 0.24}  # mean output level the HDR look's auto-exposure aims at
+AUTO_EXPOSURE_TARGET = {"day": 0.45, "dusk": 0.36, "night": 0.13}  # mean output level the HDR look's auto-exposure aims at
 
 
 def scene_lighting(world: World, cfg: SimConfig) -> Lighting:
@@ -31,8 +31,9 @@ def scene_lighting(world: World, cfg: SimConfig) -> Lighting:
     zenith, horizon = np.array(_ZENITH[c.time_of_day]), np.array(_HORIZON[c.time_of_day])
     fog, rain = 0.002, 0.0
     if c.weather == "rain":
-        sun, sky, fog, rain = sun * 0.45, sky * 0.7 + 0.12, 0.008, 1.0
-        zenith = horizon = np.full(3, np.mean(sky)) * 0.8
+        dark = 0.1 if c.time_of_day == "night" else 1.0  # overcast night: no grey glow
+        sun, sky, fog, rain = sun * 0.45, sky * 0.7 + 0.12 * dark, 0.008, 1.0
+        zenith = horizon = np.full(3, 0.5 * np.mean(horizon))
     elif c.weather == "fog":
         sun, fog = sun * 0.5, 0.035
         sky = np.full(3, 0.65) * (1.0 if c.time_of_day == "day" else 0.5 if c.time_of_day == "dusk" else 0.08)
@@ -48,7 +49,7 @@ def auto_exposure(gain: np.ndarray, images, target: float, rate: float = 0.5) ->
     out = gain.copy()
     for i, im in enumerate(images):
         mean = float(im.rgb[::8, ::8].mean()) / 255.0
-        out[i] = np.clip(gain[i] * (target / max(mean, 0.02)) ** (2.2 * rate), 0.5, 3.0)
+        out[i] = np.clip(gain[i] * (target / max(mean, 0.02)) ** (2.2 * rate), 0.5, 2.0)
     return out
 
 
