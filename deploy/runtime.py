@@ -17,7 +17,6 @@ corrupt or truncated file) raises `DeployError`, a one-line ValueError naming wh
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path

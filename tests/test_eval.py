@@ -80,7 +80,7 @@ def test_on_outputs_sees_raw_outputs_and_leaves_the_metrics_unchanged(run):
                                  on_outputs=lambda raw, batch: seen.append((set(raw), batch["images"].shape[0])))
     plain = evaluate_checkpoint(tmp / "run", data, tmp / "plain.json", progress=False)
     assert sum(b for _, b in seen) == probed["frames"] == 4
-    assert all(keys == set(TASKS) for keys, _ in seen)
+    assert all(keys == set(TASKS) | {"embedding"} for keys, _ in seen)  # every head + the pooled trunk feature
     assert json.dumps(probed["model"], sort_keys=True) == json.dumps(plain["model"], sort_keys=True)
 
 
