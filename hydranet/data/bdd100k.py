@@ -32,7 +32,8 @@ import cv2
 import numpy as np
 
 from hydranet.data.dataset import DatasetError
-from hydranet.data.reader import FrameReader, decode_image, make_rig, read_json
+from hydranet.data.dataset import FrameReader
+from hydranet.data.reader import decode_image, make_rig, read_json
 
 FORMAT = "bdd100k"
 CAMERA = "CAM_FRONT"

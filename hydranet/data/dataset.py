@@ -12,6 +12,7 @@ zeros.
 """
 from __future__ import annotations
 
+import abc
 import ctypes
 import json
 import math
@@ -141,7 +142,105 @@ def decode_normals(enc: np.ndarray) -> np.ndarray:
     return n
 
 
-class SimDataset:
+# -- the reader base ----------------------------------------------------------------------
+class FrameReader(abc.ABC):
+    """Frames of a dataset flattened over scenes in order (see module docstring).
+
+    Subclasses set `self.root`, `self.meta` (at least "format", "classes"), `self.rig`,
+    `self.scenes` (list of {"name": str, "frames": list}) and implement `load(i)`; then call
+    `self._index_frames()`. `self.class_map` maps the dataset's own category names to project
+    classes (None = not used), for `hydranet data check`."""
+
+    format: str = "?"
+    on_bad_frame: str = "raise"
+    remedy: str = ""  # what to do when no frame or clip is readable, appended to that error
+
+    def _init_policy(self, on_bad_frame: str) -> None:
+        if on_bad_frame not in ("raise", "skip"):
+            raise ValueError(f"on_bad_frame must be 'raise' or 'skip', got {on_bad_frame!r}")
+        self.on_bad_frame = on_bad_frame
+        self.skipped: list[str] = []
+        self._bad: set[int] = set()
+
+    def _index_frames(self) -> None:
+        self._frames = [(si, fi) for si, s in enumerate(self.scenes) for fi in range(len(s["frames"]))]
+        self.frame_ids = [(self.scenes[s]["name"], self.frame_name(s, f)) for s, f in self._frames]
+
+    def frame_name(self, scene: int, frame: int) -> str:
+        """A readable id of frame `frame` of scene position `scene` (the second element of frame_ids)."""
+        return f"{frame:06d}"
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.meta["classes"])
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def __getitem__(self, i: int) -> dict:
+        return self._first_good(self._index(i))
+
+    def is_bad(self, i: int) -> bool:
+        """As `SimDataset.is_bad`: frame i was found bad so far (skip mode gave another frame for it)."""
+        return self._index(i) in self._bad
+
+    @abc.abstractmethod
+    def load(self, i: int) -> dict:
+        """Frame i as on disk (never skips); DatasetError on a bad file."""
+
+    def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
+        """As `SimDataset.clip`: the `length` frames of one scene ending at flat index i."""
+        i, ends = self._index(i), self.clip_ends(length, pad)
+        if i not in ends:
+            s, f = self._frames[i]
+            raise ValueError(f"frame {i} is frame {f} of scene {self.scenes[s]['name']}; a clip of length {length} "
+                             f"needs at least {length - 1} earlier frames; pick i from clip_ends({length}) or pass pad=True")
+        pos = ends.index(i)
+        for j in ends[pos:] + ends[:pos]:
+            have = min(length - 1, self._frames[j][1])
+            try:
+                frames = [self._load_checked(k) for k in range(j - have, j + 1)]
+            except DatasetError:
+                if self.on_bad_frame == "raise":
+                    raise
+                continue
+            return [frames[0]] * (length - 1 - have) + frames
+        raise DatasetError(f"{self.root}: no clip of length {length} is readable ({len(self.skipped)} bad files){self.remedy}")
+
+    def clip_ends(self, length: int, pad: bool = False) -> list[int]:
+        if length < 1:
+            raise ValueError(f"clip length must be >= 1, got {length}")
+        return [i for i, (_, f) in enumerate(self._frames) if pad or f >= length - 1]
+
+    def _index(self, i: int) -> int:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"frame index {i} out of range for {n} frames")
+        return i % n
+
+    def _first_good(self, i: int) -> dict:
+        for k in range(len(self)):
+            j = (i + k) % len(self)
+            try:
+                return self._load_checked(j)
+            except DatasetError:
+                if self.on_bad_frame == "raise":
+                    raise
+        raise DatasetError(f"{self.root}: no frame is readable ({len(self.skipped)} bad files){self.remedy}")
+
+    def _load_checked(self, j: int) -> dict:
+        if j in self._bad:
+            raise DatasetError(f"frame {j} was already found bad")
+        try:
+            return self.load(j)
+        except DatasetError as e:
+            if self.on_bad_frame == "skip":
+                self._bad.add(j)
+                self.skipped.append(str(e.path or e))
+            raise
+
+
+class SimDataset(FrameReader):
     """Frames of a `hydranet-sim` dataset, flattened over scenes in scene order.
 
     Args:
@@ -162,7 +261,11 @@ class SimDataset:
 
     Attributes: `meta` (dataset.json), `rig`, `classes`, `semantic_classes`, `scenes` (the
     scene.json dicts, in order), `frame_ids` (list of (scene name, frame dir)), `skipped`.
+    Indexing, clips and the skip policy are the `FrameReader` base's, shared with every reader.
     """
+
+    format = "sim"
+    remedy = "; regenerate the dataset"
 
     def __init__(self, root, cameras: list[str] | None = None, channels=CHANNELS, on_bad_frame: str = "raise"):
         self.root = Path(root)
@@ -176,9 +279,7 @@ class SimDataset:
         if (fmt, ver) != (FORMAT, VERSION):
             raise DatasetError(f"{self.root / 'dataset.json'}: format {fmt!r} version {ver!r}, this reader reads "
                                f"{FORMAT!r} version {VERSION}; regenerate the dataset with this version")
-        if on_bad_frame not in ("raise", "skip"):
-            raise ValueError(f"on_bad_frame must be 'raise' or 'skip', got {on_bad_frame!r}")
-        self.on_bad_frame = on_bad_frame
+        self._init_policy(on_bad_frame)
         self.channels = tuple(channels)
         unknown = sorted(set(self.channels) - set(CHANNELS))
         if unknown:
@@ -191,7 +292,6 @@ class SimDataset:
             raise DatasetError(f"{self.root / 'dataset.json'}: bad rig ({e}); regenerate the dataset") from None
         self.rig = full if cameras is None else _select(full, list(cameras))
         self._label_cameras = {c.name: (c.width, c.height) for c in full.cameras}  # what labels.json may name
-        self.classes: list[str] = self.meta["classes"]
         self.semantic_classes: list[str] = self.meta["semantic_classes"]
         self._drivable_lut = self._drivable_table() if "semantic" in self.channels else None
         b = self.meta["bev"]
@@ -211,8 +311,6 @@ class SimDataset:
             self._frames += [(si, fi) for fi in range(len(scene["frames"]))]
         self.frame_ids: list[tuple[str, str]] = [
             (self.scenes[s]["name"], self.scenes[s]["frames"][f]["dir"]) for s, f in self._frames]
-        self.skipped: list[str] = []
-        self._bad: set[int] = set()
 
     def _drivable_table(self) -> np.ndarray:
         missing = [c for c in DRIVABLE_CLASSES if c not in self.semantic_classes]
@@ -222,75 +320,6 @@ class SimDataset:
         lut = np.zeros(256, dtype=bool)  # semantic value -> drivable
         lut[[self.semantic_classes.index(c) for c in DRIVABLE_CLASSES]] = True
         return lut
-
-    def __len__(self) -> int:
-        return len(self._frames)
-
-    def __getitem__(self, i: int) -> dict:
-        return self._first_good(self._index(i))
-
-    def is_bad(self, i: int) -> bool:
-        """Whether frame i was found bad so far (on_bad_frame='skip': `self[i]` gave another frame)."""
-        return self._index(i) in self._bad
-
-    def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
-        """The `length` consecutive frames of one scene ending at flat index i, oldest first.
-        Raises ValueError if frame i has fewer than length-1 frames before it in its scene (see
-        `clip_ends(length)` for the valid i), unless `pad`: then the clip starts with its scene's
-        first frame repeated (a stream start: the video module sees no motion before it)."""
-        i, ends = self._index(i), self.clip_ends(length, pad)
-        if i not in ends:
-            s, f = self._frames[i]
-            raise ValueError(f"frame {i} is frame {f} of scene {self.scenes[s]['name']}; a clip of length {length} "
-                             f"needs at least {length - 1} earlier frames; pick i from clip_ends({length}) or pass pad=True")
-        pos = ends.index(i)
-        order = ends[pos:] + ends[:pos]
-        for j in order:
-            have = min(length - 1, self._frames[j][1])  # earlier frames of its scene in the clip
-            try:
-                frames = [self._load_checked(k) for k in range(j - have, j + 1)]
-            except DatasetError:
-                if self.on_bad_frame == "raise":
-                    raise
-                continue
-            return [frames[0]] * (length - 1 - have) + frames
-        raise DatasetError(f"{self.root}: no clip of length {length} is readable ({len(self.skipped)} bad files); regenerate the dataset")
-
-    def clip_ends(self, length: int, pad: bool = False) -> list[int]:
-        """Flat indices i for which `clip(i, length)` has enough history in its scene (every
-        frame with `pad`)."""
-        if length < 1:
-            raise ValueError(f"clip length must be >= 1, got {length}")
-        return [i for i, (_, f) in enumerate(self._frames) if pad or f >= length - 1]
-
-    # -- loading -------------------------------------------------------------------------
-    def _index(self, i: int) -> int:
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"frame index {i} out of range for {n} frames")
-        return i % n
-
-    def _first_good(self, i: int) -> dict:
-        for k in range(len(self)):
-            j = (i + k) % len(self)
-            try:
-                return self._load_checked(j)
-            except DatasetError:
-                if self.on_bad_frame == "raise":
-                    raise
-        raise DatasetError(f"{self.root}: no frame is readable ({len(self.skipped)} bad files); regenerate the dataset")
-
-    def _load_checked(self, j: int) -> dict:
-        """load(j), remembering bad frames in skip mode so they are read (and counted) once."""
-        if j in self._bad:
-            raise DatasetError(f"frame {j} was already found bad")
-        try:
-            return self.load(j)
-        except DatasetError as e:
-            if self.on_bad_frame == "skip":
-                self._bad.add(j)
-                self.skipped.append(str(e.path or e))
-            raise
 
     def load(self, i: int) -> dict:
         """Frame i exactly as on disk (never skips); raises DatasetError on a bad file."""

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from hydranet.data.dataset import DatasetError
-from hydranet.data.reader import FrameReader, decode_image, make_rig
+from hydranet.data.dataset import FrameReader
+from hydranet.data.reader import decode_image, make_rig
 from hydranet.geometry import invert_rigid
 
 FORMAT = "kitti"

@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from hydranet.data.dataset import DatasetError
-from hydranet.data.reader import FrameReader, boxes_in_camera, decode_image, make_rig, project_boxes_2d, read_json, \
+from hydranet.data.dataset import FrameReader
+from hydranet.data.reader import boxes_in_camera, decode_image, make_rig, project_boxes_2d, read_json, \
     select_cameras
 from hydranet.geometry import invert_rigid, make_transform, quaternion_to_matrix
 from hydranet.metrics.nuscenes_data import CATEGORY_TO_DETECTION, MINI_SPLITS, OFFICIAL_SPLITS

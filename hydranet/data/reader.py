@@ -9,7 +9,6 @@ exactly as `SimDataset`'s. numpy + OpenCV only: no torch here.
 """
 from __future__ import annotations
 
-import abc
 import json
 from pathlib import Path
 
@@ -196,100 +195,3 @@ def box_in_camera(center, size, yaw, ego2cam: np.ndarray) -> np.ndarray:
     """8 corners (8, 3) of an ego-frame box (size l, w, h; yaw about +z) in a camera frame."""
     c = box_corners(center, size, yaw)
     return c @ ego2cam[:3, :3].T + ego2cam[:3, 3]
-
-
-# -- the reader base ----------------------------------------------------------------------
-class FrameReader(abc.ABC):
-    """Frames of a dataset flattened over scenes in order (see module docstring).
-
-    Subclasses set `self.root`, `self.meta` (at least "format", "classes"), `self.rig`,
-    `self.scenes` (list of {"name": str, "frames": list}) and implement `load(i)`; then call
-    `self._index_frames()`. `self.class_map` maps the dataset's own category names to project
-    classes (None = not used), for `hydranet data check`."""
-
-    format: str = "?"
-    on_bad_frame: str = "raise"
-
-    def _init_policy(self, on_bad_frame: str) -> None:
-        if on_bad_frame not in ("raise", "skip"):
-            raise ValueError(f"on_bad_frame must be 'raise' or 'skip', got {on_bad_frame!r}")
-        self.on_bad_frame = on_bad_frame
-        self.skipped: list[str] = []
-        self._bad: set[int] = set()
-
-    def _index_frames(self) -> None:
-        self._frames = [(si, fi) for si, s in enumerate(self.scenes) for fi in range(len(s["frames"]))]
-        self.frame_ids = [(self.scenes[s]["name"], self.frame_name(s, f)) for s, f in self._frames]
-
-    def frame_name(self, scene: int, frame: int) -> str:
-        """A readable id of frame `frame` of scene position `scene` (the second element of frame_ids)."""
-        return f"{frame:06d}"
-
-    @property
-    def classes(self) -> list[str]:
-        return list(self.meta["classes"])
-
-    def __len__(self) -> int:
-        return len(self._frames)
-
-    def __getitem__(self, i: int) -> dict:
-        return self._first_good(self._index(i))
-
-    def is_bad(self, i: int) -> bool:
-        """As `SimDataset.is_bad`: frame i was found bad so far (skip mode gave another frame for it)."""
-        return self._index(i) in self._bad
-
-    @abc.abstractmethod
-    def load(self, i: int) -> dict:
-        """Frame i as on disk (never skips); DatasetError on a bad file."""
-
-    def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
-        """As `SimDataset.clip`: the `length` frames of one scene ending at flat index i."""
-        i, ends = self._index(i), self.clip_ends(length, pad)
-        if i not in ends:
-            s, f = self._frames[i]
-            raise ValueError(f"frame {i} is frame {f} of scene {self.scenes[s]['name']}; a clip of length {length} "
-                             f"needs at least {length - 1} earlier frames; pick i from clip_ends({length}) or pass pad=True")
-        pos = ends.index(i)
-        for j in ends[pos:] + ends[:pos]:
-            have = min(length - 1, self._frames[j][1])
-            try:
-                frames = [self._load_checked(k) for k in range(j - have, j + 1)]
-            except DatasetError:
-                if self.on_bad_frame == "raise":
-                    raise
-                continue
-            return [frames[0]] * (length - 1 - have) + frames
-        raise DatasetError(f"{self.root}: no clip of length {length} is readable ({len(self.skipped)} bad files)")
-
-    def clip_ends(self, length: int, pad: bool = False) -> list[int]:
-        if length < 1:
-            raise ValueError(f"clip length must be >= 1, got {length}")
-        return [i for i, (_, f) in enumerate(self._frames) if pad or f >= length - 1]
-
-    def _index(self, i: int) -> int:
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"frame index {i} out of range for {n} frames")
-        return i % n
-
-    def _first_good(self, i: int) -> dict:
-        for k in range(len(self)):
-            j = (i + k) % len(self)
-            try:
-                return self._load_checked(j)
-            except DatasetError:
-                if self.on_bad_frame == "raise":
-                    raise
-        raise DatasetError(f"{self.root}: no frame is readable ({len(self.skipped)} bad files)")
-
-    def _load_checked(self, j: int) -> dict:
-        if j in self._bad:
-            raise DatasetError(f"frame {j} was already found bad")
-        try:
-            return self.load(j)
-        except DatasetError as e:
-            if self.on_bad_frame == "skip":
-                self._bad.add(j)
-                self.skipped.append(str(e.path or e))
-            raise
