@@ -36,7 +36,7 @@ from hydranet.models.balancing import FixedWeights, build_balancer
 from hydranet.models.bifpn import BiFPN
 from hydranet.bevgrid import BevGrid
 from hydranet.models.config import BevConfig, ModelConfig
-from hydranet.models.partial import SAMPLES, present_objectives, supervised_loss
+from hydranet.models.partial import SAMPLES, frozen_norm, no_labels, present_objectives, supervised_loss
 from hydranet.models.state_dict import load_state_dict_checked
 from hydranet.models.video import BevFusion, VideoQueue
 from hydranet.models.depth_lift import DepthViewTransform
@@ -130,7 +130,11 @@ class HydraNet(nn.Module):
         if clip and any(t.space != "bev" for t in self.heads.values()):
             B, T, N = images.shape[:3]
             feats = [f.view(B, T, N, *f.shape[1:])[:, -1].flatten(0, 1) for f in feats]  # [(B*N, C, h, w)]
-        outputs = {name: task(bev if task.space == "bev" else feats) for name, task in self.heads.items()}
+        targets = batch.get("targets", {}) if mode == "loss" else {}
+        outputs = {}
+        for name, task in self.heads.items():  # a head without labels in the batch: BatchNorm statistics frozen
+            with frozen_norm(task, no_labels(targets.get(name))):
+                outputs[name] = task(bev if task.space == "bev" else feats)
         outputs.update(aux)  # the auxiliary objectives' inputs (LSS depth logits), for mode "loss"
         if mode == "tensor":
             outputs["embedding"] = embedding

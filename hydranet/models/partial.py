@@ -7,13 +7,24 @@ selected along their leading axis: B*N camera rows or B frame rows), so an unsup
 adds no loss and no gradient through that head's targets (masked, not a zero target); a batch in
 which no frame supervises the head gives that head's losses times 0 (exact zero, exact zero
 gradient) and the balancer leaves the head out (`present`).
+
+BatchNorm: a head's BatchNorm layers would still see a batch without its labels in the forward
+pass and fold that batch's statistics into their running mean and variance (the loss mask cannot
+undo that). With `data.sources` every batch holds frames of one source (SourceBatchSampler), so a
+head supervised only by nuScenes would have running statistics partly from BDD100K images it never
+learned on, and evaluate with them. `frozen_norm` runs such a head with its BatchNorm layers in eval
+mode for that batch: normalized with the running statistics, which stay untouched. A batch with some
+of the head's labels keeps train-mode BatchNorm over all its frames: they come from one source, so
+the unlabelled frames are of the same image distribution (docs/datasets.md).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch import nn
 
 MASK = "supervised"
 
@@ -101,3 +112,23 @@ def present_objectives(objectives: Sequence[str], losses: Mapping[str, torch.Ten
     """The objectives with labels in the batch (what the balancer combines); all when none has."""
     present = [n for n in objectives if f"{n}.{SAMPLES}" not in losses or float(losses[f"{n}.{SAMPLES}"]) > 0]
     return present or list(objectives)
+
+
+def no_labels(targets: Mapping[str, Any] | None) -> bool:
+    """Whether a head's collated targets say that no frame of the batch has its labels."""
+    mask = None if targets is None else targets.get(MASK)
+    return mask is not None and not bool(torch.as_tensor(mask).any())
+
+
+@contextmanager
+def frozen_norm(module: nn.Module, frozen: bool) -> Iterator[None]:
+    """While `frozen`: the BatchNorm layers of `module` that are training run in eval mode (running
+    statistics used, not updated); their mode is restored afterwards."""
+    layers = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.training] if frozen else []
+    for m in layers:
+        m.eval()
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.train()
