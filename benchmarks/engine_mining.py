@@ -6,7 +6,8 @@ scenarios, and each mining strategy's enrichment over random selection.
 Steps: a training fleet and a separate evaluation fleet (configs/fleet.yaml rates, rare scenarios
 raised with --rare so a small fleet holds some), configs/engine_tiny.yaml trained briefly and
 exported, shadow mode over the evaluation fleet, all triggers, then every strategy at a 10% budget.
-Only this script reads DIR/truth/scenarios.json and the labels:
+The fleet's hidden truth (DIR/truth/scenarios.json and the labels) is read through
+data_engine/evaluation.py, the same code `hydranet engine triggers` and `hydranet engine report` use:
 - per-frame model error = 1 - F1 of the stored det2d predictions (score >= 0.3) against the labels'
   2D boxes (IoU >= 0.5, class-agnostic), over the model's cameras;
 - trigger precision = share of fired frames whose error is in the fleet's worst quartile; recall of
@@ -16,7 +17,6 @@ Only this script reads DIR/truth/scenarios.json and the labels:
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -25,42 +25,13 @@ import numpy as np
 from hydranet.cli import main
 
 
-def frame_errors(fleet: Path, cat, run_id: int, cams: list[str], model_size: tuple[int, int]) -> dict[int, float]:
-    from hydranet.decoding import box_iou
-
-    table = cat.table(run_id)
-    preds = cat.predictions(run_id, table["frame_id"])
-    meta = json.loads((fleet / "dataset.json").read_text())
-    sizes = {c["name"]: (c["height"], c["width"]) for c in meta["rig"]["cameras"]}
-    dirs = {fid: d for fid, d in cat.db.execute("SELECT id, dir FROM frames")}
-    out = {}
-    for fid, clip in zip(table["frame_id"], table["clip"]):
-        labels = json.loads((fleet / "scenes" / clip / dirs[int(fid)] / "labels.json").read_text())
-        tp = n_p = n_g = 0
-        for n, cam in enumerate(cams):
-            h, w = sizes[cam]
-            gt = np.asarray([b["bbox"] for b in labels["cameras"][cam]["boxes2d"]], np.float64).reshape(-1, 4)
-            p = preds[int(fid)]["det2d"][n]
-            keep = np.asarray(p["scores"]) >= 0.3
-            pb = np.asarray(p["boxes"], np.float64).reshape(-1, 4)[keep] * np.array([w / model_size[1], h / model_size[0]] * 2)
-            n_p, n_g = n_p + len(pb), n_g + len(gt)
-            if len(pb) and len(gt):
-                iou = box_iou(pb, gt)
-                while iou.size and iou.max() >= 0.5:
-                    i, j = np.unravel_index(iou.argmax(), iou.shape)
-                    tp += 1
-                    iou[i, :], iou[:, j] = 0, 0
-        out[int(fid)] = 0.0 if n_p + n_g == 0 else 1 - 2 * tp / (n_p + n_g)
-    return out
-
-
 def run(args) -> None:
     from data_engine.catalog import Catalog
+    from data_engine.evaluation import load_run_truth, trigger_markdown, trigger_rows
     from data_engine.mining import STRATEGIES, EngineConfig, MiningConfig, mine
     from data_engine.shadow import run_shadow
     from data_engine.triggers import build_triggers, fire_all
     from deploy.export import export_checkpoint
-    from deploy.runtime import HydraRuntime
     from hydranet.experiment import load_experiment
     from hydranet.train import train
 
@@ -84,30 +55,20 @@ def run(args) -> None:
     cat_path = out / "catalog.db"
     st = run_shadow(out / "model.onnx", out / "fleet", cat_path, workers=args.workers, progress=False)
     t_shadow = time.time() - t1
-    run_id, hits = fire_all(cat_path, build_triggers())
-    truth = json.loads((out / "fleet" / "truth" / "scenarios.json").read_text())["clips"]
-    rt = HydraRuntime(out / "model.onnx")
+    triggers = build_triggers()
+    run_id, hits = fire_all(cat_path, triggers)
     with Catalog(cat_path) as cat:
-        table = cat.table(run_id)
-        err = frame_errors(out / "fleet", cat, run_id, rt.camera_names, rt.image_size)
-    fids = [int(f) for f in table["frame_id"]]
-    clip_of = dict(zip(fids, table["clip"]))
-    worst = np.quantile(list(err.values()), 0.75)
-    rare_names = sorted({r for t in truth.values() for r in t["rare"]})
-    rare_frames = {r: {f for f in fids if r in truth[clip_of[f]]["rare"]} for r in rare_names}
-    any_rare = {f for f in fids if truth[clip_of[f]]["rare"]}
+        truth, why = load_run_truth(cat, run_id)
+    if truth is None:
+        raise SystemExit(f"no truth to measure against: {why}")
+    fids = sorted(truth.errors)
+    any_rare = truth.any_rare
     lines = [f"# engine mining benchmark (seed {args.seed})", "",
              f"fleet: {args.clips} clips, {len(fids)} frames, rare-scenario frames {len(any_rare)} "
              f"({100 * len(any_rare) / len(fids):.1f}%); model: configs/engine_tiny.yaml, {args.steps} steps on "
              f"{args.train_clips} other clips; " + (f"shadow {st['frames'] / max(t_shadow, 1e-9):.1f} frames/s ({args.workers} "
              f"worker(s)); fleet render {t_fleet:.0f} s" if st["frames"] else "fleet, model and catalog reused from --out"), "",
-             "| trigger | fired | precision (worst-quartile error) | " + " | ".join(f"recall {r}" for r in rare_names) + " |",
-             "|---|---:|---:|" + "---:|" * len(rare_names)]
-    for name, h in hits.items():
-        fired = {f for f, _ in h}
-        prec = np.mean([err[f] >= worst for f in fired]) if fired else float("nan")
-        rec = [len(fired & rare_frames[r]) / max(len(rare_frames[r]), 1) for r in rare_names]
-        lines.append(f"| {name} | {len(fired)} | {prec:.2f} | " + " | ".join(f"{x:.2f}" for x in rec) + " |")
+             trigger_markdown(trigger_rows(triggers, hits, truth), truth)]
     budget = max(1, len(fids) // 10)
     lines += ["", f"selections of {budget} frames (10%), mean over {args.repeats} random seeds for random:", "",
               "| strategy | rare-frame rate | enrichment vs random | mean error | error vs random |", "|---|---:|---:|---:|---:|"]
@@ -117,8 +78,8 @@ def run(args) -> None:
         for k in range(args.repeats if s == "random" else 1):
             sel = mine(cat_path, budget, s, EngineConfig(mining=MiningConfig(seed=k)), name=f"bench-{s}-{k}")
             ids = [it["frame_id"] for it in sel["items"]]
-            rates.append(np.mean([f in any_rare for f in ids]))
-            errs.append(np.mean([err[f] for f in ids]))
+            rates.append(truth.rare_rate(ids))
+            errs.append(truth.mean_error(ids))
         res[s] = (float(np.mean(rates)), float(np.mean(errs)))
     for s, (rate, e) in res.items():
         r0, e0 = res["random"]

@@ -89,6 +89,7 @@ class Catalog:
 
     def __init__(self, path: str | Path, create: bool = False):
         self.path = Path(path)
+        self._emb_cache: dict = {}  # run id -> embeddings read once (see _embedding_rows)
         if self.path.is_dir():
             raise CatalogError(f"catalog {self.path} is a folder; give a file path such as {self.path}/catalog.db")
         if not self.path.exists() and not create:
@@ -180,6 +181,7 @@ class Catalog:
         "error", "signals" {name: float}, "per_camera", "predictions", "embedding" (N, C) or None}."""
         cols = ["run_id", "frame_id", "status", "error", *SIGNALS, "per_camera", "predictions"]
         sql = f"INSERT OR IGNORE INTO signals ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        self._emb_cache.clear()
         with self.transaction():
             if self.db.execute("SELECT 1 FROM shadow_clips WHERE run_id = ? AND clip_id = ?", (run_id, clip_id)).fetchone():
                 return  # done by an earlier run of this stage
@@ -216,24 +218,77 @@ class Catalog:
         out = {"frame_id": np.asarray(cols[0], np.int64), "clip": np.asarray(cols[1], object),
                "idx": np.asarray(cols[2], np.int64), "status": np.asarray(cols[3], object)}
         for k, s in enumerate(SIGNALS):
-            out[s] = np.asarray([np.nan if v is None else v for v in cols[4 + k]], np.float64)
+            out[s] = np.array(cols[4 + k], np.float64)  # None (SQL NULL) -> NaN
         return out
+
+    def top(self, run_id: int, signal: str, k: int, descending: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(frame ids, values) of the k ok frames of a run with the highest (lowest) `signal`, ties by frame id:
+        one SQL scan of the signals table, nothing else read."""
+        if signal not in SIGNALS:
+            raise CatalogError(f"unknown signal {signal!r}; the catalog's signals: {list(SIGNALS)}")
+        rows = self.db.execute(f"SELECT frame_id, {signal} FROM signals WHERE run_id = ? AND status = 'ok' AND {signal} IS NOT NULL "
+                               f"ORDER BY {signal} {'DESC' if descending else 'ASC'}, frame_id LIMIT ?", (run_id, int(k))).fetchall()
+        return np.asarray([r[0] for r in rows], np.int64), np.asarray([r[1] for r in rows], np.float64)
+
+    def _embedding_rows(self, run_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """(frame ids (M,), raw per-camera vectors (M, N, C) float32) of a run, read once per Catalog
+        object and kept in memory (cleared by write_clip): one bytes join and one frombuffer, not M."""
+        if run_id not in self._emb_cache:
+            rows = self.db.execute("SELECT frame_id, cameras, dim, vec FROM embeddings WHERE run_id = ? ORDER BY frame_id",
+                                   (run_id,)).fetchall()
+            if not rows:
+                self._emb_cache[run_id] = (np.zeros(0, np.int64), np.zeros((0, 0, 0), np.float32))
+            else:
+                shapes = {(r[1], r[2]) for r in rows}
+                if len(shapes) > 1:
+                    raise CatalogError(f"catalog {self.path}: shadow run {run_id} holds embeddings of several shapes "
+                                       f"{sorted(shapes)}; recreate the catalog")
+                (n, c), = shapes
+                ids = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+                vecs = np.frombuffer(b"".join(r[3] for r in rows), np.float32).reshape(len(rows), n, c)  # (M, N, C)
+                self._emb_cache[run_id] = (ids, vecs)
+        return self._emb_cache[run_id]
 
     def embeddings(self, run_id: int, frame_ids: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(frame ids (M,), frame embeddings (M, N*C)): each camera's vector L2-normalized, concatenated,
         the whole normalized again (cosine geometry)."""
-        rows = self.db.execute("SELECT frame_id, cameras, dim, vec FROM embeddings WHERE run_id = ? ORDER BY frame_id",
-                               (run_id,)).fetchall()
+        key = ("frame", run_id)
+        if key not in self._emb_cache:
+            ids, vecs = self._embedding_rows(run_id)
+            if len(ids) == 0:
+                self._emb_cache[key] = (ids, np.zeros((0, 0), np.float32))
+            else:
+                vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=-1, keepdims=True), 1e-12)
+                flat = vecs.reshape(len(ids), -1)
+                emb = (flat / np.maximum(np.linalg.norm(flat, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+                emb.flags.writeable = False  # shared by every caller of this Catalog object
+                self._emb_cache[key] = (ids, emb)
+        ids, emb = self._emb_cache[key]
         if frame_ids is not None:
-            keep = set(int(i) for i in frame_ids)
-            rows = [r for r in rows if r[0] in keep]
-        if not rows:
-            return np.zeros(0, np.int64), np.zeros((0, 0), np.float32)
-        ids = np.asarray([r[0] for r in rows], np.int64)
-        vecs = np.stack([np.frombuffer(r[3], np.float32).reshape(r[1], r[2]) for r in rows])  # (M, N, C)
-        vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=-1, keepdims=True), 1e-12)
-        flat = vecs.reshape(len(rows), -1)
-        return ids, (flat / np.maximum(np.linalg.norm(flat, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+            keep = np.isin(ids, np.fromiter((int(i) for i in frame_ids), np.int64))
+            ids, emb = ids[keep], emb[keep]
+        return ids, emb
+
+    def camera_embeddings(self, run_id: int, camera: int) -> tuple[np.ndarray, np.ndarray]:
+        """(frame ids (M,), camera `camera`'s embeddings (M, C), L2-normalized)."""
+        ids, vecs = self._embedding_rows(run_id)
+        if len(ids) == 0:
+            return ids, np.zeros((0, 0), np.float32)
+        v = vecs[:, camera]
+        return ids, (v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+    def nearest(self, run_id: int, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(frame ids, cosine similarities) of the k frames whose frame embedding is closest to `query`
+        (N*C,), best first (ties by frame id). The embedding matrix stays in memory between calls."""
+        ids, emb = self.embeddings(run_id)
+        if len(ids) == 0:
+            return ids, np.zeros(0, np.float32)
+        q = np.asarray(query, np.float32).reshape(-1)
+        sim = emb @ (q / max(float(np.linalg.norm(q)), 1e-12))  # (M,)
+        k = min(int(k), len(ids))
+        part = np.argpartition(-sim, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
+        order = part[np.lexsort((ids[part], -sim[part]))]
+        return ids[order], sim[order]
 
     def predictions(self, run_id: int, frame_ids: Iterable[int]) -> dict[int, dict]:
         ids = [int(i) for i in frame_ids]

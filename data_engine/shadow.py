@@ -2,20 +2,25 @@
 clip of a fleet in scene order, per-frame signals into the catalog.
 
     hydranet engine shadow --model model.onnx --fleet DIR --catalog CAT [--candidate other.onnx]
-                           [--executor local|ray] [--workers N]
+                           [--executor local|ray] [--workers N] [--ray-address ADDR]
 
 Car-side code only: `deploy.runtime.HydraRuntime` (numpy + onnxruntime), the stream runner
 `hydranet.stream.stream` carrying the video state through each clip, `data_engine.signals`. No
-torch, no sim renderer. One clip is one task: workers (a local process pool by default, or Ray
-tasks) compute a clip's rows, the parent writes each clip in one catalog transaction with its done
-marker, so a kill at any moment loses at most the clips in flight and a rerun skips finished ones.
+torch, no sim renderer. One clip is one task: workers compute a clip's rows, the parent writes each
+clip in one catalog transaction with its done marker, so a kill at any moment loses at most the
+clips in flight and a rerun skips finished ones. Workers: a local process pool (`spawn`, default),
+or Ray Data (`map_batches` over one clip per row, an actor pool whose actors each hold their ONNX
+Runtime sessions with intra-op threads = the actor's CPUs, so actors do not oversubscribe).
 A frame whose image is missing or corrupt is recorded with status "corrupt" and its error, and the
 video state restarts after it (the gap breaks the stream).
+
+`similar_image` embeds one camera image with the deployed model (its `embedding` output) and
+finds the run's frames whose same-camera embedding is closest (`hydranet engine similar --image`).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
+import pickle
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -124,24 +129,30 @@ def _init_worker(threads: int) -> None:
 
 
 def run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candidate: str | Path | None = None,
-               executor: str = "local", workers: int | None = None, progress: bool = True) -> dict[str, int]:
+               executor: str = "local", workers: int | None = None, progress: bool = True,
+               ray_address: str | None = None) -> dict[str, int]:
     """Shadow `model` over every clip of `fleet` not yet done for this (model, candidate, fleet);
-    returns {"clips", "done_before", "frames", "corrupt"}."""
+    returns {"run_id", "clips", "done_before", "frames", "corrupt"}. `ray_address`: with executor "ray",
+    the cluster to join (else $RAY_ADDRESS, else a local instance of `workers` CPUs)."""
     from tqdm import tqdm
 
     if executor not in EXECUTORS:
         raise ShadowError(f"unknown --executor {executor!r}; choose one of {list(EXECUTORS)}")
-    if executor == "ray" and importlib.util.find_spec("ray") is None:
-        raise ShadowError("--executor ray needs the 'ray' package: pip install 'ray[default]' (or use --executor local)")
+    if executor == "ray":
+        _import_ray()
+    elif ray_address is not None:
+        raise ShadowError("--ray-address goes with --executor ray")
     if workers is not None and workers < 1:
         raise ShadowError(f"--workers must be at least 1, got {workers}")
     fl = Fleet(fleet)
-    rt = load_runtime(model)
+    model = Path(model).resolve()  # workers (other processes, Ray actors) may start elsewhere
+    candidate = Path(candidate).resolve() if candidate is not None else None
+    rt = load_runtime(str(model))
     check_model(rt)
     fl.check_rig(rt.camera_names, rt.source_sizes, rt.image_size, str(model))
     cand = None
     if candidate is not None:
-        cand = load_runtime(candidate)
+        cand = load_runtime(str(candidate))
         check_model(cand, "--candidate")
         fl.check_rig(cand.camera_names, cand.source_sizes, cand.image_size, str(candidate))
     workers = workers or max(1, os.cpu_count() or 1)
@@ -157,13 +168,13 @@ def run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candid
             if clip_ids[name] in done:
                 continue
             clip = fl.clip(name)
-            tasks.append({"root": str(fl.root), "clip": name, "clip_id": clip_ids[name], "model": str(model),
+            tasks.append({"root": str(fl.root.resolve()), "clip": name, "clip_id": clip_ids[name], "model": str(model),
                           "candidate": str(candidate) if candidate else None, "threads": threads,
                           "frames": [{**f, "frame_id": frame_ids[(name, f["index"])]} for f in clip.frames]})
         stats = {"run_id": run_id, "clips": len(fl.clip_names), "done_before": len(done), "frames": 0, "corrupt": 0}
         bar = tqdm(total=len(tasks), desc="engine shadow", unit="clip", disable=not progress)
-        for res in _execute(tasks, executor, workers, threads):
-            cat.write_clip(run_id, res["clip_id"], res["rows"])
+        for res in _execute(tasks, executor, workers, threads, ray_address):
+            cat.write_clip(run_id, res["clip_id"], res["rows"])  # one clip, one transaction, in the parent only
             stats["frames"] += len(res["rows"])
             stats["corrupt"] += sum(r["status"] != "ok" for r in res["rows"])
             bar.update(1)
@@ -171,11 +182,11 @@ def run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candid
     return stats
 
 
-def _execute(tasks: list[dict], executor: str, workers: int, threads: int) -> Iterator[dict]:
+def _execute(tasks: list[dict], executor: str, workers: int, threads: int, ray_address: str | None = None) -> Iterator[dict]:
     if not tasks:
         return
     if executor == "ray":
-        yield from _execute_ray(tasks, workers)
+        yield from _execute_ray(tasks, workers, ray_address)
         return
     if workers <= 1 or len(tasks) == 1:
         for t in tasks:
@@ -191,15 +202,155 @@ def _execute(tasks: list[dict], executor: str, workers: int, threads: int) -> It
             yield fut.result()
 
 
-def _execute_ray(tasks: list[dict], workers: int) -> Iterator[dict]:
-    """One Ray task per clip on a local instance (`ray.init(num_cpus=workers)`) or the cluster named by
-    RAY_ADDRESS; each worker process keeps its ONNX Runtime sessions (see load_runtime) with 1 intra-op thread."""
-    import ray
+# -- Ray Data ----------------------------------------------------------------------------------------
+def _import_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401 - needs pyarrow and pandas: the [data] extra
+    except ImportError as e:
+        raise ShadowError(f"--executor ray needs Ray Data ({e}): pip install 'ray[data]' (or pip install "
+                          "'hydranet-stack[ray]'), or use --executor local") from None
+    return ray
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
-    remote = ray.remote(num_cpus=1)(shadow_clip)
-    pending = [remote.remote({**t, "threads": 1}) for t in tasks]
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        yield ray.get(ready[0])
+
+class ShadowActor:
+    """One Ray actor: its own ONNX Runtime sessions (intra-op threads = its CPUs), created once and
+    reused for every clip it is given. `__call__` takes a batch of rows {"clip_id", "task"} (one clip a
+    row, the task pickled) and returns {"clip_id", "result"} (the clip's rows, pickled)."""
+
+    def __init__(self, model: str, candidate: str | None, threads: int):
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        self.threads = threads
+        check_model(load_runtime(model, threads))
+        if candidate:
+            check_model(load_runtime(candidate, threads), "--candidate")
+
+    def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        results = []
+        for blob in batch["task"]:  # whole clips, each in scene order inside shadow_clip
+            results.append(pickle.dumps(shadow_clip({**pickle.loads(blob), "threads": self.threads})))
+        return {"clip_id": np.asarray(batch["clip_id"]), "result": np.asarray(results, dtype=object)}
+
+
+def _actor_class(model: str, candidate: str | None, threads: int) -> type:
+    """ShadowActor bound to its models (the class travels to the actors by value, with cloudpickle)."""
+    class BoundShadowActor(ShadowActor):
+        def __init__(self):
+            super().__init__(model, candidate, threads)
+
+    return BoundShadowActor
+
+
+def ray_init(workers: int, address: str | None = None) -> bool:
+    """Connect to `address` (or $RAY_ADDRESS) or start a local instance of `workers` CPUs; True when this
+    call started it (the caller shuts it down)."""
+    import logging
+
+    ray = _import_ray()
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+    if address:
+        ray.init(address=address, **quiet)
+    else:
+        ray.init(num_cpus=workers, **quiet)
+    logging.getLogger("ray.data").setLevel(logging.ERROR)  # no per-dataset INFO lines or notes in the CLI output
+    return True
+
+
+def _execute_ray(tasks: list[dict], workers: int, address: str | None = None) -> Iterator[dict]:
+    """Ray Data: one row per clip (`override_num_blocks` = clips, so clips spread over the actors),
+    `map_batches(ShadowActor, batch_size=1)` on an actor pool of `workers` actors of 1 CPU each (on a
+    cluster: its CPUs), results streamed back to the parent as clips finish. Ray Data's defaults stay:
+    a crashed actor is restarted and its clip retried (clips are deterministic, and only the parent
+    writes); Ray logs one line that the restarted actor's arguments live in its object store."""
+    ray = _import_ray()
+    started = ray_init(workers, address)
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        cpus = int(ray.cluster_resources().get("CPU", workers))
+        size = max(1, min(len(tasks), workers if not address and not os.environ.get("RAY_ADDRESS") else cpus))
+        ds = ray.data.from_items([{"clip_id": t["clip_id"], "task": pickle.dumps(t)} for t in tasks],
+                                 override_num_blocks=len(tasks))
+        ds = ds.map_batches(_actor_class(tasks[0]["model"], tasks[0]["candidate"], 1), batch_size=1,
+                            compute=ray.data.ActorPoolStrategy(size=size), num_cpus=1, batch_format="numpy")
+        for row in ds.iter_rows():
+            yield pickle.loads(row["result"])
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# -- similarity by image -------------------------------------------------------------------------------
+def read_image(path: str | Path) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of an image file, or ShadowError naming it (missing, undecodable, truncated JPEG)."""
+    import cv2
+
+    from data_engine.fleet import _jpeg_complete
+
+    path = Path(path)
+    try:
+        data = np.frombuffer(path.read_bytes(), np.uint8)
+    except OSError as e:
+        raise ShadowError(f"--image {path}: {e.strerror or e}; give a JPEG or PNG file") from None
+    img = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    if img is None or (data.size >= 2 and data[0] == 0xFF and data[1] == 0xD8 and not _jpeg_complete(data)):
+        raise ShadowError(f"--image {path} is not a readable image (corrupt, truncated or not JPEG/PNG); give a camera image")
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def embed_image(model: str | Path, image: str | Path, camera: str | None = None) -> tuple[np.ndarray, int]:
+    """(the model's embedding (C,) of one camera image, the camera's index). The image must be the
+    model size or that camera's calibrated size (resized as shadow mode does); the embedding of a
+    camera depends on its image only (the trunk runs per camera image), so the image fills every slot."""
+    import cv2
+
+    rt = load_runtime(model)
+    check_model(rt)
+    camera = camera or rt.camera_names[0]
+    if camera not in rt.camera_names:
+        raise ShadowError(f"--camera {camera} is not a camera of {model}; choose one of {rt.camera_names}")
+    n = rt.camera_names.index(camera)
+    img = read_image(image)
+    H, W = rt.image_size
+    sh, sw = rt.source_sizes[n]
+    if img.shape[:2] not in ((H, W), (sh, sw)):
+        raise ShadowError(f"--image {image} is {img.shape[1]}x{img.shape[0]}; camera {camera} of {model} takes {sw}x{sh} "
+                          f"(its calibrated size) or {W}x{H} (the model size)")
+    if img.shape[:2] != (H, W):
+        img = cv2.resize(img, (W, H), interpolation=cv2.INTER_LINEAR)  # as HydraRuntime.preprocess resizes
+    raw = rt.run(rt.feeds(rt.preprocess([img] * rt.num_cameras)))  # video inputs: a stream start
+    return np.asarray(raw["embedding"], np.float32)[n], n  # (C,)
+
+
+def similar_image(catalog: str | Path, model: str | Path | None, image: str | Path, camera: str | None = None, k: int = 50,
+                  run: int | None = None) -> list[dict[str, Any]]:
+    """The k frames of a shadow run whose embedding of `camera` is most like the image's (cosine), best
+    first: [{"frame_id", "clip", "frame", "similarity"}]. `model` must be the run's model (same bytes)."""
+    from data_engine.catalog import file_sha256
+
+    if k < 1:
+        raise ShadowError(f"--k must be at least 1, got {k}")
+    with Catalog(catalog) as cat:
+        run_id = cat.latest_run(run)
+        sha, path = cat.db.execute("SELECT m.sha256, m.path FROM shadow_runs r JOIN models m ON r.model_id = m.id WHERE r.id = ?",
+                                   (run_id,)).fetchone()
+        if model is None:
+            raise ShadowError(f"--image needs --model: the model of shadow run {run_id} ({path}) embeds the image")
+        if not Path(model).is_file():
+            raise ShadowError(f"--model {model} does not exist; give the model of shadow run {run_id} ({path})")
+        if file_sha256(model) != sha:
+            raise ShadowError(f"--model {model} is not the model of shadow run {run_id} ({path}, sha256 {sha[:12]}): its "
+                              "embeddings would not be comparable; give that model or shadow the fleet with this one")
+        q, n = embed_image(model, image, camera)
+        ids, emb = cat.camera_embeddings(run_id, n)  # (M,), (M, C) unit rows
+        table = cat.table(run_id)
+    if len(ids) == 0:
+        raise ShadowError(f"shadow run {run_id} of {catalog} holds no embeddings")
+    sim = emb @ (q / max(float(np.linalg.norm(q)), 1e-12))  # (M,)
+    order = np.lexsort((ids, -sim))[:k]
+    names = {int(f): (str(c), int(i)) for f, c, i in zip(table["frame_id"], table["clip"], table["idx"])}
+    return [{"frame_id": int(ids[o]), "clip": names.get(int(ids[o]), ("?", -1))[0], "frame": names.get(int(ids[o]), ("?", -1))[1],
+             "similarity": round(float(sim[o]), 6)} for o in order]

@@ -180,7 +180,8 @@ def cmd_engine_fleet(args) -> None:
 def cmd_engine_shadow(args) -> None:
     from data_engine.shadow import run_shadow
 
-    st = run_shadow(args.model, args.fleet, args.catalog, args.candidate, args.executor, args.workers, progress=not args.quiet)
+    st = run_shadow(args.model, args.fleet, args.catalog, args.candidate, args.executor, args.workers, progress=not args.quiet,
+                    ray_address=args.ray_address)
     print(f"shadow run {st['run_id']}: {st['clips'] - st['done_before']} of {st['clips']} clips shadowed now "
           f"({st['done_before']} done before), {st['frames']} frames, {st['corrupt']} corrupt -> {args.catalog}")
 
@@ -192,11 +193,17 @@ def _engine_config(args):
 
 
 def cmd_engine_triggers(args) -> None:
+    from data_engine.catalog import Catalog
+    from data_engine.evaluation import load_run_truth, trigger_markdown, trigger_rows, truth_summary
     from data_engine.triggers import build_triggers, fire_all
 
-    run_id, hits = fire_all(args.catalog, build_triggers(_engine_config(args).trigger_params() or None), args.run)
-    print(f"triggers over shadow run {run_id} of {args.catalog}\n| trigger | frames fired |\n|---|---:|")
-    print("\n".join(f"| {name} | {len(h)} |" for name, h in hits.items()))
+    triggers = build_triggers(_engine_config(args).trigger_params() or None)
+    run_id, hits = fire_all(args.catalog, triggers, args.run)
+    with Catalog(args.catalog) as cat:  # the fleet's truth, where it has one (a sim fleet): precision and recall
+        truth, why = load_run_truth(cat, run_id)
+    print(f"triggers over shadow run {run_id} of {args.catalog}")
+    print(truth_summary(truth) if truth is not None else f"no precision/recall: {why}")
+    print(trigger_markdown(trigger_rows(triggers, hits, truth), truth))
 
 
 def cmd_engine_mine(args) -> None:
@@ -209,9 +216,27 @@ def cmd_engine_mine(args) -> None:
 
 def cmd_engine_similar(args) -> None:
     from data_engine.mining import similar
+    from data_engine.shadow import similar_image
 
-    for r in similar(args.catalog, args.frame, args.k, args.run):
+    if (args.frame is None) == (args.image is None):
+        raise ValueError("give --frame ID (a frame of the catalog) or --image FILE (with --model), not both")
+    if args.image is not None:
+        res = similar_image(args.catalog, args.model, args.image, args.camera, args.k, args.run)
+    else:
+        if args.model is not None or args.camera is not None:
+            raise ValueError("--model and --camera go with --image; --frame uses the catalog's embeddings")
+        res = similar(args.catalog, args.frame, args.k, args.run)
+    for r in res:
         print(f"{r['frame_id']:8d}  {r['clip']}/{r['frame']:06d}  {r['similarity']:.4f}")
+
+
+def cmd_engine_report(args) -> None:
+    from data_engine.report import write_report
+
+    rep = write_report(args.catalog, args.out, args.selection, args.run, _engine_config(args), args.camera, args.max_frames,
+                       args.overwrite)
+    print(f"report of selection {rep['selection']} ({rep['shown']} of {rep['items']} frames on the contact sheet), "
+          f"shadow run {rep['run']}: {rep['out']}/report.md, contact_sheet.png, signals.png")
 
 
 def _label_backend(args):
@@ -297,7 +322,9 @@ def _add_engine(sub) -> None:
     sh.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing)")
     sh.add_argument("--candidate", type=Path, default=None, help="a candidate model run alongside (it never drives)")
     sh.add_argument("--executor", default="local", help="local (process pool) or ray")
-    sh.add_argument("--workers", type=int, default=None, help="worker processes (default: one per CPU)")
+    sh.add_argument("--workers", type=int, default=None, help="worker processes or Ray actors (default: one per CPU)")
+    sh.add_argument("--ray-address", default=None, help="with --executor ray: the cluster to join, e.g. ray://head:10001 "
+                    "(default: $RAY_ADDRESS, else a local Ray instance of --workers CPUs)")
     sh.add_argument("--quiet", action="store_true", help="no progress bar")
     sh.set_defaults(func=cmd_engine_shadow)
     for cmd, helptext in (("triggers", "fire the configured triggers over a shadow run; frames fired per trigger"),
@@ -316,9 +343,23 @@ def _add_engine(sub) -> None:
             c.add_argument("--out", type=Path, default=Path("selection.json"))
             c.add_argument("--name", default=None, help="selection name in the catalog (default: strategy-unit-budget)")
         if cmd == "similar":
-            c.add_argument("--frame", type=int, required=True, help="query frame id (selection.json items' frame_id)")
+            c.add_argument("--frame", type=int, default=None, help="query frame id (selection.json items' frame_id)")
+            c.add_argument("--image", type=Path, default=None, help="query image file (JPEG/PNG, one camera's image)")
+            c.add_argument("--model", type=Path, default=None, help="with --image: the shadow run's model.onnx (embeds it)")
+            c.add_argument("--camera", default=None, help="with --image: the camera it is from (default: the model's first)")
             c.add_argument("--k", type=int, default=50)
         c.set_defaults(func={"triggers": cmd_engine_triggers, "mine": cmd_engine_mine, "similar": cmd_engine_similar}[cmd])
+    rep = eng.add_parser("report", help="contact sheet of mined frames, signal histograms, trigger table (markdown)")
+    rep.add_argument("--catalog", type=Path, required=True)
+    rep.add_argument("--out", type=Path, required=True, help="report folder (refused if it exists, unless --overwrite)")
+    rep.add_argument("--selection", default=None, help="selection name in the catalog or selection.json (default: newest)")
+    rep.add_argument("--run", type=int, default=None, help="shadow run id (default: the selection's, else the latest)")
+    rep.add_argument("--camera", default=None, help="camera shown on the contact sheet (default: the model's first)")
+    rep.add_argument("--max-frames", type=int, default=48, help="frames on the contact sheet (best ranks first)")
+    rep.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
+    rep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    rep.add_argument("--overwrite", action="store_true", help="replace an existing report folder")
+    rep.set_defaults(func=cmd_engine_report)
     _add_engine_labels(eng)
 
 

@@ -21,7 +21,8 @@ from data_engine.mining import STRATEGIES, mine, similar
 from data_engine.shadow import run_shadow
 from data_engine.signals import SIGNALS
 
-HAS_RAY = __import__("importlib.util").util.find_spec("ray") is not None
+HAS_RAY = __import__("importlib.util").util.find_spec("ray") is not None and \
+    __import__("importlib.util").util.find_spec("pyarrow") is not None
 
 
 @pytest.fixture(scope="module")
@@ -113,11 +114,20 @@ def test_process_pool_gives_the_same_rows(env, tmp_path):
     assert_same_rows(cat, env["catalog"])
 
 
-@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'ray[default]'); the local executor is tested")
+@pytest.mark.skipif(not HAS_RAY, reason="Ray Data is not installed (pip install 'ray[data]', in the dev extra); "
+                    "the local executor is tested")
 def test_ray_gives_the_same_rows(env, tmp_path):
+    """Ray Data map_batches on a local instance (ray.init(num_cpus=2)), an actor pool of 2 ONNX Runtime
+    sessions: the same catalog rows as the in-process run, and the instance is shut down after."""
+    import ray
+
     cat = tmp_path / "ray.db"
-    run_shadow(env["model"], env["fleet"], cat, executor="ray", workers=2, progress=False)
+    st = run_shadow(env["model"], env["fleet"], cat, executor="ray", workers=2, progress=False)
+    assert st["frames"] == 9 and st["corrupt"] == 0
     assert_same_rows(cat, env["catalog"])
+    with Catalog(cat) as c:  # every clip written whole, with its done marker
+        assert c.db.execute("SELECT count(*), sum(frames) FROM shadow_clips").fetchone() == (3, 9)
+    assert not ray.is_initialized()
 
 
 KILL_SCRIPT = """

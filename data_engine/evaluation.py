@@ -1,0 +1,202 @@
+"""A shadow run measured against its fleet's hidden truth: per-frame model error, trigger precision and
+recall of each rare scenario, and how a selection compares with random.
+
+Only reports (`hydranet engine report`, `hydranet engine triggers`) and benchmarks import this module:
+the miner never does, so it stays blind to the scenario tags. The truth is what a sim fleet keeps
+apart: FLEET/truth/scenarios.json (each clip's rare scenarios) and the per-frame labels.json. A fleet
+without them (a real one) has no truth: `load_run_truth` says why and returns None.
+
+- per-frame error = 1 - F1 of the stored det2d predictions (score >= 0.3) against the labels' 2D boxes
+  (greedy IoU >= 0.5, class-agnostic), over the model's cameras, boxes scaled to the camera images;
+  0 when neither has a box;
+- trigger precision = share of the fired frames whose error is in the fleet's worst quartile
+  (error >= the 75th percentile of the run's frames);
+- recall of a rare scenario = share of that scenario's frames (frames of the clips tagged with it)
+  the trigger fired on;
+- a selection's rare-frame rate and mean error (benchmarks compare them with a random selection).
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_engine.catalog import Catalog
+from data_engine.fleet import TRUTH_FILE
+from hydranet.decoding import box_iou
+
+CONFIDENT = 0.3  # a prediction counts at this score
+MATCH_IOU = 0.5
+WORST_QUANTILE = 0.75
+
+
+class EvaluationError(ValueError):
+    """A fleet's truth that exists but cannot be read; one line naming the file."""
+
+
+@dataclass
+class RunTruth:
+    """The truth of one shadow run's ok frames."""
+    run_id: int
+    fleet: Path
+    errors: dict[int, float]  # frame id -> 1 - F1 of det2d
+    clip_of: dict[int, str]  # frame id -> clip name
+    rare: dict[str, set[int]]  # rare scenario present in the fleet -> its frame ids
+    worst: float  # the worst-quartile threshold: errors >= worst
+
+    @property
+    def scenarios(self) -> list[str]:
+        return sorted(self.rare)
+
+    @property
+    def any_rare(self) -> set[int]:
+        return set().union(*self.rare.values()) if self.rare else set()
+
+    def precision(self, fired: Iterable[int]) -> float:
+        """Share of `fired` frames in the worst error quartile (NaN when nothing fired)."""
+        fired = [int(f) for f in fired]
+        return float(np.mean([self.errors[f] >= self.worst for f in fired])) if fired else math.nan
+
+    def recall(self, fired: Iterable[int]) -> dict[str, float]:
+        """Per rare scenario: share of its frames in `fired` (NaN for a scenario without frames)."""
+        fired = {int(f) for f in fired}
+        return {r: len(fired & self.rare[r]) / len(self.rare[r]) if self.rare[r] else math.nan for r in self.scenarios}
+
+    def rare_rate(self, ids: Sequence[int]) -> float:
+        rare = self.any_rare
+        return float(np.mean([int(f) in rare for f in ids])) if len(ids) else math.nan
+
+    def mean_error(self, ids: Sequence[int]) -> float:
+        return float(np.mean([self.errors[int(f)] for f in ids])) if len(ids) else math.nan
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise EvaluationError(f"{path} is missing: the fleet's {what} cannot be read; regenerate the fleet") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise EvaluationError(f"{path} is unreadable ({type(e).__name__}: {e}); regenerate the fleet") from None
+
+
+def frame_errors(fleet: Path, frames: Mapping[int, tuple[str, str]], predictions: Mapping[int, Mapping],
+                 cams: Sequence[str], model_size: tuple[int, int]) -> dict[int, float]:
+    """Per frame id: 1 - F1 of its det2d predictions (model pixels, scaled to each camera image) against
+    fleet/scenes/<clip>/<dir>/labels.json. frames: {frame id: (clip, frame dir)}."""
+    meta = _read_json(fleet / "dataset.json", "cameras")
+    sizes = {c["name"]: (c["height"], c["width"]) for c in meta["rig"]["cameras"]}
+    out = {}
+    for fid, (clip, fdir) in frames.items():
+        path = fleet / "scenes" / clip / fdir / "labels.json"
+        labels = _read_json(path, "labels")
+        tp = n_p = n_g = 0
+        for n, cam in enumerate(cams):
+            h, w = sizes[cam]
+            try:
+                gt = np.asarray([b["bbox"] for b in labels["cameras"][cam]["boxes2d"]], np.float64).reshape(-1, 4)
+            except (KeyError, TypeError, ValueError) as e:
+                raise EvaluationError(f"{path}: no 2D boxes of camera {cam} ({type(e).__name__}: {e}); regenerate the fleet") from None
+            p = predictions[fid]["det2d"][n]
+            keep = np.asarray(p["scores"]) >= CONFIDENT
+            scale = np.array([w / model_size[1], h / model_size[0]] * 2)  # model pixels -> camera pixels
+            pb = np.asarray(p["boxes"], np.float64).reshape(-1, 4)[keep] * scale
+            n_p, n_g = n_p + len(pb), n_g + len(gt)
+            if len(pb) and len(gt):
+                iou = box_iou(pb, gt)
+                while iou.size and iou.max() >= MATCH_IOU:  # greedy one-to-one, best IoU first
+                    i, j = np.unravel_index(iou.argmax(), iou.shape)
+                    tp += 1
+                    iou[i, :], iou[:, j] = 0, 0
+        out[int(fid)] = 0.0 if n_p + n_g == 0 else 1 - 2 * tp / (n_p + n_g)
+    return out
+
+
+def load_run_truth(cat: Catalog, run_id: int) -> tuple[RunTruth | None, str]:
+    """(the run's truth, "") or (None, why there is none). Raises EvaluationError for truth files that
+    exist but cannot be read."""
+    from deploy.metadata import MetadataError, read_metadata
+
+    info = cat.run_info(run_id)
+    fleet = Path(info["fleet"])
+    truth_path = fleet / TRUTH_FILE
+    if not truth_path.is_file():
+        return None, f"fleet {fleet} has no {TRUTH_FILE} (not a sim fleet, or moved): precision and recall need it"
+    try:
+        md = read_metadata(info["model"])
+    except (OSError, MetadataError, ValueError) as e:
+        return None, f"model {info['model']} of shadow run {run_id} cannot be read ({str(e)[:120]}): its image size is needed"
+    if "det2d" not in md["heads"]:
+        return None, f"model {info['model']} has no det2d head: the per-frame error (1 - F1 of det2d) is undefined"
+    truth = _read_json(truth_path, "scenario tags")
+    clips = truth.get("clips") if isinstance(truth, dict) else None
+    if not isinstance(clips, dict):
+        raise EvaluationError(f"{truth_path} has no 'clips' object; regenerate the fleet")
+    table = cat.table(run_id)
+    dirs = dict(cat.db.execute("SELECT f.id, f.dir FROM frames f JOIN clips c ON f.clip_id = c.id JOIN shadow_runs r "
+                               "ON c.fleet_id = r.fleet_id WHERE r.id = ?", (run_id,)).fetchall())
+    fids = [int(f) for f in table["frame_id"]]
+    clip_of = {f: str(c) for f, c in zip(fids, table["clip"])}
+    missing = sorted({c for c in clip_of.values() if c not in clips})
+    if missing:
+        raise EvaluationError(f"{truth_path} has no tags for clip {missing[0]}; regenerate the fleet")
+    preds = cat.predictions(run_id, fids)
+    errors = frame_errors(fleet, {f: (clip_of[f], dirs[f]) for f in fids}, preds, md["rig"]["names"],
+                          tuple(md["rig"]["image_size"]))
+    names = sorted({r for c in clips.values() for r in c.get("rare", [])})
+    rare = {r: {f for f in fids if r in clips[clip_of[f]].get("rare", [])} for r in names}
+    worst = float(np.quantile(list(errors.values()), WORST_QUANTILE)) if errors else math.nan
+    return RunTruth(run_id, fleet, errors, clip_of, rare, worst), ""
+
+
+# -- tables ------------------------------------------------------------------------------------------
+@dataclass
+class TriggerRow:
+    trigger: str
+    version: int
+    fired: int
+    precision: float | None = None  # None: no truth; NaN: nothing fired
+    recall: dict[str, float] | None = None
+
+
+def trigger_rows(triggers: Sequence[Any], hits: Mapping[str, Sequence[tuple[int, float]]],
+                 truth: RunTruth | None) -> list[TriggerRow]:
+    """One row per trigger (objects with `name` and `version`), measured where the truth exists."""
+    rows = []
+    for t in triggers:
+        fired = [f for f, _ in hits.get(t.name, [])]
+        row = TriggerRow(t.name, int(t.version), len(fired))
+        if truth is not None:
+            row.precision, row.recall = truth.precision(fired), truth.recall(fired)
+        rows.append(row)
+    return rows
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.2f}"
+
+
+def trigger_markdown(rows: Sequence[TriggerRow], truth: RunTruth | None) -> str:
+    """The trigger table as markdown: trigger, version, fired (+ precision and recall per rare scenario)."""
+    if truth is None:
+        head = ["| trigger | version | fired |", "|---|---:|---:|"]
+        return "\n".join(head + [f"| {r.trigger} | {r.version} | {r.fired} |" for r in rows])
+    sc = truth.scenarios
+    head = ["trigger", "version", "fired", "precision (worst-quartile error)", *[f"recall {s}" for s in sc]]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for r in rows:
+        cells = [r.trigger, str(r.version), str(r.fired), _num(r.precision), *[_num(r.recall[s]) for s in sc]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def truth_summary(truth: RunTruth) -> str:
+    n = len(truth.errors)
+    rare = truth.any_rare
+    return (f"truth: {n} frames, {len(rare)} in rare-scenario clips ({100 * len(rare) / max(n, 1):.1f}%: "
+            + (", ".join(f"{s} {len(truth.rare[s])}" for s in truth.scenarios) or "none")
+            + f"); worst-quartile error >= {_num(truth.worst)}, mean error {_num(truth.mean_error(list(truth.errors)))}")

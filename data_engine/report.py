@@ -1,0 +1,324 @@
+"""`hydranet engine report`: what a shadow run and a selection look like, as pictures and tables.
+
+    hydranet engine report --catalog CAT --out DIR [--selection NAME|FILE] [--run N] [--camera NAME] [--overwrite]
+
+DIR holds:
+- contact_sheet.png: one camera image per selected frame (best rank first), with its rank, clip/frame,
+  the reason it was selected (strategy / trigger) and its score drawn on it;
+- signals.png: a histogram per signal column over the run's frames (grey), the selected frames'
+  counts on top (orange);
+- report.md: the run, the selection, the trigger table (trigger, version, frames fired, and where the
+  fleet keeps its truth: precision and recall of each rare scenario, data_engine/evaluation.py), the
+  selected items, and per-signal summaries.
+
+The triggers are fired in memory over the run with the engine config (the same hits `hydranet engine
+triggers` stores; nothing is written to the catalog). DIR is written into DIR.tmp-<pid> and renamed:
+an existing DIR is refused without `overwrite`, and a crash never leaves a half-written report.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from data_engine.catalog import Catalog
+from data_engine.evaluation import RunTruth, load_run_truth, trigger_markdown, trigger_rows, truth_summary
+from data_engine.fleet import read_frame
+from data_engine.signals import SIGNALS
+from hydranet.viz import mosaic, write_png
+
+TILE_W = 256  # contact sheet tile width (pixels); images are scaled to it
+HIST_BINS = 24
+_FONT = cv2.FONT_HERSHEY_SIMPLEX
+
+
+class ReportError(ValueError):
+    """A report that cannot be written as asked; one line saying what to do."""
+
+
+# -- selection ---------------------------------------------------------------------------------------
+def resolve_selection(cat: Catalog, selection: str | Path | None, run: int | None) -> tuple[str, int, list[dict[str, Any]]]:
+    """(name, run id, items [{"rank", "frame_id", "reason"}]) of a selection named in the catalog, a
+    selection.json file, or (None) the newest selection of the run."""
+    if selection is not None and (str(selection).endswith(".json") or Path(selection).is_file()):
+        return _selection_file(cat, Path(selection), run)
+    if selection is None:
+        run_id = cat.latest_run(run)
+        row = cat.db.execute("SELECT name FROM selections WHERE run_id = ? ORDER BY created DESC, id DESC LIMIT 1",
+                             (run_id,)).fetchone()
+        if row is None:
+            raise ReportError(f"catalog {cat.path} holds no selection of shadow run {run_id}; mine one with `hydranet engine "
+                              f"mine --catalog {cat.path} --budget N` or give --selection NAME|FILE")
+        selection = row[0]
+    row = cat.db.execute("SELECT id, run_id FROM selections WHERE name = ?", (str(selection),)).fetchone()
+    if row is None:
+        known = [r[0] for r in cat.db.execute("SELECT name FROM selections ORDER BY id")]
+        raise ReportError(f"selection {selection!r} is not in catalog {cat.path}; known: {known or 'none'} (or give a "
+                          "selection.json file)")
+    sid, sel_run = row
+    run_id = cat.latest_run(run if run is not None else sel_run)
+    items = [{"rank": r, "frame_id": f, "reason": json.loads(reason or "{}")} for r, f, reason in cat.db.execute(
+        "SELECT rank, frame_id, reason FROM selection_items WHERE selection_id = ? ORDER BY rank", (sid,))]
+    return str(selection), run_id, items
+
+
+def _selection_file(cat: Catalog, path: Path, run: int | None) -> tuple[str, int, list[dict[str, Any]]]:
+    from data_engine.labels import read_selection
+
+    name, raw, sel = read_selection(path)
+    file_run = (sel.get("run") or {}).get("run_id") if isinstance(sel.get("run"), dict) else None
+    run_id = cat.latest_run(run if run is not None else file_run)
+    items = []
+    for k, it in enumerate(raw):
+        fid = it.get("frame_id")
+        if fid is None:  # {"clip", "frame"}: looked up in the run's fleet
+            row = cat.db.execute("SELECT f.id FROM frames f JOIN clips c ON f.clip_id = c.id JOIN shadow_runs r ON "
+                                 "c.fleet_id = r.fleet_id WHERE r.id = ? AND c.name = ? AND f.idx = ?",
+                                 (run_id, str(it["clip"]), int(it["frame"]))).fetchone()
+            if row is None:
+                raise ReportError(f"selection {path} item {k}: frame {it['clip']}/{it['frame']} is not in the fleet of shadow "
+                                  f"run {run_id} of {cat.path}; give --run of the run it was mined from")
+            fid = row[0]
+        reason = it.get("reason") if isinstance(it.get("reason"), dict) else {"strategy": f"file {path.name}", "score": None}
+        items.append({"rank": int(it.get("rank", k)), "frame_id": int(fid), "reason": reason})
+    return name, run_id, items
+
+
+# -- pictures ----------------------------------------------------------------------------------------
+def _text(img: np.ndarray, text: str, org: tuple[int, int], scale: float = 0.42, color=(255, 255, 255)) -> None:
+    for dx, dy in ((-1, 0), (1, 0), (0, -1), (0, 1)):  # a dark outline: readable on any image (a thicker stroke
+        cv2.putText(img, text, (org[0] + dx, org[1] + dy), _FONT, scale, (0, 0, 0), 1, cv2.LINE_AA)  # would space wider)
+    cv2.putText(img, text, org, _FONT, scale, color, 1, cv2.LINE_AA)
+
+
+def reason_lines(reason: Mapping[str, Any]) -> list[str]:
+    """Two short lines of a selected item's reason: "strategy / trigger" and "score ... fired ..."."""
+    head = str(reason.get("strategy", "?")) + (f" / {reason['trigger']}" if reason.get("trigger") else "")
+    score = reason.get("score")
+    tail = "score " + ("-" if score is None or not math.isfinite(float(score)) else f"{float(score):.4g}")
+    others = [t for t in reason.get("triggers") or [] if t != reason.get("trigger")]
+    if others:
+        tail += " fired " + ",".join(others)
+    return [head, tail]
+
+
+def frame_tile(image: np.ndarray | None, error: str | None, title: str, reason: Mapping[str, Any]) -> np.ndarray:
+    """One contact-sheet tile (RGB): the image scaled to TILE_W wide with the title, reason and score
+    drawn on it; an unreadable image is a dark tile that says so."""
+    if image is None:
+        tile = np.full((TILE_W * 2 // 3, TILE_W, 3), 40, np.uint8)
+        for k, chunk in enumerate([error[i:i + 38] for i in range(0, min(len(error or ""), 152), 38)]):
+            _text(tile, chunk, (4, 40 + 14 * k), 0.35, (255, 120, 120))
+        _text(tile, "image unreadable:", (4, 24), 0.4, (255, 120, 120))
+    else:
+        h = max(1, round(image.shape[0] * TILE_W / image.shape[1]))
+        tile = cv2.resize(image, (TILE_W, h), interpolation=cv2.INTER_LINEAR)
+    lines = reason_lines(reason)
+    H = tile.shape[0]
+    cv2.rectangle(tile, (0, H - 34), (TILE_W - 1, H - 1), (0, 0, 0), -1)
+    _text(tile, lines[0][:40], (4, H - 20), 0.4, (255, 210, 0))
+    _text(tile, lines[1][:40], (4, H - 6), 0.4)
+    _text(tile, title, (4, 14), 0.4)
+    return tile
+
+
+def contact_sheet(tiles: Sequence[np.ndarray], header: str, cols: int = 6) -> np.ndarray:
+    """Tiles in a grid under a header strip (RGB)."""
+    h = max(t.shape[0] for t in tiles)
+    tiles = [np.pad(t, ((0, h - t.shape[0]), (0, 0), (0, 0))) for t in tiles]
+    cols = min(cols, len(tiles))
+    rows = math.ceil(len(tiles) / cols)
+    tiles = tiles + [np.zeros_like(tiles[0])] * (rows * cols - len(tiles))
+    grid = mosaic(tiles, [""] * len(tiles), cols=cols)
+    strip = np.full((24, grid.shape[1], 3), 20, np.uint8)
+    _text(strip, header[: grid.shape[1] // 8], (6, 17), 0.45)
+    return np.concatenate([strip, grid], 0)
+
+
+def histogram_panel(name: str, values: np.ndarray, selected: np.ndarray, w: int = 260, h: int = 150) -> np.ndarray:
+    """A histogram of `values` (grey) with the `selected` values' counts (orange) on the same bins (RGB)."""
+    img = np.full((h, w, 3), 255, np.uint8)
+    v, s = values[np.isfinite(values)], selected[np.isfinite(selected)]
+    lo, hi = float(v.min()), float(v.max())
+    if hi <= lo:
+        hi = lo + 1.0
+    edges = np.linspace(lo, hi, HIST_BINS + 1)
+    c_all, _ = np.histogram(v, edges)
+    c_sel, _ = np.histogram(np.clip(s, lo, hi), edges)
+    top, left, bottom, right = 22, 6, h - 20, w - 6
+    scale = (bottom - top) / max(int(c_all.max()), 1)
+    bw = (right - left) / HIST_BINS
+    for k in range(HIST_BINS):
+        x0, x1 = int(left + k * bw), int(left + (k + 1) * bw) - 1
+        cv2.rectangle(img, (x0, bottom - int(c_all[k] * scale)), (x1, bottom), (170, 170, 170), -1)
+        if c_sel[k]:
+            cv2.rectangle(img, (x0 + 1, bottom - max(1, int(c_sel[k] * scale))), (x1 - 1, bottom), (245, 130, 48), -1)
+    cv2.line(img, (left, bottom), (right, bottom), (0, 0, 0), 1)
+    cv2.putText(img, f"{name} (n={len(v)}, sel={len(s)})", (left, 15), _FONT, 0.38, (0, 0, 0), 1, cv2.LINE_AA)
+    cv2.putText(img, f"{lo:.3g}", (left, h - 6), _FONT, 0.35, (0, 0, 0), 1, cv2.LINE_AA)
+    cv2.putText(img, f"{hi:.3g}", (right - 8 * len(f"{hi:.3g}"), h - 6), _FONT, 0.35, (0, 0, 0), 1, cv2.LINE_AA)
+    return img
+
+
+def signal_histograms(table: Mapping[str, np.ndarray], selected_ids: Sequence[int], cols: int = 4) -> tuple[np.ndarray | None, list[str]]:
+    """(the histogram sheet (RGB) or None, the signals without a finite value)."""
+    sel = np.isin(table["frame_id"], np.asarray(list(selected_ids), np.int64))
+    panels, empty = [], []
+    for s in SIGNALS:
+        v = np.asarray(table[s], np.float64)
+        if not np.isfinite(v).any():
+            empty.append(s)
+            continue
+        panels.append(histogram_panel(s, v, v[sel]))
+    if not panels:
+        return None, empty
+    cols = min(cols, len(panels))
+    panels += [np.full_like(panels[0], 255)] * (-len(panels) % cols)  # white, not black, where the grid has no panel
+    return mosaic(panels, [""] * len(panels), cols=cols), empty
+
+
+# -- markdown ----------------------------------------------------------------------------------------
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}" if math.isfinite(v) else "-"
+    return str(v)
+
+
+def items_markdown(items: Sequence[Mapping[str, Any]], names: Mapping[int, tuple[str, int]], truth: RunTruth | None) -> str:
+    head = ["rank", "frame id", "clip/frame", "strategy", "trigger", "score", "triggers fired"]
+    if truth is not None:
+        head += ["rare scenario", "model error"]
+    align = ["---:", "---:", "---", "---", "---", "---:", "---"] + (["---", "---:"] if truth is not None else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    for it in items:
+        f, r = int(it["frame_id"]), it["reason"]
+        clip, idx = names.get(f, ("?", -1))
+        cells = [str(it["rank"]), str(f), f"{clip}/{idx:06d}", str(r.get("strategy", "?")), str(r.get("trigger") or "-"),
+                 _fmt(r.get("score")), ", ".join(r.get("triggers") or []) or "-"]
+        if truth is not None:
+            rare = [s for s in truth.scenarios if f in truth.rare[s]]
+            cells += [", ".join(rare) or "-", f"{truth.errors[f]:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def signals_markdown(table: Mapping[str, np.ndarray], selected_ids: Sequence[int]) -> str:
+    sel = np.isin(table["frame_id"], np.asarray(list(selected_ids), np.int64))
+    lines = ["| signal | frames with a value | mean | p95 | max | selected mean |", "|---|---:|---:|---:|---:|---:|"]
+    for s in SIGNALS:
+        v = np.asarray(table[s], np.float64)
+        ok = np.isfinite(v)
+        if not ok.any():
+            continue
+        vs = v[sel & ok]
+        lines.append(f"| {s} | {int(ok.sum())} | {_fmt(float(v[ok].mean()))} | {_fmt(float(np.percentile(v[ok], 95)))} | "
+                     f"{_fmt(float(v[ok].max()))} | {_fmt(float(vs.mean()) if len(vs) else None)} |")
+    return "\n".join(lines)
+
+
+# -- the report --------------------------------------------------------------------------------------
+def write_report(catalog: str | Path, out: str | Path, selection: str | Path | None = None, run: int | None = None,
+                 cfg=None, camera: str | None = None, max_frames: int = 48, overwrite: bool = False) -> dict[str, Any]:
+    """Write DIR/{contact_sheet.png, signals.png, report.md}; returns {"out", "run", "selection", "items",
+    "shown", "triggers" (TriggerRow list), "truth" (RunTruth or None)}."""
+    from data_engine.mining import EngineConfig
+    from data_engine.triggers import build_triggers
+
+    out = Path(out)
+    if max_frames < 1:
+        raise ReportError(f"--max-frames must be at least 1, got {max_frames}")
+    if out.exists() and not overwrite:
+        raise ReportError(f"report folder {out} exists; give another --out or pass --overwrite to replace it")
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} is a file; give a folder path")
+    cfg = cfg or EngineConfig()
+    triggers = build_triggers(cfg.trigger_params() or None)
+    with Catalog(catalog) as cat:
+        name, run_id, items = resolve_selection(cat, selection, run)
+        info = cat.run_info(run_id)
+        table = cat.table(run_id)
+        n_corrupt = cat.db.execute("SELECT count(*) FROM signals WHERE run_id = ? AND status != 'ok'", (run_id,)).fetchone()[0]
+        names = {int(f): (str(c), int(i)) for f, c, i in zip(table["frame_id"], table["clip"], table["idx"])}
+        missing = [it["frame_id"] for it in items if it["frame_id"] not in names]
+        if missing:
+            raise ReportError(f"selection {name!r} frame id {missing[0]} is not an ok frame of shadow run {run_id} in {cat.path}; "
+                              "give --run of the run it was mined from")
+        cams = json.loads(cat.db.execute("SELECT m.meta FROM shadow_runs r JOIN models m ON r.model_id = m.id WHERE r.id = ?",
+                                         (run_id,)).fetchone()[0])["rig"]
+        camera = camera or cams[0]
+        if camera not in cams:
+            raise ReportError(f"--camera {camera} is not a camera of the run's model; choose one of {cams}")
+        dirs = dict(cat.db.execute("SELECT f.id, f.dir FROM frames f JOIN clips c ON f.clip_id = c.id JOIN shadow_runs r "
+                                   "ON c.fleet_id = r.fleet_id WHERE r.id = ?", (run_id,)).fetchall())
+        sel_row = cat.db.execute("SELECT strategy, unit, budget FROM selections WHERE name = ?", (name,)).fetchone()
+        ids, emb = cat.embeddings(run_id, table["frame_id"])
+        fire_table = dict(table)
+        if len(ids) == len(table["frame_id"]):
+            fire_table["embedding"] = emb
+        hits = {t.name: t.fire(fire_table) for t in triggers}  # in memory: the same hits `engine triggers` stores
+        truth, why = load_run_truth(cat, run_id)
+    rows = trigger_rows(triggers, hits, truth)
+
+    shown = items[:max_frames]
+    tiles = []
+    for it in shown:
+        clip, idx = names[it["frame_id"]]
+        try:
+            img, err = read_frame(Path(info["fleet"]), clip, dirs[it["frame_id"]], [camera])[0], None
+        except ValueError as e:
+            img, err = None, str(e)
+        tiles.append(frame_tile(img, err, f"#{it['rank']} {clip}/{idx:06d}", it["reason"]))
+    sel_ids = [it["frame_id"] for it in items]
+    strategy = sel_row[0] if sel_row else "file"
+    header = (f"selection {name} ({strategy}, {len(items)} items{'' if len(shown) == len(items) else f', first {len(shown)}'}) "
+              f"- shadow run {run_id} - camera {camera}")
+    hist, empty = signal_histograms(table, sel_ids)
+
+    md = [f"# Data engine report: {Path(catalog).name}", "",
+          f"- shadow run {run_id}: model `{info['model']}`, fleet `{info['fleet']}`; {len(table['frame_id'])} ok frames, "
+          f"{n_corrupt} corrupt",
+          f"- selection `{name}`: " + (f"strategy {sel_row[0]}, unit {sel_row[1]}, budget {sel_row[2]}, " if sel_row else "from a file, ")
+          + f"{len(items)} items", "",
+          "## Mined frames", "", f"![contact sheet](contact_sheet.png) (camera {camera}, "
+          + (f"all {len(items)} items)" if len(shown) == len(items) else f"the first {len(shown)} of {len(items)} by rank)"), "",
+          items_markdown(items, names, truth), "",
+          "## Triggers", "", "Fired in memory over the run with the engine config (the hits `hydranet engine triggers` stores).",
+          truth_summary(truth) if truth is not None else f"No precision/recall: {why}.", "",
+          trigger_markdown(rows, truth), "",
+          "## Signals", ""]
+    md += (["![signal histograms](signals.png) (grey: all ok frames; orange: the selected ones)", ""] if hist is not None
+           else ["No signal has a value in this run.", ""])
+    md += [signals_markdown(table, sel_ids)]
+    if empty:
+        md += ["", "Without a value in this run (head absent, no --candidate, or no history): " + ", ".join(empty) + "."]
+
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        if tiles:
+            write_png(tmp / "contact_sheet.png", contact_sheet(tiles, header))
+        if hist is not None:
+            write_png(tmp / "signals.png", hist)
+        (tmp / "report.md").write_text("\n".join(md) + "\n")
+        if out.exists():  # --overwrite: the old report goes only once the new one is complete
+            old = out.with_name(f"{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"out": out, "run": run_id, "selection": name, "items": len(items), "shown": len(shown), "triggers": rows,
+            "truth": truth}
