@@ -3,6 +3,9 @@ sim's own frames so the truth is known (docs/datasets.md).
 
 - `make_sim(root)`: a small 2 Hz sim dataset (the truth).
 - `write_nuscenes(sim, out)`: nuScenes v1.0 tables (sim/nuscenes_export.py; the devkit loads them).
+- `write_nuscenes_map(sim, nusc)`: the map expansion v1.3 (maps/expansion/<location>.json) of every
+  scene's sim world, each scene moved to its own nuScenes location in log.json (the devkit's
+  `NuScenesMap` loads them); `write_map_json(path, polygons, lines)` writes any small map.
 - `write_kitti(sim, out)`: KITTI object `training/{image_2,label_2,calib}` from the front camera.
 - `write_bdd100k(sim, out)`: BDD100K `images/100k/<split>`, det_20 Scalabel JSON, drivable masks,
   lane polylines from the front camera.
@@ -19,7 +22,7 @@ import numpy as np
 from hydranet.data.dataset import SimDataset
 from sim.config import SimConfig
 from sim.generate import generate_dataset
-from sim.nuscenes_export import export_nuscenes
+from sim.nuscenes_export import export_nuscenes, token
 
 SIM_CFG = SimConfig(frames_per_scene=4, image_width=160, image_height=96, frame_rate_hz=2.0)
 SIM_SCENES, SIM_SEED = 2, 3
@@ -31,6 +34,89 @@ def make_sim(root, cfg: SimConfig = SIM_CFG, scenes: int = SIM_SCENES, seed: int
 
 def write_nuscenes(sim_root, out, version: str = "v1.0-mini") -> Path:
     return export_nuscenes(sim_root, out, version, progress=False)
+
+
+# -- nuScenes map expansion (v1.3) -------------------------------------------------------------
+NUSC_LOCATIONS = ("boston-seaport", "singapore-onenorth", "singapore-hollandvillage", "singapore-queenstown")
+
+
+def _write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def write_map_json(path, drivable: list, lines: dict[str, list], canvas_edge=(3000.0, 3000.0)) -> Path:
+    """A map expansion v1.3 JSON in the official layout: `drivable` polygons [(exterior (P, 2),
+    [holes (Q, 2)])] in one drivable_area record, `lines` {"lane_divider" | "road_divider":
+    [(P, 2) polylines]}, global x/y metres. The semantic layers this fixture has no geometry for
+    are written empty, as the devkit needs them all."""
+    js = {"version": "1.3", "canvas_edge": list(canvas_edge), "node": [], "line": [], "polygon": [],
+          "drivable_area": [], "road_segment": [], "road_block": [], "lane": [], "ped_crossing": [], "walkway": [],
+          "stop_line": [], "carpark_area": [], "road_divider": [], "lane_divider": [], "traffic_light": [],
+          "lane_connector": [], "arcline_path_3": {}, "connectivity": {}}
+
+    def nodes(pts, key) -> list[str]:
+        toks = []
+        for k, (x, y) in enumerate(np.asarray(pts, np.float64).reshape(-1, 2)):
+            toks.append(token("node", *key, str(k)))
+            js["node"].append({"token": toks[-1], "x": round(float(x), 4), "y": round(float(y), 4)})
+        return toks
+
+    ptoks = []
+    for i, (ext, holes) in enumerate(drivable):
+        ptoks.append(token("polygon", str(i)))
+        js["polygon"].append({"token": ptoks[-1], "exterior_node_tokens": nodes(ext, ("poly", str(i))),
+                              "holes": [{"node_tokens": nodes(h, ("hole", str(i), str(j)))} for j, h in enumerate(holes)]})
+    js["drivable_area"].append({"token": token("drivable_area", "0"), "polygon_tokens": ptoks})
+    for layer in ("lane_divider", "road_divider"):
+        for i, pts in enumerate(lines.get(layer, [])):
+            ltok = token("line", layer, str(i))
+            js["line"].append({"token": ltok, "node_tokens": nodes(pts, (layer, str(i)))})
+            rec = {"token": token(layer, str(i)), "line_token": ltok}
+            if layer == "lane_divider":
+                rec["lane_divider_segments"] = []
+            else:
+                rec["road_segment_token"] = ""
+            js[layer].append(rec)
+    _write_json(Path(path), js)
+    return Path(path)
+
+
+def write_nuscenes_map(sim_root, nusc_root, version: str = "v1.0-mini") -> dict[str, str]:
+    """Give scene k of a nuScenes fixture (written by write_nuscenes from `sim_root`) the location
+    NUSC_LOCATIONS[k] in log.json, and write maps/expansion/<location>.json with its sim world's
+    road polygons (drivable_area) and painted lines: the yellow centre lines -> road_divider, the
+    white lane and edge lines -> lane_divider (nuScenes has no edge-line layer; drawing them keeps
+    the sim's lane raster as the truth). Coordinates are the sim world's: the frame of the
+    exported ego poses. Returns {scene name: location}."""
+    from hydranet.config import from_dict
+    from sim.world import World
+
+    sim_root, nusc_root = Path(sim_root), Path(nusc_root)
+    meta = json.loads((sim_root / "dataset.json").read_text())
+    cfg = from_dict(SimConfig, meta["sim_config"])
+    if len(meta["scenes"]) > len(NUSC_LOCATIONS):
+        raise ValueError(f"write_nuscenes_map: {len(meta['scenes'])} scenes, only {len(NUSC_LOCATIONS)} locations")
+    log_path = nusc_root / version / "log.json"
+    scene_path = nusc_root / version / "scene.json"
+    logs, scenes = json.loads(log_path.read_text()), json.loads(scene_path.read_text())
+    log_of = {s["name"]: s["log_token"] for s in scenes}
+    where = {}
+    for k, sc in enumerate(meta["scenes"]):
+        loc = NUSC_LOCATIONS[k]
+        where[sc["name"]] = loc
+        for lg in logs:
+            if lg["token"] == log_of[sc["name"]]:
+                lg["location"] = loc
+        seed = json.loads((sim_root / "scenes" / sc["name"] / "scene.json").read_text())["seed"]
+        road = World(cfg, seed).road
+        lines = {"road_divider": [m.path.points for m in road.markings if m.type == "solid_yellow"],
+                 "lane_divider": [m.path.points for m in road.markings if m.type != "solid_yellow"]}
+        write_map_json(nusc_root / "maps" / "expansion" / f"{loc}.json", [(p, []) for p in road.road_polygons()], lines)
+    _write_json(log_path, logs)
+    return where
 
 
 # -- KITTI object ---------------------------------------------------------------------------

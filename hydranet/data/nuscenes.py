@@ -21,8 +21,11 @@ tables become (docs/datasets.md has the full table):
   `hydranet.data.reader.project_box_2d` (cut at 0.1 m in front of the camera, convex hull of the
   projection clipped to the image). `visible_fraction` = lower bound of the annotation's
   visibility bin (v0-40 -> 0.0, ...: nuScenes grades visibility over all cameras together).
-- Drivable area and lanes need the map expansion (maps/expansion/<location>.json); it is not read
-  yet: samples do not supervise drivable, lanes or bevmap, and `notes` says why.
+- Drivable area and lanes come from the map expansion (maps/expansion/<location>.json, v1.3;
+  hydranet/data/nuscenes_map.py): drivable-area polygons and lane_divider + road_divider lines
+  rasterized into the sample's BEV grid (`bev`, with the boxes' footprints) and projected on flat
+  ground into every camera (`drivable`, `lanes2d`; `lanes3d` in the ego frame). Samples of a
+  location with its map supervise drivable, lanes and bevmap; without it `notes` says what to get.
 """
 from __future__ import annotations
 
@@ -30,8 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
+from hydranet.bevgrid import BevGrid
 from hydranet.data.dataset import DatasetError
 from hydranet.data.dataset import FrameReader
+from hydranet.data.nuscenes_map import LINE_LAYERS, MapExpansion, bev_raster, camera_drivable, camera_lanes, lanes_3d
 from hydranet.data.reader import boxes_in_camera, decode_image, make_rig, project_boxes_2d, read_json, \
     select_cameras
 from hydranet.geometry import invert_rigid, make_transform, quaternion_to_matrix
@@ -73,6 +78,7 @@ CLASSES = ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian
            "traffic_cone", "barrier", "debris")
 VISIBILITY_LOW = {"v0-40": 0.0, "v40-60": 0.4, "v60-80": 0.6, "v80-100": 0.8}
 BEV = {"x_range": [-50.0, 50.0], "y_range": [-50.0, 50.0], "resolution": 0.5}
+MAP_HEADS = frozenset({"drivable", "lanes", "bevmap"})  # what a location's map expansion supervises
 _FIX = "re-extract the nuScenes metadata archive (v1.0-*.tgz) into the dataset root"
 
 
@@ -174,11 +180,14 @@ class NuScenesDataset(FrameReader):
         self._index_frames()
         first = self.scenes[0]["frames"][0]
         self.rig = make_rig(f"nuscenes-{version}", [self._calib(first, ch) for ch in self.camera_names])
+        self.grid = BevGrid.from_meta({"bev": BEV})
+        self.maps = self._load_maps()
         self.notes = self._map_notes()
-        has_boxes = bool(t["sample_annotation"])
-        self.supervises = frozenset({"det2d", "det3d"} if has_boxes else set())
+        self._box_heads = frozenset({"det2d", "det3d"} if t["sample_annotation"] else set())
+        self.supervises = self._box_heads | (MAP_HEADS if self.maps else frozenset())
         self.meta = {"format": FORMAT, "version": version, "split": self.split, "classes": list(CLASSES),
-                     "sign_classes": [], "light_states": [], "lane_types": [], "bev": dict(BEV),
+                     "sign_classes": [], "light_states": [], "lane_types": list(LINE_LAYERS) if self.maps else [],
+                     "bev": dict(BEV),
                      "frame_rate_hz": 2.0, "rig": self.rig.to_dict(),
                      "scenes": [{"name": s["name"], "num_frames": len(s["frames"])} for s in self.scenes],
                      "class_map": dict(CATEGORY_MAP), "supervises": sorted(self.supervises)}
@@ -229,15 +238,46 @@ class NuScenesDataset(FrameReader):
         cs = self._cs[sd["calibrated_sensor_token"]]
         return ch, np.asarray(cs["camera_intrinsic"], np.float64), _pose(cs), int(sd["width"]), int(sd["height"])
 
+    def _map_path(self, location: str) -> Path:
+        return self.root / "maps" / "expansion" / f"{location}.json"
+
+    def _load_maps(self) -> dict[str, MapExpansion]:
+        """The map expansion of every location of the selected scenes that has one, each checked
+        against its scenes: a scene whose ego is on none of its first, middle and last samples'
+        drivable area was recorded elsewhere (the file holds another location's map)."""
+        maps = {}
+        for loc in sorted({s["location"] for s in self.scenes}):
+            if loc and self._map_path(loc).is_file():
+                maps[loc] = MapExpansion(self._map_path(loc), loc)
+        for sc in self.scenes:
+            m = maps.get(sc["location"])
+            if m is None or not sc["frames"]:
+                continue
+            fr = sc["frames"]
+            probes = [fr[0], fr[len(fr) // 2], fr[-1]]
+            if not any(m.on_drivable(self.ego_pose(tok)[:2, 3]) for tok in probes):
+                xy = self.ego_pose(fr[0])[:2, 3]
+                x0, y0, x1, y1 = m.extent
+                raise DatasetError(f"{m.path}: scene {sc['name']} (location {sc['location']!r} in log.json) drives at "
+                                   f"x={xy[0]:.1f}, y={xy[1]:.1f}, off this map's drivable area (map spans x {x0:.0f}.."
+                                   f"{x1:.0f}, y {y0:.0f}..{y1:.0f}): the file holds another location's map; put the "
+                                   f"map of {sc['location']!r} there (nuScenes map expansion v1.3)", m.path)
+        return maps
+
     def _map_notes(self) -> list[str]:
         locs = sorted({s["location"] for s in self.scenes})
-        missing = [loc for loc in locs if not (self.root / "maps" / "expansion" / f"{loc}.json").is_file()]
+        missing = [loc for loc in locs if loc not in self.maps]
+        notes = []
+        if self.maps:
+            notes.append(f"map expansion of {sorted(self.maps)}: drivable area and lane_divider + road_divider lines "
+                         "rasterized into the BEV grid and projected on flat ground into every camera (not "
+                         "occlusion-aware), so those samples supervise drivable, lanes and bevmap")
         if missing:
-            return [f"{self.root / 'maps' / 'expansion' / (missing[0] + '.json')}: the nuScenes map expansion is not "
-                    f"installed (locations {missing}), so this dataset supervises no drivable, lanes or bevmap head; "
-                    "download 'Map expansion' from nuscenes.org and unzip it into maps/ to get them"]
-        return ["the nuScenes map expansion is installed, but this reader does not rasterize it yet: drivable, lanes "
-                "and bevmap are not supervised"]
+            notes.append(f"{self._map_path(missing[0])}: the nuScenes map expansion is not installed (locations "
+                         f"{missing}), so {'their samples supervise' if self.maps else 'this dataset supervises'} no "
+                         "drivable, lanes or bevmap head; download 'Map expansion' from nuscenes.org and unzip it "
+                         "into maps/ to get them")
+        return notes
 
     def frame_name(self, scene: int, frame: int) -> str:
         return self.scenes[scene]["frames"][frame]
@@ -315,7 +355,8 @@ class NuScenesDataset(FrameReader):
             Ks.append(K)
             sds.append(sd)
         boxes = self.boxes3d(tok, ego2world)
-        cameras = {}
+        m = self.maps.get(scene["location"])
+        cameras, drivable = {}, []
         for ch, K, T, sd in zip(self.camera_names, Ks, c2e, sds):
             b2 = []
             projected = project_boxes_2d(boxes_in_camera(boxes, invert_rigid(T)), K, sd["width"], sd["height"])
@@ -327,6 +368,10 @@ class NuScenesDataset(FrameReader):
                            "visible_fraction": VISIBILITY_LOW.get(b["attributes"]["visibility"], 0.0),
                            "attributes": {"derived_from_3d": True, "in_image_fraction": inside}})
             cameras[ch] = {"boxes2d": b2, "lanes2d": []}
+            if m is not None:  # the map laid on flat ground, seen by this camera at its own instant
+                world2cam = invert_rigid(ego2world @ T)
+                cameras[ch]["lanes2d"] = camera_lanes(m, ego2world, world2cam, K, sd["width"], sd["height"])
+                drivable.append(camera_drivable(m, ego2world, world2cam, K, sd["width"], sd["height"]))  # (H, W)
         sample = {
             "format": FORMAT, "scene": scene["name"], "frame_index": f, "sample_token": tok,
             "timestamp_us": int(rec["timestamp"]), "camera_names": list(self.camera_names),
@@ -334,8 +379,12 @@ class NuScenesDataset(FrameReader):
             "cam2ego": np.stack(c2e).astype(np.float32),  # (N, 4, 4)
             "ego2world": ego2world,  # (4, 4) float64
             "labels": {"cameras": cameras, "boxes3d": boxes, "lanes3d": []},
-            "supervises": set(self.supervises),
+            "supervises": set(self._box_heads | (MAP_HEADS if m is not None else set())),
         }
+        if m is not None:
+            sample["labels"]["lanes3d"] = lanes_3d(m, ego2world, self.grid)
+            sample["bev"] = bev_raster(m, ego2world, self.grid, boxes, list(CLASSES))  # (3, X, Y) uint8
+            sample["drivable"] = np.stack(drivable) if len({d.shape for d in drivable}) == 1 else drivable  # (N, H, W)
         if "images" in self.channels:
             imgs = [decode_image(self.root / sd["filename"], f"{_FIX} (samples/ and sweeps/ archives) or use "
                                  "on_bad_frame='skip'", (sd["height"], sd["width"])) for sd in sds]

@@ -1,0 +1,336 @@
+"""The nuScenes map expansion (v1.3 JSON) rasterized into each sample: BEV grid and cameras.
+
+    m = MapExpansion(root / "maps/expansion/boston-seaport.json", "boston-seaport")
+    bev = bev_raster(m, ego2world, grid, boxes, classes)                 # (3, X, Y) uint8
+    drivable = camera_drivable(m, ego2world, world2cam, K, W, H)         # (H, W) bool
+    lanes2d = camera_lanes(m, ego2world, world2cam, K, W, H)             # [{"points", "type", "lane_id"}]
+
+Caesar et al., "nuScenes: A multimodal dataset for autonomous driving", CVPR 2020; the map
+expansion's layout is the one nuscenes-devkit's `NuScenesMap` reads: geometric layers `node`
+({token, x, y}, metres in the location's global frame, the frame of ego_pose), `line`
+({token, node_tokens}) and `polygon` ({token, exterior_node_tokens, holes: [{node_tokens}]}),
+and semantic layers pointing at them; read here: `drivable_area` ({token, polygon_tokens}),
+`lane_divider` and `road_divider` ({token, line_token, ...}).
+
+What is drawn (docs/datasets.md):
+- BEV (`bev.png` convention of docs/dataset_format.md, the sample's ego frame): channel 0 the
+  drivable-area polygons (holes cut out), channel 1 the lane_divider and road_divider lines 1 cell
+  wide, channel 2 the 3D boxes' footprints (class index + 1). Drawn as the sim draws its raster
+  (OpenCV, 1/16-cell sub-pixel vertices, pixel centres inside).
+- Cameras: the same polygons and lines laid on flat ground (world z = 0, where nuScenes' ego
+  poses lie), cut to CAMERA_RANGE metres around the ego and at NEAR metres in front of the
+  camera, then projected through the calibration (pinhole, so straight edges stay straight and the
+  projection of the cut polygon is exact). `drivable` per camera is not occlusion-aware (a car on
+  the road is drivable under it); `lanes2d` are the divider lines' visible-in-image runs (a line
+  leaving and re-entering the image is two polylines with one lane_id).
+numpy + OpenCV only (no shapely, no torch).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from hydranet.bevgrid import BevGrid
+from hydranet.data.dataset import DatasetError
+from hydranet.data.reader import NEAR, read_json
+from hydranet.geometry import box_corners, transform_points
+
+MIN_VERSION = (1, 3)
+LINE_LAYERS = ("lane_divider", "road_divider")  # -> lanes2d/lanes3d "type"
+REQUIRED = ("node", "line", "polygon", "drivable_area") + LINE_LAYERS
+CAMERA_RANGE = 100.0  # metres around the ego (square in ego x/y) drawn into the cameras
+_SHIFT = 4  # OpenCV sub-pixel bits: vertices in 1/16 pixel
+FIX = "download 'Map expansion' (v1.3) from nuscenes.org and unzip it into the dataroot's maps/ folder"
+
+
+def _version(v) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in str(v).split("."))
+    except ValueError:
+        return (0,)
+
+
+class MapExpansion:
+    """One location's map: drivable-area polygons and divider lines in global x/y (metres), with
+    bounding boxes for culling. Bad files raise one DatasetError line naming the file and record."""
+
+    def __init__(self, path, location: str):
+        self.path, self.location = Path(path), location
+        js = read_json(self.path, FIX)
+        if not isinstance(js, dict):
+            raise DatasetError(f"{self.path}: not a map expansion (a JSON object with layers {list(REQUIRED)}); {FIX}",
+                               self.path)
+        version = js.get("version", "1.0")  # the devkit reads a file without "version" as 1.0
+        if _version(version) < MIN_VERSION:
+            raise DatasetError(f"{self.path}: map expansion version {version} is outdated (this reader needs "
+                               f">= {'.'.join(map(str, MIN_VERSION))}); {FIX}", self.path)
+        for layer in REQUIRED:
+            if not isinstance(js.get(layer), list):
+                raise DatasetError(f"{self.path}: layer '{layer}' is missing or not a list; {FIX}", self.path)
+        try:
+            nodes = {n["token"]: (float(n["x"]), float(n["y"])) for n in js["node"]}
+        except (KeyError, TypeError, ValueError):
+            raise DatasetError(f"{self.path}: layer 'node' has a record without token/x/y numbers; {FIX}", self.path) from None
+        self.version = str(version)
+
+        def points(tokens, what: str) -> np.ndarray:
+            try:
+                return np.asarray([nodes[t] for t in tokens], np.float64).reshape(-1, 2)
+            except KeyError as e:
+                raise DatasetError(f"{self.path}: {what} names node {e.args[0]!r}, which layer 'node' lacks; {FIX}",
+                                   self.path) from None
+
+        polygons = {p.get("token"): p for p in js["polygon"] if isinstance(p, dict)}
+        self.drivable: list[tuple[np.ndarray, list[np.ndarray]]] = []  # (exterior (P, 2), holes [(Q, 2)])
+        for rec in js["drivable_area"]:
+            for ptok in rec.get("polygon_tokens", []):
+                poly = polygons.get(ptok)
+                if poly is None:
+                    raise DatasetError(f"{self.path}: drivable_area record {rec.get('token')!r} names polygon {ptok!r}, "
+                                       f"which layer 'polygon' lacks; {FIX}", self.path)
+                ext = points(poly.get("exterior_node_tokens", []), f"polygon {ptok!r}")
+                holes = [points(h.get("node_tokens", []), f"polygon {ptok!r} (a hole)") for h in poly.get("holes", [])]
+                if len(ext) >= 3:
+                    self.drivable.append((ext, [h for h in holes if len(h) >= 3]))
+        lines = {ln.get("token"): ln for ln in js["line"] if isinstance(ln, dict)}
+        self.lines: list[tuple[str, np.ndarray]] = []  # (layer, (P, 2))
+        for layer in LINE_LAYERS:
+            for rec in js[layer]:
+                line = lines.get(rec.get("line_token"))
+                if line is None:
+                    raise DatasetError(f"{self.path}: {layer} record {rec.get('token')!r} names line "
+                                       f"{rec.get('line_token')!r}, which layer 'line' lacks; {FIX}", self.path)
+                pts = points(line.get("node_tokens", []), f"line {rec.get('line_token')!r}")
+                if len(pts) >= 2:  # the devkit skips lines without nodes too
+                    self.lines.append((layer, pts))
+        self._poly_box = _boxes([e for e, _ in self.drivable])  # (K, 4) x0, y0, x1, y1
+        self._line_box = _boxes([p for _, p in self.lines])
+        all_pts = [e for e, _ in self.drivable] + [p for _, p in self.lines]
+        self.extent = _boxes([np.concatenate(all_pts)])[0] if all_pts else np.zeros(4)
+
+    def near(self, xy, radius: float) -> tuple[list[tuple[np.ndarray, list[np.ndarray]]], list[tuple[int, str, np.ndarray]]]:
+        """Drivable polygons (holes culled too) and (index, layer, points) lines whose bounding box
+        meets the square of half-size `radius` around global `xy`."""
+        x, y = float(xy[0]), float(xy[1])
+        q = np.array([x - radius, y - radius, x + radius, y + radius])
+
+        def hit(b):
+            return (b[:, 0] <= q[2]) & (b[:, 2] >= q[0]) & (b[:, 1] <= q[3]) & (b[:, 3] >= q[1])
+
+        polys = []
+        for k in np.flatnonzero(hit(self._poly_box)):
+            ext, holes = self.drivable[k]
+            polys.append((ext, [h for h in holes if hit(_boxes([h]))[0]]))
+        lines = [(int(k), *self.lines[k]) for k in np.flatnonzero(hit(self._line_box))]
+        return polys, lines
+
+    def on_drivable(self, xy) -> bool:
+        """Whether the global point `xy` lies on the drivable area (in an exterior, in none of its holes)."""
+        polys, _ = self.near(xy, 0.0)
+        return any(_inside(ext, xy) and not any(_inside(h, xy) for h in holes) for ext, holes in polys)
+
+
+def _boxes(polys: list[np.ndarray]) -> np.ndarray:
+    if not polys:
+        return np.zeros((0, 4))
+    return np.stack([np.concatenate([p.min(0), p.max(0)]) for p in polys])  # (K, 4)
+
+
+def _inside(poly: np.ndarray, p) -> bool:
+    """Even-odd point-in-polygon test of point p (2,) against polygon (P, 2)."""
+    x, y = poly[:, 0], poly[:, 1]
+    x2, y2 = np.roll(x, -1), np.roll(y, -1)
+    cross = (y > p[1]) != (y2 > p[1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xi = x + (p[1] - y) * (x2 - x) / (y2 - y)
+    return bool(np.count_nonzero(cross & (p[0] < xi)) % 2)
+
+
+# -- clipping (vectorized Sutherland-Hodgman for polygons, Liang-Barsky-style for segments) ---
+def clip_polygon(P: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Polygon P (V, D) cut to the half-space d >= 0 (d: (V,) signed distance of each vertex, linear
+    in position). Keeps vertex order; a concave polygon may gain zero-area bridges along the cut."""
+    if len(P) == 0 or (d >= 0).all():
+        return P
+    Q, dq = np.roll(P, -1, 0), np.roll(d, -1)
+    ina, inb = d >= 0, dq >= 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(ina != inb, d / (d - dq), 0.0)
+    cut = P + t[:, None] * (Q - P)  # (V, D) where the edge crosses the boundary
+    out = np.stack([cut, Q], 1)  # (V, 2, D): per edge a -> b: [crossing point, b]
+    keep = np.stack([ina != inb, inb], 1)  # (V, 2)
+    return out[keep]
+
+
+def _rect_distances(P: np.ndarray, half: float) -> list[np.ndarray]:
+    return [half - P[:, 0], P[:, 0] + half, half - P[:, 1], P[:, 1] + half]
+
+
+def clip_to_square(P: np.ndarray, half: float) -> np.ndarray:
+    """Polygon P (V, D >= 2) cut to |x| <= half and |y| <= half."""
+    for k in range(4):
+        if len(P) == 0:
+            break
+        P = clip_polygon(P, _rect_distances(P, half)[k])
+    return P
+
+
+def clip_segments(A: np.ndarray, B: np.ndarray, dA: list[np.ndarray], dB: list[np.ndarray]):
+    """Segments A -> B (S, D) cut to the half-spaces d >= 0 (per half-space the signed distances
+    of the start and end points). Returns (t0, t1) (S,): the kept part is A + t (B - A) for t in
+    [t0, t1], empty when t0 >= t1."""
+    t0, t1 = np.zeros(len(A)), np.ones(len(A))
+    for da, db in zip(dA, dB):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = da / (da - db)
+        t0 = np.where((da < 0) & (db >= 0), np.maximum(t0, t), t0)
+        t1 = np.where((da >= 0) & (db < 0), np.minimum(t1, t), t1)
+        out = (da < 0) & (db < 0)
+        t0, t1 = np.where(out, 1.0, t0), np.where(out, 0.0, t1)
+    return t0, t1
+
+
+def _runs(P0: np.ndarray, P1: np.ndarray, kept: np.ndarray, whole_start: np.ndarray,
+          whole_end: np.ndarray) -> list[np.ndarray]:
+    """Polylines (K, D) from kept segments P0 -> P1 of one line: consecutive segments join when the
+    first keeps its end and the next its start."""
+    out, cur = [], None
+    for i in range(len(P0)):
+        if not kept[i]:
+            cur = None
+            continue
+        if cur is not None and whole_end[i - 1] and whole_start[i]:
+            cur.append(P1[i])
+        else:
+            cur = [P0[i], P1[i]]
+            out.append(cur)
+    return [np.asarray(c) for c in out]
+
+
+def _ground(xy: np.ndarray) -> np.ndarray:
+    return np.concatenate([xy, np.zeros((len(xy), 1))], 1)  # (P, 3) on world z = 0
+
+
+def _to_px(grid: BevGrid, xy: np.ndarray) -> np.ndarray:
+    """Ego x/y (P, 2) -> OpenCV points (col, row) in 1/16 cell, cell centres at integers."""
+    rc = grid.to_cell(xy)  # (P, 2) row, col
+    return np.round(rc[:, ::-1] * (1 << _SHIFT)).astype(np.int32)
+
+
+def _fill(mask: np.ndarray, ext: np.ndarray, holes: list[np.ndarray]) -> None:
+    """mask |= exterior minus holes; points (P, 2) are OpenCV 1/16-pixel (x, y)."""
+    if not holes:
+        cv2.fillPoly(mask, [ext], 1, lineType=cv2.LINE_8, shift=_SHIFT)
+        return
+    part = np.zeros_like(mask)
+    cv2.fillPoly(part, [ext], 1, lineType=cv2.LINE_8, shift=_SHIFT)
+    cv2.fillPoly(part, holes, 0, lineType=cv2.LINE_8, shift=_SHIFT)
+    mask |= part
+
+
+def bev_raster(m: MapExpansion, ego2world: np.ndarray, grid: BevGrid, boxes: list[dict], classes: list[str]) -> np.ndarray:
+    """(3, X, Y) uint8 in the sample's ego frame: drivable (0/255), divider lines (0/255), box
+    footprints (index in `classes` + 1)."""
+    world2ego = np.linalg.inv(ego2world)
+    X, Y = grid.shape
+    reach = float(np.hypot(*np.abs(np.array([grid.x_range, grid.y_range])).max(1))) + grid.resolution
+    polys, lines = m.near(ego2world[:2, 3], reach)
+    out = np.zeros((3, X, Y), np.uint8)
+    drivable = np.zeros((X, Y), np.uint8)
+    for ext, holes in polys:
+        to = lambda p: _to_px(grid, transform_points(world2ego, _ground(p))[:, :2])  # noqa: E731
+        _fill(drivable, to(ext), [to(h) for h in holes])
+    out[0] = drivable * 255
+    lanes = np.zeros((X, Y), np.uint8)
+    for _, _, pts in lines:
+        px = _to_px(grid, transform_points(world2ego, _ground(pts))[:, :2])
+        cv2.polylines(lanes, [px], False, 255, thickness=1, lineType=cv2.LINE_8, shift=_SHIFT)
+    out[1] = lanes
+    objects = np.zeros((X, Y), np.uint8)
+    for b in boxes:
+        corners = box_corners(b["center"], b["size"], b["yaw"])[:4, :2]  # bottom face (4, 2)
+        cv2.fillConvexPoly(objects, _to_px(grid, corners), classes.index(b["class"]) + 1, lineType=cv2.LINE_8,
+                           shift=_SHIFT)
+    out[2] = objects
+    return out
+
+
+def _project(P: np.ndarray, K: np.ndarray) -> np.ndarray:
+    uvw = P @ K.T
+    return uvw[:, :2] / uvw[:, 2:3]
+
+
+def camera_drivable(m: MapExpansion, ego2world: np.ndarray, world2cam: np.ndarray, K: np.ndarray, width: int,
+                    height: int, reach: float = CAMERA_RANGE) -> np.ndarray:
+    """(H, W) bool: the drivable area within `reach` m (ego square) on flat ground, seen by a camera
+    (world2cam 4x4 of the camera's own instant), cut at NEAR m in front of it."""
+    world2ego = np.linalg.inv(ego2world)
+    ego2cam = world2cam @ ego2world
+    polys, _ = m.near(ego2world[:2, 3], reach * np.sqrt(2))
+    mask = np.zeros((height, width), np.uint8)
+
+    def image_poly(p: np.ndarray) -> np.ndarray | None:
+        e = clip_to_square(transform_points(world2ego, _ground(p)), reach)  # (V, 3) ego
+        if len(e) < 3:
+            return None
+        c = transform_points(ego2cam, e)  # (V, 3) camera
+        c = clip_polygon(c, c[:, 2] - NEAR)
+        if len(c) < 3:
+            return None
+        return np.round(_project(c, K) * (1 << _SHIFT)).astype(np.int32)
+
+    for ext, holes in polys:
+        e = image_poly(ext)
+        if e is not None:
+            _fill(mask, e, [h for h in (image_poly(h) for h in holes) if h is not None])
+    return mask.astype(bool)
+
+
+def _clip_lines(lines, world2ego: np.ndarray, reach: float, ego2cam: np.ndarray | None = None,
+                K: np.ndarray | None = None, width: int = 0, height: int = 0) -> list[tuple[int, str, np.ndarray]]:
+    """(index, layer, polyline) runs of each line within the ego square of half-size `reach`;
+    with a camera (ego2cam, K, size): projected, cut at NEAR and to the image [0, W-1] x [0, H-1]."""
+    out = []
+    for k, layer, pts in lines:
+        e = transform_points(world2ego, _ground(pts))  # (P, 3) ego
+        A, B = e[:-1], e[1:]  # (S, 3) segments
+        t0, t1 = clip_segments(A, B, _rect_distances(A, reach), _rect_distances(B, reach))
+        if ego2cam is not None:
+            A, B = transform_points(ego2cam, A), transform_points(ego2cam, B)
+            u0, u1 = clip_segments(A, B, [A[:, 2] - NEAR], [B[:, 2] - NEAR])
+            t0, t1 = np.maximum(t0, u0), np.minimum(t1, u1)
+        kept = t0 < t1
+        if not kept.any():
+            continue
+        P0 = A + t0[:, None] * (B - A)
+        P1 = A + t1[:, None] * (B - A)
+        whole0, whole1 = t0 <= 0, t1 >= 1
+        if ego2cam is not None:
+            P0[~kept, 2] = P1[~kept, 2] = 1.0  # dropped segments: any point in front, never used
+            P0, P1 = _project(P0, K), _project(P1, K)
+            lim = lambda P: [width - 1 - P[:, 0], P[:, 0], height - 1 - P[:, 1], P[:, 1]]  # noqa: E731
+            s0, s1 = clip_segments(P0, P1, lim(P0), lim(P1))
+            P0, P1 = P0 + s0[:, None] * (P1 - P0), P0 + s1[:, None] * (P1 - P0)
+            kept &= s0 < s1
+            whole0 &= s0 <= 0
+            whole1 &= s1 >= 1
+        out += [(k, layer, run) for run in _runs(P0, P1, kept, whole0, whole1)]
+    return out
+
+
+def camera_lanes(m: MapExpansion, ego2world: np.ndarray, world2cam: np.ndarray, K: np.ndarray, width: int,
+                 height: int, reach: float = CAMERA_RANGE) -> list[dict]:
+    """lanes2d of one camera: divider lines within `reach` m on flat ground, in the image."""
+    _, lines = m.near(ego2world[:2, 3], reach * np.sqrt(2))
+    runs = _clip_lines(lines, np.linalg.inv(ego2world), reach, world2cam @ ego2world, K, width, height)
+    return [{"points": run.tolist(), "type": layer, "lane_id": k + 1} for k, layer, run in runs]
+
+
+def lanes_3d(m: MapExpansion, ego2world: np.ndarray, grid: BevGrid) -> list[dict]:
+    """lanes3d: divider lines (on world z = 0) in the ego frame, cut to the BEV grid's square."""
+    reach = float(max(np.abs(grid.x_range).max(), np.abs(grid.y_range).max()))
+    _, lines = m.near(ego2world[:2, 3], reach * np.sqrt(2))
+    runs = _clip_lines(lines, np.linalg.inv(ego2world), reach)
+    return [{"points": np.round(run, 3).tolist(), "type": layer, "lane_id": k + 1} for k, layer, run in runs]
