@@ -55,10 +55,30 @@ class MiningConfig:
 
 
 @dataclass(frozen=True)
+class RetrainConfig:
+    """configs/engine.yaml `retrain:` (data_engine/retrain.py): fine-tuning from production."""
+    steps: int = 100  # fine-tuning steps
+    mix: float = 0.5  # fraction of batches drawn from the accepted labels (the rest: the base training set)
+    lr: float | None = None  # peak learning rate (None: the production run's optim.lr)
+
+    def __post_init__(self):
+        from hydranet.config import ConfigError
+
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ConfigError(f"config key 'retrain.steps' must be an integer >= 1, got {self.steps!r}")
+        if not (isinstance(self.mix, (int, float)) and 0 < self.mix < 1):
+            raise ConfigError(f"config key 'retrain.mix' is the fraction of batches from accepted labels, in (0, 1); "
+                              f"got {self.mix!r}")
+        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"config key 'retrain.lr' must be a finite number > 0 (or null), got {self.lr!r}")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """configs/engine.yaml: which triggers run with which parameters, and the mining knobs."""
     triggers: dict[str, TriggerParams] = field(default_factory=dict)  # empty: every registered trigger, defaults
     mining: MiningConfig = field(default_factory=MiningConfig)
+    retrain: RetrainConfig = field(default_factory=RetrainConfig)
 
     def trigger_params(self) -> dict[str, dict]:
         return {n: {k: v for k, v in (("threshold", p.threshold), ("quota", p.quota), ("enabled", p.enabled)) if v is not None}

@@ -54,16 +54,25 @@ def set_rng_state(state: Mapping[str, Any], model: HydraNet) -> None:
         gen.set_state(state["balancer"])
 
 
-def remove_stale_temps(folder: Path) -> list[Path]:
-    """Delete `*.tmp-<pid>` files in `folder` whose writing process is gone (killed mid-write)."""
+def remove_stale_temps(folder: Path, dirs: bool = False) -> list[Path]:
+    """Delete `*.tmp-<pid>` files (and with `dirs`, folders) in `folder` whose writing process is
+    gone (killed mid-write)."""
+    import shutil
+
     removed = []
     if not folder.is_dir():
         return removed
     for p in folder.glob(f"*{_TMP}*"):
         pid = p.name.rsplit(_TMP, 1)[1]
-        if pid.isdigit() and not _alive(int(pid)) and p.is_file():
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        if p.is_file():
             p.unlink(missing_ok=True)
-            removed.append(p)
+        elif dirs and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            continue
+        removed.append(p)
     return removed
 
 
@@ -142,6 +151,28 @@ def load_model(checkpoint: str | Path) -> tuple[HydraNet, ExperimentConfig, dict
     ckpt = load_checkpoint(checkpoint)
     cfg = config_from_checkpoint(ckpt)
     return model_from_checkpoint(ckpt, cfg), cfg, ckpt
+
+
+def load_init_weights(model: HydraNet, path: str | Path) -> dict[str, Any]:
+    """Fine-tuning (config key `init_from`): the weights of checkpoint `path` into `model`, whose
+    architecture must match (one-line ValueError naming the keys otherwise). Returns what to
+    record: {"path", "sha256", "step"} of the checkpoint file."""
+    import hashlib
+
+    from hydranet.models.state_dict import load_state_dict_checked
+
+    path = Path(path)
+    file = path / CHECKPOINT if path.is_dir() else path
+    try:
+        ckpt = load_checkpoint(file)
+    except (OSError, ValueError) as e:
+        raise type(e)(f"config key 'init_from': {e}") from None
+    load_state_dict_checked(model, ckpt["model"], where=f"config key 'init_from': checkpoint {file}")
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"path": str(file.resolve()), "sha256": h.hexdigest(), "step": int(ckpt["step"])}
 
 
 def model_meta(cfg: ExperimentConfig, ds) -> dict[str, Any]:

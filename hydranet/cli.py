@@ -361,6 +361,38 @@ def _add_engine(sub) -> None:
     rep.add_argument("--overwrite", action="store_true", help="replace an existing report folder")
     rep.set_defaults(func=cmd_engine_report)
     _add_engine_labels(eng)
+    _add_engine_retrain(eng)
+
+
+def cmd_engine_retrain(args) -> None:
+    import json
+
+    from data_engine.retrain import RECORD, retrain
+
+    out = retrain(args.production, args.catalog, args.out, args.steps, args.mix, args.base, args.resume, args.overwrite,
+                  progress=not args.quiet, cfg=_engine_config(args))
+    rec = json.loads((out / RECORD).read_text())
+    acc = rec["accepted"]
+    by = ", ".join(f"{n} {s}" for s, n in sorted(acc["by_source"].items()))
+    print(f"retrained {rec['production']} for {rec['steps']} steps on the base set + {acc['frames']} accepted labels ({by}), "
+          f"mix {rec['mix']} -> {out / 'checkpoint.pt'}; export it with `hydranet export --checkpoint {out} --out MODEL.onnx`")
+
+
+def _add_engine_retrain(eng) -> None:
+    """`hydranet engine retrain`: fine-tune production on base + accepted labels (docs/data_engine.md)."""
+    r = eng.add_parser("retrain", help="fine-tune the production model on its training set plus the accepted labels")
+    r.add_argument("--production", type=Path, required=True, help="the production checkpoint.pt or its run folder")
+    r.add_argument("--catalog", type=Path, required=True, help="the catalog whose accepted labels are added")
+    r.add_argument("--out", type=Path, required=True, help="run folder (checkpoint.pt, config.json, retrain.json, accepted/)")
+    r.add_argument("--steps", type=int, default=None, help="fine-tuning steps (default: retrain.steps of --config)")
+    r.add_argument("--mix", type=float, default=None, help="fraction of batches from the accepted labels (default: retrain.mix)")
+    r.add_argument("--base", type=Path, default=None, help="base training set (default: the production's data.root/sources)")
+    r.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    r.add_argument("--overwrite", action="store_true", help="replace a run already in --out (refused without it)")
+    r.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    r.add_argument("--quiet", action="store_true", help="no progress bars")
+    r.set_defaults(func=cmd_engine_retrain)
 
 
 def _add_engine_labels(eng) -> None:

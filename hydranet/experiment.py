@@ -83,6 +83,7 @@ class ExperimentConfig:
     seed: int = 0
     num_workers: int = 0
     device: str = "auto"  # auto | cpu | cuda
+    init_from: str | None = None  # fine-tuning: a checkpoint (same model) whose weights start the run; optimizer fresh
 
 
 def input_divisor(neck_levels: int) -> int:
@@ -107,6 +108,8 @@ def check_experiment(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"config key '{key}' must be >= 1, got {getattr(cfg, key)}")
     if cfg.num_workers < 0:
         raise ConfigError(f"config key 'num_workers' must be >= 0, got {cfg.num_workers}")
+    if cfg.init_from is not None and not cfg.init_from.strip():
+        raise ConfigError("config key 'init_from' is empty; give a checkpoint (or its run folder) or null")
     check_data_sources(cfg)
 
 

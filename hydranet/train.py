@@ -16,6 +16,7 @@ are broadcast from rank 0 after every step (DDP's `broadcast_buffers`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -31,7 +32,8 @@ import torch
 import torch.distributed as dist
 
 from hydranet.bevgrid import BevGrid
-from hydranet.checkpoint import CHECKPOINT, load_checkpoint, model_meta, remove_stale_temps, rng_state, save_checkpoint, set_rng_state
+from hydranet.checkpoint import (CHECKPOINT, load_checkpoint, load_init_weights, model_meta, remove_stale_temps, rng_state,
+                                 save_checkpoint, set_rng_state)
 from hydranet.config import ConfigError, to_dict
 from hydranet.data.sources import check_supervision, open_data, open_sources, run_dataset
 from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_json
@@ -197,14 +199,22 @@ def prepare_run_folder(out: Path, resume: str | Path | None, overwrite: bool) ->
 
 def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = None, progress: bool = True,
           stop_at: int | None = None, on_step: Callable[[int, dict[str, float]], None] | None = None,
-          overwrite: bool = False) -> HydraNet:
+          overwrite: bool = False, init_from: str | Path | None = None) -> HydraNet:
     """Train `cfg` into run folder `out` (checkpoint.pt, config.json, TensorBoard events under tb/).
 
     `resume`: a run folder or checkpoint to continue from (exactly; `check_resume` says which
     config keys may change). `overwrite`: replace a run already in `out` (refused otherwise).
+    `init_from` (or config key `init_from`): fine-tune, starting from that checkpoint's weights (the
+    same architecture; optimizer, scheduler and step start fresh). It is recorded in config.json and
+    in the checkpoint (with the file's sha256); a resumed run continues from its own checkpoint.
     `stop_at`: stop after this global step as if interrupted (tests). `on_step(step, {loss name:
     value})` is called after every step. Returns the trained model (this rank's copy)."""
     out = Path(out)
+    if init_from is not None:
+        if cfg.init_from is not None and cfg.init_from != str(init_from):
+            raise ConfigError(f"train(init_from={str(init_from)!r}) differs from config key 'init_from' {cfg.init_from!r}; "
+                              "give one of them")
+        cfg = dataclasses.replace(cfg, init_from=str(init_from))
     d = setup_distributed(cfg.device)
     ckpt = load_checkpoint(resume) if resume is not None else None
     if ckpt is not None:
@@ -222,17 +232,21 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     model = build_model(cfg.model, meta).to(d.device)
     optimizer = make_optimizer(cfg.optim, model)
     scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
-    start = 0
+    start, init = 0, None
     if ckpt is not None:
         model.load_weights({k: v.to(d.device) for k, v in ckpt["model"].items()})
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         set_rng_state(ckpt["rng"], model)
         start = int(ckpt["step"])
-    elif d.world > 1:
-        broadcast_buffers(model)
-        for p in model.parameters():
-            dist.broadcast(p.data, src=0)
+        init = ckpt.get("init_from")
+    else:
+        if cfg.init_from is not None:  # fine-tuning: weights from there, all else fresh (no RNG drawn)
+            init = load_init_weights(model, cfg.init_from)
+        if d.world > 1:
+            broadcast_buffers(model)
+            for p in model.parameters():
+                dist.broadcast(p.data, src=0)
 
     frames = build_training_data(cfg, model, data=data)
     if len(sources) > 1:  # one source per batch, drawn by weight
@@ -261,7 +275,8 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         if d.main:
             save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                         "scheduler": scheduler.state_dict(), "step": step, "rng": rng_state(model),
-                                        "config": config_json, "meta": meta_json})
+                                        "config": config_json, "meta": meta_json,
+                                        **({"init_from": init} if init is not None else {})})
         last_good = f"the last good checkpoint is {ckpt_path} (step {step})"
 
     use_amp = cfg.amp and d.device.type == "cuda"

@@ -208,6 +208,32 @@ class DatasetWriter:
         _write(folder / "labels.json", to_json(frame["labels"], indent=None))
         self._written[scene_name].append(str(frame["dir"]))
 
+    def add_frame_files(self, scene_name: str, frame_dir: str, files: dict[str, Path], labels: dict) -> int:
+        """Write one frame folder from existing files ({file name: source path}, each hard-linked, or
+        copied where a link cannot be made) and `labels` as its labels.json: a dataset assembled from
+        other datasets' frames (data_engine/retrain.py). Returns how many files were copied."""
+        self._check_open()
+        if scene_name not in self._scenes:
+            raise ValueError(f"unknown scene '{scene_name}'; call write_scene first")
+        folder = self.tmp / "scenes" / scene_name / check_name(str(frame_dir), "frame dir", f"scene {scene_name}", ValueError)
+        _mkdir(folder)
+        copied = 0
+        for name, src in sorted(files.items()):
+            dst = folder / check_name(name, "file", f"{scene_name}/{frame_dir}", ValueError)
+            try:
+                os.link(src, dst)
+            except FileNotFoundError:
+                raise DatasetWriteError(f"{src} is missing; the source dataset lost this file (regenerate it)") from None
+            except OSError:  # another filesystem, or links not allowed: copy
+                try:
+                    shutil.copyfile(src, dst)
+                except OSError as e:
+                    raise _write_error(dst, e) from None
+                copied += 1
+        _write(folder / "labels.json", to_json(labels, indent=None))
+        self._written[scene_name].append(str(frame_dir))
+        return copied
+
     def _write_camera(self, folder: Path, cam: str, images: dict, h: int, w: int, where: str) -> None:
         rgb, depth, normal = (np.asarray(images[k]) for k in ("rgb", "depth", "normal"))
         semantic, instance = np.asarray(images["semantic"]), np.asarray(images["instance"])

@@ -30,6 +30,14 @@ from hydranet.rig import Rig, check_name, rig_from_dict
 FORMAT = "hydranet-sim"
 VERSION = 1
 CHANNELS = ("images", "depth", "normals", "semantic", "instance", "bev")
+LABEL_CHANNELS = CHANNELS[1:]  # per-pixel truth files; a frame that supervises no PIXEL_HEADS has none
+# file of each channel in a frame folder: per camera CAM<suffix>, and one bev.png
+CHANNEL_SUFFIX = {"images": ".jpg", "depth": ".depth.png", "normals": ".normal.png", "semantic": ".semantic.png",
+                  "instance": ".instance.png"}
+BEV_FILE = "bev.png"
+# the heads a sim frame can supervise, and those that read a label channel file (the rest read labels.json)
+SIM_HEADS = ("det2d", "lanes", "drivable", "depth", "normals", "signs_lights", "det3d", "bevmap")
+PIXEL_HEADS = ("drivable", "depth", "normals", "bevmap")
 DRIVABLE_CLASSES = ("road", "lane_marking", "crosswalk")
 _GENERATE = "generate one with `hydranet sim generate`"
 
@@ -311,6 +319,9 @@ class SimDataset(FrameReader):
             self._frames += [(si, fi) for fi in range(len(scene["frames"]))]
         self.frame_ids: list[tuple[str, str]] = [
             (self.scenes[s]["name"], self.scenes[s]["frames"][f]["dir"]) for s, f in self._frames]
+        # frames may name the heads their labels supervise (scene.json "supervises"); the rest supervise all
+        self.supervises = frozenset().union(*(self.scenes[s]["frames"][f].get("supervises", SIM_HEADS)
+                                              for s, f in self._frames))
 
     def _drivable_table(self) -> np.ndarray:
         missing = [c for c in DRIVABLE_CLASSES if c not in self.semantic_classes]
@@ -338,6 +349,9 @@ class SimDataset(FrameReader):
             "ego2world": np.asarray(frame["ego2world"], dtype=np.float64),  # (4, 4)
         }
         ch = self.channels
+        sup = frame.get("supervises")
+        if sup is not None and not set(sup) & set(PIXEL_HEADS):  # e.g. a human 2D label: no label channel files
+            ch = tuple(c for c in ch if c not in LABEL_CHANNELS)
 
         def per_cam(suffix, shape3, dtype, color=False):
             arrs = [read_image(folder / f"{c.name}{suffix}", (c.height, c.width) + shape3, dtype, color) for c in cams]
@@ -345,21 +359,23 @@ class SimDataset(FrameReader):
             return np.stack(arrs) if len({a.shape for a in arrs}) == 1 else arrs
 
         if "images" in ch:
-            sample["images"] = per_cam(".jpg", (3,), np.uint8, color=True)  # (N, H, W, 3)
+            sample["images"] = per_cam(CHANNEL_SUFFIX["images"], (3,), np.uint8, color=True)  # (N, H, W, 3)
         if "depth" in ch:
-            sample["depth"] = _each(decode_depth, per_cam(".depth.png", (), np.uint16))  # (N, H, W)
+            sample["depth"] = _each(decode_depth, per_cam(CHANNEL_SUFFIX["depth"], (), np.uint16))  # (N, H, W)
         if "normals" in ch:
-            sample["normals"] = _each(decode_normals, per_cam(".normal.png", (3,), np.uint8, color=True))  # (N, H, W, 3)
+            sample["normals"] = _each(decode_normals, per_cam(CHANNEL_SUFFIX["normals"], (3,), np.uint8, color=True))  # (N, H, W, 3)
         if "semantic" in ch:
-            sample["semantic"] = per_cam(".semantic.png", (), np.uint8)  # (N, H, W)
+            sample["semantic"] = per_cam(CHANNEL_SUFFIX["semantic"], (), np.uint8)  # (N, H, W)
             sample["drivable"] = _each(lambda s: self._drivable_lut[s], sample["semantic"])  # (N, H, W) bool
         if "instance" in ch:
-            sample["instance"] = _each(lambda a: a.astype(np.int32), per_cam(".instance.png", (), np.uint16))  # (N, H, W)
+            sample["instance"] = _each(lambda a: a.astype(np.int32), per_cam(CHANNEL_SUFFIX["instance"], (), np.uint16))  # (N, H, W)
         if "bev" in ch:
-            bev = read_image(folder / "bev.png", self._bev_hw + (3,), np.uint8, color=True)  # (X, Y, 3)
+            bev = read_image(folder / BEV_FILE, self._bev_hw + (3,), np.uint8, color=True)  # (X, Y, 3)
             sample["bev"] = np.ascontiguousarray(bev.transpose(2, 0, 1))  # (3, X, Y)
         sample["labels"] = check_labels(_read_json(folder / "labels.json", "labels.json"), folder / "labels.json",
                                         self._label_cameras, self.classes)
+        if sup is not None:
+            sample["supervises"] = set(sup)
         return sample
 
 
@@ -476,6 +492,11 @@ def check_scene(scene, path: Path, name: str) -> None:
         dirs.add(d)
         _get(f, "index", path, where, int)
         _get(f, "timestamp_us", path, where, int)
+        if "supervises" in f:
+            sup = _get(f, "supervises", path, where, list)
+            bad = [h for h in sup if h not in SIM_HEADS]
+            if bad or len(set(sup)) != len(sup):
+                raise _bad(path, f"frames[{i}].supervises", f"must list distinct heads of {list(SIM_HEADS)}, got {sup!r}"[:300])
         T = _matrix(_get(f, "ego2world", path, where, list), (4, 4), path, f"frames[{i}].ego2world")
         R = T[:3, :3]
         if not (np.allclose(T[3], [0, 0, 0, 1]) and np.allclose(R @ R.T, np.eye(3), atol=1e-4)

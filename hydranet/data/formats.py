@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from hydranet.data.dataset import DatasetError, SimDataset
+from hydranet.data.dataset import SIM_HEADS, DatasetError, SimDataset
 
 FORMATS = ("sim", "nuscenes", "kitti", "bdd100k")
 # which heads each format can supervise at most (a sample may supervise fewer)
-SIM_HEADS = ("det2d", "lanes", "drivable", "depth", "normals", "signs_lights", "det3d", "bevmap")
 FORMAT_HEADS = {"sim": SIM_HEADS, "nuscenes": ("det2d", "det3d"), "kitti": ("det2d", "det3d"),
                 "bdd100k": ("det2d", "signs_lights", "drivable", "lanes")}
 UNCALIBRATED = ("bdd100k",)  # no intrinsics/extrinsics: no BEV view transform, no 3D labels
@@ -96,9 +95,10 @@ def _own_classes(ds, i: int, sample: dict) -> list[tuple[str, str | None]]:
         return [(lab["category"], CATEGORY_MAP[lab["category"]]) for lab in ds.frames[i].get("labels") or []]
     labels = sample["labels"]
     out = [(b["class"], b["class"]) for b in labels.get("boxes3d", [])]
-    seen = {b["track_id"] for b in labels.get("boxes3d", [])}
-    out += [(b["class"], b["class"]) for cam in labels["cameras"].values() for b in cam["boxes2d"]
-            if b["track_id"] not in seen and not seen.add(b["track_id"])]
+    seen = {b["track_id"] for b in labels.get("boxes3d", []) if "track_id" in b}
+    # an object seen in several cameras counts once; a box without a track id (a person's label) counts as one object
+    out += [(b["class"], b["class"]) for cam in labels["cameras"].values() for b in cam.get("boxes2d", [])
+            if "track_id" not in b or b["track_id"] not in seen and not seen.add(b["track_id"])]
     return out
 
 

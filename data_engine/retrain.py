@@ -1,0 +1,338 @@
+"""Retrain: fine-tune the production model on its base training set plus the accepted labels.
+
+    hydranet engine retrain --production CKPT --catalog CAT --out RUN [--steps N] [--mix R] [--base DATA]
+                            [--resume] [--overwrite] [--config engine.yaml] [--set retrain.lr=1e-3]
+
+1. `materialize_accepted(catalog, RUN/accepted)`: the catalog's accepted labels (the only view
+   training reads, `data_engine.labels.accepted_labels`) as a sim-format dataset
+   (docs/dataset_format.md): per accepted frame its camera images, hard-linked from the fleet's frame
+   folder, and labels.json = the accepted payload. An oracle label is the sim's exact truth, so its
+   per-pixel label channels (depth, normal, semantic, instance PNGs, bev.png) come with it; a
+   human or file label supervises only what its 2D boxes can (HUMAN_HEADS: det2d, signs_lights),
+   which scene.json records per frame (`"supervises"`; the reader gives it as sample["supervises"]
+   and the other heads get no loss from that frame). One scene per fleet clip, frames in clip order,
+   so video/BEV models still see ordered clips. Written to a temp folder and renamed; deterministic.
+2. The run's config is the production checkpoint's with data.sources = [the production's base
+   training set (or --base), the accepted set], batches drawn from the accepted set with
+   probability `mix` (`hydranet.loader.SourceBatchSampler`), `retrain.steps`, `retrain.lr`, and
+   `init_from` = the production checkpoint (weights from there; optimizer and schedule fresh).
+3. `hydranet.train.train` writes RUN/checkpoint.pt and RUN/config.json; RUN/retrain.json records
+   the production's sha256, the catalog, the label versions used and the mix. --resume continues
+   exactly (the accepted set recorded at the start is kept, labels accepted since are not added).
+
+configs/engine.yaml `retrain: {steps, mix, lr}` (data_engine.mining.RetrainConfig).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from data_engine.catalog import Catalog, file_sha256
+from data_engine.labels import accepted_versions, open_catalog
+from data_engine.mining import EngineConfig, RetrainConfig
+
+RECORD = "retrain.json"
+ACCEPTED = "accepted"  # the run's sub-folder and data source name of the accepted labels
+HUMAN_HEADS = ("det2d", "signs_lights")  # what a person's 2D boxes (Label Studio, COCO/CVAT files) supervise
+_TMP = ".tmp-"
+
+
+class RetrainError(ValueError):
+    """A retrain that cannot run as asked; one line saying what to do."""
+
+
+# -- the accepted labels as a dataset -------------------------------------------------------------
+def _frame_rows(cat: Catalog, frame_ids: list[int]) -> dict[int, tuple[int, str, str, int, str, int]]:
+    """{frame id: (fleet id, fleet root, clip, idx, dir, timestamp_us)}."""
+    out = {}
+    for k in range(0, len(frame_ids), 500):
+        chunk = frame_ids[k:k + 500]
+        q = ("SELECT f.id, fl.id, fl.root, c.name, f.idx, f.dir, f.timestamp_us FROM frames f JOIN clips c ON f.clip_id = c.id "
+             f"JOIN fleets fl ON c.fleet_id = fl.id WHERE f.id IN ({', '.join('?' * len(chunk))})")
+        out.update({int(r[0]): tuple(r[1:]) for r in cat.db.execute(q, chunk)})
+    return out
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as e:
+        raise RetrainError(f"{path}: {e.strerror or e}; the {what} moved or was deleted") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RetrainError(f"{path} is not valid JSON ({e}); regenerate the {what}") from None
+
+
+def _fleet_meta(root: str) -> dict[str, Any]:
+    """The fleet's dataset.json without what describes only its own scenes and render."""
+    meta = _read_json(Path(root) / "dataset.json", "fleet")
+    return {k: v for k, v in meta.items() if k not in ("scenes", "seed", "sim_config")}
+
+
+def _labels_file(payload: Mapping[str, Any], source: str, cameras: list[str], where: str) -> dict[str, Any]:
+    """The labels.json of a frame: the payload; a human label's 2D part with empty 3D lists (not read:
+    the frame does not supervise det3d)."""
+    labels = json.loads(json.dumps(payload))
+    cams = labels.get("cameras")
+    if not isinstance(cams, dict):
+        raise RetrainError(f"{where} has no 'cameras'; reject the job and label the frame again")
+    missing = [c for c in cameras if c not in cams]
+    if missing:
+        raise RetrainError(f"{where} has no labels for camera {missing[0]} (labelled: {sorted(cams)}); an unlabelled camera "
+                           "would train as 'no objects': reject the job and label every camera")
+    if source != "oracle":
+        labels.setdefault("boxes3d", [])
+        labels.setdefault("lanes3d", [])
+    return labels
+
+
+def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, overwrite: bool = False,
+                         progress: bool = False, classes: list[str] | None = None) -> dict[str, Any]:
+    """Write the catalog's accepted labels as a sim-format dataset at `out_dir` (see the module
+    docstring). Refuses an existing `out_dir` unless `overwrite`, and (with `classes`, a model's)
+    fleets with classes the model lacks; a temp folder of a killed earlier call is removed. Returns {"root", "frames",
+    "scenes", "by_source" {source: frames}, "labels" [{"frame_id", "label_id", "version", "job_id",
+    "source"}], "copied" (files copied where a hard link was impossible)}."""
+    from tqdm import tqdm
+
+    from hydranet.checkpoint import remove_stale_temps
+    from hydranet.data.dataset import BEV_FILE, CHANNEL_SUFFIX, SIM_HEADS, DatasetError, check_labels
+    from sim.writer import DatasetWriter
+
+    if not isinstance(catalog, Catalog):
+        with open_catalog(catalog) as cat:
+            return materialize_accepted(cat, out_dir, overwrite, progress, classes)
+    cat, out = catalog, Path(out_dir)
+    accepted = accepted_versions(cat)
+    if not accepted:
+        raise RetrainError(f"catalog {cat.path} has no accepted labels; label frames and accept them "
+                           f"(`hydranet engine jobs --catalog {cat.path} --accept all`)")
+    rows = _frame_rows(cat, sorted(accepted))
+    fleets = sorted({(r[0], r[1]) for r in rows.values()})
+    metas = {fid: _fleet_meta(root) for fid, root in fleets}
+    first_id, first_root = fleets[0]
+    for fid, root in fleets[1:]:
+        diff = sorted(k for k in set(metas[fid]) | set(metas[first_id]) if metas[fid].get(k) != metas[first_id].get(k))
+        if diff:
+            raise RetrainError(f"accepted labels come from fleets that differ in {diff[0]!r} ({first_root} vs {root}); "
+                               "one training set needs one rig and one class list: retrain per fleet rig")
+    meta = metas[first_id]
+    extra = [c for c in meta["classes"] if classes is not None and c not in classes]
+    if extra:
+        raise RetrainError(f"the accepted labels' fleet {first_root} has classes {extra} that the model lacks; fine-tuning "
+                           "keeps the model's classes: retrain from a model trained with them")
+    cameras = [str(c["name"]) for c in meta["rig"]["cameras"]]
+    sizes = {str(c["name"]): (int(c["width"]), int(c["height"])) for c in meta["rig"]["cameras"]}
+
+    # scenes: one per (fleet, clip), in catalog order; frames in clip order
+    clips: dict[tuple[int, str], list[int]] = {}
+    for f in sorted(accepted, key=lambda f: (rows[f][0], rows[f][2], rows[f][3])):
+        clips.setdefault((rows[f][0], rows[f][2]), []).append(f)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists; pass --overwrite to replace it, or choose another folder")
+    remove_stale_temps(out.parent, dirs=True)
+    if out.exists():
+        shutil.rmtree(out)
+    summary: dict[str, Any] = {"root": str(out), "frames": len(accepted), "scenes": len(clips), "by_source": {},
+                               "labels": [], "copied": 0}
+    dataset_meta = {**meta, "seed": None, "sim_config": None,
+                    "accepted": {"catalog_frames": len(accepted), "fleets": [root for _, root in fleets]}}
+    with DatasetWriter(out, dataset_meta) as writer, tqdm(total=len(accepted), desc="materialize accepted labels",
+                                                           unit="frame", disable=not progress) as bar:
+        for (fid, clip), frame_ids in clips.items():
+            root = Path(dict(fleets)[fid])
+            scene = _read_json(root / "scenes" / clip / "scene.json", "fleet")
+            poses = {str(f.get("dir")): f.get("ego2world") for f in scene.get("frames", []) if isinstance(f, dict)}
+            name = f"fleet{fid}_{clip}"
+            frames = []
+            for f in frame_ids:
+                _, _, _, idx, fdir, ts = rows[f]
+                lab = accepted[f]
+                src = lab["source"]
+                if fdir not in poses:
+                    raise RetrainError(f"{root / 'scenes' / clip / 'scene.json'} has no frame {fdir}; the fleet changed "
+                                       "since it was shadowed: regenerate it and shadow it again")
+                heads = list(SIM_HEADS) if src == "oracle" else list(HUMAN_HEADS)
+                frames.append({"index": int(idx), "dir": fdir, "timestamp_us": int(ts), "ego2world": poses[fdir],
+                               "supervises": heads, "label": {k: lab[k] for k in ("label_id", "version", "job_id", "source")}
+                               | {"frame_id": f}})
+            writer.write_scene({"name": name, "clip": {"fleet": str(root), "name": clip}, "frames": frames})
+            for f, fr in zip(frame_ids, frames):
+                lab, fdir = accepted[f], fr["dir"]
+                where = f"accepted label {lab['label_id']} (v{lab['version']}, {lab['source']}) of frame {clip}/{fdir}"
+                labels = _labels_file(lab["payload"], lab["source"], cameras, where)
+                try:
+                    check_labels(labels, Path(where), sizes, meta["classes"])
+                except DatasetError as e:
+                    raise RetrainError(str(e).replace("; fix or regenerate the file", "; reject the job and label it again")) from None
+                folder = root / "scenes" / clip / fdir
+                chans = list(CHANNEL_SUFFIX) if lab["source"] == "oracle" else ["images"]
+                files = {f"{c}{CHANNEL_SUFFIX[ch]}": folder / f"{c}{CHANNEL_SUFFIX[ch]}" for c in cameras for ch in chans}
+                if lab["source"] == "oracle":
+                    files[BEV_FILE] = folder / BEV_FILE
+                summary["copied"] += writer.add_frame_files(name, fdir, files, labels)
+                summary["by_source"][lab["source"]] = summary["by_source"].get(lab["source"], 0) + 1
+                summary["labels"].append({"frame_id": f, **{k: lab[k] for k in ("label_id", "version", "job_id", "source")}})
+                bar.update(1)
+    return summary
+
+
+# -- the run ----------------------------------------------------------------------------------------------
+def _retrain_config(cfg: EngineConfig | RetrainConfig | None) -> RetrainConfig:
+    if cfg is None:
+        return RetrainConfig()
+    return cfg if isinstance(cfg, RetrainConfig) else cfg.retrain
+
+
+def _abs(path: str) -> str:
+    return str(Path(path).resolve())
+
+
+def base_sources(pdata, mix: float, base: str | Path | None) -> list:
+    """The production's base training set as data.sources, weights summing to 1 - mix: `base` (a
+    dataset folder), else the production's data.sources without an earlier retrain's accepted set,
+    else its data.root."""
+    from hydranet.data.sources import model_cameras
+    from hydranet.experiment import SourceConfig
+
+    cams = model_cameras(pdata)
+    cams = tuple(cams) if cams else None
+    if base is not None:
+        if not Path(base).is_dir():
+            raise RetrainError(f"--base {base} is not a folder; give the base training dataset")
+        return [SourceConfig(root=_abs(str(base)), cameras=cams, name="base", weight=1.0 - mix)]
+    if pdata.sources:
+        kept = [s for s in pdata.sources if s.name != ACCEPTED]
+        total = sum(s.weight for s in kept)
+        return [dataclasses.replace(s, root=_abs(s.root), weight=s.weight * (1.0 - mix) / total) for s in kept]
+    return [SourceConfig(root=_abs(pdata.root), format=pdata.format, split=pdata.split, version=pdata.version,
+                         cameras=pdata.cameras, name="base", weight=1.0 - mix)]
+
+
+def retrain_experiment(pcfg, production: Path, accepted_root: Path, steps: int, mix: float, lr: float | None,
+                       base: str | Path | None = None):
+    """The fine-tuning config: the production's, on base + accepted, from the production's weights."""
+    from hydranet.experiment import SourceConfig, check_experiment
+
+    src = base_sources(pcfg.data, mix, base)
+    missing = next((s.root for s in src if not Path(s.root).exists()), None)
+    if missing is not None:
+        raise RetrainError(f"the production's base training set {missing} does not exist here; pass --base DATA "
+                           "(the dataset it was trained on, or another)")
+    cams = src[0].cameras
+    src.append(SourceConfig(root=_abs(str(accepted_root)), format="sim", cameras=cams, name=ACCEPTED, weight=mix))
+    data = dataclasses.replace(pcfg.data, root=src[0].root, format="auto", split=None, version=None, cameras=None,
+                               sources=tuple(src))
+    optim = dataclasses.replace(pcfg.optim, lr=lr) if lr is not None else pcfg.optim
+    cfg = dataclasses.replace(pcfg, data=data, optim=optim, steps=steps, init_from=str(production.resolve()))
+    check_experiment(cfg)
+    return cfg
+
+
+def _write_record(path: Path, record: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f"{path.name}{_TMP}{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _checkpoint_file(path: str | Path) -> Path:
+    p = Path(path)
+    p = p / "checkpoint.pt" if p.is_dir() else p
+    if not p.is_file():
+        raise FileNotFoundError(f"production checkpoint {p} does not exist; give the production model's checkpoint.pt "
+                                "or run folder")
+    return p
+
+
+def _clear_run(out: Path) -> None:
+    """--overwrite: the earlier retrain's files (checkpoint, config, events, record, accepted set)."""
+    for name in ("checkpoint.pt", "config.json", RECORD):
+        (out / name).unlink(missing_ok=True)
+    for name in ("tb", ACCEPTED):
+        shutil.rmtree(out / name, ignore_errors=True)
+
+
+def retrain(production: str | Path, catalog: str | Path, out: str | Path, steps: int | None = None, mix: float | None = None,
+            base: str | Path | None = None, resume: bool = False, overwrite: bool = False, progress: bool = True, *,
+            cfg: EngineConfig | RetrainConfig | None = None, stop_at: int | None = None) -> Path:
+    """Fine-tune `production` (a checkpoint or run folder) on its base training set plus the accepted
+    labels of `catalog` into run folder `out`; returns `out`. `steps`/`mix` override cfg's
+    `retrain` section (configs/engine.yaml); `base` replaces the production's training set.
+    `resume`: continue the run in `out` exactly (a finished run is left as it is). `stop_at`: stop
+    after this step as if killed (tests)."""
+    from hydranet.checkpoint import config_from_checkpoint, load_checkpoint
+    from hydranet.config import to_dict
+    from hydranet.experiment import experiment_from_json
+    from hydranet.train import train
+
+    rc = _retrain_config(cfg)
+    rc = dataclasses.replace(rc, **{k: v for k, v in (("steps", steps), ("mix", mix)) if v is not None})  # checked
+    out = Path(out)
+    if resume and overwrite:
+        raise RetrainError("--resume continues the run in --out and --overwrite replaces it; give one of them")
+    prod = _checkpoint_file(production)
+    cat_path = Path(catalog)
+    with open_catalog(cat_path):  # exists and is a catalog
+        pass
+    record_path, ckpt_path = out / RECORD, out / "checkpoint.pt"
+    has_run = record_path.exists() or ckpt_path.exists() or (out / ACCEPTED).exists()
+
+    if resume:
+        if not record_path.exists():
+            raise RetrainError(f"{out} holds no retrain run to resume (no {RECORD}); start one without --resume"
+                               + (" (or --overwrite the partial one)" if has_run else ""))
+        rec = _read_json(record_path, "retrain record")
+        for key, given, recorded in (("--mix", mix, rec["mix"]), ("--base", _abs(str(base)) if base else None, rec["base"]),
+                                     ("--catalog", _abs(str(cat_path)), rec["catalog"]), ("--production", _abs(str(prod)),
+                                                                                          rec["production"])):
+            if given is not None and given != recorded:
+                raise RetrainError(f"{key} {given} differs from the run being resumed ({out / RECORD}: {recorded}); a resumed "
+                                   "retrain keeps its inputs: start a new run (another --out, or --overwrite)")
+        exp = experiment_from_json(json.dumps(rec["experiment"]))
+        if steps is not None:
+            exp = dataclasses.replace(exp, steps=steps)
+        if not (Path(exp.data.sources[-1].root) / "dataset.json").exists():
+            raise RetrainError(f"{exp.data.sources[-1].root} (the run's accepted labels) is missing; start again with --overwrite")
+        ckpt = load_checkpoint(ckpt_path) if ckpt_path.exists() else None
+        if ckpt is not None and int(ckpt["step"]) >= exp.steps:
+            return out  # finished: nothing to do (a loop rerun after a kill lands here)
+        if ckpt is None and file_sha256(prod) != rec["production_sha256"]:
+            raise RetrainError(f"production checkpoint {prod} changed since this retrain started (sha256 differs from "
+                               f"{record_path}); start a new run with --overwrite")
+        if exp.steps != rec["experiment"]["steps"]:
+            _write_record(record_path, {**rec, "steps": exp.steps, "experiment": to_dict(exp)})
+        train(exp, out, resume=out if ckpt is not None else None, progress=progress, stop_at=stop_at)
+        return out
+
+    if has_run:
+        if not overwrite:
+            raise FileExistsError(f"{out} already holds a retrain run; continue it with --resume, write to another --out, "
+                                  "or pass --overwrite to replace it")
+        _clear_run(out)
+    pckpt = load_checkpoint(prod)
+    pcfg = config_from_checkpoint(pckpt)
+    pclasses = json.loads(pckpt["meta"]).get("classes", [])
+    with open_catalog(cat_path) as cat:
+        n = len(accepted_versions(cat))
+        if not n:
+            raise RetrainError(f"catalog {cat_path} has no accepted labels; label frames and accept them "
+                               f"(`hydranet engine jobs --catalog {cat_path} --accept all`)")
+        # what can be checked before anything is written: the config (base exists), enough frames
+        exp = retrain_experiment(pcfg, prod, out / ACCEPTED, rc.steps, rc.mix, rc.lr, base)
+        if n < exp.batch_size:
+            raise RetrainError(f"catalog {cat_path} has {n} accepted frames, fewer than the production's batch_size "
+                               f"{exp.batch_size}; accept more labels first")
+        summary = materialize_accepted(cat, out / ACCEPTED, progress=progress, classes=pclasses)
+    record = {"format": "hydranet-retrain", "version": 1, "production": _abs(str(prod)), "production_sha256": file_sha256(prod),
+              "production_step": int(pckpt["step"]), "catalog": _abs(str(cat_path)), "mix": rc.mix, "steps": rc.steps,
+              "lr": exp.optim.lr, "base": _abs(str(base)) if base else None,
+              "sources": [{"name": s.name, "root": s.root, "weight": s.weight} for s in exp.data.sources],
+              "accepted": {k: summary[k] for k in ("root", "frames", "scenes", "by_source")}, "labels": summary["labels"],
+              "experiment": to_dict(exp)}
+    _write_record(record_path, record)
+    train(exp, out, progress=progress, stop_at=stop_at)
+    return out
