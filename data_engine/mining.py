@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from data_engine.catalog import Catalog
+from data_engine.gate import GateRule
+from data_engine.suites import SuitesConfig
 from data_engine.triggers import build_triggers
 
 STRATEGIES = ("random", "uncertainty", "diversity", "hybrid", "triggers")
@@ -79,6 +81,8 @@ class EngineConfig:
     triggers: dict[str, TriggerParams] = field(default_factory=dict)  # empty: every registered trigger, defaults
     mining: MiningConfig = field(default_factory=MiningConfig)
     retrain: RetrainConfig = field(default_factory=RetrainConfig)
+    suites: SuitesConfig = field(default_factory=SuitesConfig)  # data_engine/suites.py: the frozen scenario suites
+    gate: GateRule = field(default_factory=GateRule)  # data_engine/gate.py: the promotion rule
 
     def trigger_params(self) -> dict[str, dict]:
         return {n: {k: v for k, v in (("threshold", p.threshold), ("quota", p.quota), ("enabled", p.enabled)) if v is not None}

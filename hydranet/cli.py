@@ -361,6 +361,7 @@ def _add_engine(sub) -> None:
     rep.add_argument("--overwrite", action="store_true", help="replace an existing report folder")
     rep.set_defaults(func=cmd_engine_report)
     _add_engine_labels(eng)
+    _add_engine_gate(eng)
     _add_engine_retrain(eng)
 
 
@@ -430,6 +431,109 @@ def _add_engine_labels(eng) -> None:
     jobs.add_argument("--requeue", default=None, metavar="IDS", help="job ids or 'all' rejected jobs")
     jobs.add_argument("--version", type=int, default=None, help="accept this label version of the frame (needed on a conflict)")
     jobs.set_defaults(func=cmd_engine_jobs)
+
+
+def cmd_engine_suites(args) -> None:
+    from data_engine.fleet import FleetConfig
+    from data_engine.suites import generate_suites
+
+    fleet = load_config(FleetConfig, args.fleet_config, list(args.fleet_set))
+    out = generate_suites(args.out, _engine_config(args).suites, fleet, args.clips, args.seed, args.overwrite,
+                          progress=not args.quiet)
+    print(f"wrote {out} ({out / 'suites.json'}: slices, seeds, digests)")
+
+
+def cmd_engine_gate(args) -> None:
+    from data_engine.gate import format_gate, gate, write_gate
+    from data_engine.registry import checkpoint_file, production, promote
+
+    rule = _engine_config(args).gate
+    if args.promote and args.catalog is None:
+        raise ValueError("--promote moves the production pointer of a catalog: give --catalog CAT")
+    if args.onnx is not None and not args.promote:
+        raise ValueError("--onnx is the candidate's export for --promote; add --promote or drop --onnx")
+    prod_entry = production(args.catalog) if args.catalog is not None and (args.promote or args.production is None) else None
+    prod = args.production
+    if prod is None:
+        if prod_entry is None:
+            raise ValueError("give --production CKPT, or --catalog CAT whose registry has a production model")
+        prod = prod_entry["checkpoint"]
+    elif prod_entry is not None:
+        from data_engine.catalog import file_sha256
+
+        if file_sha256(checkpoint_file(prod)) != prod_entry["sha256"]:
+            raise ValueError(f"--production {prod} is not the production model of {args.catalog} ({prod_entry['checkpoint']});"
+                             " gate against it (omit --production) or drop --promote")
+    report = gate(args.candidate, prod, args.suites, rule, args.catalog, progress=not args.quiet)
+    print(format_gate(report))
+    out = write_gate(report, args.out)
+    print(f"wrote {out / 'gate.json'}, {out / 'gate.md'}" + (f"; recorded in {args.catalog}" if args.catalog else ""))
+    if args.promote and report["promote"]:
+        entry = promote(args.catalog, args.candidate, args.onnx, note=f"gate passed ({out / 'gate.json'})")
+        print(f"promoted {entry['checkpoint']} (registry entry {entry['id']}) in {args.catalog}")
+    if not report["promote"]:
+        raise SystemExit(1)
+
+
+def cmd_engine_promote(args) -> None:
+    from data_engine.registry import promote
+
+    e = promote(args.catalog, args.checkpoint, args.onnx, args.note)
+    print(f"production: {e['checkpoint']} (sha256 {e['sha256'][:12]}, registry entry {e['id']}, since {e['when']}) "
+          f"in {args.catalog}")
+
+
+def cmd_engine_rollback(args) -> None:
+    from data_engine.registry import rollback
+
+    e = rollback(args.catalog)
+    print(f"rolled back: production is {e['checkpoint']} (sha256 {e['sha256'][:12]}) again, registry entry {e['id']}")
+
+
+def cmd_engine_registry(args) -> None:
+    from data_engine.registry import format_history, history
+
+    rows = history(args.catalog)
+    print(format_history(rows) if rows else f"catalog {args.catalog} has no registry entries; `hydranet engine promote` one")
+
+
+def _add_engine_gate(eng) -> None:
+    """`hydranet engine suites | gate | promote | rollback | registry` (docs/data_engine.md)."""
+    s = eng.add_parser("suites", help="render the frozen held-out scenario suites, one sim dataset per slice")
+    s.add_argument("--out", type=Path, required=True, help="suites folder (refused if it exists, unless --overwrite)")
+    s.add_argument("--config", type=Path, default="engine", help="engine config (its suites: section): YAML or shipped name")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an engine config key (suites.clips=1)")
+    s.add_argument("--fleet-config", type=Path, default="fleet", help="fleet config whose rig, image size and frame rate to use")
+    s.add_argument("--fleet-set", action="append", default=[], metavar="KEY=VALUE", help="override a fleet config key")
+    s.add_argument("--clips", type=int, default=None, help="clips per slice (default: suites.clips)")
+    s.add_argument("--seed", type=int, default=None, help="suite seed (default: suites.seed)")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing suites folder (its unit tests are kept)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_engine_suites)
+    g = eng.add_parser("gate", help="candidate vs production on every suite and head; exit 0 promote, 1 reject")
+    g.add_argument("--candidate", type=Path, required=True, help="candidate checkpoint.pt or its run folder")
+    g.add_argument("--production", type=Path, default=None, help="production checkpoint (default: the catalog's production)")
+    g.add_argument("--suites", type=Path, required=True, help="suites folder (`hydranet engine suites`)")
+    g.add_argument("--catalog", type=Path, default=None, help="record the result (and cache metrics) in this catalog")
+    g.add_argument("--out", type=Path, default=Path("gate"), help="folder for gate.json and gate.md")
+    g.add_argument("--promote", action="store_true", help="on a pass, make the candidate the catalog's production")
+    g.add_argument("--onnx", type=Path, default=None, help="with --promote: the candidate's exported model.onnx")
+    g.add_argument("--config", type=Path, default="engine", help="engine config (its gate: rule): YAML or shipped name")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (gate.tolerance=0.05)")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.set_defaults(func=cmd_engine_gate)
+    p = eng.add_parser("promote", help="make a checkpoint the production model of a catalog (previous one kept)")
+    p.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing)")
+    p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint.pt or its run folder")
+    p.add_argument("--onnx", type=Path, default=None, help="its exported model.onnx (what shadow mode runs)")
+    p.add_argument("--note", default="", help="why (kept in the registry)")
+    p.set_defaults(func=cmd_engine_promote)
+    rb = eng.add_parser("rollback", help="return to the production model before the current one")
+    rb.add_argument("--catalog", type=Path, required=True)
+    rb.set_defaults(func=cmd_engine_rollback)
+    rg = eng.add_parser("registry", help="the registry's history: every production model, the current one marked")
+    rg.add_argument("--catalog", type=Path, required=True)
+    rg.set_defaults(func=cmd_engine_registry)
 
 
 def build_parser() -> argparse.ArgumentParser:

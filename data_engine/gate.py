@@ -1,0 +1,275 @@
+"""The gate: a candidate model is promoted only if it regresses on no scenario suite.
+
+    hydranet engine gate --candidate C --production P --suites DIR [--catalog CAT] [--out DIR] [--promote]
+
+Both models are evaluated on every suite (data_engine/suites.py: the frozen slices and the unit tests)
+with `hydranet.evaluate`, and every head is judged by its task's primary metric (`higher_is_better`
+respected: a gain is the signed change in the good direction). The rule (configs/engine.yaml `gate:`):
+
+- no (slice, head) may lose more than `tolerance` (absolute, in the head's primary metric; per-head
+  overrides in `head_tolerance`);
+- each `targeted` slice must gain at least `min_gain` (on `targeted_heads`, default every head);
+- per head, the aggregate (mean over slices weighted by their frames) must not lose more than
+  `aggregate_tolerance` (default 0: must not get worse).
+
+A metric that is not a finite number (NaN: nothing to score in a suite) is a GateError, never a pass.
+A model's suite metrics are cached by (checkpoint sha256, suite content digest): in the catalog's
+`gate_results` table when a catalog is given, else in `<checkpoint>.suite_metrics.json` next to the
+checkpoint, so the production model is not evaluated again every round. The report has one row per
+(slice, head) and per head for the aggregate, with the verdict and its reason, the failing slices and
+the overall verdict; `write_gate` writes gate.json and gate.md atomically.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_engine.catalog import Catalog, file_sha256
+from data_engine.registry import checkpoint_file, model_id, open_registry
+from data_engine.suites import load_suites
+from hydranet.config import ConfigError
+
+AGGREGATE = "aggregate"
+_EPS = 1e-9  # float slack on the comparisons (a gain of exactly -tolerance passes)
+
+
+class GateError(ValueError):
+    """A gate that cannot decide (a NaN metric, models of different heads, a bad rule); one line."""
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """configs/engine.yaml `gate:`: what a candidate must do on the suites to be promoted."""
+
+    tolerance: float = 0.02  # largest allowed loss per (slice, head), absolute, in the head's primary metric
+    head_tolerance: dict[str, float] = field(default_factory=dict)  # per-head overrides of `tolerance`
+    targeted: tuple[str, ...] = ()  # slices the candidate was trained to fix: must gain >= min_gain
+    targeted_heads: tuple[str, ...] = ()  # heads judged on targeted slices (empty: every head)
+    min_gain: float = 0.01
+    aggregate_tolerance: float = 0.0  # largest allowed loss of a head's frame-weighted mean over slices
+    summary_head: str = ""  # the head whose value per slice a one-line summary shows ("": the first head)
+
+    def __post_init__(self):
+        for key in ("tolerance", "min_gain", "aggregate_tolerance"):
+            v = getattr(self, key)
+            if not (math.isfinite(v) and v >= 0):
+                raise ConfigError(f"gate.{key} must be a finite number >= 0, got {v!r}")
+        for head, v in self.head_tolerance.items():
+            if not (math.isfinite(v) and v >= 0):
+                raise ConfigError(f"gate.head_tolerance.{head} must be a finite number >= 0, got {v!r}")
+
+
+# -- evaluation with its cache ------------------------------------------------------------------------------
+def _evaluate(checkpoint: Path, data: Path) -> dict[str, Any]:
+    """{"frames", "heads": {head: {"metric", "value" (None for NaN), "higher_is_better"}}} of one suite."""
+    from hydranet.evaluate import evaluate_checkpoint
+
+    r = evaluate_checkpoint(checkpoint, data, None, progress=False)
+    heads = {}
+    for head, metric in r["primary"].items():
+        v = r["model"][head].get(metric, math.nan)
+        heads[head] = {"metric": metric, "value": float(v) if v is not None and math.isfinite(v) else None,
+                       "higher_is_better": bool(r["higher_is_better"][head])}
+    return {"frames": int(r["frames"]), "heads": heads}
+
+
+class _Cache:
+    """Suite metrics of one checkpoint, keyed by "<suite>@<digest>": catalog rows or a JSON sidecar."""
+
+    def __init__(self, ckpt: Path, sha: str, catalog: str | Path | Catalog | None):
+        self.ckpt, self.sha, self.catalog = ckpt, sha, catalog
+        self.sidecar = ckpt.with_name(f"{ckpt.name}.suite_metrics.json")
+
+    def get(self) -> dict[str, Any]:
+        if self.catalog is not None:
+            with open_registry(self.catalog, create=True) as cat:
+                rows = cat.db.execute("SELECT g.suite, g.metrics FROM gate_results g JOIN models m ON g.candidate_id = m.id "
+                                      "WHERE m.sha256 = ? AND g.verdict = 'eval'", (self.sha,)).fetchall()
+            return {k: json.loads(v) for k, v in rows}
+        try:
+            data = json.loads(self.sidecar.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return {}  # no cache yet, or an unreadable one: evaluate again (the cache is only a shortcut)
+        return data.get("suites", {}) if isinstance(data, dict) and data.get("sha256") == self.sha else {}
+
+    def put(self, key: str, value: Mapping[str, Any]) -> None:
+        if self.catalog is not None:
+            with open_registry(self.catalog, create=True) as cat, cat.transaction():
+                mid = model_id(cat, self.ckpt, self.sha)
+                if not cat.db.execute("SELECT 1 FROM gate_results WHERE candidate_id = ? AND suite = ? AND verdict = 'eval'",
+                                      (mid, key)).fetchone():
+                    cat.db.execute("INSERT INTO gate_results (candidate_id, production_id, suite, metrics, verdict, created) "
+                                   "VALUES (?, NULL, ?, ?, 'eval', ?)", (mid, key, json.dumps(value), time.time()))
+            return
+        data = {"sha256": self.sha, "checkpoint": str(self.ckpt), "suites": {**self.get(), key: dict(value)}}
+        tmp = self.sidecar.with_name(f"{self.sidecar.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps(data, indent=1) + "\n")
+            os.replace(tmp, self.sidecar)
+        except OSError:  # a read-only run folder: no cache, the metrics are still right
+            tmp.unlink(missing_ok=True)
+
+
+def suite_table(checkpoint: str | Path, suites_dir: str | Path, catalog: str | Path | Catalog | None = None,
+                progress: bool = False, suites: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """{suite: {"frames", "heads": {head: {"metric", "value", "higher_is_better"}}}} of a checkpoint on every
+    suite, from the cache where the checkpoint and suite digests match."""
+    suites = suites if suites is not None else load_suites(suites_dir)["suites"]  # a modified suite: refused first
+    ckpt = checkpoint_file(checkpoint)
+    sha = file_sha256(ckpt)
+    cache = _Cache(ckpt, sha, catalog)
+    known = cache.get()
+    out = {}
+    items = list(suites.items())
+    if progress:
+        from tqdm import tqdm
+
+        items = tqdm(items, desc=f"gate {ckpt.parent.name}", unit="suite")
+    for name, s in items:
+        key = f"{name}@{s['digest']}"
+        if key not in known:
+            known[key] = _evaluate(ckpt, s["path"])
+            cache.put(key, known[key])
+        out[name] = known[key]
+    return out
+
+
+def evaluate_suites(checkpoint: str | Path, suites_dir: str | Path, catalog: str | Path | Catalog | None = None,
+                    progress: bool = False) -> dict[str, dict[str, float]]:
+    """{suite: {head: primary metric value}} (NaN where a suite has nothing to score for a head)."""
+    return {name: {h: math.nan if m["value"] is None else m["value"] for h, m in t["heads"].items()}
+            for name, t in suite_table(checkpoint, suites_dir, catalog, progress).items()}
+
+
+# -- the decision -------------------------------------------------------------------------------------------
+def _value(table: Mapping[str, Any], suite: str, head: str, who: str) -> float:
+    v = table[suite]["heads"][head]["value"]
+    if v is None or not math.isfinite(v):
+        metric = table[suite]["heads"][head]["metric"]
+        raise GateError(f"suite {suite}: head {head}'s {metric} is not a number for the {who} (nothing to score in that "
+                        "suite?); a gate never passes on NaN: regenerate the suites with more --clips or drop the slice")
+    return float(v)
+
+
+def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: GateRule | None = None) -> dict[str, Any]:
+    """The gate's verdict on two suite tables (`suite_table`'s form). Returns {"promote", "verdict", "failing",
+    "rows": [{"slice", "head", "metric", "higher_is_better", "production", "candidate", "delta", "gain",
+    "verdict", "reason"}], "slices": {slice: candidate value of the summary head}, "summary_head", "rule"}."""
+    rule = rule or GateRule()
+    if list(candidate) != list(production):
+        raise GateError(f"the candidate was evaluated on suites {list(candidate)}, the production on {list(production)}; "
+                        "gate both on the same suites folder")
+    if not candidate:
+        raise GateError("no suites to gate on; generate them with `hydranet engine suites`")
+    missing = [s for s in rule.targeted if s not in candidate]
+    if missing:
+        raise GateError(f"gate.targeted names slice {missing[0]!r}, not a suite here ({list(candidate)})")
+    rows: list[dict[str, Any]] = []
+    first = next(iter(candidate))
+    heads = list(candidate[first]["heads"])
+    for suite in candidate:
+        ch, ph = candidate[suite]["heads"], production[suite]["heads"]
+        if list(ch) != list(ph) or list(ch) != heads:
+            raise GateError(f"suite {suite}: candidate heads {list(ch)} differ from production heads {list(ph)}; "
+                            "gate models of the same heads")
+        for head in heads:
+            c, p = ch[head], ph[head]
+            if (c["metric"], c["higher_is_better"]) != (p["metric"], p["higher_is_better"]):
+                raise GateError(f"suite {suite}: head {head} is judged by {c['metric']} for the candidate and by "
+                                f"{p['metric']} for the production; gate models of the same tasks")
+            rows.append(_row(rule, suite, head, c["metric"], c["higher_is_better"], _value(production, suite, head, "production"),
+                             _value(candidate, suite, head, "candidate")))
+    frames = {s: candidate[s]["frames"] for s in candidate}
+    total = sum(frames.values())
+    if total <= 0:
+        raise GateError("the suites hold no scored frames; regenerate them")
+    for head in heads:
+        mine = [r for r in rows if r["head"] == head]
+        agg = {k: sum(frames[r["slice"]] * r[k] for r in mine) / total for k in ("production", "candidate")}
+        rows.append(_row(rule, AGGREGATE, head, mine[0]["metric"], mine[0]["higher_is_better"], agg["production"],
+                         agg["candidate"]))
+    failing = list(dict.fromkeys(r["slice"] for r in rows if r["verdict"] == "fail"))
+    summary = rule.summary_head or heads[0]
+    if summary not in heads:
+        raise GateError(f"gate.summary_head {summary!r} is not a head of these models ({heads})")
+    return {"promote": not failing, "verdict": "promote" if not failing else "reject", "failing": failing, "rows": rows,
+            "slices": {r["slice"]: r["candidate"] for r in rows if r["head"] == summary and r["slice"] != AGGREGATE},
+            "summary_head": summary, "frames": frames, "rule": asdict(rule)}
+
+
+def _row(rule: GateRule, suite: str, head: str, metric: str, hib: bool, prod: float, cand: float) -> dict[str, Any]:
+    delta = cand - prod
+    gain = (delta if hib else -delta) + 0.0  # > 0: better (+ 0.0: no negative zero)
+    if suite == AGGREGATE:
+        tol, why = rule.aggregate_tolerance, "aggregate"
+    else:
+        tol, why = rule.head_tolerance.get(head, rule.tolerance), "dropped"
+    verdict, reason = "pass", "improved" if gain > _EPS else "no change" if gain >= -_EPS else f"within tolerance {tol:g}"
+    if gain < -tol - _EPS:
+        verdict, reason = "fail", f"{why}: worse by {-gain:.4f}" + (f" > tolerance {tol:g}" if tol else "")
+    elif suite in rule.targeted and (not rule.targeted_heads or head in rule.targeted_heads):
+        if gain < rule.min_gain - _EPS:
+            verdict, reason = "fail", f"targeted: gained {gain:+.4f} < min_gain {rule.min_gain:g}"
+        else:
+            reason = f"targeted: gained {gain:+.4f} >= min_gain {rule.min_gain:g}"
+    return {"slice": suite, "head": head, "metric": metric, "higher_is_better": hib, "production": prod, "candidate": cand,
+            "delta": delta, "gain": gain, "verdict": verdict, "reason": reason}
+
+
+def gate(candidate: str | Path, production: str | Path, suites_dir: str | Path, rule: GateRule | None = None,
+         catalog: str | Path | Catalog | None = None, progress: bool = False) -> dict[str, Any]:
+    """Evaluate both checkpoints (files or run folders) on every suite of `suites_dir` (cached) and decide
+    (`decide`). With `catalog`, the result is recorded in its gate_results table."""
+    rule = rule or GateRule()
+    info = load_suites(suites_dir)  # digests verified once: a modified suite is refused before any evaluation
+    missing = [s for s in rule.targeted if s not in info["suites"]]
+    if missing:
+        raise GateError(f"gate.targeted names slice {missing[0]!r}, not a suite of {suites_dir} ({list(info['suites'])})")
+    cand, prod = checkpoint_file(candidate), checkpoint_file(production)
+    tables = {who: suite_table(p, suites_dir, catalog, progress, info["suites"]) for who, p in (("candidate", cand),
+                                                                                                 ("production", prod))}
+    report = decide(tables["candidate"], tables["production"], rule)
+    report.update({"candidate": {"checkpoint": str(cand), "sha256": file_sha256(cand)},
+                   "production": {"checkpoint": str(prod), "sha256": file_sha256(prod)},
+                   "suites": {"dir": str(Path(suites_dir).resolve()),
+                              "digests": {n: s["digest"] for n, s in info["suites"].items()}}})
+    if catalog is not None:
+        with open_registry(catalog, create=True) as cat, cat.transaction():
+            ids = [model_id(cat, report[w]["checkpoint"], report[w]["sha256"]) for w in ("candidate", "production")]
+            cat.db.execute("INSERT INTO gate_results (candidate_id, production_id, suite, metrics, verdict, created) "
+                           "VALUES (?, ?, ?, ?, ?, ?)", (*ids, report["suites"]["dir"], json.dumps(report),
+                                                         report["verdict"], time.time()))
+    return report
+
+
+# -- output -------------------------------------------------------------------------------------------------
+def format_gate(report: Mapping[str, Any]) -> str:
+    """The report as a markdown table, the verdict last."""
+    lines = ["| slice | head | metric | production | candidate | delta | verdict |", "|---|---|---|---:|---:|---:|---|"]
+    for r in report["rows"]:
+        arrow = "" if r["higher_is_better"] else " (lower is better)"
+        verdict = "pass" if r["verdict"] == "pass" else "**FAIL**"
+        lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | {r['production']:.4f} | {r['candidate']:.4f} | "
+                     f"{r['delta']:+.4f} | {verdict}: {r['reason']} |")
+    if report["promote"]:
+        lines.append("\n**verdict: PROMOTE** (no slice regressed beyond the rule)")
+    else:
+        lines.append(f"\n**verdict: REJECT** (failing: {', '.join(report['failing'])})")
+    return "\n".join(lines)
+
+
+def write_gate(report: Mapping[str, Any], out: str | Path) -> Path:
+    """out/gate.json and out/gate.md, each written to a temp file and renamed. Returns out."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (("gate.json", json.dumps(report, indent=1, allow_nan=False) + "\n"), ("gate.md", format_gate(report) + "\n")):
+        tmp = out / f"{name}.tmp-{os.getpid()}"
+        tmp.write_text(text)
+        os.replace(tmp, out / name)
+    return out

@@ -1,0 +1,229 @@
+"""The model registry, in the catalog: which model is in production, what was before, and a rollback.
+
+    hydranet engine promote --catalog CAT --checkpoint C [--onnx M] [--note TEXT]
+    hydranet engine rollback --catalog CAT
+    hydranet engine registry --catalog CAT
+
+A model is identified by the sha256 of its checkpoint file (and its deployed ONNX by that file's sha256).
+Table `registry` is an append-only log: each promotion or rollback adds one entry, exactly one entry has
+role "production" (a partial UNIQUE index), the entry it replaced becomes "retired" (or "rolled_back")
+and is named by the new entry's `previous_id`. Moving the pointer is one SQLite transaction (demote the
+old entry, insert the new one): a failure or kill -9 at any point leaves the old production in force.
+
+`production()` checks the production files at use time: a checkpoint or ONNX model that no longer
+exists, or whose sha256 changed since it was promoted, is a one-line RegistryError, never a silent load
+of another model. Rollback returns to the entry before the current one (as a new entry, so the log keeps
+what happened); rolling back past the first production is an error.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from data_engine.catalog import Catalog, CatalogError, file_sha256
+
+_COLUMNS = ("id", "model_id", "role", "previous_id", "promoted", "action", "checkpoint", "sha256", "onnx", "onnx_sha256",
+            "note")
+_LAYOUT = ("CREATE TABLE registry (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL REFERENCES models(id), role TEXT NOT "
+           "NULL, previous_id INTEGER REFERENCES registry(id), promoted REAL NOT NULL, action TEXT NOT NULL, checkpoint "
+           "TEXT NOT NULL, sha256 TEXT NOT NULL, onnx TEXT, onnx_sha256 TEXT, note TEXT)",
+           "CREATE UNIQUE INDEX registry_one_production ON registry(role) WHERE role = 'production'")
+
+
+class RegistryError(ValueError):
+    """A promotion, rollback or production lookup that cannot be done; one line saying what to do."""
+
+
+# -- schema and catalog handles ---------------------------------------------------------------------------
+def ensure_registry(cat: Catalog) -> None:
+    """Catalogs hold an empty placeholder `registry` table from before the registry existed: give it its
+    layout. A placeholder that holds rows is a CatalogError (nothing holding data is dropped)."""
+    cols = [r[1] for r in cat.db.execute("PRAGMA table_info(registry)")]
+    if "checkpoint" in cols:
+        return
+    with cat.transaction():
+        if cols and cat.db.execute("SELECT count(*) FROM registry").fetchone()[0]:
+            raise CatalogError(f"catalog {cat.path} holds registry rows of an older layout; recreate the catalog")
+        cat.db.execute("DROP TABLE IF EXISTS registry")
+        for stmt in _LAYOUT:
+            cat.db.execute(stmt)
+
+
+@contextmanager
+def open_registry(catalog: str | Path | Catalog, create: bool = False) -> Iterator[Catalog]:
+    """The catalog (a path, opened and closed here, or an open Catalog) with the registry layout."""
+    if isinstance(catalog, Catalog):
+        ensure_registry(catalog)
+        yield catalog
+        return
+    cat = Catalog(catalog, create=create)
+    try:
+        ensure_registry(cat)
+        yield cat
+    finally:
+        cat.close()
+
+
+def model_id(cat: Catalog, path: str | Path, sha: str, kind: str = "checkpoint") -> int:
+    """The `models` row of a file (by sha256), added if new; call inside a transaction."""
+    cat.db.execute("INSERT OR IGNORE INTO models (sha256, path, embedding_dim, meta, added) VALUES (?, ?, 0, ?, ?)",
+                   (sha, str(path), json.dumps({"kind": kind}), time.time()))
+    return int(cat.db.execute("SELECT id FROM models WHERE sha256 = ?", (sha,)).fetchone()[0])
+
+
+def checkpoint_file(checkpoint: str | Path) -> Path:
+    """The checkpoint file of a file or run folder (RUN/checkpoint.pt), resolved; RegistryError if missing."""
+    from hydranet.checkpoint import CHECKPOINT
+
+    path = Path(checkpoint)
+    path = path / CHECKPOINT if path.is_dir() else path
+    if not path.is_file():
+        raise RegistryError(f"checkpoint {path} does not exist; give a file written by `hydranet train` or its run folder")
+    return path.resolve()
+
+
+# -- entries ------------------------------------------------------------------------------------------------
+def _entry(row) -> dict[str, Any]:
+    e = dict(zip(_COLUMNS, row))
+    e["when"] = datetime.datetime.fromtimestamp(e["promoted"]).isoformat(timespec="seconds")
+    return e
+
+
+def _select(cat: Catalog, where: str, args: tuple = ()) -> list[dict[str, Any]]:
+    return [_entry(r) for r in cat.db.execute(f"SELECT {', '.join(_COLUMNS)} FROM registry {where}", args)]
+
+
+def _current(cat: Catalog) -> dict[str, Any] | None:
+    rows = _select(cat, "WHERE role = 'production'")
+    return rows[0] if rows else None
+
+
+def file_status(entry: dict[str, Any]) -> str:
+    """"ok", or what is wrong with the entry's files now ("checkpoint missing", "onnx changed", ...)."""
+    for key, sha_key in (("checkpoint", "sha256"), ("onnx", "onnx_sha256")):
+        if entry.get(key) is None:
+            continue
+        p = Path(entry[key])
+        if not p.is_file():
+            return f"{key} missing"
+        if file_sha256(p) != entry[sha_key]:
+            return f"{key} changed"
+    return "ok"
+
+
+def check_files(entry: dict[str, Any], what: str = "production") -> None:
+    """RegistryError naming the file when an entry's checkpoint or ONNX model is gone or changed."""
+    status = file_status(entry)
+    if status == "ok":
+        return
+    key = status.split()[0]
+    if status.endswith("missing"):
+        raise RegistryError(f"{what} {key} {entry[key]} (registry entry {entry['id']}, promoted {entry['when']}) no longer "
+                            f"exists; restore the file, or `hydranet engine rollback` / `promote` another model")
+    raise RegistryError(f"{what} {key} {entry[key]} (registry entry {entry['id']}, promoted {entry['when']}) changed since "
+                        "it was promoted (sha256 differs); restore the promoted file, or promote the new one explicitly")
+
+
+# -- the API ------------------------------------------------------------------------------------------------
+def _insert_entry(cat: Catalog, entry: dict[str, Any]) -> int:
+    cur = cat.db.execute(f"INSERT INTO registry ({', '.join(_COLUMNS[1:])}) VALUES ({', '.join('?' * (len(_COLUMNS) - 1))})",
+                         tuple(entry[c] for c in _COLUMNS[1:]))
+    return int(cur.lastrowid)
+
+
+def promote(catalog: str | Path | Catalog, checkpoint: str | Path, onnx: str | Path | None = None,
+            note: str = "") -> dict[str, Any]:
+    """Make `checkpoint` (file or run folder; `onnx`: its deployed export) the production model, in one
+    transaction; the previous production is kept (retired). Promoting the current production again
+    (same checkpoint and ONNX sha256) changes nothing. Returns the production entry."""
+    from hydranet.checkpoint import load_checkpoint
+
+    ckpt = checkpoint_file(checkpoint)
+    load_checkpoint(ckpt)  # a readable hydranet checkpoint with finite weights, or a one-line error
+    sha = file_sha256(ckpt)
+    onnx_path = onnx_sha = None
+    if onnx is not None:
+        from deploy.metadata import read_metadata
+
+        onnx_path = Path(onnx)
+        if not onnx_path.is_file():
+            raise RegistryError(f"--onnx {onnx_path} does not exist; export the checkpoint with `hydranet export`")
+        try:
+            read_metadata(onnx_path)
+        except Exception as e:  # noqa: BLE001 - onnx raises its own types for a file that is not a model
+            raise RegistryError(f"--onnx {onnx_path} is not a HydraNet ONNX model ({str(e).splitlines()[0][:160]}); "
+                                "give the file `hydranet export` wrote") from None
+        onnx_path = onnx_path.resolve()
+        onnx_sha = file_sha256(onnx_path)
+    with open_registry(catalog, create=True) as cat:
+        with cat.transaction():
+            cur = _current(cat)
+            if cur is not None and cur["sha256"] == sha and cur["onnx_sha256"] == onnx_sha:
+                return cur
+            mid = model_id(cat, ckpt, sha)
+            if cur is not None:
+                cat.db.execute("UPDATE registry SET role = 'retired' WHERE id = ?", (cur["id"],))
+            new = _insert_entry(cat, {"model_id": mid, "role": "production", "previous_id": cur["id"] if cur else None,
+                                      "promoted": time.time(), "action": "promote", "checkpoint": str(ckpt), "sha256": sha,
+                                      "onnx": None if onnx_path is None else str(onnx_path), "onnx_sha256": onnx_sha,
+                                      "note": note})
+        return _select(cat, "WHERE id = ?", (new,))[0]
+
+
+def production(catalog: str | Path | Catalog, missing_ok: bool = False, verify: bool = True) -> dict[str, Any] | None:
+    """The production entry {"id", "checkpoint", "sha256", "onnx", "onnx_sha256", "promoted", "when", "note",
+    "action", "previous_id", ...}. None with `missing_ok` when there is none (or no catalog yet);
+    `verify`: RegistryError when its files are gone or changed."""
+    if missing_ok and not isinstance(catalog, Catalog) and not Path(catalog).exists():
+        return None
+    with open_registry(catalog) as cat:
+        cur = _current(cat)
+    if cur is None:
+        if missing_ok:
+            return None
+        raise RegistryError(f"catalog {getattr(catalog, 'path', catalog)} has no production model; promote one with "
+                            "`hydranet engine promote --catalog CAT --checkpoint C`")
+    if verify:
+        check_files(cur)
+    return cur
+
+
+def rollback(catalog: str | Path | Catalog, note: str = "") -> dict[str, Any]:
+    """Return to the production before the current one (a new entry; the current becomes "rolled_back")."""
+    with open_registry(catalog) as cat:
+        with cat.transaction():
+            cur = _current(cat)
+            if cur is None:
+                raise RegistryError(f"catalog {cat.path} has no production model, so nothing to roll back")
+            if cur["previous_id"] is None:
+                raise RegistryError(f"catalog {cat.path}: production {cur['checkpoint']} (entry {cur['id']}) has no previous "
+                                    "production to roll back to")
+            prev = _select(cat, "WHERE id = ?", (cur["previous_id"],))[0]
+            check_files(prev, "previous production")
+            cat.db.execute("UPDATE registry SET role = 'rolled_back' WHERE id = ?", (cur["id"],))
+            new = _insert_entry(cat, {**prev, "role": "production", "previous_id": prev["previous_id"],
+                                      "promoted": time.time(), "action": "rollback",
+                                      "note": note or f"rollback from entry {cur['id']}"})
+        return _select(cat, "WHERE id = ?", (new,))[0]
+
+
+def history(catalog: str | Path | Catalog) -> list[dict[str, Any]]:
+    """Every registry entry, oldest first, each with "status" (file_status: "ok", "checkpoint missing", ...)."""
+    with open_registry(catalog) as cat:
+        rows = _select(cat, "ORDER BY id")
+    return [{**r, "status": file_status(r)} for r in rows]
+
+
+def format_history(rows: list[dict[str, Any]]) -> str:
+    lines = ["| entry | role | action | when | checkpoint | sha256 | onnx | previous | files | note |",
+             "|---:|---|---|---|---|---|---|---:|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['id']} | {'**production**' if r['role'] == 'production' else r['role']} | {r['action']} | "
+                     f"{r['when']} | {r['checkpoint']} | {r['sha256'][:12]} | {r['onnx'] or '-'} | "
+                     f"{r['previous_id'] if r['previous_id'] is not None else '-'} | {r['status']} | {r['note'] or ''} |")
+    return "\n".join(lines)
