@@ -268,7 +268,9 @@ class SimDataset(FrameReader):
     arrays for the image channels (`hydranet.loader.resize_to` brings them to one size).
 
     Attributes: `meta` (dataset.json), `rig`, `classes`, `semantic_classes`, `scenes` (the
-    scene.json dicts, in order), `frame_ids` (list of (scene name, frame dir)), `skipped`.
+    scene.json dicts, in order), `frame_ids` (list of (scene name, frame dir)), `skipped`,
+    `supervises` (heads some frame has labels for; frames may name theirs in scene.json, then
+    `sample["supervises"]` is that set and label channel files a frame lacks are not read).
     Indexing, clips and the skip policy are the `FrameReader` base's, shared with every reader.
     """
 

@@ -81,14 +81,53 @@ def _earlier_run(tmp: Path, env: Env) -> list:
     return argv
 
 
-def _production_elsewhere(tmp: Path) -> Path:
-    """The production checkpoint with data.root pointing at a folder that does not exist here."""
+def _edited_production(tmp: Path, config=None, meta=None) -> Path:
+    """The production checkpoint with its config and meta edited in place (plain JSON in the file)."""
     ckpt = torch.load(_PROD["run"] / "checkpoint.pt", map_location="cpu", weights_only=True)
-    cfg = json.loads(ckpt["config"])
-    cfg["data"]["root"] = str(tmp / "gone")
-    ckpt["config"] = json.dumps(cfg)
-    torch.save(ckpt, tmp / "moved.pt")
-    return tmp / "moved.pt"
+    for key, fn in (("config", config), ("meta", meta)):
+        if fn is not None:
+            d = json.loads(ckpt[key])
+            fn(d)
+            ckpt[key] = json.dumps(d)
+    torch.save(ckpt, tmp / "edited.pt")
+    return tmp / "edited.pt"
+
+
+def _production_elsewhere(tmp: Path) -> Path:
+    """data.root pointing at a folder that does not exist here."""
+    return _edited_production(tmp, config=lambda c: c["data"].update(root=str(tmp / "gone")))
+
+
+def _one_camera_label(tmp: Path, env: Env) -> list:
+    """A file label that covers CAM_FRONT only, accepted: the other cameras would train as 'no objects'."""
+    from data_engine.catalog import Catalog
+    from data_engine.fleet import Fleet
+    from data_engine.labeling import FetchedLabel, build_backend
+    from data_engine.labels import create_jobs, load_jobs, open_catalog, record_label, send, transition
+
+    cat = tmp / "cat1.db"
+    with Catalog(cat, create=True) as c:
+        c.add_fleet(Fleet(env.dataset))
+    sel = tmp / "one.json"
+    sel.write_text(json.dumps({"name": "one", "frames": [{"clip": "scene_0000", "frame": 0}, {"clip": "scene_0000", "frame": 1}]}))
+    with open_catalog(cat) as c:
+        create_jobs(c, sel, "files")
+        send(c, build_backend("files", out=tmp / "export"), "one")
+        for j in load_jobs(c, "one"):
+            front = json.loads((j.folder / "labels.json").read_text())["cameras"]["CAM_FRONT"]
+            record_label(c, j, FetchedLabel(j.id, {"cameras": {"CAM_FRONT": {"boxes2d": front["boxes2d"]}}}, "file", "me"))
+        transition(c, [j.id for j in load_jobs(c, "one")], "accepted")
+    shutil.rmtree(tmp / "export")
+    return _argv(tmp, env, catalog=cat)
+
+
+def _one_accepted(tmp: Path, env: Env) -> Path:
+    from data_engine.labels import load_jobs, open_catalog, transition
+
+    cat = _catalog(tmp, env.dataset, accept=False)
+    with open_catalog(cat) as c:
+        transition(c, [load_jobs(c, "sel")[0].id], "accepted")
+    return cat
 
 
 def _fleet_lost_an_image(tmp: Path, env: Env) -> list:
@@ -126,6 +165,11 @@ CASES = [
     Case("production-base-gone", lambda t, e: _argv(t, e, production=_production_elsewhere(t)), 2,
          ("base training set", "does not exist", "--base"), check=nothing_written),
     Case("fleet-lost-an-image", _fleet_lost_an_image, 2, ("CAM_FRONT.jpg", "missing"), check=nothing_written),
+    Case("label-misses-a-camera", _one_camera_label, 2, ("no labels for camera", "label every camera"), check=nothing_written),
+    Case("fewer-accepted-than-batch", lambda t, e: _argv(t, e, catalog=_one_accepted(t, e), production=_edited_production(
+        t, config=lambda c: c.update(batch_size=2))), 2, ("1 accepted frames", "batch_size 2", "accept more"), check=nothing_written),
+    Case("model-lacks-a-class", lambda t, e: _argv(t, e, production=_edited_production(
+        t, meta=lambda m: m.update(classes=m["classes"][:-1]))), 2, ("classes", "the model lacks"), check=nothing_written),
     Case("control-retrain", lambda t, e: _argv(t, e, "--steps", "1"), 0, stdout=("retrained", "2 accepted labels", "2 oracle"),
          check=no_temp_left),
     Case("control-resume-finished", lambda t, e: _earlier_run(t, e) and _argv(t, e, "--resume"), 0, stdout=("retrained",),
