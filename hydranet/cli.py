@@ -59,6 +59,12 @@ def cmd_sim_export_nuscenes(args) -> None:
     print(f"wrote {out}")
 
 
+def cmd_sim_stats(args) -> None:
+    from sim.stats import dataset_stats, format_stats
+
+    print(format_stats(dataset_stats(args.data, progress=not args.quiet)))
+
+
 def cmd_data_check(args) -> None:
     from hydranet.data.formats import check_dataset, format_report
 
@@ -558,6 +564,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", type=Path, required=True)
     _add_sim_args(e)
     e.set_defaults(func=cmd_sim_export_nuscenes)
+
+    st = sim.add_parser("stats", help="content statistics of a sim dataset next to nuScenes' (docs/sim_look.md)")
+    st.add_argument("--data", type=Path, required=True, help="a generated sim dataset")
+    st.add_argument("--quiet", action="store_true", help="no progress bar")
+    st.set_defaults(func=cmd_sim_stats)
 
     t = sub.add_parser("train", help="train a HydraNet experiment (configs/tiny.yaml); torchrun for several processes")
     t.add_argument("--config", type=Path, default=None, help="experiment: a YAML file, or a shipped config name (tiny, bev, regnet)")

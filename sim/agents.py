@@ -10,7 +10,7 @@ import numpy as np
 
 from sim.bodies import detailed_body, pedestrian
 from sim.roads import Path
-from sim.shapes import Part, pitch_matrix
+from sim.shapes import SHAPES, Part, pitch_matrix
 
 # (length, width, height) ranges per class; bodies are unions of boxes inside these bounds.
 CLASS_SIZES = {
@@ -53,8 +53,18 @@ def make_body(cls: str, rng: np.random.Generator, detail: bool = True) -> list[P
             return pedestrian(sub, sub.uniform(1.0, 1.4) if child else H, child)
         parts = detailed_body(cls, L, W, H, sub)
         if parts is not None:
-            return parts
+            return on_ground(parts)
     return _box_body(cls, L, W, H, sub)
+
+
+def on_ground(parts: list[Part]) -> list[Part]:
+    """The parts lowered so the lowest corner touches z = 0 (an octagonal wheel's flat lies
+    r (1 - cos 22.5 deg) above its circle's bottom: 2-4 cm under a vehicle)."""
+    low = min(p.points()[:, 2].min() for p in parts)
+    if low == 0:
+        return parts
+    dz = np.array([0.0, 0.0, low])
+    return [replace(p, center=p.center - dz, pivot=None if p.pivot is None else p.pivot - dz) for p in parts]
 
 
 def is_child(parts: list[Part]) -> bool:
@@ -178,8 +188,34 @@ def animate(parts: list[Part], cycle: float) -> list[Part]:
 def animated_bounds(parts: list[Part], samples: int = 48) -> tuple[np.ndarray, np.ndarray]:
     """Box (centre, size) enclosing the parts over a whole gait cycle: the extent over `samples`
     phases grown by 1 mm (between samples a swinging corner reaches ~0.2 mm further), the
-    bottom kept on the ground."""
-    pts = np.concatenate([q.points() for c in np.linspace(0, 2 * np.pi, samples, endpoint=False) for q in animate(parts, c)])
+    bottom kept on the ground. The phases of `animate` at once: (C,) angles per swinging part."""
+    cycle = np.linspace(0, 2 * np.pi, samples, endpoint=False)  # (C,)
+    still = [p.points() for p in parts if not p.swing]
+    swinging = [p for p in parts if p.swing]
+    if not swinging:
+        pts = np.concatenate(still)
+        lo, hi = pts.min(0) - [1e-3, 1e-3, 0.0], pts.max(0) + 1e-3
+        return (lo + hi) / 2, hi - lo
+    posed = []  # per swinging part (C, K, 3): its corners at each phase
+    for p in swinging:
+        a = p.swing * np.sin(cycle + p.phase)  # (C,)
+        ca, sa = np.cos(a), np.sin(a)
+        rel = p.center - p.pivot
+        centre = p.pivot + np.stack([ca * rel[0] - sa * rel[2], np.full_like(a, rel[1]), sa * rel[0] + ca * rel[2]], 1)  # (C, 3)
+        t = p.pitch + a
+        ct, st = np.cos(t)[:, None], np.sin(t)[:, None]
+        b = SHAPES[p.shape].points * p.size  # (K, 3)
+        posed.append(np.stack([ct * b[:, 0] - st * b[:, 2], np.broadcast_to(b[:, 1], (len(a), len(b))),
+                               st * b[:, 0] + ct * b[:, 2]], -1) + centre[:, None])  # (C, K, 3)
+    low = np.min([q[..., 2].min(1) for q in posed], 0)  # (C,) lowest swinging point per phase
+    rest = min(p.points()[:, 2].min() for p in swinging)
+    dz = np.zeros((samples, 1, 3))
+    if rest <= 0.02:  # standing on the swinging parts: the body drops so a foot stays down (as animate)
+        dz[:, 0, 2] = rest - low
+    if still:
+        fixed = np.concatenate(still)  # (K'', 3) the parts that do not swing, dropped with the body
+        posed.append(np.broadcast_to(fixed, (samples,) + fixed.shape))
+    pts = (np.concatenate(posed, 1) + dz).reshape(-1, 3)
     lo, hi = pts.min(0) - [1e-3, 1e-3, 0.0], pts.max(0) + 1e-3
     return (lo + hi) / 2, hi - lo
 
@@ -203,6 +239,8 @@ class Agent:
     stride: float = 0.0  # metres travelled per gait cycle (walking, pedalling); 0: by class and height
 
     def __post_init__(self):
+        if self.cls == "pedestrian" and is_child(self.parts):
+            self.attributes = {**self.attributes, "child": True}  # exported as human.pedestrian.child
         self.rest_parts = self.parts
         self.animated = any(p.swing for p in self.parts)
         if self.animated:  # one box for the whole cycle (as annotators box a walking person)
@@ -213,10 +251,12 @@ class Agent:
             self.stride = 4.4 if self.cls == "cyclist" else 0.85 * float(self.box_size[2])
         self.update_pose()
 
-    def update_pose(self):
+    def update_pose(self, animate_parts: bool = True):
+        """Position and heading at `s` on the path; the limbs' gait phase too unless told not to
+        (the traffic model's substeps need only the pose)."""
         if self.path is not None:
             self.pos, self.heading = self.path.at(self.s)
-        if self.animated:
+        if self.animated and animate_parts:
             self.parts = animate(self.rest_parts, 2 * np.pi * self.s / self.stride)
 
     @property
@@ -265,4 +305,27 @@ def leader_gap(me: Agent, others: list[Agent]) -> tuple[float, float]:
             if gap < best:
                 best = gap
                 v_lead = float(np.dot(o.velocity[:2], [c, s]))
+    return best, v_lead
+
+
+def leader_gaps(mes: list[Agent], others: list[Agent]) -> tuple[np.ndarray, np.ndarray]:
+    """`leader_gap` of every agent of `mes` at once: gaps (M,) and leader speeds (M,)."""
+    if not mes:
+        return np.zeros(0), np.zeros(0)
+    P = np.array([o.pos for o in others])  # (N, 2)
+    V = np.array([o.velocity[:2] for o in others])  # (N, 2)
+    half_o = np.array([o.box_size[1] / 2 for o in others])  # (N,)
+    reach_o = np.array([max(o.box_size[0], o.box_size[1]) / 2 for o in others])  # (N,)
+    h = np.array([m.heading for m in mes])
+    c, s = np.cos(h)[:, None], np.sin(h)[:, None]  # (M, 1)
+    d = P[None] - np.array([m.pos for m in mes])[:, None]  # (M, N, 2)
+    ahead, lateral = d[..., 0] * c + d[..., 1] * s, -d[..., 0] * s + d[..., 1] * c  # (M, N)
+    half = np.array([m.box_size[1] / 2 for m in mes])[:, None] + half_o + 0.4
+    ok = (0 < ahead) & (ahead < 60) & (np.abs(lateral) < half)
+    ok &= np.array([[o is not m for o in others] for m in mes])
+    gap = np.where(ok, ahead - np.array([m.box_size[0] / 2 for m in mes])[:, None] - reach_o, 1e9)
+    j = gap.argmin(1)  # (M,) the nearest leader (the first of equals, as leader_gap)
+    rows = np.arange(len(mes))
+    best = gap[rows, j]
+    v_lead = np.where(best < 1e9, V[j, 0] * c[:, 0] + V[j, 1] * s[:, 0], 0.0)
     return best, v_lead

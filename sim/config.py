@@ -61,32 +61,50 @@ class RareConfig:
 
 @dataclass(frozen=True)
 class TrafficConfig:
-    vehicles: int = 26
-    pedestrians: int = 14
-    cyclists: int = 3
-    motorcycles: int = 2  # ridden motorcycles in the traffic lanes
+    """Road users (counts are scaled by SimConfig.density)."""
+
+    vehicles: int = 40  # cars, trucks and buses in the main road's lanes
+    pedestrians: int = 10  # on sidewalks (some in pairs, some standing) and on crosswalks
+    cyclists: int = 2
+    motorcycles: int = 4  # ridden motorcycles in the traffic lanes
+    truck_share: float = 0.2  # of the vehicles, the share that are trucks
+    bus_share: float = 0.1  # of the vehicles, the share that are buses
+    standing_share: float = 0.25  # of the sidewalk pedestrians, the share standing still
+    pair_share: float = 0.3  # of the sidewalk pedestrians, the share walking beside a companion
 
     def __post_init__(self):
-        for f in fields(self):
-            n = getattr(self, f.name)
-            _need(0 <= n <= 10000, f"traffic.{f.name}", n, "give a count from 0 to 10000")
+        for name in ("vehicles", "pedestrians", "cyclists", "motorcycles"):
+            n = getattr(self, name)
+            _need(0 <= n <= 10000, f"traffic.{name}", n, "give a count from 0 to 10000")
+        for name in ("truck_share", "bus_share", "standing_share", "pair_share"):
+            p = getattr(self, name)
+            _need(0 <= p <= 1, f"traffic.{name}", p, "a share lies in [0, 1]")
+        _need(self.truck_share + self.bus_share <= 1, "traffic.bus_share", self.bus_share,
+              f"truck_share + bus_share must not exceed 1 (truck_share is {self.truck_share})")
 
 
 @dataclass(frozen=True)
 class RoadsideConfig:
     """Static objects by the road (0 turns each off)."""
 
-    parked_vehicles: int = 8  # parked beside the sidewalk, attribute parked (nuScenes vehicle.parked)
-    parked_trailer_share: float = 0.25  # of the parked vehicles, the share that are trailers
-    barrier_groups: int = 2  # rows of 2-5 barrier segments along a kerb, a cone at each end
-    cone_groups: int = 2  # rows of 2-4 traffic cones along a kerb
+    parked_vehicles: int = 32  # parked beside the sidewalk, attribute parked (nuScenes vehicle.parked)
+    parked_row: int = 4  # at most this many parked end to end in one row (1: each on its own)
+    parked_trailer_share: float = 0.08  # of the parked vehicles, the share that are trailers
+    parked_truck_share: float = 0.25  # of the parked vehicles, the share that are trucks
+    barrier_groups: int = 4  # rows of 2-5 barrier segments along a kerb, a cone before each
+    cone_groups: int = 1  # rows of 2-4 traffic cones along a kerb
 
     def __post_init__(self):
         for name in ("parked_vehicles", "barrier_groups", "cone_groups"):
             n = getattr(self, name)
             _need(0 <= n <= 10000, f"roadside.{name}", n, "give a count from 0 to 10000")
-        _need(0 <= self.parked_trailer_share <= 1, "roadside.parked_trailer_share", self.parked_trailer_share,
-              "a share lies in [0, 1]")
+        _need(1 <= self.parked_row <= 100, "roadside.parked_row", self.parked_row, "give a row length from 1 to 100")
+        for name in ("parked_trailer_share", "parked_truck_share"):
+            p = getattr(self, name)
+            _need(0 <= p <= 1, f"roadside.{name}", p, "a share lies in [0, 1]")
+        _need(self.parked_trailer_share + self.parked_truck_share <= 1, "roadside.parked_truck_share",
+              self.parked_truck_share,
+              f"parked_trailer_share + parked_truck_share must not exceed 1 (trailers: {self.parked_trailer_share})")
 
 
 @dataclass(frozen=True)
@@ -127,6 +145,7 @@ class SimConfig:
     frames_per_scene: int = 20
     frame_rate_hz: float = 10.0  # frames per second of sim time (nuScenes keyframes: 2)
     lanes_per_direction: tuple[int, ...] = (1, 2, 3)
+    density: float = 1.0  # scales every count of traffic and roadside (0.5: half as many objects)
     traffic: TrafficConfig = field(default_factory=TrafficConfig)
     roadside: RoadsideConfig = field(default_factory=RoadsideConfig)
     conditions: ConditionsConfig = field(default_factory=ConditionsConfig)
@@ -145,6 +164,8 @@ class SimConfig:
         _need(self.image_height >= 0, "image_height", self.image_height, "give pixels > 0, or 0 for the rig's own")
         _need(len(self.lanes_per_direction) > 0 and all(1 <= n <= 8 for n in self.lanes_per_direction),
               "lanes_per_direction", self.lanes_per_direction, "give a non-empty list of lane counts from 1 to 8")
+        _need(0 <= self.density <= 10 and math.isfinite(self.density), "density", self.density,
+              "give a scale of the object counts from 0 to 10")
         _need(self.bev_range > 0 and math.isfinite(self.bev_range), "bev_range", self.bev_range, "give metres > 0")
         _need(self.bev_resolution > 0 and math.isfinite(self.bev_resolution), "bev_resolution", self.bev_resolution,
               "give metres per cell > 0")

@@ -28,6 +28,8 @@ Conventions and honest caveats:
 - Visibility is the max over cameras of the 2D boxes' `visible_fraction` for the track, binned
   to the nuScenes levels (token "1".."4" = v0-40, v40-60, v60-80, v80-100); a box with pixels
   but no 2D box gets "1".
+- Pedestrians with `attributes.child` (the sim's children, 1.0-1.4 m) are exported as
+  `human.pedestrian.child`, the rest as `human.pedestrian.adult`.
 - Tokens are md5 hex digests of readable keys and tables are written with sorted keys and
   rounded floats, so exporting the same dataset twice gives identical bytes.
 
@@ -81,7 +83,9 @@ CATEGORY_DESCRIPTION = {
     "movable_object.barrier": "Road barrier segment (sim class barrier).",
     "vehicle.trailer": "Trailer, parked without its towing vehicle (sim class trailer).",
     "vehicle.motorcycle": "Motorcycle, with its rider inside the box (sim class motorcycle).",
+    "human.pedestrian.child": "Child pedestrian, 1.0-1.4 m tall (sim class pedestrian with attribute child).",
 }
+CHILD = "human.pedestrian.child"  # a pedestrian box with attributes.child
 ATTRIBUTES = {  # the nuScenes attribute vocabulary
     "vehicle.moving": "Vehicle is moving.",
     "vehicle.stopped": "Vehicle is stationary, e.g. waiting at a light.",
@@ -108,6 +112,11 @@ def token(*key) -> str:
 def visibility_token(fraction: float) -> str:
     """nuScenes visibility token of a visible fraction in [0, 1]."""
     return [t for t, _, lo in VISIBILITY if fraction >= lo][-1]
+
+
+def box_category(cls: str, attrs: dict) -> str:
+    """nuScenes category of one of our 3D boxes (children are their own category, as in nuScenes)."""
+    return CHILD if cls == "pedestrian" and attrs.get("child") else CATEGORY[cls]
 
 
 def box_attributes(cls: str, attrs: dict) -> list[str]:
@@ -164,7 +173,7 @@ class _Exporter:
 
     def static_tables(self) -> None:
         t = self.t
-        for name in sorted(set(CATEGORY.values())):
+        for name in sorted(set(CATEGORY.values()) | {CHILD}):
             t["category"].append({"token": token("category", name), "name": name,
                                   "description": CATEGORY_DESCRIPTION[name]})
         for name, desc in ATTRIBUTES.items():
@@ -205,7 +214,7 @@ class _Exporter:
                                           (f", rare: {', '.join(cond['rare'])}" if cond.get("rare") else "")})
         channels = self.cam_names + [LIDAR]
         tracks: dict[int, list[dict]] = {}  # track id -> its annotation records in order
-        track_cls: dict[int, str] = {}
+        track_cls: dict[int, str] = {}  # track id -> nuScenes category
         first = self.ds.frame_ids.index((name, frames[0]["dir"]))
         for fi, frame in enumerate(frames):
             sample = self.ds.load(first + fi)
@@ -250,8 +259,9 @@ class _Exporter:
                 tid, cls = int(b["track_id"]), b["class"]
                 if cls not in CATEGORY:
                     raise ValueError(f"{folder / 'labels.json'}: 3D box class {cls!r} has no nuScenes category")
-                if track_cls.setdefault(tid, cls) != cls:
-                    raise ValueError(f"scene {name}: track {tid} changes class ({track_cls[tid]} -> {cls}); "
+                cat = box_category(cls, b.get("attributes", {}))
+                if track_cls.setdefault(tid, cat) != cat:
+                    raise ValueError(f"scene {name}: track {tid} changes category ({track_cls[tid]} -> {cat}); "
                                      "regenerate the dataset")
                 l, w_, h_ = b["size"]
                 box2world = ego2world @ make_transform(rot_z(b["yaw"]), b["center"])
@@ -274,7 +284,7 @@ class _Exporter:
                 a["next"], b["prev"] = b["token"], a["token"]
             toks = [a["token"] for a in anns]
             t["instance"].append({"token": token("instance", name, tid),
-                                  "category_token": token("category", CATEGORY[track_cls[tid]]),
+                                  "category_token": token("category", track_cls[tid]),
                                   "nbr_annotations": len(toks), "first_annotation_token": toks[0],
                                   "last_annotation_token": toks[-1]})
         return stamps[-1]

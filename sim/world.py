@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.agents import CLASS_SIZES, Agent, Part, body_bounds, idm_acceleration, leader_gap, make_body, safe_speed
+from sim.agents import (CLASS_SIZES, Agent, Part, body_bounds, idm_acceleration, leader_gap, leader_gaps, make_body,
+                        safe_speed)
 from sim.config import SimConfig
 from sim.roads import LANE_WIDTH, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network
 from sim.shapes import material
@@ -259,22 +260,28 @@ class World:
         xy, _ = path.at(s)
         return all(np.linalg.norm(o.pos - xy) > gap for o in self.agents + [self.ego])
 
+    def _n(self, count: int) -> int:
+        """A configured object count scaled by `density`."""
+        return int(round(count * self.cfg.density))
+
     def _place_traffic(self):
         rng, road, tc = self.rng, self.road, self.cfg.traffic
-        for _ in range(tc.vehicles * 3):
-            if sum(a.cls in ("car", "truck", "bus") for a in self.agents) >= tc.vehicles:
+        vehicles = self._n(tc.vehicles)
+        for _ in range(vehicles * 5):
+            if sum(a.cls in ("car", "truck", "bus") for a in self.agents) >= vehicles:
                 break
             k, fwd = int(rng.integers(road.lanes)), bool(rng.random() < 0.55)
             path = road.lane_path(k, fwd)
             ego_s = path.nearest_s(self.ego.pos)
             s = ego_s + rng.uniform(-50, 110) * (1 if fwd else -1)
-            cls = str(rng.choice(["car"] * 8 + ["truck", "bus"]))
+            u = rng.random()
+            cls = "truck" if u < tc.truck_share else "bus" if u < tc.truck_share + tc.bus_share else "car"
             if 0 < s < path.length and self._lane_free(path, s, 9.0 if cls == "car" else 15.0):
                 self.agents.append(self._vehicle(cls, path, s, rng.uniform(4, 12)))
         for it in road.intersections:
             if abs(road.main.nearest_s(it.center) - EGO_START_S) > 160:
                 continue
-            for _ in range(int(rng.integers(1, 4))):
+            for _ in range(self._n(int(rng.integers(1, 4)))):
                 fwd = bool(rng.random() < 0.5)
                 cross = it.cross if fwd else it.cross.reversed()
                 lane = cross.offset(-LANE_WIDTH / 2)
@@ -283,7 +290,7 @@ class World:
                     lane = _right_turn(lane, cross.length / 2 - road.half_width - 1.0, road, it, fwd)
                 if self._lane_free(lane, s, 9.0):
                     self.agents.append(self._vehicle("car", lane, s, rng.uniform(3, 9)))
-        for _ in range(tc.cyclists):
+        for _ in range(self._n(tc.cyclists)):
             path = road.main.offset(-(road.half_width - 0.9))
             s = road.main.nearest_s(self.ego.pos) + rng.uniform(-20, 80)
             if self._lane_free(path, s, 5.0):
@@ -291,19 +298,26 @@ class World:
                           attributes={"has_rider": True})
                 self._attach_stops(a)
                 self.agents.append(a)
-        for i in range(tc.pedestrians):
-            if i % 4 == 3 and road.intersections:  # crossing at a crosswalk
+        placed, i = 0, 0
+        while placed < self._n(tc.pedestrians) and i < 3 * self._n(tc.pedestrians):
+            i += 1
+            if i % 4 == 0 and road.intersections:  # crossing at a crosswalk
                 it = road.intersections[int(rng.integers(len(road.intersections)))]
                 self.agents.append(self._crossing_pedestrian(it.s + rng.choice([-1, 1]) * (it.cross_half_width + 2.5), rng.uniform(-8, 0)))
+                placed += 1
                 continue
-            side = rng.choice([-1, 1])
-            path = road.main.offset(side * (road.half_width + rng.uniform(0.8, 2.2)))
-            if rng.random() < 0.5:
-                path = path.reversed()
-            s = path.nearest_s(self.ego.pos) + rng.uniform(-40, 70)
-            if 0 < s < path.length:
-                self.agents.append(Agent(self.new_id(), "pedestrian", self._body("pedestrian"), path, s, rng.uniform(0.9, 1.6),
-                                         0.0, follows_traffic=False))
+            side, d = rng.choice([-1, 1]), rng.uniform(0.8, 2.2)  # metres into the sidewalk
+            pair = rng.random() < tc.pair_share
+            speed = 0.0 if rng.random() < tc.standing_share else rng.uniform(0.9, 1.6)
+            back, s0 = rng.random() < 0.5, rng.uniform(-40, 70)
+            for dd, ds in ((d, 0.0), (d + 0.8 if d < 1.5 else d - 0.8, rng.uniform(-0.6, 0.6)))[:1 + pair]:
+                path = road.main.offset(side * (road.half_width + dd))  # a companion walks 0.8 m beside
+                path = path.reversed() if back else path
+                s = path.nearest_s(self.ego.pos) + s0 + ds
+                if 0 < s < path.length:
+                    self.agents.append(Agent(self.new_id(), "pedestrian", self._body("pedestrian"), path, s, speed,
+                                             0.0, follows_traffic=False))
+                    placed += 1
 
     def _crossing_pedestrian(self, s_main: float, start: float) -> Agent:
         """A pedestrian walking across the main road at `s_main`, `start` metres before the kerb."""
@@ -350,21 +364,33 @@ class World:
         self.agents.append(a)
         return a
 
+    def _prop_footprints(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """Centres (P, 2), bounding radii (P,) and footprints (4, 2) of the props, cached (props
+        are all placed before anything asks)."""
+        if getattr(self, "_fp_cache", (None, -1))[1] != len(self.props):
+            fps = [_footprint(o.pos, o.heading, *body_bounds(o.parts), 0.0) for o in self.props]
+            c = np.array([f.mean(0) for f in fps]).reshape(-1, 2)
+            r = np.array([np.linalg.norm(f - f.mean(0), axis=1).max() for f in fps])
+            self._fp_cache = ((c, r, fps), len(self.props))
+        return self._fp_cache[0]
+
     def _overlaps(self, a: Agent, margin: float = 0.3) -> bool:
         """Whether `a`'s footprint (grown by `margin`) overlaps a prop's or another agent's."""
         fa = _footprint(a.pos, a.heading, a.box_center, a.box_size, margin)
-        for o in self.props:
-            c, size = body_bounds(o.parts)
-            if _polygons_overlap(fa, _footprint(o.pos, o.heading, c, size, 0.0)):
-                return True
-        return any(_polygons_overlap(fa, _footprint(o.pos, o.heading, o.box_center, o.box_size, 0.0))
+        ca, ra = fa.mean(0), np.linalg.norm(fa - fa.mean(0), axis=1).max()
+        centres, radii, fps = self._prop_footprints()
+        near = np.flatnonzero(np.linalg.norm(centres - ca, axis=1) < radii + ra) if len(fps) else []
+        if any(_polygons_overlap(fa, fps[i]) for i in near):
+            return True
+        return any(np.linalg.norm(o.pos - ca) < ra + np.linalg.norm(o.box_size[:2]) / 2 + np.linalg.norm(o.box_center[:2])
+                   and _polygons_overlap(fa, _footprint(o.pos, o.heading, o.box_center, o.box_size, 0.0))
                    for o in self.agents + [self.ego])
 
     def _place_motorcycles(self):
         rng, road = self.rng, self.road
-        placed = 0
-        for _ in range(self.cfg.traffic.motorcycles * 4):
-            if placed >= self.cfg.traffic.motorcycles:
+        placed, n = 0, self._n(self.cfg.traffic.motorcycles)
+        for _ in range(n * 8):
+            if placed >= n:
                 break
             k, fwd = int(rng.integers(road.lanes)), bool(rng.random() < 0.55)
             path = road.lane_path(k, fwd)
@@ -385,24 +411,35 @@ class World:
             c, h = main.at(s)
             return c + np.array([-np.sin(h), np.cos(h)]) * side * offset, h
 
-        for _ in range(rc.parked_vehicles):
-            cls = "trailer" if rng.random() < rc.parked_trailer_share else str(rng.choice(["car"] * 5 + ["truck"]))
-            side = int(rng.choice([-1, 1]))
-            width = CLASS_SIZES[cls][1][1]
-            xy, h = spot(ego_s + rng.uniform(-40, 110), side, hw + SIDEWALK_WIDTH + 0.8 + width / 2)
-            self._static(cls, xy, h + (np.pi if rng.random() < 0.5 else 0.0), {"parked": True}, check=True)
-        for _ in range(rc.barrier_groups):
+        left = self._n(rc.parked_vehicles)
+        while left > 0:  # rows of up to parked_row vehicles end to end, beside the sidewalk
+            side, s = int(rng.choice([-1, 1])), ego_s + rng.uniform(-40, 110)
+            for _ in range(min(left, int(rng.integers(1, rc.parked_row + 1)))):
+                u = rng.random()
+                cls = ("trailer" if u < rc.parked_trailer_share else
+                       "truck" if u < rc.parked_trailer_share + rc.parked_truck_share else "car")
+                parts = self._body(cls)
+                length = body_bounds(parts)[1][0]
+                flip = np.pi if rng.random() < 0.5 else 0.0
+                for _ in range(6):  # a tree or pole in the way: move up the kerb
+                    xy, h = spot(s + length / 2, side, hw + SIDEWALK_WIDTH + 0.8 + CLASS_SIZES[cls][1][1] / 2)
+                    if self._static(cls, xy, h + flip, {"parked": True}, check=True, parts=parts) is not None:
+                        break
+                    s += 2.0
+                s += length + rng.uniform(0.8, 2.5)
+                left -= 1
+        for _ in range(self._n(rc.barrier_groups)):
             side, s = int(rng.choice([-1, 1])), ego_s + rng.uniform(-20, 100)
             n = int(rng.integers(2, 6))
-            for i in range(n + 2):  # a cone, n barrier segments, a cone, end to end along the kerb
-                cls = "traffic_cone" if i in (0, n + 1) else "barrier"
+            for i in range(n + 1):  # a cone, then n barrier segments end to end along the kerb
+                cls = "traffic_cone" if i == 0 else "barrier"
                 parts = self._body(cls)
                 length = body_bounds(parts)[1][0]
                 xy, h = spot(s + length / 2, side, hw + 0.35)
                 if self._static(cls, xy, h, check=True, margin=0.05, parts=parts) is None:
                     break
                 s += length + (0.25 if cls == "barrier" and i < n else 1.0)
-        for _ in range(rc.cone_groups):
+        for _ in range(self._n(rc.cone_groups)):
             side, s = int(rng.choice([-1, 1])), ego_s + rng.uniform(-20, 100)
             for i in range(int(rng.integers(2, 5))):
                 xy, h = spot(s + 1.5 * i, side, hw + 0.3)
@@ -452,21 +489,19 @@ class World:
         h = dt / substeps
         movers = [a for a in self.agents + [self.ego] if a.path is not None]
         everyone = self.agents + [self.ego]
-        for _ in range(substeps):
+        drivers = [a for a in movers if a.follows_traffic]
+        for k in range(substeps):
             acc = {}
-            for a in movers:
-                if not a.follows_traffic:
-                    continue
-                gap, v_lead = leader_gap(a, everyone)
+            for a, gap, v_lead in zip(drivers, *leader_gaps(drivers, everyone)):
                 stop = self._stop_gap(a)
                 if stop < gap:
                     gap, v_lead = stop, 0.0
-                acc[id(a)] = idm_acceleration(a.speed, a.desired_speed, gap, a.speed - v_lead)
+                acc[id(a)] = idm_acceleration(a.speed, a.desired_speed, float(gap), a.speed - float(v_lead))
             for a in movers:
                 if id(a) in acc:
                     a.speed = max(0.0, a.speed + acc[id(a)] * h)
                 a.s += a.speed * h
-                a.update_pose()
+                a.update_pose(animate_parts=k == substeps - 1)  # limbs only where a frame is drawn
         self._stand_on_ground(movers)
         self.t += dt
 

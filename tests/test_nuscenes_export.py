@@ -12,7 +12,7 @@ from hydranet.data.dataset import SimDataset
 from hydranet.geometry import transform_points
 from sim.config import SimConfig
 from sim.generate import generate_dataset
-from sim.nuscenes_export import CATEGORY, TABLES, export_nuscenes, export_nuscenes_from_sim, token
+from sim.nuscenes_export import CATEGORY, TABLES, box_category, export_nuscenes, export_nuscenes_from_sim, token
 from sim.writer import DatasetWriteError
 
 from devkit import HAVE_DEVKIT, needs_devkit
@@ -83,7 +83,7 @@ def test_annotations_match_labels(export, nusc):
         assert len(anns) == len(kept)
         for ann in anns:
             b = kept[track[ann["token"]]]
-            assert ann["category_name"] == CATEGORY[b["class"]]
+            assert ann["category_name"] == box_category(b["class"], b["attributes"])  # children: human.pedestrian.child
             assert ann["num_lidar_pts"] == b["num_pixels"] > 0 and ann["num_radar_pts"] == 0
             assert ann["size"] == pytest.approx([b["size"][1], b["size"][0], b["size"][2]], abs=1e-6)
             attrs = [nusc.get("attribute", t)["name"] for t in ann["attribute_tokens"]]

@@ -171,9 +171,10 @@ def test_lanes2d_on_road_and_match_lanes3d(scene):
             road = np.isin(sem, ROADLIKE)
             assert (road | np.isin(sem, road_users)).all(), (fi, cam.name, sem)
             # on the road: the pixel shows the ground where the lane is (pixel rounding at grazing
-            # angles moves the depth by a few per cent); on a road user: it stands in front
+            # angles moves the depth by a few per cent); on a road user: it stands in front, within
+            # the same rounding (half a 96-pixel row spans ~3 m of road at 30 m)
             assert (np.abs(depth[road] - z[road]) < 0.2 * z[road]).all(), (fi, cam.name)
-            assert (depth[~road] < 1.1 * z[~road]).all(), (fi, cam.name)
+            assert (depth[~road] < 1.2 * z[~road]).all(), (fi, cam.name)
             near = z < 15
             near_on_road += road[near].sum()
             near_total += near.sum()
