@@ -1,0 +1,192 @@
+"""`hydranet engine report`, `engine triggers` with precision/recall, `engine similar --image`, and the
+catalog's fast queries, on a tiny fleet with rare scenarios (4 clips x 2 frames, 96x64) shadowed by a
+2-step engine_tiny model. The tables the CLI prints and writes must equal what data_engine/evaluation.py
+computes; evaluation itself is checked on constructed labels and predictions."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from engine_fixtures import make_fleet, make_model
+
+from data_engine.catalog import Catalog
+from data_engine.evaluation import RunTruth, frame_errors, load_run_truth, trigger_markdown, trigger_rows
+from data_engine.mining import mine
+from data_engine.report import TILE_W
+from data_engine.shadow import run_shadow, similar_image
+from data_engine.triggers import build_triggers
+from hydranet.cli import main
+
+RARE = ("--set", "rare.cones_on_road=0.5", "--set", "rare.unusual_vehicle=0.3")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("engine_report")
+    fleet = make_fleet(root / "fleet", clips=4, frames=2, seed=3, extra=RARE)
+    model = make_model(root, fleet)
+    cat = root / "cat.db"
+    run_shadow(model, fleet, cat, workers=1, progress=False)
+    sel = mine(cat, 5, "triggers", name="picked")
+    (root / "sel.json").write_text(json.dumps(sel))
+    return {"root": root, "fleet": fleet, "model": model, "catalog": cat, "selection": sel}
+
+
+def truth_of(cat_path: Path) -> RunTruth:
+    with Catalog(cat_path) as cat:
+        truth, why = load_run_truth(cat, cat.latest_run())
+    assert truth is not None, why
+    return truth
+
+
+def expected_rows(cat_path: Path, truth: RunTruth):
+    """The trigger rows evaluation.py gives for the default engine triggers, fired in memory."""
+    triggers = build_triggers()
+    with Catalog(cat_path) as cat:
+        run = cat.latest_run()
+        table = cat.table(run)
+        table["embedding"] = cat.embeddings(run, table["frame_id"])[1]
+    return trigger_rows(triggers, {t.name: t.fire(table) for t in triggers}, truth)
+
+
+def md_table(text: str, first_header: str) -> list[list[str]]:
+    """Rows (cells) of the markdown table whose header starts with `first_header`."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"| {first_header} |"))
+    rows = []
+    for ln in lines[start + 2:]:
+        if not ln.startswith("|"):
+            break
+        rows.append([c.strip() for c in ln.strip("|").split("|")])
+    return rows
+
+
+def test_fleet_has_rare_and_plain_clips(env):
+    truth = truth_of(env["catalog"])
+    assert truth.scenarios == ["cones_on_road", "unusual_vehicle"]
+    assert 0 < len(truth.any_rare) < len(truth.errors) == 8
+    assert all(0.0 <= e <= 1.0 for e in truth.errors.values()) and math.isfinite(truth.worst)
+
+
+def test_report_files_and_tables_equal_the_evaluation(env, tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main(["engine", "report", "--catalog", str(env["catalog"]), "--out", str(out)]) == 0
+    assert "report of selection picked" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "report.md", "signals.png"]
+    sheet = cv2.imread(str(out / "contact_sheet.png"))
+    assert sheet is not None and sheet.shape[1] == 5 * TILE_W  # 5 items, one row of tiles
+    assert cv2.imread(str(out / "signals.png")) is not None
+    md = (out / "report.md").read_text()
+    truth = truth_of(env["catalog"])
+    rows = expected_rows(env["catalog"], truth)
+    got = md_table(md, "trigger")
+    assert [r[0] for r in got] == [r.trigger for r in rows]
+    for cells, r in zip(got, rows):
+        assert int(cells[1]) == r.version and int(cells[2]) == r.fired
+        assert cells[3] == ("-" if math.isnan(r.precision) else f"{r.precision:.2f}")
+        assert cells[4:] == [("-" if math.isnan(r.recall[s]) else f"{r.recall[s]:.2f}") for s in truth.scenarios]
+    assert trigger_markdown(rows, truth) in md
+    assert any(r.fired for r in rows)
+    items = md_table(md, "rank")
+    sel = env["selection"]["items"]
+    assert [int(c[1]) for c in items] == [it["frame_id"] for it in sel]
+    assert [c[4] for c in items] == [it["reason"].get("trigger") or "-" for it in sel]
+    assert [c[8] for c in items] == [f"{truth.errors[it['frame_id']]:.3f}" for it in sel]
+
+
+def test_triggers_cli_prints_precision_and_recall(env, tmp_path, capsys):
+    cat = tmp_path / "c.db"
+    shutil.copy(env["catalog"], cat)
+    assert main(["engine", "triggers", "--catalog", str(cat)]) == 0
+    out = capsys.readouterr().out
+    truth = truth_of(cat)
+    assert trigger_markdown(expected_rows(cat, truth), truth) in out
+    assert "recall cones_on_road" in out and "precision (worst-quartile error)" in out
+
+
+def test_report_refuses_an_existing_folder_and_replaces_it_with_overwrite(env, tmp_path, capsys):
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert main(["engine", "report", "--catalog", str(env["catalog"]), "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
+    assert main(["engine", "report", "--catalog", str(env["catalog"]), "--out", str(out), "--overwrite",
+                 "--selection", str(env["root"] / "sel.json"), "--max-frames", "2"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "report.md", "signals.png"]
+    assert cv2.imread(str(out / "contact_sheet.png")).shape[1] == 2 * TILE_W
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+    assert "the first 2 of 5" in (out / "report.md").read_text()
+
+
+def test_report_and_triggers_without_truth(env, tmp_path, capsys):
+    fleet = tmp_path / "fleet"
+    shutil.copytree(env["fleet"], fleet)
+    shutil.rmtree(fleet / "truth")
+    cat = tmp_path / "c.db"
+    run_shadow(env["model"], fleet, cat, workers=1, progress=False)
+    mine(cat, 2, "uncertainty")
+    assert main(["engine", "triggers", "--catalog", str(cat)]) == 0
+    out = capsys.readouterr().out
+    assert "no precision/recall" in out and "truth/scenarios.json" in out and "precision (" not in out
+    assert main(["engine", "report", "--catalog", str(cat), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "No precision/recall" in md and "| trigger | version | fired |" in md and "model error" not in md
+
+
+def test_similar_image_returns_the_query_frame_first(env, capsys):
+    with Catalog(env["catalog"]) as c:
+        t = c.table(c.latest_run())
+    for k in (0, 3, 7):
+        clip, idx, fid = str(t["clip"][k]), int(t["idx"][k]), int(t["frame_id"][k])
+        for cam in ("CAM_FRONT", "CAM_BACK"):
+            img = env["fleet"] / "scenes" / clip / f"{idx:06d}" / f"{cam}.jpg"
+            res = similar_image(env["catalog"], env["model"], img, cam, k=4)
+            assert res[0]["frame_id"] == fid and res[0]["similarity"] == pytest.approx(1.0, abs=1e-5)
+            assert len(res) == 4 and all(a["similarity"] >= b["similarity"] for a, b in zip(res, res[1:]))
+    img = env["fleet"] / "scenes" / str(t["clip"][5]) / f"{int(t['idx'][5]):06d}" / "CAM_FRONT.jpg"
+    assert main(["engine", "similar", "--catalog", str(env["catalog"]), "--image", str(img), "--model", str(env["model"]),
+                 "--k", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 and int(lines[0].split()[0]) == int(t["frame_id"][5])
+
+
+def test_catalog_top_and_nearest_equal_numpy(env):
+    with Catalog(env["catalog"]) as c:
+        run = c.latest_run()
+        t = c.table(run)
+        ids, vals = c.top(run, "drivable_entropy", 3)
+        ref = np.lexsort((t["frame_id"], -t["drivable_entropy"]))[:3]
+        assert list(ids) == list(t["frame_id"][ref]) and np.allclose(vals, t["drivable_entropy"][ref])
+        e_ids, emb = c.embeddings(run)
+        for q in (0, 5):
+            nn, sim = c.nearest(run, emb[q], 4)
+            order = np.lexsort((e_ids, -(emb @ emb[q])))[:4]
+            assert nn[0] == e_ids[q] and list(nn) == list(e_ids[order])
+        with pytest.raises(ValueError, match="unknown signal"):
+            c.top(run, "sparkle", 3)
+
+
+def test_frame_error_is_one_minus_f1_on_constructed_labels(tmp_path):
+    """Camera 200x100 (W x H), model 100x50: predictions are scaled by 2. Two GT boxes, three confident
+    predictions (one matches at IoU >= 0.5 after scaling, one overlaps too little, one is elsewhere) and one
+    below the score threshold: F1 = 2*1 / (3 + 2) -> error 0.6."""
+    fleet = tmp_path / "f"
+    (fleet / "scenes" / "c" / "000000").mkdir(parents=True)
+    (fleet / "dataset.json").write_text(json.dumps({"rig": {"cameras": [{"name": "CAM", "height": 100, "width": 200}]}}))
+    gt = [{"bbox": [20, 20, 60, 60]}, {"bbox": [100, 10, 140, 50]}]
+    (fleet / "scenes" / "c" / "000000" / "labels.json").write_text(json.dumps({"cameras": {"CAM": {"boxes2d": gt}}}))
+    preds = {7: {"det2d": [{"boxes": [[10, 10, 30, 30], [50, 5, 58, 25], [0, 40, 10, 50], [10, 10, 30, 30]],
+                            "scores": [0.9, 0.8, 0.5, 0.2], "labels": [0, 0, 0, 0]}]}}
+    err = frame_errors(fleet, {7: ("c", "000000")}, preds, ["CAM"], (50, 100))
+    assert err == {7: pytest.approx(0.6)}
+    truth = RunTruth(1, fleet, {1: 0.1, 2: 0.9, 3: 0.5, 4: 1.0}, {1: "a", 2: "a", 3: "b", 4: "b"},
+                     {"cones_on_road": {3, 4}, "debris_on_road": set()}, worst=0.9)
+    assert truth.precision([1, 2, 4]) == pytest.approx(2 / 3) and math.isnan(truth.precision([]))
+    rec = truth.recall([1, 4])
+    assert rec["cones_on_road"] == 0.5 and math.isnan(rec["debris_on_road"])
+    assert truth.rare_rate([1, 3]) == 0.5 and truth.mean_error([2, 4]) == pytest.approx(0.95)
