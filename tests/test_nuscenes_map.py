@@ -17,7 +17,7 @@ from devkit import HAVE_DEVKIT, needs_devkit
 from hydranet.bevgrid import BevGrid
 from hydranet.data.dataset import DatasetError, SimDataset
 from hydranet.data.nuscenes import CLASSES, NuScenesDataset
-from hydranet.data.nuscenes_map import NEAR, MapExpansion, bev_raster, camera_drivable, camera_lanes
+from hydranet.data.nuscenes_map import NEAR, LocalMap, MapExpansion, bev_raster, camera_drivable, camera_lanes
 from hydranet.geometry import box_corners, invert_rigid, make_transform, rot_z
 
 if HAVE_DEVKIT:
@@ -158,7 +158,7 @@ def _inside(poly, pts):
 def test_camera_drivable_equals_a_ray_cast_on_a_hand_made_map(tmp_path):
     m, ego2world, cam2ego, K, (square, hole) = _hand_map(tmp_path)
     W, H = 160, 96
-    got = camera_drivable(m, ego2world, invert_rigid(ego2world @ cam2ego), K, W, H)
+    got = camera_drivable(LocalMap(m, ego2world), invert_rigid(cam2ego), K, W, H)
     u, v = np.meshgrid(np.arange(W), np.arange(H))
     rays = np.stack([u, v, np.ones_like(u)], -1).reshape(-1, 3) @ np.linalg.inv(K).T  # camera z = 1
     d = rays @ (ego2world @ cam2ego)[:3, :3].T  # world directions
@@ -177,7 +177,7 @@ def test_camera_drivable_equals_a_ray_cast_on_a_hand_made_map(tmp_path):
 def test_camera_lanes_are_the_exact_projection_cut_to_the_image(tmp_path):
     m, ego2world, cam2ego, K, _ = _hand_map(tmp_path)
     W, H = 160, 96
-    lanes = camera_lanes(m, ego2world, invert_rigid(ego2world @ cam2ego), K, W, H)
+    lanes = camera_lanes(LocalMap(m, ego2world), invert_rigid(cam2ego), K, W, H)
     ego2cam = invert_rigid(cam2ego)
 
     def px(x, y):
@@ -203,7 +203,7 @@ def test_bev_objects_channel_holds_each_boxes_class(tmp_path):
     m, ego2world, _, _, _ = _hand_map(tmp_path)
     grid = BevGrid((-50.0, 50.0), (-50.0, 50.0), 0.5)
     boxes = [{"center": [20.25, -7.75, 0.8], "size": [4.0, 2.0, 1.6], "yaw": 0.4, "class": "truck"}]
-    bev = bev_raster(m, ego2world, grid, boxes, list(CLASSES))
+    bev = bev_raster(LocalMap(m, ego2world), grid, boxes, list(CLASSES))
     foot = box_corners(boxes[0]["center"], boxes[0]["size"], boxes[0]["yaw"])[:4, :2]
     inside = _inside(foot, grid.cell_centers().reshape(-1, 2)).reshape(grid.shape)  # cell centres in the footprint
     assert inside.sum() > 20 and set(np.unique(bev[2])) == {0, CLASSES.index("truck") + 1}

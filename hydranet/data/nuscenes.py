@@ -36,7 +36,8 @@ import numpy as np
 from hydranet.bevgrid import BevGrid
 from hydranet.data.dataset import DatasetError
 from hydranet.data.dataset import FrameReader
-from hydranet.data.nuscenes_map import LINE_LAYERS, MapExpansion, bev_raster, camera_drivable, camera_lanes, lanes_3d
+from hydranet.data.nuscenes_map import LINE_LAYERS, LocalMap, MapExpansion, bev_raster, camera_drivable, camera_lanes, \
+    lanes_3d
 from hydranet.data.reader import boxes_in_camera, decode_image, make_rig, project_boxes_2d, read_json, \
     select_cameras
 from hydranet.geometry import invert_rigid, make_transform, quaternion_to_matrix
@@ -356,6 +357,7 @@ class NuScenesDataset(FrameReader):
             sds.append(sd)
         boxes = self.boxes3d(tok, ego2world)
         m = self.maps.get(scene["location"])
+        local = LocalMap(m, ego2world) if m is not None else None  # the map around the ego, ego frame
         cameras, drivable = {}, []
         for ch, K, T, sd in zip(self.camera_names, Ks, c2e, sds):
             b2 = []
@@ -368,10 +370,9 @@ class NuScenesDataset(FrameReader):
                            "visible_fraction": VISIBILITY_LOW.get(b["attributes"]["visibility"], 0.0),
                            "attributes": {"derived_from_3d": True, "in_image_fraction": inside}})
             cameras[ch] = {"boxes2d": b2, "lanes2d": []}
-            if m is not None:  # the map laid on flat ground, seen by this camera at its own instant
-                world2cam = invert_rigid(ego2world @ T)
-                cameras[ch]["lanes2d"] = camera_lanes(m, ego2world, world2cam, K, sd["width"], sd["height"])
-                drivable.append(camera_drivable(m, ego2world, world2cam, K, sd["width"], sd["height"]))  # (H, W)
+            if local is not None:  # the map laid on flat ground, seen by this camera at its own instant
+                cameras[ch]["lanes2d"] = camera_lanes(local, invert_rigid(T), K, sd["width"], sd["height"])
+                drivable.append(camera_drivable(local, invert_rigid(T), K, sd["width"], sd["height"]))  # (H, W)
         sample = {
             "format": FORMAT, "scene": scene["name"], "frame_index": f, "sample_token": tok,
             "timestamp_us": int(rec["timestamp"]), "camera_names": list(self.camera_names),
@@ -381,9 +382,9 @@ class NuScenesDataset(FrameReader):
             "labels": {"cameras": cameras, "boxes3d": boxes, "lanes3d": []},
             "supervises": set(self._box_heads | (MAP_HEADS if m is not None else set())),
         }
-        if m is not None:
-            sample["labels"]["lanes3d"] = lanes_3d(m, ego2world, self.grid)
-            sample["bev"] = bev_raster(m, ego2world, self.grid, boxes, list(CLASSES))  # (3, X, Y) uint8
+        if local is not None:
+            sample["labels"]["lanes3d"] = lanes_3d(local, self.grid)
+            sample["bev"] = bev_raster(local, self.grid, boxes, list(CLASSES))  # (3, X, Y) uint8
             sample["drivable"] = np.stack(drivable) if len({d.shape for d in drivable}) == 1 else drivable  # (N, H, W)
         if "images" in self.channels:
             imgs = [decode_image(self.root / sd["filename"], f"{_FIX} (samples/ and sweeps/ archives) or use "

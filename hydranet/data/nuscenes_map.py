@@ -1,9 +1,10 @@
 """The nuScenes map expansion (v1.3 JSON) rasterized into each sample: BEV grid and cameras.
 
     m = MapExpansion(root / "maps/expansion/boston-seaport.json", "boston-seaport")
-    bev = bev_raster(m, ego2world, grid, boxes, classes)                 # (3, X, Y) uint8
-    drivable = camera_drivable(m, ego2world, world2cam, K, W, H)         # (H, W) bool
-    lanes2d = camera_lanes(m, ego2world, world2cam, K, W, H)             # [{"points", "type", "lane_id"}]
+    local = LocalMap(m, ego2world)                         # the map around one sample, ego frame
+    bev = bev_raster(local, grid, boxes, classes)          # (3, X, Y) uint8
+    drivable = camera_drivable(local, ego2cam, K, W, H)    # (H, W) bool
+    lanes2d = camera_lanes(local, ego2cam, K, W, H)        # [{"points", "type", "lane_id"}]
 
 Caesar et al., "nuScenes: A multimodal dataset for autonomous driving", CVPR 2020; the map
 expansion's layout is the one nuscenes-devkit's `NuScenesMap` reads: geometric layers `node`
@@ -106,6 +107,7 @@ class MapExpansion:
                 if len(pts) >= 2:  # the devkit skips lines without nodes too
                     self.lines.append((layer, pts))
         self._poly_box = _boxes([e for e, _ in self.drivable])  # (K, 4) x0, y0, x1, y1
+        self._hole_box = [_boxes(holes) for _, holes in self.drivable]  # per polygon (H, 4)
         self._line_box = _boxes([p for _, p in self.lines])
         all_pts = [e for e, _ in self.drivable] + [p for _, p in self.lines]
         self.extent = _boxes([np.concatenate(all_pts)])[0] if all_pts else np.zeros(4)
@@ -122,7 +124,7 @@ class MapExpansion:
         polys = []
         for k in np.flatnonzero(hit(self._poly_box)):
             ext, holes = self.drivable[k]
-            polys.append((ext, [h for h in holes if hit(_boxes([h]))[0]]))
+            polys.append((ext, [holes[j] for j in np.flatnonzero(hit(self._hole_box[k]))]))
         lines = [(int(k), *self.lines[k]) for k in np.flatnonzero(hit(self._line_box))]
         return polys, lines
 
@@ -170,10 +172,12 @@ def _rect_distances(P: np.ndarray, half: float) -> list[np.ndarray]:
 
 def clip_to_square(P: np.ndarray, half: float) -> np.ndarray:
     """Polygon P (V, D >= 2) cut to |x| <= half and |y| <= half."""
-    for k in range(4):
+    if len(P) == 0 or np.abs(P[:, :2]).max() <= half:
+        return P
+    for axis, sign in ((0, 1), (0, -1), (1, 1), (1, -1)):
         if len(P) == 0:
             break
-        P = clip_polygon(P, _rect_distances(P, half)[k])
+        P = clip_polygon(P, half - sign * P[:, axis])
     return P
 
 
@@ -192,25 +196,63 @@ def clip_segments(A: np.ndarray, B: np.ndarray, dA: list[np.ndarray], dB: list[n
     return t0, t1
 
 
-def _runs(P0: np.ndarray, P1: np.ndarray, kept: np.ndarray, whole_start: np.ndarray,
-          whole_end: np.ndarray) -> list[np.ndarray]:
-    """Polylines (K, D) from kept segments P0 -> P1 of one line: consecutive segments join when the
-    first keeps its end and the next its start."""
-    out, cur = [], None
-    for i in range(len(P0)):
-        if not kept[i]:
-            cur = None
-            continue
-        if cur is not None and whole_end[i - 1] and whole_start[i]:
-            cur.append(P1[i])
+def _runs(P0: np.ndarray, P1: np.ndarray, line: np.ndarray, kept: np.ndarray, whole_start: np.ndarray,
+          whole_end: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(line, polyline (K, D)) runs of the kept segments P0 -> P1 (S, D): a segment continues the
+    previous one when both belong to one line, the previous keeps its end and this one its start."""
+    out: list[tuple[int, list]] = []
+    prev = -2
+    for i in np.flatnonzero(kept):
+        if prev == i - 1 and line[i] == line[prev] and whole_end[prev] and whole_start[i]:
+            out[-1][1].append(P1[i])
         else:
-            cur = [P0[i], P1[i]]
-            out.append(cur)
-    return [np.asarray(c) for c in out]
+            out.append((int(line[i]), [P0[i], P1[i]]))
+        prev = i
+    return [(k, np.asarray(pts)) for k, pts in out]
 
 
 def _ground(xy: np.ndarray) -> np.ndarray:
     return np.concatenate([xy, np.zeros((len(xy), 1))], 1)  # (P, 3) on world z = 0
+
+
+class LocalMap:
+    """A location's map around one sample, in the sample's ego frame, cut to the square |x|, |y| <=
+    `reach` m: drivable polygons [(exterior (V, 3), [holes (V, 3)])] and the divider lines as
+    segments A -> B (S, 3) kept for t in [t0, t1], `line` (S,) the map line of each segment;
+    `layer[k]` is map line k's layer. Built once a sample, projected into every camera."""
+
+    def __init__(self, m: MapExpansion, ego2world: np.ndarray, reach: float = CAMERA_RANGE):
+        world2ego = np.linalg.inv(ego2world)
+        polys, lines = m.near(ego2world[:2, 3], reach * np.sqrt(2))
+
+        def ego(p: np.ndarray) -> np.ndarray:
+            return clip_to_square(transform_points(world2ego, _ground(p)), reach)  # (V, 3)
+
+        self.reach = reach
+        self.polygons = []
+        for ext, holes in polys:
+            e = ego(ext)
+            if len(e) >= 3:
+                self.polygons.append((e, [h for h in map(ego, holes) if len(h) >= 3]))
+        self.layer = {k: layer for k, layer, _ in lines}
+        if lines:
+            pts = transform_points(world2ego, _ground(np.concatenate([p for _, _, p in lines])))  # (P, 3) all lines
+            owner = np.concatenate([np.full(len(p), k) for k, _, p in lines])  # (P,) map line of each point
+            seg = np.flatnonzero(owner[:-1] == owner[1:])  # segments within one line
+            self.A, self.B, self.line = pts[seg], pts[seg + 1], owner[seg]  # (S, 3), (S, 3), (S,)
+        else:
+            self.A = self.B = np.zeros((0, 3))
+            self.line = np.zeros(0, np.int64)
+        self.t0, self.t1 = clip_segments(self.A, self.B, _rect_distances(self.A, reach), _rect_distances(self.B, reach))
+
+    def runs(self, half: float | None = None) -> list[tuple[int, np.ndarray]]:
+        """(map line, polyline (K, 3)) in the ego frame, cut to the square of half-size `half`."""
+        t0, t1 = self.t0, self.t1
+        if half is not None:
+            u0, u1 = clip_segments(self.A, self.B, _rect_distances(self.A, half), _rect_distances(self.B, half))
+            t0, t1 = np.maximum(t0, u0), np.minimum(t1, u1)
+        d = self.B - self.A
+        return _runs(self.A + t0[:, None] * d, self.A + t1[:, None] * d, self.line, t0 < t1, t0 <= 0, t1 >= 1)
 
 
 def _to_px(grid: BevGrid, xy: np.ndarray) -> np.ndarray:
@@ -230,23 +272,20 @@ def _fill(mask: np.ndarray, ext: np.ndarray, holes: list[np.ndarray]) -> None:
     mask |= part
 
 
-def bev_raster(m: MapExpansion, ego2world: np.ndarray, grid: BevGrid, boxes: list[dict], classes: list[str]) -> np.ndarray:
+def bev_raster(local: LocalMap, grid: BevGrid, boxes: list[dict], classes: list[str]) -> np.ndarray:
     """(3, X, Y) uint8 in the sample's ego frame: drivable (0/255), divider lines (0/255), box
-    footprints (index in `classes` + 1)."""
-    world2ego = np.linalg.inv(ego2world)
+    footprints (index in `classes` + 1). The grid must lie inside the local map's square."""
     X, Y = grid.shape
-    reach = float(np.hypot(*np.abs(np.array([grid.x_range, grid.y_range])).max(1))) + grid.resolution
-    polys, lines = m.near(ego2world[:2, 3], reach)
+    if max(np.abs(grid.x_range).max(), np.abs(grid.y_range).max()) > local.reach:
+        raise ValueError(f"BEV grid {grid.as_dict()} reaches beyond the local map's {local.reach} m")
     out = np.zeros((3, X, Y), np.uint8)
     drivable = np.zeros((X, Y), np.uint8)
-    for ext, holes in polys:
-        to = lambda p: _to_px(grid, transform_points(world2ego, _ground(p))[:, :2])  # noqa: E731
-        _fill(drivable, to(ext), [to(h) for h in holes])
+    for ext, holes in local.polygons:
+        _fill(drivable, _to_px(grid, ext[:, :2]), [_to_px(grid, h[:, :2]) for h in holes])
     out[0] = drivable * 255
     lanes = np.zeros((X, Y), np.uint8)
-    for _, _, pts in lines:
-        px = _to_px(grid, transform_points(world2ego, _ground(pts))[:, :2])
-        cv2.polylines(lanes, [px], False, 255, thickness=1, lineType=cv2.LINE_8, shift=_SHIFT)
+    for _, pts in local.runs():
+        cv2.polylines(lanes, [_to_px(grid, pts[:, :2])], False, 255, thickness=1, lineType=cv2.LINE_8, shift=_SHIFT)
     out[1] = lanes
     objects = np.zeros((X, Y), np.uint8)
     for b in boxes:
@@ -262,75 +301,44 @@ def _project(P: np.ndarray, K: np.ndarray) -> np.ndarray:
     return uvw[:, :2] / uvw[:, 2:3]
 
 
-def camera_drivable(m: MapExpansion, ego2world: np.ndarray, world2cam: np.ndarray, K: np.ndarray, width: int,
-                    height: int, reach: float = CAMERA_RANGE) -> np.ndarray:
-    """(H, W) bool: the drivable area within `reach` m (ego square) on flat ground, seen by a camera
-    (world2cam 4x4 of the camera's own instant), cut at NEAR m in front of it."""
-    world2ego = np.linalg.inv(ego2world)
-    ego2cam = world2cam @ ego2world
-    polys, _ = m.near(ego2world[:2, 3], reach * np.sqrt(2))
+def camera_drivable(local: LocalMap, ego2cam: np.ndarray, K: np.ndarray, width: int, height: int) -> np.ndarray:
+    """(H, W) bool: the local drivable area seen by a camera (ego2cam 4x4: the sample's ego frame
+    to the camera at its own instant), cut at NEAR m in front of it."""
     mask = np.zeros((height, width), np.uint8)
 
-    def image_poly(p: np.ndarray) -> np.ndarray | None:
-        e = clip_to_square(transform_points(world2ego, _ground(p)), reach)  # (V, 3) ego
-        if len(e) < 3:
-            return None
+    def image_poly(e: np.ndarray) -> np.ndarray | None:
         c = transform_points(ego2cam, e)  # (V, 3) camera
         c = clip_polygon(c, c[:, 2] - NEAR)
         if len(c) < 3:
             return None
         return np.round(_project(c, K) * (1 << _SHIFT)).astype(np.int32)
 
-    for ext, holes in polys:
+    for ext, holes in local.polygons:
         e = image_poly(ext)
         if e is not None:
-            _fill(mask, e, [h for h in (image_poly(h) for h in holes) if h is not None])
+            _fill(mask, e, [h for h in map(image_poly, holes) if h is not None])
     return mask.astype(bool)
 
 
-def _clip_lines(lines, world2ego: np.ndarray, reach: float, ego2cam: np.ndarray | None = None,
-                K: np.ndarray | None = None, width: int = 0, height: int = 0) -> list[tuple[int, str, np.ndarray]]:
-    """(index, layer, polyline) runs of each line within the ego square of half-size `reach`;
-    with a camera (ego2cam, K, size): projected, cut at NEAR and to the image [0, W-1] x [0, H-1]."""
-    out = []
-    for k, layer, pts in lines:
-        e = transform_points(world2ego, _ground(pts))  # (P, 3) ego
-        A, B = e[:-1], e[1:]  # (S, 3) segments
-        t0, t1 = clip_segments(A, B, _rect_distances(A, reach), _rect_distances(B, reach))
-        if ego2cam is not None:
-            A, B = transform_points(ego2cam, A), transform_points(ego2cam, B)
-            u0, u1 = clip_segments(A, B, [A[:, 2] - NEAR], [B[:, 2] - NEAR])
-            t0, t1 = np.maximum(t0, u0), np.minimum(t1, u1)
-        kept = t0 < t1
-        if not kept.any():
-            continue
-        P0 = A + t0[:, None] * (B - A)
-        P1 = A + t1[:, None] * (B - A)
-        whole0, whole1 = t0 <= 0, t1 >= 1
-        if ego2cam is not None:
-            P0[~kept, 2] = P1[~kept, 2] = 1.0  # dropped segments: any point in front, never used
-            P0, P1 = _project(P0, K), _project(P1, K)
-            lim = lambda P: [width - 1 - P[:, 0], P[:, 0], height - 1 - P[:, 1], P[:, 1]]  # noqa: E731
-            s0, s1 = clip_segments(P0, P1, lim(P0), lim(P1))
-            P0, P1 = P0 + s0[:, None] * (P1 - P0), P0 + s1[:, None] * (P1 - P0)
-            kept &= s0 < s1
-            whole0 &= s0 <= 0
-            whole1 &= s1 >= 1
-        out += [(k, layer, run) for run in _runs(P0, P1, kept, whole0, whole1)]
-    return out
+def camera_lanes(local: LocalMap, ego2cam: np.ndarray, K: np.ndarray, width: int, height: int) -> list[dict]:
+    """lanes2d of one camera: the local divider lines cut at NEAR m and to the image [0, W-1] x
+    [0, H-1], as {"points" (K, 2), "type": layer, "lane_id": map line index + 1}."""
+    A, B = transform_points(ego2cam, local.A), transform_points(ego2cam, local.B)  # (S, 3) camera
+    u0, u1 = clip_segments(A, B, [A[:, 2] - NEAR], [B[:, 2] - NEAR])
+    t0, t1 = np.maximum(local.t0, u0), np.minimum(local.t1, u1)
+    kept = t0 < t1
+    P0, P1 = A + t0[:, None] * (B - A), A + t1[:, None] * (B - A)
+    P0[~kept, 2] = P1[~kept, 2] = 1.0  # dropped segments: any point in front, never used
+    P0, P1 = _project(P0, K), _project(P1, K)  # (S, 2): a segment in front projects to a segment
+    lim = lambda P: [width - 1 - P[:, 0], P[:, 0], height - 1 - P[:, 1], P[:, 1]]  # noqa: E731
+    s0, s1 = clip_segments(P0, P1, lim(P0), lim(P1))
+    Q0, Q1 = P0 + s0[:, None] * (P1 - P0), P0 + s1[:, None] * (P1 - P0)
+    runs = _runs(Q0, Q1, local.line, kept & (s0 < s1), (t0 <= 0) & (s0 <= 0), (t1 >= 1) & (s1 >= 1))
+    return [{"points": pts.tolist(), "type": local.layer[k], "lane_id": k + 1} for k, pts in runs]
 
 
-def camera_lanes(m: MapExpansion, ego2world: np.ndarray, world2cam: np.ndarray, K: np.ndarray, width: int,
-                 height: int, reach: float = CAMERA_RANGE) -> list[dict]:
-    """lanes2d of one camera: divider lines within `reach` m on flat ground, in the image."""
-    _, lines = m.near(ego2world[:2, 3], reach * np.sqrt(2))
-    runs = _clip_lines(lines, np.linalg.inv(ego2world), reach, world2cam @ ego2world, K, width, height)
-    return [{"points": run.tolist(), "type": layer, "lane_id": k + 1} for k, layer, run in runs]
-
-
-def lanes_3d(m: MapExpansion, ego2world: np.ndarray, grid: BevGrid) -> list[dict]:
-    """lanes3d: divider lines (on world z = 0) in the ego frame, cut to the BEV grid's square."""
-    reach = float(max(np.abs(grid.x_range).max(), np.abs(grid.y_range).max()))
-    _, lines = m.near(ego2world[:2, 3], reach * np.sqrt(2))
-    runs = _clip_lines(lines, np.linalg.inv(ego2world), reach)
-    return [{"points": np.round(run, 3).tolist(), "type": layer, "lane_id": k + 1} for k, layer, run in runs]
+def lanes_3d(local: LocalMap, grid: BevGrid) -> list[dict]:
+    """lanes3d: the divider lines (on world z = 0) in the ego frame, cut to the BEV grid's square."""
+    half = float(max(np.abs(grid.x_range).max(), np.abs(grid.y_range).max()))
+    return [{"points": np.round(pts, 3).tolist(), "type": local.layer[k], "lane_id": k + 1}
+            for k, pts in local.runs(half)]
