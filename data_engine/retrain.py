@@ -265,12 +265,16 @@ def retrain(production: str | Path, catalog: str | Path, out: str | Path, steps:
     `resume`: continue the run in `out` exactly (a finished run is left as it is). `stop_at`: stop
     after this step as if killed (tests)."""
     from hydranet.checkpoint import config_from_checkpoint, load_checkpoint
-    from hydranet.config import to_dict
+    from hydranet.config import ConfigError, to_dict
     from hydranet.experiment import experiment_from_json
     from hydranet.train import train
 
     rc = _retrain_config(cfg)
-    rc = dataclasses.replace(rc, **{k: v for k, v in (("steps", steps), ("mix", mix)) if v is not None})  # checked
+    given = {k: v for k, v in (("steps", steps), ("mix", mix)) if v is not None}
+    try:
+        rc = dataclasses.replace(rc, **given)  # checked by RetrainConfig
+    except ConfigError as e:
+        raise ConfigError(f"{' '.join(f'--{k} {v}' for k, v in given.items())}: {e}") from None
     out = Path(out)
     if resume and overwrite:
         raise RetrainError("--resume continues the run in --out and --overwrite replaces it; give one of them")

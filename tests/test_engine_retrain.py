@@ -206,3 +206,32 @@ def test_refusals(world, tmp_path):
     with pytest.raises(ConfigError, match="retrain.mix"):
         retrain(world["production"], world["catalog"], tmp_path / "r", mix=1.0, progress=False)
     assert not (tmp_path / "r").exists()
+
+
+def test_clips_of_several_fleets_stay_apart(world, tmp_path):
+    """The loop labels a new fleet each round, all with clips named clip_00000...: one scene per (fleet, clip)."""
+    import shutil
+
+    from hydranet.data import SimDataset
+
+    other = tmp_path / "fleet2"
+    shutil.copytree(world["fleet"], other)
+    cat = tmp_path / "two.db"
+    oracle = build_backend("oracle")
+    with Catalog(cat, create=True) as c:
+        c.add_fleet(Fleet(world["fleet"]))
+        c.add_fleet(Fleet(other))
+    with open_catalog(cat) as c:
+        for k, fleet in enumerate((world["fleet"], other)):
+            sel = tmp_path / f"s{k}.json"
+            sel.write_text(json.dumps({"name": f"s{k}", "fleet": str(fleet), "frames": [{"clip": "clip_00000", "frame": 1}]}))
+            create_jobs(c, sel, "oracle")
+            send(c, oracle, f"s{k}")
+            import_labels(c, oracle, f"s{k}")
+            transition(c, [j.id for j in load_jobs(c, f"s{k}")], "accepted")
+    got = materialize_accepted(cat, tmp_path / "acc")
+    ds = SimDataset(tmp_path / "acc")
+    assert got["frames"] == 2 and [s["clip"] for s in ds.scenes] == [
+        {"fleet": str(world["fleet"].resolve()), "name": "clip_00000"}, {"fleet": str(other.resolve()), "name": "clip_00000"}]
+    assert len({s["name"] for s in ds.scenes}) == 2 and ds.meta["accepted"]["fleets"] == [str(world["fleet"].resolve()),
+                                                                                          str(other.resolve())]
