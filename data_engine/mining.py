@@ -31,6 +31,7 @@ import numpy as np
 
 from data_engine.catalog import Catalog
 from data_engine.gate import GateRule
+from data_engine.retrain import RetrainConfig
 from data_engine.suites import SuitesConfig
 from data_engine.triggers import build_triggers
 
@@ -54,25 +55,6 @@ class MiningConfig:
     dedup: float = 0.25  # near-duplicate: distance below dedup x the median nearest-neighbour distance
     class_cap: float = 0.5  # share of the budget one dominant class may take
     seed: int = 0  # random strategy
-
-
-@dataclass(frozen=True)
-class RetrainConfig:
-    """configs/engine.yaml `retrain:` (data_engine/retrain.py): fine-tuning from production."""
-    steps: int = 100  # fine-tuning steps
-    mix: float = 0.5  # fraction of batches drawn from the accepted labels (the rest: the base training set)
-    lr: float | None = None  # peak learning rate (None: the production run's optim.lr)
-
-    def __post_init__(self):
-        from hydranet.config import ConfigError
-
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ConfigError(f"config key 'retrain.steps' must be an integer >= 1, got {self.steps!r}")
-        if not (isinstance(self.mix, (int, float)) and 0 < self.mix < 1):
-            raise ConfigError(f"config key 'retrain.mix' is the fraction of batches from accepted labels, in (0, 1); "
-                              f"got {self.mix!r}")
-        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"config key 'retrain.lr' must be a finite number > 0 (or null), got {self.lr!r}")
 
 
 @dataclass(frozen=True)

@@ -20,21 +20,22 @@
    the production's sha256, the catalog, the label versions used and the mix. --resume continues
    exactly (the accepted set recorded at the start is kept, labels accepted since are not added).
 
-configs/engine.yaml `retrain: {steps, mix, lr}` (data_engine.mining.RetrainConfig).
+configs/engine.yaml `retrain: {steps, mix, lr}` (`RetrainConfig`, a section of data_engine.mining.EngineConfig).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from data_engine.catalog import Catalog, file_sha256
 from data_engine.labels import accepted_versions, open_catalog
-from data_engine.mining import EngineConfig, RetrainConfig
 
 RECORD = "retrain.json"
 ACCEPTED = "accepted"  # the run's sub-folder and data source name of the accepted labels
@@ -44,6 +45,25 @@ _TMP = ".tmp-"
 
 class RetrainError(ValueError):
     """A retrain that cannot run as asked; one line saying what to do."""
+
+
+@dataclass(frozen=True)
+class RetrainConfig:
+    """configs/engine.yaml `retrain:` (data_engine/retrain.py): fine-tuning from production."""
+    steps: int = 100  # fine-tuning steps
+    mix: float = 0.5  # fraction of batches drawn from the accepted labels (the rest: the base training set)
+    lr: float | None = None  # peak learning rate (None: the production run's optim.lr)
+
+    def __post_init__(self):
+        from hydranet.config import ConfigError
+
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ConfigError(f"config key 'retrain.steps' must be an integer >= 1, got {self.steps!r}")
+        if not (isinstance(self.mix, (int, float)) and 0 < self.mix < 1):
+            raise ConfigError(f"config key 'retrain.mix' is the fraction of batches from accepted labels, in (0, 1); "
+                              f"got {self.mix!r}")
+        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"config key 'retrain.lr' must be a finite number > 0 (or null), got {self.lr!r}")
 
 
 # -- the accepted labels as a dataset -------------------------------------------------------------
@@ -182,7 +202,8 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
 
 
 # -- the run ----------------------------------------------------------------------------------------------
-def _retrain_config(cfg: EngineConfig | RetrainConfig | None) -> RetrainConfig:
+def _retrain_config(cfg) -> RetrainConfig:
+    """cfg: a RetrainConfig, an EngineConfig (its `retrain` section) or None (the defaults)."""
     if cfg is None:
         return RetrainConfig()
     return cfg if isinstance(cfg, RetrainConfig) else cfg.retrain
@@ -258,10 +279,10 @@ def _clear_run(out: Path) -> None:
 
 def retrain(production: str | Path, catalog: str | Path, out: str | Path, steps: int | None = None, mix: float | None = None,
             base: str | Path | None = None, resume: bool = False, overwrite: bool = False, progress: bool = True, *,
-            cfg: EngineConfig | RetrainConfig | None = None, stop_at: int | None = None) -> Path:
+            cfg=None, stop_at: int | None = None) -> Path:
     """Fine-tune `production` (a checkpoint or run folder) on its base training set plus the accepted
-    labels of `catalog` into run folder `out`; returns `out`. `steps`/`mix` override cfg's
-    `retrain` section (configs/engine.yaml); `base` replaces the production's training set.
+    labels of `catalog` into run folder `out`; returns `out`. `cfg`: an EngineConfig (its `retrain`
+    section, configs/engine.yaml) or a RetrainConfig; `steps`/`mix` override it; `base` replaces the production's training set.
     `resume`: continue the run in `out` exactly (a finished run is left as it is). `stop_at`: stop
     after this step as if killed (tests)."""
     from hydranet.checkpoint import config_from_checkpoint, load_checkpoint

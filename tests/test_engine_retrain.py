@@ -19,8 +19,7 @@ from data_engine.labeling import build_backend
 from data_engine.labeling.base import Vocabulary
 from data_engine.labeling.files import image_entries, write_coco
 from data_engine.labels import accepted_versions, create_jobs, import_labels, load_jobs, open_catalog, send, transition
-from data_engine.mining import RetrainConfig
-from data_engine.retrain import HUMAN_HEADS, RetrainError, materialize_accepted, retrain
+from data_engine.retrain import HUMAN_HEADS, RetrainConfig, RetrainError, materialize_accepted, retrain
 from hydranet.config import ConfigError
 
 TINY = ["steps=2", "checkpoint_every=2", "batch_size=1", "optim.warmup_steps=1", "device=cpu", "augment.photometric=false",
