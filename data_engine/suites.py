@@ -164,7 +164,11 @@ def generate_suites(out: str | Path, cfg: SuitesConfig | None = None, fleet: Fle
     if out.exists() and not (out / SUITES_FILE).is_file():
         raise SuiteError(f"{out} exists and is not a suites folder (no {SUITES_FILE}); it is not replaced even with "
                          "--overwrite: choose another --out")
-    old_units = _read_json(out / SUITES_FILE).get(UNIT_TESTS) if out.exists() else None
+    try:
+        old_units = _read_json(out / SUITES_FILE).get(UNIT_TESTS) if out.exists() else None
+    except SuiteError as e:
+        raise SuiteError(f"{out} holds an unreadable {SUITES_FILE} ({str(e).split(';')[0]}), so its unit tests cannot be "
+                         "carried over: move or delete the folder yourself, then generate again") from None
     sim = fleet.sim
     if cfg.frames:
         sim = dataclasses.replace(sim, frames_per_scene=cfg.frames)

@@ -163,6 +163,8 @@ CASES = [
     Case("suites-out-exists", lambda t, e: suites(t, "--out", suites_copy(t)), words=("exists", "--overwrite")),
     Case("suites-overwrite-foreign-folder", lambda t, e: (t / "plain").mkdir() or (t / "plain" / "keep.txt").write_text("x")
          and suites(t, "--out", t / "plain", "--overwrite"), words=("not a suites folder", "not replaced"), check=untouched),
+    Case("suites-overwrite-corrupt-index", lambda t, e: suites(t, "--out", corrupt_index(t), "--overwrite"),
+         words=("unreadable suites.json", "move or delete")),
     Case("suites-unknown-key", lambda t, e: suites(t, "--set", "suites.clip=1"), words=("suites.clip", "allowed keys")),
     Case("suites-unknown-rare", lambda t, e: suites(t, "--set", "suites.slices={x: {rare: [meteor]}}"),
          words=("meteor", "cones_on_road")),
