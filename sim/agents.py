@@ -266,12 +266,24 @@ class Agent:
 
     def pose(self) -> np.ndarray:
         """Object-to-world 4x4."""
-        c, s = np.cos(self.heading), np.sin(self.heading)
-        T = np.eye(4)
-        T[:2, :2] = [[c, -s], [s, c]]
-        T[:2, 3] = self.pos
-        T[2, 3] = self.z
-        return T
+        return _pose(self.pos, self.heading, self.z)
+
+    def pose_at(self, tau: float) -> np.ndarray:
+        """Object-to-world 4x4 `tau` seconds from now at the current speed along the path (motion
+        blur's sub-frames; the limbs keep their pose)."""
+        if self.path is None or self.speed == 0 or tau == 0:
+            return self.pose()
+        pos, heading = self.path.at(self.s + self.speed * tau)
+        return _pose(pos, heading, self.z)
+
+
+def _pose(pos: np.ndarray, heading: float, z: float) -> np.ndarray:
+    c, s = np.cos(heading), np.sin(heading)
+    T = np.eye(4)
+    T[:2, :2] = [[c, -s], [s, c]]
+    T[:2, 3] = pos
+    T[2, 3] = z
+    return T
 
 
 MAX_BRAKE = 8.0  # m/s^2, an emergency stop on dry asphalt

@@ -123,11 +123,19 @@ class LookConfig:
     shadows: Literal["auto", "on", "off"] = "auto"  # the sun's shadow map (day and dusk)
     glare: Literal["auto", "on", "off"] = "auto"  # light spilled around lamps and headlights (needs hdr)
     shadow_resolution: int = 1024  # texels a side of the sun's shadow map (covers 120 m around the ego)
+    # motion blur from the exact velocities: the colour image averages `shutter_samples` sub-frames
+    # spread over the exposure (day: shutter_ms, dusk 2x, night 3x); labels stay at its midpoint
+    shutter_ms: float = 0.0  # exposure time by day, milliseconds; 0 = no motion blur
+    shutter_samples: int = 5  # odd: the middle sub-frame is the labelled instant
 
     def __post_init__(self):
         _need(self.antialias in (0, 1, 2, 4, 8), "look.antialias", self.antialias, "give 0 (auto), 1 (off), 2, 4 or 8 samples")
         _need(128 <= self.shadow_resolution <= 8192, "look.shadow_resolution", self.shadow_resolution,
               "give texels from 128 to 8192")
+        _need(0 <= self.shutter_ms <= 100 and math.isfinite(self.shutter_ms), "look.shutter_ms", self.shutter_ms,
+              "give milliseconds from 0 (no motion blur) to 100")
+        _need(3 <= self.shutter_samples <= 31 and self.shutter_samples % 2 == 1, "look.shutter_samples",
+              self.shutter_samples, "give an odd count from 3 to 31 (the middle one is the labelled instant)")
 
     def resolved(self, gpu: bool) -> "LookConfig":
         """The look with every "auto" decided for a GPU (gpu=True) or llvmpipe."""

@@ -144,11 +144,22 @@ class DynamicMesh:
         lit = world.conditions.time_of_day != "day"
         self.lit = [lit and not a.attributes.get("parked") for a in world.agents]
         self.local = [parts_local(a.parts, a.cls, a.track_id, on) for a, on in zip(world.agents, self.lit)]
+        self._posed: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(agent) -> (pose, world vertices)
 
-    def build(self) -> np.ndarray:
+    def _world_vertices(self, v: np.ndarray, a, on: bool, tau: float) -> np.ndarray:
+        if a.animated:
+            return transform_local(parts_local(a.parts, a.cls, a.track_id, on), a.pose_at(tau))
+        pose = a.pose_at(tau)
+        hit = self._posed.get(id(a))
+        if hit is None or not np.array_equal(hit[0], pose):  # parked objects pose once per scene
+            hit = self._posed[id(a)] = (pose, transform_local(v, pose))
+        return hit[1]
+
+    def build(self, tau: float = 0.0) -> np.ndarray:
+        """World vertices (V, 13) of the agents and lights now, or `tau` seconds from now at the
+        agents' current speeds (motion blur's sub-frames)."""
         w = self.world
-        out = [transform_local(parts_local(a.parts, a.cls, a.track_id, on) if a.animated else v, a.pose())
-               for v, a, on in zip(self.local, w.agents, self.lit)]
+        out = [self._world_vertices(v, a, on, tau) for v, a, on in zip(self.local, w.agents, self.lit)]
         for prop, k, approach in w.lights:
             state = w.signal(k, approach)
             prop.parts = light_parts(state)

@@ -43,6 +43,12 @@ void main() { gl_Position = shadow_vp * vec4(in_pos, 1.0); }
 _SHADOW_FRAG = """#version 330
 void main() {}
 """
+_ADD_FRAG = """#version 330
+uniform sampler2D src;
+uniform float weight;
+out vec4 o;
+void main() { o = weight * texelFetch(src, ivec2(gl_FragCoord.xy), 0); }  // blended ONE, ONE: a running sum
+"""
 
 
 class RenderError(RuntimeError):
@@ -196,9 +202,11 @@ class Renderer:
                 vs, fs = (SHADERS / "scene.vert.glsl").read_text(), (SHADERS / "scene.frag.glsl").read_text()
             elif key == "post":
                 vs, fs = _POST_VERT, (SHADERS / "post.frag.glsl").read_text()
+            elif key == "add":
+                vs, fs = _POST_VERT, _ADD_FRAG
             else:
                 vs, fs = _SHADOW_VERT, _SHADOW_FRAG
-            if key != "shadow":
+            if key not in ("shadow", "add"):
                 vs = vs if vs.startswith("#version") else head + vs
                 fs = head + fs
             self._programs[name] = self.ctx.program(vertex_shader=vs, fragment_shader=fs)
@@ -250,6 +258,17 @@ class Renderer:
                                        + (("GLARE",) if look.hdr and look.glare == "on" else ()))
         self.post_vao = ctx.vertex_array(self.prog_post, [])
         self._targets += [self.output]
+        if look.shutter_ms > 0:  # motion blur: sub-frames drawn into `sub`, summed into `accum`
+            self.prog_sub = self._program("scene", ("COLOR",) + common)
+            self.prog_add = self._program("add")
+            self.add_vao = ctx.vertex_array(self.prog_add, [])
+            self.sub, self.accum = ctx.texture((W, H), 4, dtype="f2"), ctx.texture((W, H), 4, dtype="f2")
+            self.accum.filter = self.radiance.filter
+            self.accum.repeat_x = self.accum.repeat_y = False
+            sub_depth = ctx.depth_renderbuffer((W, H))
+            self.fbo_sub = ctx.framebuffer(color_attachments=[self.sub], depth_attachment=None if self.msaa else sub_depth)
+            self.fbo_accum = ctx.framebuffer(color_attachments=[self.accum])
+            self._targets += [self.sub, self.accum, sub_depth]
         if look.shadows == "on":
             S = look.shadow_resolution
             self.shadow_tex = ctx.depth_texture((S, S))
@@ -366,43 +385,87 @@ class Renderer:
             self._vao(self.prog_shadow, "dynamic").render(vertices=n_dyn)
         return vp
 
-    def render(self, dynamic: np.ndarray, ego2world: np.ndarray, lighting: Lighting, exposures, seed: int) -> list[CameraImages]:
-        """Draw the static scene plus `dynamic` (V, 13) vertices from every camera."""
+    def render(self, dynamic: np.ndarray, ego2world: np.ndarray, lighting: Lighting, exposures, seed: int,
+               subframes: list[tuple[np.ndarray, np.ndarray]] = ()) -> list[CameraImages]:
+        """Draw the static scene plus `dynamic` (V, 13) vertices from every camera. `subframes`:
+        motion blur's other instants of the exposure as (dynamic vertices, ego2world); the colour
+        image averages them with this one, the label channels are this instant's alone."""
         if self.static_vbo is None:
             raise RenderError("set_static() must be called before render()")
+        if subframes and self.look.shutter_ms <= 0:
+            raise RenderError("motion blur sub-frames need a look with shutter_ms > 0 (set_look)")
         n_dyn = self._set_dynamic(dynamic)
         ctx = self.ctx
         ctx.enable(ctx.DEPTH_TEST)
         ctx.disable(ctx.CULL_FACE)
         shadow_vp = self._shadow_pass(lighting, ego2world, n_dyn)
-        world2ego = invert_rigid(ego2world)
         for prog, fbo in self.passes:
             fbo.use()
             fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
-            self._uniforms(prog, lighting)
-            if "shadow_map" in prog:
-                on = shadow_vp is not None
-                self.shadow_tex.use(location=1)
-                _set(prog, "shadow_map", 1)
-                _set(prog, "shadow_vp", (shadow_vp if on else _OUTSIDE).astype("f4").T.tobytes())
-            for i, cam in enumerate(self.rig.cameras):
-                ctx.viewport = (int(self.offsets[i]), 0, cam.width, cam.height)
-                w2c = cam.ego2cam @ world2ego
-                _set(prog, "seed", int(seed * 16 + i) & 0xFFFFFFFF)
-                _set(prog, "cam_pos", tuple(float(v) for v in invert_rigid(w2c)[:3, 3]))
-                self._draw_scene(prog, w2c, self.projs[i], n_dyn)
+            self._draw_cameras(prog, lighting, shadow_vp, ego2world, n_dyn, seed)
         if self.msaa:
             ctx.copy_framebuffer(self.fbo_resolve, self.fbo_color)
-        self._post(lighting, ego2world, exposures, seed)
+        src = self._motion_blur(subframes, lighting, shadow_vp, seed) if subframes else self.radiance
+        self._post(lighting, ego2world, exposures, seed, src)
         return self._read()
 
-    def _post(self, lighting: Lighting, ego2world: np.ndarray, exposures, seed: int) -> None:
+    def _draw_cameras(self, prog, lighting: Lighting, shadow_vp, ego2world: np.ndarray, n_dyn: int, seed: int) -> None:
+        """Every camera's viewport of the bound framebuffer, drawn with `prog` from ego pose `ego2world`."""
+        self._uniforms(prog, lighting)
+        if "shadow_map" in prog:
+            self.shadow_tex.use(location=1)
+            _set(prog, "shadow_map", 1)
+            _set(prog, "shadow_vp", (_OUTSIDE if shadow_vp is None else shadow_vp).astype("f4").T.tobytes())
+        world2ego = invert_rigid(ego2world)
+        for i, cam in enumerate(self.rig.cameras):
+            self.ctx.viewport = (int(self.offsets[i]), 0, cam.width, cam.height)
+            w2c = cam.ego2cam @ world2ego
+            _set(prog, "seed", int(seed * 16 + i) & 0xFFFFFFFF)
+            _set(prog, "cam_pos", tuple(float(v) for v in invert_rigid(w2c)[:3, 3]))
+            self._draw_scene(prog, w2c, self.projs[i], n_dyn)
+
+    def _motion_blur(self, subframes, lighting: Lighting, shadow_vp, seed: int):
+        """The mean linear radiance (RGBA16F texture, alpha = coverage) of this instant's colour and
+        each sub-frame's, summed in `accum` with additive blending in the order given (deterministic)."""
+        ctx = self.ctx
+        weight = 1.0 / (len(subframes) + 1)
+        self.fbo_accum.use()
+        self.fbo_accum.clear(0.0, 0.0, 0.0, 0.0)
+        self._add(self.radiance, weight)
+        for dynamic, ego2world in subframes:
+            n_dyn = self._set_dynamic(dynamic)
+            fbo = self.fbo_color if self.msaa else self.fbo_sub
+            fbo.use()
+            fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
+            self._draw_cameras(self.prog_sub, lighting, shadow_vp, ego2world, n_dyn, seed)
+            if self.msaa:
+                ctx.copy_framebuffer(self.fbo_sub, self.fbo_color)
+            self.fbo_accum.use()
+            self._add(self.sub, weight)
+        return self.accum
+
+    def _add(self, src, weight: float) -> None:
+        """accum += weight * src over the whole atlas."""
+        ctx, (W, H) = self.ctx, self.size
+        ctx.disable(ctx.DEPTH_TEST)
+        ctx.enable(ctx.BLEND)
+        ctx.blend_func = ctx.ONE, ctx.ONE
+        ctx.viewport = (0, 0, W, H)
+        src.use(location=0)
+        _set(self.prog_add, "src", 0)
+        _set(self.prog_add, "weight", float(weight))
+        self.add_vao.render(vertices=3)
+        ctx.disable(ctx.BLEND)
+        ctx.enable(ctx.DEPTH_TEST)
+
+    def _post(self, lighting: Lighting, ego2world: np.ndarray, exposures, seed: int, radiance=None) -> None:
         ctx, p, (W, H) = self.ctx, self.prog_post, self.size
+        radiance = self.radiance if radiance is None else radiance
         ctx.disable(ctx.DEPTH_TEST)
         if self.look.hdr and self.look.glare == "on":
-            self.radiance.build_mipmaps()
+            radiance.build_mipmaps()
         self.fbo_out.use()
-        self.radiance.use(location=0)
+        radiance.use(location=0)
         _set(p, "radiance", 0)
         _set(p, "atlas", (float(W), float(H)))
         self._uniforms(p, lighting)

@@ -23,6 +23,7 @@ _ZENITH = {"day": (0.22, 0.42, 0.85), "dusk": (0.1, 0.13, 0.32), "night": (0.002
 _HORIZON = {"day": (0.72, 0.8, 0.92), "dusk": (1.0, 0.52, 0.28), "night": (0.025, 0.022, 0.03)}
 EXPOSURE = {"day": 1.0, "dusk": 1.25, "night": 1.8}
 AUTO_EXPOSURE_TARGET = {"day": 0.45, "dusk": 0.36, "night": 0.13}  # mean output level the HDR look's auto-exposure aims at
+SHUTTER_FACTOR = {"day": 1.0, "dusk": 2.0, "night": 3.0}  # longer exposures in less light (look.shutter_ms is by day)
 
 
 def scene_lighting(world: World, cfg: SimConfig) -> Lighting:
@@ -58,6 +59,23 @@ def ego_pose(world: World) -> np.ndarray:
     return world.ego.pose()
 
 
+def shutter_offsets(cfg: SimConfig, time_of_day: str) -> np.ndarray:
+    """Motion blur's sub-frame instants (S,) in seconds around the labelled one (the middle, 0):
+    the midpoints of S equal slices of the exposure; empty without motion blur."""
+    look = cfg.look
+    if look.shutter_ms <= 0:
+        return np.zeros(0)
+    T = look.shutter_ms / 1000.0 * SHUTTER_FACTOR[time_of_day]
+    S = look.shutter_samples
+    return T * ((np.arange(S) + 0.5) / S - 0.5)
+
+
+def subframes(world: World, dynamic: DynamicMesh, offsets: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(dynamic vertices, ego2world) at each non-zero offset: every agent and the ego moved on along
+    its path at its current speed (the exact velocity of the labelled instant)."""
+    return [(dynamic.build(float(t)), world.ego.pose_at(float(t))) for t in offsets if t != 0]
+
+
 def simulate(world: World, rig: Rig, cfg: SimConfig, renderer: Renderer, n_frames: int) -> Iterator[dict]:
     """Yield one dict per frame: index, timestamp_us, ego2world, images (per camera), labels, bev."""
     renderer.set_look(cfg.look)
@@ -68,6 +86,7 @@ def simulate(world: World, rig: Rig, cfg: SimConfig, renderer: Renderer, n_frame
     base_exposure = EXPOSURE[tod]
     auto = np.ones(len(rig))  # auto-exposure gain per camera (HDR look), from the previous frame's image
     dt = 1.0 / cfg.frame_rate_hz
+    offsets = shutter_offsets(cfg, tod)
     for f in range(n_frames):
         if f:
             world.step(dt, substeps=max(2, math.ceil(dt / MAX_SUBSTEP - 1e-9)))
@@ -75,7 +94,8 @@ def simulate(world: World, rig: Rig, cfg: SimConfig, renderer: Renderer, n_frame
         lighting.lights = scene_lights(world)
         jitter = world.rng.normal(0.0, cfg.conditions.exposure_jitter, len(rig))
         exposures = np.clip(base_exposure * (1.0 + jitter), 0.4, 3.0) * auto
-        images = renderer.render(dynamic.build(), ego2world, lighting, exposures, seed=int(world.rng.integers(1 << 30)))
+        images = renderer.render(dynamic.build(), ego2world, lighting, exposures, seed=int(world.rng.integers(1 << 30)),
+                                 subframes=subframes(world, dynamic, offsets))
         if cfg.look.hdr:
             auto = auto_exposure(auto, images, AUTO_EXPOSURE_TARGET[tod])
         labels, bev = frame_labels(world, list(rig.cameras), images, ego2world, cfg.label_range, cfg.bev_range, cfg.bev_resolution)

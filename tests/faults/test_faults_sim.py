@@ -1,4 +1,4 @@
-"""Fault rows of `hydranet sim stats --data DIR` and the sim's density and camera knobs (`hydranet sim
+"""Fault rows of `hydranet sim stats --data DIR` and the sim's density and motion-blur knobs (`hydranet sim
 generate --set ...`). One row per case; see faultlib.py for the contract."""
 from __future__ import annotations
 
@@ -57,6 +57,12 @@ SIM_CASES = [
     Case("standing-share-above-1", gen("traffic.standing_share=2"), 2, ("traffic.standing_share", "[0, 1]"),
          check=nothing_written),
     Case("density-0-renders-empty-roads", gen("density=0"), 0, stdout=("wrote",)),  # control: a valid, empty street
+    Case("shutter-negative", gen("look.shutter_ms=-5"), 2, ("look.shutter_ms", "0 (no motion blur) to 100"),
+         check=nothing_written),
+    Case("shutter-samples-even", gen("look.shutter_ms=20", "look.shutter_samples=4"), 2, ("look.shutter_samples", "odd"),
+         check=nothing_written),
+    Case("shutter-not-a-number", gen("look.shutter_ms=fast"), 2, ("look.shutter_ms",), check=nothing_written),
+    Case("motion-blur-renders", gen("look.shutter_ms=20", "look.shutter_samples=3"), 0, stdout=("wrote",)),  # control
 ]
 
 
