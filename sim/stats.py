@@ -118,7 +118,7 @@ def format_stats(stats: dict) -> str:
     lo, hi = stats["per_keyframe_p10_p90"]
     rows = [f"sim: {stats['scenes']} scenes, {stats['frames']} frames, {stats['boxes']} boxes seen within {RANGE_M:.0f} m",
             "", f"| {'statistic':<34} | {'sim':>8} | {'nuScenes':>8} |", f"|{'-' * 36}|{'-' * 10}|{'-' * 10}|",
-            f"| {'boxes per keyframe, seen, <= 50 m *':<34} | {stats['per_keyframe']:>8.1f} | {ref['per_keyframe']:>8.1f} |",
+            f"| {'boxes per keyframe, seen <= 50 m *':<34} | {stats['per_keyframe']:>8.1f} | {ref['per_keyframe']:>8.1f} |",
             f"| {'  10th-90th percentile':<34} | {f'{lo:.0f}-{hi:.0f}':>8} | {'':>8} |",
             f"| {'boxes per keyframe, all, <= 50 m':<34} | {stats['per_keyframe_all']:>8.1f} | {'':>8} |"]
     for c in DETECTION_CLASSES:
