@@ -23,52 +23,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from data_engine.catalog import Catalog
-from data_engine.gate import GateRule
-from data_engine.retrain import RetrainConfig
-from data_engine.suites import SuitesConfig
+from data_engine.config import STRATEGIES, UNITS, EngineConfig, MiningConfig
 from data_engine.triggers import build_triggers
 
-STRATEGIES = ("random", "uncertainty", "diversity", "hybrid", "triggers")
-UNITS = ("frame", "clip")
 UNCERTAINTY_SIGNALS = ("det2d_entropy", "det2d_uncertain", "signs_lights_entropy", "det3d_entropy", "det3d_uncertain",
                        "lanes_entropy_p95", "drivable_entropy_p95", "flicker", "jitter", "cross_camera", "box2d_vs_3d",
                        "depth_vs_3d", "disagree_det2d", "disagree_det3d", "disagree_dense")
-
-
-@dataclass(frozen=True)
-class TriggerParams:
-    threshold: float | None = None
-    quota: int | None = None
-    enabled: bool = True
-
-
-@dataclass(frozen=True)
-class MiningConfig:
-    pool_factor: float = 4.0  # hybrid: uncertainty pool = pool_factor * budget
-    dedup: float = 0.25  # near-duplicate: distance below dedup x the median nearest-neighbour distance
-    class_cap: float = 0.5  # share of the budget one dominant class may take
-    seed: int = 0  # random strategy
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """configs/engine.yaml: which triggers run with which parameters, and the mining knobs."""
-    triggers: dict[str, TriggerParams] = field(default_factory=dict)  # empty: every registered trigger, defaults
-    mining: MiningConfig = field(default_factory=MiningConfig)
-    retrain: RetrainConfig = field(default_factory=RetrainConfig)
-    suites: SuitesConfig = field(default_factory=SuitesConfig)  # data_engine/suites.py: the frozen scenario suites
-    gate: GateRule = field(default_factory=GateRule)  # data_engine/gate.py: the promotion rule
-
-    def trigger_params(self) -> dict[str, dict]:
-        return {n: {k: v for k, v in (("threshold", p.threshold), ("quota", p.quota), ("enabled", p.enabled)) if v is not None}
-                for n, p in self.triggers.items()}
 
 
 class MiningError(ValueError):

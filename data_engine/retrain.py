@@ -20,7 +20,7 @@
    the production's sha256, the catalog, the label versions used and the mix. --resume continues
    exactly (the accepted set recorded at the start is kept, labels accepted since are not added).
 
-configs/engine.yaml `retrain: {steps, mix, lr}` (`RetrainConfig`, a section of data_engine.mining.EngineConfig).
+configs/engine.yaml `retrain: {steps, mix, lr}` (`RetrainConfig`, a section of data_engine.config.EngineConfig).
 """
 from __future__ import annotations
 

@@ -193,7 +193,7 @@ def cmd_engine_shadow(args) -> None:
 
 
 def _engine_config(args):
-    from data_engine.mining import EngineConfig
+    from data_engine.config import EngineConfig
 
     return load_config(EngineConfig, args.config, list(args.set))
 
@@ -367,8 +367,32 @@ def _add_engine(sub) -> None:
     rep.add_argument("--overwrite", action="store_true", help="replace an existing report folder")
     rep.set_defaults(func=cmd_engine_report)
     _add_engine_labels(eng)
-    _add_engine_gate(eng)
     _add_engine_retrain(eng)
+    _add_engine_gate(eng)
+    _add_engine_loop(eng)
+
+
+def cmd_engine_run(args) -> None:
+    from data_engine.config import EngineConfig
+    from data_engine.loop import Loop
+
+    cfg = load_config(EngineConfig, args.config, list(args.set))
+    Loop(args.out, cfg, args.production, progress=not args.quiet, suites=args.suites, fleets=args.fleets).run(args.rounds)
+    print(f"loop run -> {args.out} (catalog {args.out / 'catalog.sqlite'}, journal {args.out / 'loop.json'})")
+
+
+def _add_engine_loop(eng) -> None:
+    """`hydranet engine run`: the whole loop, K rounds, resumable (docs/data_engine.md)."""
+    r = eng.add_parser("run", help="the loop: fleet, shadow, triggers, mine, label, retrain, export, gate, promote; K rounds")
+    r.add_argument("--out", type=Path, required=True, help="the loop's folder (catalog, suites, rounds); rerun to resume")
+    r.add_argument("--production", type=Path, default=None, help="the run (checkpoint) that drives the first fleet")
+    r.add_argument("--rounds", type=int, default=1)
+    r.add_argument("--suites", type=Path, default=None, help="frozen suites to gate on (default: generated into OUT/suites)")
+    r.add_argument("--fleets", type=Path, default=None, help="fleets already rendered, one per round: FLEETS/r000, r001, ...")
+    r.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    r.add_argument("--quiet", action="store_true", help="no progress bars")
+    r.set_defaults(func=cmd_engine_run)
 
 
 def cmd_engine_retrain(args) -> None:

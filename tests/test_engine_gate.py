@@ -142,7 +142,7 @@ def test_rule_values_are_checked():
         GateRule(tolerance=-0.1)
     with pytest.raises(ConfigError, match="gate.head_tolerance.depth"):
         GateRule(head_tolerance={"depth": math.nan})
-    from data_engine.mining import EngineConfig
+    from data_engine.config import EngineConfig
 
     cfg = load_config(EngineConfig, "engine")
     assert cfg.suites == SuitesConfig() and cfg.gate == GateRule()  # configs/engine.yaml spells out the defaults

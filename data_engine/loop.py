@@ -1,0 +1,289 @@
+"""The data-engine loop: fleet -> shadow -> triggers -> mine -> label -> retrain -> export -> gate ->
+promote, K rounds, every stage resumable.
+
+    hydranet engine run --config configs/engine.yaml --production RUN --rounds K --out DIR
+
+DIR holds the run: catalog.sqlite (signals, selections, label jobs and versions, the model
+registry, gate results), suites/ (frozen scenario suites, generated once), rounds/rNNN/ (that
+round's fleet, selection.json, retrain run, model.onnx, gate/) and loop.json, the journal of
+completed stages. A stage is marked done only after it finished, and every stage is idempotent
+on its own (the fleet is renamed into place, shadow skips finished clips, label jobs, sends and
+imports are keyed by frame and digest, retrain resumes exactly, gate is a pure function): kill
+the process anywhere, rerun the same command, and it continues from the last completed stage
+without repeating a label or losing one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+STAGES = ("fleet", "shadow", "triggers", "mine", "label", "unit_tests", "retrain", "export", "gate", "promote")
+JOURNAL = "loop.json"
+
+
+class LoopError(ValueError):
+    """The loop cannot run as asked; one line saying what to do."""
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _read_journal(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LoopError(f"{path} is not valid JSON ({e}); it is the loop's journal: restore it or start a new --out") from None
+
+
+class Journal:
+    """DIR/loop.json: the run's identity (production, config) and each round's completed stages
+    and outputs. Rewritten atomically after every stage."""
+
+    def __init__(self, out: Path, identity: Mapping[str, Any]):
+        self.path = out / JOURNAL
+        if self.path.exists():
+            try:
+                self.data = json.loads(self.path.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise LoopError(f"{self.path} is not valid JSON ({e}); it is the loop's journal: restore it or start a "
+                                "new --out folder") from None
+            if self.data.get("identity") != json.loads(json.dumps(identity)):
+                raise LoopError(f"{out} holds a loop run with another production model or config "
+                                f"({self.path}); rerun with the same arguments, or choose a new --out")
+        else:
+            self.data = {"identity": dict(identity), "rounds": []}
+            _atomic_json(self.path, self.data)
+
+    def round(self, r: int) -> dict[str, Any]:
+        while len(self.data["rounds"]) <= r:
+            self.data["rounds"].append({"round": len(self.data["rounds"]), "done": {}})
+        return self.data["rounds"][r]
+
+    def finish(self, r: int, stage: str, result: Mapping[str, Any]) -> None:
+        self.round(r)["done"][stage] = dict(result)
+        _atomic_json(self.path, self.data)
+
+
+def _round_dir(out: Path, r: int) -> Path:
+    return out / "rounds" / f"r{r:03d}"
+
+
+class Loop:
+    """One loop run folder. `run(rounds)` drives each round's stages in order, skipping those the
+    journal marks done; `stages` maps a stage name to its method (round, folder) -> result dict."""
+
+    def __init__(self, out: str | Path, cfg, production: str | Path | None = None, progress: bool = True,
+                 log: Callable[[str], None] = print, suites: str | Path | None = None, fleets: str | Path | None = None):
+        """`suites`: a suites folder to gate on (default: generated once into out/suites). `fleets`: a folder
+        of fleets already rendered, one per round (fleets/rNNN; benchmarks share them between strategies)."""
+        from data_engine.config import EngineConfig
+
+        self.out, self.cfg, self.progress, self.log = Path(out), cfg or EngineConfig(), progress, log
+        self.catalog = self.out / "catalog.sqlite"
+        self.suites = Path(suites) if suites is not None else self.out / "suites"
+        self.fleets = Path(fleets) if fleets is not None else None
+        identity = {"production": str(Path(production).resolve()) if production else None, "config": asdict(self.cfg),
+                    "suites": str(self.suites.resolve()), "fleets": str(self.fleets.resolve()) if self.fleets else None}
+        if production is None and not (self.out / JOURNAL).exists():
+            raise LoopError(f"{self.out} holds no loop run yet: give --production RUN (the model that drives the fleet)")
+        if production is not None:
+            from data_engine.registry import checkpoint_file
+
+            from hydranet.checkpoint import load_checkpoint
+
+            load_checkpoint(checkpoint_file(production))  # a readable checkpoint with finite weights, or a one-line error
+        if self.out.exists() and not (self.out / JOURNAL).exists() and any(self.out.iterdir()):
+            raise LoopError(f"{self.out} exists and is not a loop run (no {JOURNAL}); choose a new --out")
+        if production is None:
+            identity["production"] = _read_journal(self.out / JOURNAL).get("identity", {}).get("production")
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(self.out, identity)
+        self.fleet = self.cfg.loop.fleet()
+        self.initial = identity["production"]
+
+    # -- set-up: the frozen suites and the first production model, once per run folder ---------------
+    def setup(self) -> None:
+        from data_engine.registry import production, promote
+        from deploy.export import export_checkpoint
+
+        done = self.journal.data.setdefault("setup", {})
+        if "suites" not in done:
+            from data_engine.suites import SUITES_FILE, generate_suites, load_suites
+
+            if (self.suites / SUITES_FILE).exists():
+                load_suites(self.suites, verify=False)  # a suites folder (digests are verified by every gate)
+            elif self.suites == self.out / "suites":
+                generate_suites(self.suites, self.cfg.suites, self.fleet, progress=self.progress)
+            else:
+                raise LoopError(f"--suites {self.suites} is not a suites folder (no {SUITES_FILE}); generate it with "
+                                f"`hydranet engine suites --out {self.suites}` or leave --suites out")
+            done["suites"] = str(self.suites)
+            _atomic_json(self.journal.path, self.journal.data)
+        if "production" not in done:
+            if production(self.catalog, missing_ok=True) is None:
+                onnx = self.out / "models" / "initial.onnx"
+                onnx.parent.mkdir(parents=True, exist_ok=True)
+                export_checkpoint(self.initial, onnx, verbose=False)
+                promote(self.catalog, self.initial, onnx=onnx, note="initial production (engine run)")
+            done["production"] = production(self.catalog)["checkpoint"]
+            _atomic_json(self.journal.path, self.journal.data)
+
+    def run(self, rounds: int) -> list[dict[str, Any]]:
+        if rounds < 1:
+            raise LoopError(f"--rounds must be at least 1, got {rounds}")
+        self.setup()
+        summaries = []
+        for r in range(rounds):
+            rdir = _round_dir(self.out, r)
+            rdir.mkdir(parents=True, exist_ok=True)
+            state = self.journal.round(r)
+            for stage in STAGES:
+                if stage in state["done"]:
+                    continue
+                t0 = time.perf_counter()
+                result = getattr(self, f"stage_{stage}")(r, rdir)
+                result["seconds"] = round(time.perf_counter() - t0, 1)
+                self.journal.finish(r, stage, result)
+            summaries.append(self.summary(r))
+            self.log(summaries[-1]["line"])
+        return summaries
+
+    def done(self, r: int, stage: str) -> dict[str, Any]:
+        return self.journal.round(r)["done"][stage]
+
+    # -- the stages ------------------------------------------------------------------------------------
+    def stage_fleet(self, r: int, rdir: Path) -> dict[str, Any]:
+        from data_engine.fleet import generate_fleet
+
+        if self.fleets is not None:
+            fleet = self.fleets / f"r{r:03d}"
+            if not (fleet / "dataset.json").is_file():
+                raise LoopError(f"{fleet} is not a fleet (no dataset.json); render it with `hydranet engine fleet --out {fleet}`")
+            return {"fleet": str(fleet), "clips": len(json.loads((fleet / "dataset.json").read_text())["scenes"])}
+        fleet = rdir / "fleet"
+        if not (fleet / "dataset.json").exists():  # the fleet is renamed into place whole, or not at all
+            generate_fleet(fleet, self.fleet, self.cfg.loop.fleet_clips, self.cfg.loop.fleet_seed + r,
+                           progress=self.progress)
+        return {"fleet": str(fleet), "clips": self.cfg.loop.fleet_clips}
+
+    def stage_shadow(self, r: int, rdir: Path) -> dict[str, Any]:
+        from data_engine.registry import production
+        from data_engine.shadow import run_shadow
+
+        prod = production(self.catalog)
+        st = run_shadow(prod["onnx"], self.done(r, "fleet")["fleet"], self.catalog, workers=self.cfg.loop.workers,
+                        progress=self.progress)
+        return {"run_id": st["run_id"], "frames": st["frames"], "corrupt": st["corrupt"], "production": prod["checkpoint"]}
+
+    def stage_triggers(self, r: int, rdir: Path) -> dict[str, Any]:
+        from data_engine.triggers import build_triggers, fire_all
+
+        _, hits = fire_all(self.catalog, build_triggers(self.cfg.trigger_params() or None), self.done(r, "shadow")["run_id"])
+        return {"fired": {name: len(h) for name, h in hits.items()}}
+
+    def stage_mine(self, r: int, rdir: Path) -> dict[str, Any]:
+        import dataclasses
+
+        from data_engine.mining import mine, write_selection
+
+        lc = self.cfg.loop
+        cfg = dataclasses.replace(self.cfg, mining=dataclasses.replace(self.cfg.mining, seed=self.cfg.mining.seed + r))
+        sel = mine(self.catalog, lc.budget, lc.strategy, cfg, lc.unit, self.done(r, "shadow")["run_id"], f"round{r:03d}")
+        write_selection(sel, rdir / "selection.json")
+        return {"selection": sel["name"], "file": str(rdir / "selection.json"), "items": len(sel["items"])}
+
+    def stage_label(self, r: int, rdir: Path) -> dict[str, Any]:
+        from data_engine.labeling import build_backend
+        from data_engine.labels import conflicts, create_jobs, import_labels, job_table, open_catalog, send, transition
+
+        backend = build_backend(self.cfg.loop.labeller)
+        with open_catalog(self.catalog) as cat:
+            name = create_jobs(cat, self.done(r, "mine")["file"], backend.name)["selection"]
+            send(cat, backend, name, progress=self.progress)
+            got = import_labels(cat, backend, name, progress=self.progress)
+            if got["waiting"]:
+                raise LoopError(f"{got['waiting']} label jobs of selection {name} are still with {backend.name}; import "
+                                "them (`hydranet engine import-labels`) and rerun")
+            bad = conflicts(cat, name)
+            if bad:
+                raise LoopError(f"selection {name}: {len(bad)} frames have conflicting label versions; settle them with "
+                                "`hydranet engine jobs --accept ID --version V` and rerun")
+            labelled = [j["job"] for j in job_table(cat, name) if j["state"] == "labelled"]
+            if labelled:
+                transition(cat, labelled, "accepted")
+            states = [j["state"] for j in job_table(cat, name)]
+        return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected")}
+
+    def stage_unit_tests(self, r: int, rdir: Path) -> dict[str, Any]:
+        """The frames a trigger fired on (the deployed model failed there) become unit tests: labelled,
+        frozen, and every later candidate is gated on them."""
+        from data_engine.labels import accepted_labels, load_jobs, open_catalog, read_selection
+        from data_engine.suites import add_unit_tests
+
+        if not self.cfg.loop.unit_tests:
+            return {"added": 0}
+        _, items, _ = read_selection(self.done(r, "mine")["file"])
+        fired = {int(it["frame_id"]) for it in items if (it.get("reason") or {}).get("triggers")}
+        with open_catalog(self.catalog) as cat:
+            labels = accepted_labels(cat)
+            frames = [(j.folder, labels[j.frame_id]) for j in load_jobs(cat, self.done(r, "label")["selection"], ("accepted",))
+                      if j.frame_id in fired and j.frame_id in labels]
+        if not frames:
+            return {"added": 0}
+        got = add_unit_tests(self.suites, frames)
+        return {"added": got["added"], "unit_tests": got["frames"]}
+
+    def stage_retrain(self, r: int, rdir: Path) -> dict[str, Any]:
+        from data_engine.retrain import retrain
+
+        run = rdir / "retrain"
+        resume = (run / "checkpoint.pt").exists()
+        retrain(self.done(r, "shadow")["production"], self.catalog, run, resume=resume, overwrite=run.exists() and not resume,
+                progress=self.progress, cfg=self.cfg)
+        return {"run": str(run)}
+
+    def stage_export(self, r: int, rdir: Path) -> dict[str, Any]:
+        from deploy.export import export_checkpoint
+
+        onnx = rdir / "model.onnx"
+        export_checkpoint(self.done(r, "retrain")["run"], onnx, verbose=False)
+        return {"onnx": str(onnx)}
+
+    def stage_gate(self, r: int, rdir: Path) -> dict[str, Any]:
+        from data_engine.gate import gate, write_gate
+
+        report = gate(self.done(r, "retrain")["run"], self.done(r, "shadow")["production"], self.suites, self.cfg.gate,
+                      catalog=self.catalog)
+        write_gate(report, rdir / "gate")
+        return {"promote": bool(report["promote"]), "failing": report["failing"], "slices": report["slices"],
+                "dir": str(rdir / "gate")}
+
+    def stage_promote(self, r: int, rdir: Path) -> dict[str, Any]:
+        """Promote on a pass (promote is idempotent: a rerun after a kill promotes once)."""
+        from data_engine.registry import production, promote
+
+        if self.done(r, "gate")["promote"]:
+            promote(self.catalog, self.done(r, "retrain")["run"], onnx=self.done(r, "export")["onnx"],
+                    note=f"engine run round {r}")
+        return {"production": production(self.catalog)["checkpoint"]}
+
+    def summary(self, r: int) -> dict[str, Any]:
+        """One line per round: labels spent (this round, in all), each slice's candidate metric, verdict."""
+        from data_engine.labels import accepted_labels, open_catalog
+
+        with open_catalog(self.catalog) as cat:
+            total = len(accepted_labels(cat))
+        d = self.journal.round(r)["done"]
+        slices = "  ".join(f"{s}={v:.3f}" for s, v in d["gate"]["slices"].items())
+        verdict = "promoted" if d["gate"]["promote"] else f"rejected ({', '.join(d['gate']['failing'])})"
+        line = f"round {r}: {d['label']['accepted']} labels ({total} in all)  {slices}  -> {verdict}"
+        return {"round": r, "labels": d["label"]["accepted"], "labels_total": total, "slices": d["gate"]["slices"],
+                "promoted": d["gate"]["promote"], "line": line}

@@ -1,0 +1,135 @@
+"""`hydranet engine run`: the whole loop on a tiny fleet; resumable after kill -9 (data_engine/loop.py)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine_fixtures import REPO, make_fleet
+
+SETS = ["loop.budget=2", "loop.workers=1", "retrain.steps=2", "suites.clips=1", "suites.frames=2",
+        "loop.fleet_set=[sim.image_width=96,sim.image_height=64,sim.frames_per_scene=2]"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict:
+    """A 2-step production run, one pre-rendered fleet per round (2 rounds) and the frozen suites."""
+    from data_engine.config import EngineConfig
+    from data_engine.suites import generate_suites
+    from hydranet.config import load_config
+    from hydranet.experiment import load_experiment
+    from hydranet.train import train
+
+    tmp = tmp_path_factory.mktemp("loop")
+    base = make_fleet(tmp / "base", clips=2, frames=2, seed=3)
+    prod = tmp / "production"
+    train(load_experiment(REPO / "configs" / "engine_tiny.yaml",
+                          [f"data.root={base}", "steps=2", "checkpoint_every=2", "batch_size=1", "optim.warmup_steps=1",
+                           "device=cpu"]), prod, progress=False)
+    for r in range(2):
+        make_fleet(tmp / "fleets" / f"r{r:03d}", clips=2, frames=2, seed=40 + r)
+    cfg = load_config(EngineConfig, "engine", SETS)
+    generate_suites(tmp / "suites", cfg.suites, cfg.loop.fleet(), progress=False)
+    return {"tmp": tmp, "prod": prod, "fleets": tmp / "fleets", "suites": tmp / "suites"}
+
+
+def _cmd(world: dict, out: Path, rounds: int = 1) -> list[str]:
+    return [sys.executable, "-m", "hydranet.cli", "engine", "run", "--out", str(out), "--production", str(world["prod"]),
+            "--rounds", str(rounds), "--suites", str(world["suites"]), "--fleets", str(world["fleets"]), "--quiet",
+            *[a for s in SETS for a in ("--set", s)]]
+
+
+def _catalog_rows(out: Path) -> dict:
+    """What must not depend on interruptions: selections, label jobs, label versions, registry actions."""
+    db = sqlite3.connect(out / "catalog.sqlite")
+    try:
+        return {"selected": db.execute("SELECT s.name, i.rank, i.frame_id FROM selection_items i JOIN selections s "
+                                       "ON i.selection_id = s.id ORDER BY 1, 2").fetchall(),
+                "jobs": db.execute("SELECT selection, frame_id, state FROM label_jobs ORDER BY 1, 2").fetchall(),
+                "labels": db.execute("SELECT frame_id, version, source, digest FROM labels ORDER BY 1, 2").fetchall(),
+                "registry": db.execute("SELECT action, role FROM registry ORDER BY id").fetchall()}
+    finally:
+        db.close()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(world) -> Path:
+    out = world["tmp"] / "run_a"
+    got = subprocess.run(_cmd(world, out), cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert "round 0:" in got.stdout
+    return out
+
+
+def test_one_round_runs_every_stage(world, uninterrupted):
+    from data_engine.labels import accepted_labels, open_catalog
+    from data_engine.loop import STAGES
+    from data_engine.registry import history, production
+
+    journal = json.loads((uninterrupted / "loop.json").read_text())
+    done = journal["rounds"][0]["done"]
+    assert list(done) == list(STAGES)
+    with open_catalog(uninterrupted / "catalog.sqlite") as cat:
+        assert len(accepted_labels(cat)) == 2  # the budget, labelled by the oracle, accepted
+    gate = json.loads((uninterrupted / "rounds" / "r000" / "gate" / "gate.json").read_text())
+    assert gate["promote"] == done["gate"]["promote"]
+    prod = production(uninterrupted / "catalog.sqlite")
+    retrained = str((uninterrupted / "rounds" / "r000" / "retrain" / "checkpoint.pt").resolve())
+    # promoted exactly when the gate said so; the initial production is kept for rollback
+    assert (prod["checkpoint"] == retrained) == gate["promote"]
+    assert len(history(uninterrupted / "catalog.sqlite")) == 1 + gate["promote"]
+
+
+def test_rerun_is_a_no_op_and_more_rounds_continue(world, uninterrupted, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted, out)
+    before = _catalog_rows(out)
+    got = subprocess.run(_cmd(world, out), cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert _catalog_rows(out) == before  # nothing labelled twice, nothing promoted twice
+
+
+def test_kill9_anywhere_then_rerun_gives_the_same_catalog(world, uninterrupted):
+    """Killed with SIGKILL once the label stage is done (in the middle of what follows: unit tests,
+    retrain, export or gate), the same command continues and ends with the uninterrupted run's rows."""
+    out = world["tmp"] / "run_b"
+    proc = subprocess.Popen(_cmd(world, out), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    journal = out / "loop.json"
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            rounds = json.loads(journal.read_text())["rounds"]
+        except (OSError, ValueError, KeyError):
+            rounds = []
+        if rounds and "label" in rounds[0]["done"]:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the loop finished before it could be killed"
+    partial = json.loads(journal.read_text())["rounds"][0]["done"]
+    assert "label" in partial and "promote" not in partial
+    got = subprocess.run(_cmd(world, out), cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert _catalog_rows(out) == _catalog_rows(uninterrupted)
+
+
+def test_another_production_in_the_same_folder_is_refused(world, uninterrupted, tmp_path):
+    from data_engine.loop import Loop, LoopError
+    from data_engine.config import EngineConfig
+    from hydranet.config import load_config
+
+    with pytest.raises(LoopError, match="another production model or config"):
+        Loop(uninterrupted, load_config(EngineConfig, "engine", SETS), tmp_path, suites=world["suites"],
+             fleets=world["fleets"])
+    with pytest.raises(LoopError, match="give --production"):
+        Loop(tmp_path / "new", load_config(EngineConfig, "engine", SETS))
