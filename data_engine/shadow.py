@@ -188,9 +188,8 @@ def _execute(tasks: list[dict], executor: str, workers: int, threads: int, ray_a
     if executor == "ray":
         yield from _execute_ray(tasks, workers, ray_address)
         return
-    if workers <= 1 or len(tasks) == 1:
-        for t in tasks:
-            yield shadow_clip(t)
+    if workers <= 1 or len(tasks) == 1:  # in this process; the next clip runs while the parent writes this one
+        yield from _ahead(shadow_clip(t) for t in tasks)
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -200,6 +199,47 @@ def _execute(tasks: list[dict], executor: str, workers: int, threads: int, ray_a
         futures = [pool.submit(shadow_clip, t) for t in tasks]
         for fut in as_completed(futures):
             yield fut.result()
+
+
+def _ahead(results: Iterator[dict]) -> Iterator[dict]:
+    """`results` computed one item ahead in a thread: ONNX Runtime and numpy release the GIL, so clip
+    k+1 runs while the caller writes clip k (SQLite also releases it). An error in the thread is raised
+    here, in order; a consumer that stops early stops the thread after its current clip."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+    end = object()
+
+    def work() -> None:
+        try:
+            for r in results:
+                q.put(r)
+                if stop.is_set():
+                    return
+            q.put(end)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer thread
+            q.put(e)
+
+    th = threading.Thread(target=work, name="shadow-ahead", daemon=True)
+    th.start()
+    try:
+        while True:
+            r = q.get()
+            if r is end:
+                return
+            if isinstance(r, BaseException):
+                raise r
+            yield r
+    finally:
+        stop.set()
+        while th.is_alive():  # unblock a put() waiting on a full queue
+            try:
+                q.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        th.join()
 
 
 # -- Ray Data ----------------------------------------------------------------------------------------

@@ -95,9 +95,16 @@ class ClipState:
 
 
 # -- building blocks ---------------------------------------------------------------------------------
-def peak_stats(logits: np.ndarray) -> tuple[float, float, float]:
-    """(mean entropy, uncertain count, mean margin) of the top-K peaks of heatmaps (B, C, h, w), all items."""
-    scores = np.concatenate([p[0] for p in heatmap_peaks(np.asarray(logits, np.float32), 0.05, TOP_K)] or [np.zeros(0)])
+def peak_scores(logits: np.ndarray) -> list[np.ndarray]:
+    """Per item of heatmaps (B, C, h, w): the scores of its top-K 3x3 peaks above 0.05."""
+    return [p[0] for p in heatmap_peaks(np.asarray(logits, np.float32), 0.05, TOP_K)]
+
+
+def peak_stats(logits: np.ndarray | None = None, scores: list[np.ndarray] | None = None) -> tuple[float, float, float]:
+    """(mean entropy, uncertain count, mean margin) of the top-K peaks of heatmaps (B, C, h, w), all items
+    (or of `scores`, peak_scores' per-item lists, so the peaks are found once per head)."""
+    per_item = peak_scores(logits) if scores is None else scores
+    scores = np.concatenate(per_item or [np.zeros(0)])
     if scores.size == 0:
         return 0.0, 0.0, 0.0
     band = float(((scores >= BAND[0]) & (scores < BAND[1])).sum())
@@ -157,9 +164,10 @@ def frame_signals(info: ModelInfo, raw: Mapping[str, np.ndarray], decoded: Mappi
     for head in PEAK_HEADS:
         key = f"{head}.heatmap"
         if key in raw:
-            sig[f"{head}_entropy"], sig[f"{head}_uncertain"], sig[f"{head}_margin"] = peak_stats(raw[key])
+            per_item = peak_scores(raw[key])  # peaks found once: the frame's stats and each camera's
+            sig[f"{head}_entropy"], sig[f"{head}_uncertain"], sig[f"{head}_margin"] = peak_stats(scores=per_item)
             if head != "det3d":
-                per_cam[f"{head}_entropy"] = [peak_stats(raw[key][n:n + 1])[0] for n in range(N)]
+                per_cam[f"{head}_entropy"] = [peak_stats(scores=per_item[n:n + 1])[0] for n in range(N)]
     for head in DENSE_HEADS:
         key = f"{head}.logits"
         if key in raw:
