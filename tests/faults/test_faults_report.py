@@ -1,26 +1,76 @@
 """Fault rows of `hydranet engine report`, `engine triggers` (precision/recall from the fleet's truth),
-`engine similar --image` and the Ray side of `engine shadow`: one row per case, through the real CLI.
-Built on test_faults_engine's untrained CAM_FRONT model shadowed over the fault dataset."""
+`engine similar --image` and the Ray side of `engine shadow`: one row per case, through the real CLI,
+on an untrained CAM_FRONT model shadowed over the fault dataset."""
 from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 from faultlib import Case, Env, frame_dir, no_temp_left, params, run_case
-from test_faults_engine import cat_copy, engine_env, foreign_sqlite, junk, newer, shadow  # noqa: F401 - fixtures and helpers
 
+REPO = Path(__file__).resolve().parents[2]
 ENV: dict = {}
 
 
-@pytest.fixture(autouse=True)
-def _engine(engine_env):  # noqa: F811 - the imported fixture
-    import test_faults_engine
+@pytest.fixture(scope="module")
+def report_env(fault_env: Env, tmp_path_factory) -> dict:
+    """An untrained tiny model (CAM_FRONT, 64x64) exported from the fault dataset and shadowed over it, and
+    the same model with one more metadata entry (another sha256: "another model")."""
+    import onnx
 
-    test_faults_engine.ENV.update(engine_env)  # its helpers (cat_copy, shadow) read it
-    ENV.update(engine_env)
+    from data_engine.shadow import run_shadow
+    from deploy.export import export_model, sim_frames
+    from hydranet.experiment import load_experiment
+    from hydranet.models import build_model
+
+    root = tmp_path_factory.mktemp("report_faults")
+    cfg = load_experiment(REPO / "configs" / "tiny.yaml", [f"data.root={fault_env.dataset}", "data.cameras=[CAM_FRONT]",
+                                                          "data.image_size=[64,64]", "device=cpu"])
+    meta = json.loads((fault_env.dataset / "dataset.json").read_text())
+    export_model(build_model(cfg.model, meta), cfg, meta, root / "model.onnx", sim_frames(cfg, fault_env.dataset, 1),
+                 verbose=False)
+    m = onnx.load(str(root / "model.onnx"))
+    m.metadata_props.add(key="note", value="another build")
+    onnx.save(m, str(root / "other.onnx"))
+    run_shadow(root / "model.onnx", fault_env.dataset, root / "cat.db", workers=1, progress=False)
+    return {"model": root / "model.onnx", "other": root / "other.onnx", "catalog": root / "cat.db"}
+
+
+@pytest.fixture(autouse=True)
+def _env(report_env):
+    ENV.update(report_env)
+
+
+def cat_copy(tmp: Path) -> Path:
+    shutil.copy(ENV["catalog"], tmp / "c.db")
+    return tmp / "c.db"
+
+
+def junk(tmp: Path, name: str) -> Path:
+    (tmp / name).write_bytes(b"garbage " * 64)
+    return tmp / name
+
+
+def foreign_sqlite(tmp: Path) -> Path:
+    db = sqlite3.connect(str(tmp / "foreign.db"))
+    db.execute("CREATE TABLE t (x)")
+    db.close()
+    return tmp / "foreign.db"
+
+
+def newer(tmp: Path) -> Path:
+    db = sqlite3.connect(str(cat_copy(tmp)))
+    db.execute("PRAGMA user_version = 7")
+    db.close()
+    return tmp / "c.db"
+
+
+def shadow(tmp: Path, env: Env, *extra) -> list:
+    return ["engine", "shadow", "--model", ENV["model"], "--fleet", env.dataset, "--catalog", tmp / "s.db", "--quiet", *extra]
 
 
 def mined(cat: Path, name: str = "one") -> Path:
@@ -159,8 +209,8 @@ CASES = [
     # similar --image
     Case("similar-image-without-model", lambda t, e: similar(t, e, front(e), model=False),
          words=("--image needs --model", "model.onnx")),
-    Case("similar-image-other-model", lambda t, e: similar(t, e, front(e), "--model", ENV["noemb"], model=False),
-         words=("noemb.onnx", "not the model of shadow run")),
+    Case("similar-image-other-model", lambda t, e: similar(t, e, front(e), "--model", ENV["other"], model=False),
+         words=("other.onnx", "not the model of shadow run", "model.onnx")),
     Case("similar-image-model-missing", lambda t, e: similar(t, e, front(e), "--model", t / "gone.onnx", model=False),
          words=("gone.onnx", "does not exist")),
     Case("similar-image-missing-file", lambda t, e: similar(t, e, t / "none.jpg"), words=("none.jpg", "no such file")),
@@ -175,9 +225,9 @@ CASES = [
                                                    ENV["model"]], words=("--model", "go with --image")),
     Case("similar-image-ok", lambda t, e: similar(t, e, front(e), "--k", "1"), status=0, stdout=("1.0000",)),
     # shadow on Ray
-    Case("shadow-ray-not-installed", lambda t, e: shadow(t, e, None, None, "--executor", "ray"), patch=no_ray,
+    Case("shadow-ray-not-installed", lambda t, e: shadow(t, e, "--executor", "ray"), patch=no_ray,
          words=("ray[data]", "pip install", "--executor local")),
-    Case("shadow-ray-address-without-ray", lambda t, e: shadow(t, e, None, None, "--ray-address", "ray://head:10001"),
+    Case("shadow-ray-address-without-ray", lambda t, e: shadow(t, e, "--ray-address", "ray://head:10001"),
          words=("--ray-address", "--executor ray")),
 ]
 
