@@ -225,7 +225,7 @@ def cmd_engine_similar(args) -> None:
     from data_engine.shadow import similar_image
 
     if (args.frame is None) == (args.image is None):
-        raise ValueError("give --frame ID (a frame of the catalog) or --image FILE (with --model), not both")
+        raise ValueError("give exactly one of --frame ID (a frame of the catalog) or --image FILE (with --model)")
     if args.image is not None:
         res = similar_image(args.catalog, args.model, args.image, args.camera, args.k, args.run)
     else:
@@ -234,6 +234,15 @@ def cmd_engine_similar(args) -> None:
         res = similar(args.catalog, args.frame, args.k, args.run)
     for r in res:
         print(f"{r['frame_id']:8d}  {r['clip']}/{r['frame']:06d}  {r['similarity']:.4f}")
+
+
+def cmd_engine_report(args) -> None:
+    from data_engine.report import write_report
+
+    rep = write_report(args.catalog, args.out, args.selection, args.run, _engine_config(args), args.camera, args.max_frames,
+                       args.overwrite)
+    print(f"report of selection {rep['selection']} ({rep['shown']} of {rep['items']} frames on the contact sheet), "
+          f"shadow run {rep['run']}: {rep['out']}/report.md, contact_sheet.png, signals.png")
 
 
 def cmd_engine_report(args) -> None:
