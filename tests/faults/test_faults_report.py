@@ -219,7 +219,7 @@ CASES = [
     Case("similar-image-wrong-size", lambda t, e: similar(t, e, tiny_png(t)), words=("small.png", "10x10", "CAM_FRONT", "64x48")),
     Case("similar-image-unknown-camera", lambda t, e: similar(t, e, front(e), "--camera", "CAM_X"), words=("CAM_X", "CAM_FRONT")),
     Case("similar-image-k-zero", lambda t, e: similar(t, e, front(e), "--k", "0"), words=("--k", "at least 1")),
-    Case("similar-image-and-frame", lambda t, e: similar(t, e, front(e), "--frame", "1"), words=("--frame", "--image", "not both")),
+    Case("similar-image-and-frame", lambda t, e: similar(t, e, front(e), "--frame", "1"), words=("exactly one of", "--frame", "--image")),
     Case("similar-neither", lambda t, e: ["engine", "similar", "--catalog", cat_copy(t)], words=("--frame", "--image")),
     Case("similar-frame-with-model", lambda t, e: ["engine", "similar", "--catalog", cat_copy(t), "--frame", "1", "--model",
                                                    ENV["model"]], words=("--model", "go with --image")),
