@@ -245,15 +245,6 @@ def cmd_engine_report(args) -> None:
           f"shadow run {rep['run']}: {rep['out']}/report.md, contact_sheet.png, signals.png")
 
 
-def cmd_engine_report(args) -> None:
-    from data_engine.report import write_report
-
-    rep = write_report(args.catalog, args.out, args.selection, args.run, _engine_config(args), args.camera, args.max_frames,
-                       args.overwrite)
-    print(f"report of selection {rep['selection']} ({rep['shown']} of {rep['items']} frames on the contact sheet), "
-          f"shadow run {rep['run']}: {rep['out']}/report.md, contact_sheet.png, signals.png")
-
-
 def _label_backend(args):
     from data_engine.labeling import build_backend
     from data_engine.labeling.oracle import OracleNoise
