@@ -202,7 +202,8 @@ class Loop:
 
     def stage_label(self, r: int, rdir: Path) -> dict[str, Any]:
         from data_engine.labeling import build_backend
-        from data_engine.labels import conflicts, create_jobs, import_labels, job_table, open_catalog, send, transition
+        from data_engine.labels import (accepted_labels, conflicts, create_jobs, import_labels, job_table, open_catalog, send,
+                                        transition)
 
         backend = build_backend(self.cfg.loop.labeller)
         with open_catalog(self.catalog) as cat:
@@ -220,7 +221,9 @@ class Loop:
             if labelled:
                 transition(cat, labelled, "accepted")
             states = [j["state"] for j in job_table(cat, name)]
-        return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected")}
+            total = len(accepted_labels(cat))
+        return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected"),
+                "accepted_total": total}
 
     def stage_unit_tests(self, r: int, rdir: Path) -> dict[str, Any]:
         """The frames a trigger fired on (the deployed model failed there) become unit tests: labelled,
@@ -277,11 +280,8 @@ class Loop:
 
     def summary(self, r: int) -> dict[str, Any]:
         """One line per round: labels spent (this round, in all), each slice's candidate metric, verdict."""
-        from data_engine.labels import accepted_labels, open_catalog
-
-        with open_catalog(self.catalog) as cat:
-            total = len(accepted_labels(cat))
         d = self.journal.round(r)["done"]
+        total = d["label"]["accepted_total"]
         slices = "  ".join(f"{s}={v:.3f}" for s, v in d["gate"]["slices"].items())
         verdict = "promoted" if d["gate"]["promote"] else f"rejected ({', '.join(d['gate']['failing'])})"
         line = f"round {r}: {d['label']['accepted']} labels ({total} in all)  {slices}  -> {verdict}"
