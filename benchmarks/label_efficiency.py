@@ -62,7 +62,7 @@ def curve(loop_dir: Path, rounds: int) -> list[dict]:
     for r in range(rounds):
         gate = json.loads((loop_dir / "rounds" / f"r{r:03d}" / "gate" / "gate.json").read_text())
         head = gate["summary_head"]
-        rows = {row["slice"]: row for row in gate["rows"] if row["head"] == head}
+        rows = {row["slice"]: row for row in gate["rows"] if row["head"] == head and row["verdict"] != "n/a"}
         sign = 1.0 if rows["aggregate"]["higher_is_better"] else -1.0  # values are stored as "higher is better"
         if r == 0:
             points.append({"round": -1, "labels": 0, "promoted": True,
@@ -77,8 +77,8 @@ def curve(loop_dir: Path, rounds: int) -> list[dict]:
 def median_curve(curves: list[list[dict]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(labels, median, min, max) over seeds of one suite's values along the rounds."""
     labels = np.array([p["labels"] for p in curves[0]], np.float64)
-    vals = np.array([[p["value"][key] for p in c] for c in curves], np.float64)  # (seeds, rounds + 1)
-    return labels, np.median(vals, 0), vals.min(0), vals.max(0)
+    vals = np.array([[p["value"].get(key, np.nan) for p in c] for c in curves], np.float64)  # (seeds, rounds + 1)
+    return labels, np.nanmedian(vals, 0), np.nanmin(vals, 0), np.nanmax(vals, 0)
 
 
 def labels_to_match(labels: np.ndarray, values: np.ndarray, target: float) -> float | None:

@@ -12,7 +12,8 @@ respected: a gain is the signed change in the good direction). The rule (configs
 - per head, the aggregate (mean over slices weighted by their frames) must not lose more than
   `aggregate_tolerance` (default 0: must not get worse).
 
-A metric that is not a finite number (NaN: nothing to score in a suite) is a GateError, never a pass.
+A metric that is NaN for one model only is a GateError, never a pass; NaN for both means the suite holds
+nothing that head scores (no sign in a two-clip slice): that row is "n/a" and left out of the aggregate.
 A model's suite metrics are cached by (checkpoint sha256, suite content digest): in the catalog's
 `gate_results` table when a catalog is given, else in `<checkpoint>.suite_metrics.json` next to the
 checkpoint, so the production model is not evaluated again every round. The report has one row per
@@ -148,9 +149,13 @@ def evaluate_suites(checkpoint: str | Path, suites_dir: str | Path, catalog: str
 
 
 # -- the decision -------------------------------------------------------------------------------------------
+def _missing(v: float | None) -> bool:
+    return v is None or not math.isfinite(v)
+
+
 def _value(table: Mapping[str, Any], suite: str, head: str, who: str) -> float:
     v = table[suite]["heads"][head]["value"]
-    if v is None or not math.isfinite(v):
+    if _missing(v):
         metric = table[suite]["heads"][head]["metric"]
         raise GateError(f"suite {suite}: head {head}'s {metric} is not a number for the {who} (nothing to score in that "
                         "suite?); a gate never passes on NaN: regenerate the suites with more --clips or drop the slice")
@@ -183,6 +188,11 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
             if (c["metric"], c["higher_is_better"]) != (p["metric"], p["higher_is_better"]):
                 raise GateError(f"suite {suite}: head {head} is judged by {c['metric']} for the candidate and by "
                                 f"{p['metric']} for the production; gate models of the same tasks")
+            if _missing(c["value"]) and _missing(p["value"]):  # the suite holds nothing this head scores (no sign in it)
+                rows.append({"slice": suite, "head": head, "metric": c["metric"], "higher_is_better": c["higher_is_better"],
+                             "production": None, "candidate": None, "delta": None, "gain": None, "verdict": "n/a",
+                             "reason": "nothing to score in this suite"})
+                continue
             rows.append(_row(rule, suite, head, c["metric"], c["higher_is_better"], _value(production, suite, head, "production"),
                              _value(candidate, suite, head, "candidate")))
     frames = {s: candidate[s]["frames"] for s in candidate}
@@ -190,8 +200,11 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
     if total <= 0:
         raise GateError("the suites hold no scored frames; regenerate them")
     for head in heads:
-        mine = [r for r in rows if r["head"] == head]
-        agg = {k: sum(frames[r["slice"]] * r[k] for r in mine) / total for k in ("production", "candidate")}
+        mine = [r for r in rows if r["head"] == head and r["verdict"] != "n/a"]
+        scored = sum(frames[r["slice"]] for r in mine)
+        if not mine or scored <= 0:
+            raise GateError(f"no suite holds anything head {head} scores; generate the suites with more --clips")
+        agg = {k: sum(frames[r["slice"]] * r[k] for r in mine) / scored for k in ("production", "candidate")}
         rows.append(_row(rule, AGGREGATE, head, mine[0]["metric"], mine[0]["higher_is_better"], agg["production"],
                          agg["candidate"]))
     failing = list(dict.fromkeys(r["slice"] for r in rows if r["verdict"] == "fail"))
@@ -199,7 +212,8 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
     if summary not in heads:
         raise GateError(f"gate.summary_head {summary!r} is not a head of these models ({heads})")
     return {"promote": not failing, "verdict": "promote" if not failing else "reject", "failing": failing, "rows": rows,
-            "slices": {r["slice"]: r["candidate"] for r in rows if r["head"] == summary and r["slice"] != AGGREGATE},
+            "slices": {r["slice"]: r["candidate"] for r in rows
+                       if r["head"] == summary and r["slice"] != AGGREGATE and r["verdict"] != "n/a"},
             "summary_head": summary, "frames": frames, "rule": asdict(rule)}
 
 
@@ -254,6 +268,9 @@ def format_gate(report: Mapping[str, Any]) -> str:
     lines = ["| slice | head | metric | production | candidate | delta | verdict |", "|---|---|---|---:|---:|---:|---|"]
     for r in report["rows"]:
         arrow = "" if r["higher_is_better"] else " (lower is better)"
+        if r["verdict"] == "n/a":
+            lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | - | - | - | n/a: {r['reason']} |")
+            continue
         verdict = "pass" if r["verdict"] == "pass" else "**FAIL**"
         lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | {r['production']:.4f} | {r['candidate']:.4f} | "
                      f"{r['delta']:+.4f} | {verdict}: {r['reason']} |")

@@ -124,6 +124,22 @@ def test_nan_metric_is_an_error_not_a_pass(value, who):
         decide(tables["candidate"], tables["production"])
 
 
+@pytest.mark.parametrize("value", [math.nan, None])
+def test_nothing_to_score_for_both_models_is_na_and_left_out_of_the_aggregate(value):
+    """A slice without any sign scores NaN for every model: its row is n/a, not a pass or a fail, and the
+    aggregate is the frame-weighted mean over the slices that scored."""
+    prod, cand = with_(PROD, night__det=value), with_(PROD, night__det=value, day__det=0.40)
+    rep = decide(table(cand, hib=HIB), table(prod, hib=HIB))
+    row = next(r for r in rep["rows"] if r["slice"] == "night" and r["head"] == "det")
+    assert row["verdict"] == "n/a" and row["candidate"] is None and "night" not in rep["slices"]
+    agg = next(r for r in rep["rows"] if r["slice"] == AGGREGATE and r["head"] == "det")
+    assert math.isclose(agg["production"], (0.50 + 0.45) / 2) and math.isclose(agg["candidate"], (0.40 + 0.45) / 2)
+    assert rep["failing"] == ["day", AGGREGATE] and "n/a: nothing to score" in format_gate(rep)
+    json.dumps(rep, allow_nan=False)  # gate.json stays strict JSON
+    with pytest.raises(GateError, match="no suite holds anything head det scores"):
+        decide(table({"day": {"det": value}}), table({"day": {"det": value}}))
+
+
 def test_models_of_other_heads_or_metrics_are_refused():
     with pytest.raises(GateError, match="candidate heads"):
         decide(table({"day": {"det": 0.5}}), table({"day": {"det": 0.5, "depth": 0.3}}))
