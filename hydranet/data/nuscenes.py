@@ -359,9 +359,11 @@ class NuScenesDataset(FrameReader):
         m = self.maps.get(scene["location"])
         local = LocalMap(m, ego2world) if m is not None else None  # the map around the ego, ego frame
         cameras, drivable = {}, []
+        corners = boxes_in_camera(boxes, np.eye(4))  # (B, 8, 3) ego frame, once for every camera
         for ch, K, T, sd in zip(self.camera_names, Ks, c2e, sds):
             b2 = []
-            projected = project_boxes_2d(boxes_in_camera(boxes, invert_rigid(T)), K, sd["width"], sd["height"])
+            ego2cam = invert_rigid(T)
+            projected = project_boxes_2d(corners @ ego2cam[:3, :3].T + ego2cam[:3, 3], K, sd["width"], sd["height"])
             for b, res in zip(boxes, projected):
                 if res is None:
                     continue
@@ -371,8 +373,8 @@ class NuScenesDataset(FrameReader):
                            "attributes": {"derived_from_3d": True, "in_image_fraction": inside}})
             cameras[ch] = {"boxes2d": b2, "lanes2d": []}
             if local is not None:  # the map laid on flat ground, seen by this camera at its own instant
-                cameras[ch]["lanes2d"] = camera_lanes(local, invert_rigid(T), K, sd["width"], sd["height"])
-                drivable.append(camera_drivable(local, invert_rigid(T), K, sd["width"], sd["height"]))  # (H, W)
+                cameras[ch]["lanes2d"] = camera_lanes(local, ego2cam, K, sd["width"], sd["height"])
+                drivable.append(camera_drivable(local, ego2cam, K, sd["width"], sd["height"]))  # (H, W)
         sample = {
             "format": FORMAT, "scene": scene["name"], "frame_index": f, "sample_token": tok,
             "timestamp_us": int(rec["timestamp"]), "camera_names": list(self.camera_names),

@@ -36,13 +36,14 @@ import numpy as np
 from hydranet.bevgrid import BevGrid
 from hydranet.data.dataset import DatasetError
 from hydranet.data.reader import NEAR, read_json
-from hydranet.geometry import box_corners, transform_points
+from hydranet.geometry import transform_points
 
 MIN_VERSION = (1, 3)
 LINE_LAYERS = ("lane_divider", "road_divider")  # -> lanes2d/lanes3d "type"
 REQUIRED = ("node", "line", "polygon", "drivable_area") + LINE_LAYERS
 CAMERA_RANGE = 100.0  # metres around the ego (square in ego x/y) drawn into the cameras
 _SHIFT = 4  # OpenCV sub-pixel bits: vertices in 1/16 pixel
+_FOOT = np.array([[1.0, 1.0], [1.0, -1.0], [-1.0, -1.0], [-1.0, 1.0]])  # a box's bottom face, as geometry.box_corners
 FIX = "download 'Map expansion' (v1.3) from nuscenes.org and unzip it into the dataroot's maps/ folder"
 
 
@@ -200,15 +201,14 @@ def _runs(P0: np.ndarray, P1: np.ndarray, line: np.ndarray, kept: np.ndarray, wh
           whole_end: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """(line, polyline (K, D)) runs of the kept segments P0 -> P1 (S, D): a segment continues the
     previous one when both belong to one line, the previous keeps its end and this one its start."""
-    out: list[tuple[int, list]] = []
-    prev = -2
-    for i in np.flatnonzero(kept):
-        if prev == i - 1 and line[i] == line[prev] and whole_end[prev] and whole_start[i]:
-            out[-1][1].append(P1[i])
-        else:
-            out.append((int(line[i]), [P0[i], P1[i]]))
-        prev = i
-    return [(k, np.asarray(pts)) for k, pts in out]
+    idx = np.flatnonzero(kept)
+    if len(idx) == 0:
+        return []
+    a, b = idx[:-1], idx[1:]
+    joined = (b == a + 1) & (line[b] == line[a]) & whole_end[a] & whole_start[b]  # (K-1,)
+    starts = np.r_[0, np.flatnonzero(~joined) + 1]
+    ends = np.r_[starts[1:], len(idx)]
+    return [(int(line[idx[i]]), np.concatenate([P0[idx[i:i + 1]], P1[idx[i:j]]])) for i, j in zip(starts, ends)]
 
 
 def _ground(xy: np.ndarray) -> np.ndarray:
@@ -288,10 +288,16 @@ def bev_raster(local: LocalMap, grid: BevGrid, boxes: list[dict], classes: list[
         cv2.polylines(lanes, [_to_px(grid, pts[:, :2])], False, 255, thickness=1, lineType=cv2.LINE_8, shift=_SHIFT)
     out[1] = lanes
     objects = np.zeros((X, Y), np.uint8)
-    for b in boxes:
-        corners = box_corners(b["center"], b["size"], b["yaw"])[:4, :2]  # bottom face (4, 2)
-        cv2.fillConvexPoly(objects, _to_px(grid, corners), classes.index(b["class"]) + 1, lineType=cv2.LINE_8,
-                           shift=_SHIFT)
+    if boxes:
+        c = np.array([b["center"][:2] for b in boxes], np.float64)  # (B, 2)
+        half = 0.5 * np.array([b["size"][:2] for b in boxes], np.float64)  # (B, 2) length, width
+        yaw = np.array([b["yaw"] for b in boxes], np.float64)
+        cos, sin = np.cos(yaw)[:, None], np.sin(yaw)[:, None]
+        lx, ly = _FOOT[None, :, 0] * half[:, :1], _FOOT[None, :, 1] * half[:, 1:]  # (B, 4) in the box frame
+        corners = np.stack([c[:, :1] + cos * lx - sin * ly, c[:, 1:] + sin * lx + cos * ly], -1)  # (B, 4, 2) ego
+        px = _to_px(grid, corners.reshape(-1, 2)).reshape(-1, 4, 2)
+        for b, quad in zip(boxes, px):
+            cv2.fillConvexPoly(objects, quad, classes.index(b["class"]) + 1, lineType=cv2.LINE_8, shift=_SHIFT)
     out[2] = objects
     return out
 
@@ -317,7 +323,7 @@ def camera_drivable(local: LocalMap, ego2cam: np.ndarray, K: np.ndarray, width: 
         e = image_poly(ext)
         if e is not None:
             _fill(mask, e, [h for h in map(image_poly, holes) if h is not None])
-    return mask.astype(bool)
+    return mask.view(bool)  # 0/1 bytes
 
 
 def camera_lanes(local: LocalMap, ego2cam: np.ndarray, K: np.ndarray, width: int, height: int) -> list[dict]:
