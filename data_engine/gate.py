@@ -13,7 +13,8 @@ respected: a gain is the signed change in the good direction). The rule (configs
   `aggregate_tolerance` (default 0: must not get worse).
 
 A metric that is NaN for one model only is a GateError, never a pass; NaN for both means the suite holds
-nothing that head scores (no sign in a two-clip slice): that row is "n/a" and left out of the aggregate.
+nothing that head scores (no sign in a two-clip slice): that row is "n/a" and left out of the aggregate; a
+head with nothing to score on any suite is listed as "ungated" in the report and the table, never as a pass.
 A model's suite metrics are cached by (checkpoint sha256, suite content digest): in the catalog's
 `gate_results` table when a catalog is given, else in `<checkpoint>.suite_metrics.json` next to the
 checkpoint, so the production model is not evaluated again every round. The report has one row per
@@ -202,8 +203,13 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
     for head in heads:
         mine = [r for r in rows if r["head"] == head and r["verdict"] != "n/a"]
         scored = sum(frames[r["slice"]] for r in mine)
-        if not mine or scored <= 0:
-            raise GateError(f"no suite holds anything head {head} scores; generate the suites with more --clips")
+        if not mine or scored <= 0:  # said in the table and in "ungated", never counted as a pass
+            rows.append({"slice": AGGREGATE, "head": head, "metric": next(r["metric"] for r in rows if r["head"] == head),
+                         "higher_is_better": next(r["higher_is_better"] for r in rows if r["head"] == head),
+                         "production": None, "candidate": None, "delta": None, "gain": None, "verdict": "n/a",
+                         "reason": "NOT GATED: no suite holds anything this head scores (regenerate the suites with more "
+                                   "--clips)"})
+            continue
         agg = {k: sum(frames[r["slice"]] * r[k] for r in mine) / scored for k in ("production", "candidate")}
         rows.append(_row(rule, AGGREGATE, head, mine[0]["metric"], mine[0]["higher_is_better"], agg["production"],
                          agg["candidate"]))
@@ -211,7 +217,11 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
     summary = rule.summary_head or heads[0]
     if summary not in heads:
         raise GateError(f"gate.summary_head {summary!r} is not a head of these models ({heads})")
+    ungated = [r["head"] for r in rows if r["slice"] == AGGREGATE and r["verdict"] == "n/a"]
+    if len(ungated) == len(heads):
+        raise GateError("no suite holds anything any head scores; generate the suites with more --clips")
     return {"promote": not failing, "verdict": "promote" if not failing else "reject", "failing": failing, "rows": rows,
+            "ungated": ungated,
             "slices": {r["slice"]: r["candidate"] for r in rows
                        if r["head"] == summary and r["slice"] != AGGREGATE and r["verdict"] != "n/a"},
             "summary_head": summary, "frames": frames, "rule": asdict(rule)}
@@ -274,6 +284,8 @@ def format_gate(report: Mapping[str, Any]) -> str:
         verdict = "pass" if r["verdict"] == "pass" else "**FAIL**"
         lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | {r['production']:.4f} | {r['candidate']:.4f} | "
                      f"{r['delta']:+.4f} | {verdict}: {r['reason']} |")
+    if report.get("ungated"):
+        lines.append(f"\nnot gated (nothing to score on any suite): {', '.join(report['ungated'])}")
     if report["promote"]:
         lines.append("\n**verdict: PROMOTE** (no slice regressed beyond the rule)")
     else:

@@ -1,11 +1,11 @@
-"""The data-engine loop: fleet -> shadow -> triggers -> mine -> label -> retrain -> export -> gate ->
-promote, K rounds, every stage resumable.
+"""The data-engine loop: fleet -> shadow -> triggers -> mine -> report -> label -> unit tests -> retrain ->
+export -> gate -> promote, K rounds, every stage resumable.
 
     hydranet engine run --config configs/engine.yaml --production RUN --rounds K --out DIR
 
 DIR holds the run: catalog.sqlite (signals, selections, label jobs and versions, the model
 registry, gate results), suites/ (frozen scenario suites, generated once), rounds/rNNN/ (that
-round's fleet, selection.json, retrain run, model.onnx, gate/) and loop.json, the journal of
+round's fleet, selection.json, report/, retrain run, model.onnx, gate/) and loop.json, the journal of
 completed stages. A stage is marked done only after it finished, and every stage is idempotent
 on its own (the fleet is renamed into place, shadow skips finished clips, label jobs, sends and
 imports are keyed by frame and digest, retrain resumes exactly, gate is a pure function): kill
@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-STAGES = ("fleet", "shadow", "triggers", "mine", "label", "unit_tests", "retrain", "export", "gate", "promote")
+STAGES = ("fleet", "shadow", "triggers", "mine", "report", "label", "unit_tests", "retrain", "export", "gate", "promote")
 JOURNAL = "loop.json"
 
 
@@ -199,6 +199,13 @@ class Loop:
         sel = mine(self.catalog, lc.budget, lc.strategy, cfg, lc.unit, self.done(r, "shadow")["run_id"], f"round{r:03d}")
         write_selection(sel, rdir / "selection.json")
         return {"selection": sel["name"], "file": str(rdir / "selection.json"), "items": len(sel["items"])}
+
+    def stage_report(self, r: int, rdir: Path) -> dict[str, Any]:
+        """The mined frames' contact sheet, signal histograms and trigger table (`hydranet engine report`)."""
+        from data_engine.report import write_report
+
+        got = write_report(self.catalog, rdir / "report", self.done(r, "mine")["selection"], cfg=self.cfg, overwrite=True)
+        return {"dir": str(rdir / "report"), "shown": got["shown"]}
 
     def stage_label(self, r: int, rdir: Path) -> dict[str, Any]:
         from data_engine.labeling import build_backend

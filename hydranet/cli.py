@@ -75,9 +75,20 @@ def cmd_data_check(args) -> None:
 
 
 def cmd_demo(args) -> None:
+    import shutil
+    import time
+
+    from data_engine.demo import engine_round
     from hydranet.demo import run_demo
 
-    run_demo(Path(args.out))
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    run_demo(out)
+    engine = out / "engine"
+    if engine.exists():
+        shutil.rmtree(engine)  # the demo's own output folder, as run_demo does for its stages
+    engine_round(engine, out / "run")
+    print(f"demo with the engine round done in {time.perf_counter() - t0:.1f} s")
 
 
 def cmd_eval_nuscenes(args) -> None:

@@ -136,7 +136,10 @@ def test_nothing_to_score_for_both_models_is_na_and_left_out_of_the_aggregate(va
     assert math.isclose(agg["production"], (0.50 + 0.45) / 2) and math.isclose(agg["candidate"], (0.40 + 0.45) / 2)
     assert rep["failing"] == ["day", AGGREGATE] and "n/a: nothing to score" in format_gate(rep)
     json.dumps(rep, allow_nan=False)  # gate.json stays strict JSON
-    with pytest.raises(GateError, match="no suite holds anything head det scores"):
+    both = {"day": {"det": value, "depth": 0.3}}
+    rep = decide(table(both, hib=HIB), table(both, hib=HIB))
+    assert rep["ungated"] == ["det"] and rep["promote"] and "not gated (nothing to score on any suite): det" in format_gate(rep)
+    with pytest.raises(GateError, match="no suite holds anything any head scores"):
         decide(table({"day": {"det": value}}), table({"day": {"det": value}}))
 
 
