@@ -28,7 +28,8 @@ from hydranet.cli import main
 def run(args) -> None:
     from data_engine.catalog import Catalog
     from data_engine.evaluation import load_run_truth, trigger_markdown, trigger_rows
-    from data_engine.mining import STRATEGIES, EngineConfig, MiningConfig, mine
+    from data_engine.config import EngineConfig, MiningConfig
+    from data_engine.mining import STRATEGIES, mine
     from data_engine.shadow import run_shadow
     from data_engine.triggers import build_triggers, fire_all
     from deploy.export import export_checkpoint

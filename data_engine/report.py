@@ -230,7 +230,7 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
                  cfg=None, camera: str | None = None, max_frames: int = 48, overwrite: bool = False) -> dict[str, Any]:
     """Write DIR/{contact_sheet.png, signals.png, report.md}; returns {"out", "run", "selection", "items",
     "shown", "triggers" (TriggerRow list), "truth" (RunTruth or None)}."""
-    from data_engine.mining import EngineConfig
+    from data_engine.config import EngineConfig
     from data_engine.triggers import build_triggers
 
     out = Path(out)
