@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,3 +114,17 @@ def no_file_named(pattern: str, where_up: int = 0) -> Callable[[Path], None]:
 def no_temp_left(tmp: Path) -> None:
     left = [str(p) for p in tmp.rglob("*.tmp-*")]
     assert not left, f"temp files or folders left behind: {left[:3]}"
+
+
+def junk(tmp: Path, name: str, data: bytes = b"garbage " * 64) -> Path:
+    """A file of garbage named `name` (a model, catalog or image that is not one)."""
+    (tmp / name).write_bytes(data)
+    return tmp / name
+
+
+def foreign_sqlite(tmp: Path) -> Path:
+    """A valid SQLite file that is not a catalog."""
+    db = sqlite3.connect(str(tmp / "foreign.db"))
+    db.execute("CREATE TABLE t (x)")
+    db.close()
+    return tmp / "foreign.db"

@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from faultlib import Case, Env, params, run_case
+from faultlib import Case, Env, foreign_sqlite, junk, params, run_case
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,18 +60,6 @@ def shadow(tmp: Path, env: Env, model=None, fleet=None, *extra) -> list:
 def cat_copy(tmp: Path) -> Path:
     shutil.copy(ENV["catalog"], tmp / "c.db")
     return tmp / "c.db"
-
-
-def junk(tmp: Path, name: str, data: bytes = b"garbage " * 64) -> Path:
-    (tmp / name).write_bytes(data)
-    return tmp / name
-
-
-def foreign_sqlite(tmp: Path) -> Path:
-    db = sqlite3.connect(str(tmp / "foreign.db"))
-    db.execute("CREATE TABLE t (x)")
-    db.close()
-    return tmp / "foreign.db"
 
 
 def newer(tmp: Path) -> Path:

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
-from faultlib import Case, Env, params, run_case
+from faultlib import Case, Env, foreign_sqlite, junk, params, run_case
 
 REPO = Path(__file__).resolve().parents[2]
 ENV: dict = {}
@@ -50,11 +49,6 @@ def run_copy(tmp: Path, name: str = "run") -> Path:
 def suites_copy(tmp: Path) -> Path:
     shutil.copytree(ENV["suites"], tmp / "s")
     return tmp / "s"
-
-
-def junk(tmp: Path, name: str, data: bytes = b"garbage " * 64) -> Path:
-    (tmp / name).write_bytes(data)
-    return tmp / name
 
 
 def suites(tmp: Path, *extra) -> list:
@@ -133,13 +127,6 @@ def empty_catalog(tmp: Path) -> Path:
 
     Catalog(tmp / "c.db", create=True).close()
     return tmp / "c.db"
-
-
-def foreign_sqlite(tmp: Path) -> Path:
-    db = sqlite3.connect(str(tmp / "foreign.db"))
-    db.execute("CREATE TABLE t (x)")
-    db.close()
-    return tmp / "foreign.db"
 
 
 def production_is(name: str):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from faultlib import Case, Env, frame_dir, no_temp_left, params, run_case
+from faultlib import Case, Env, foreign_sqlite, frame_dir, junk, no_temp_left, params, run_case
 
 REPO = Path(__file__).resolve().parents[2]
 ENV: dict = {}
@@ -48,18 +48,6 @@ def _env(report_env):
 def cat_copy(tmp: Path) -> Path:
     shutil.copy(ENV["catalog"], tmp / "c.db")
     return tmp / "c.db"
-
-
-def junk(tmp: Path, name: str) -> Path:
-    (tmp / name).write_bytes(b"garbage " * 64)
-    return tmp / name
-
-
-def foreign_sqlite(tmp: Path) -> Path:
-    db = sqlite3.connect(str(tmp / "foreign.db"))
-    db.execute("CREATE TABLE t (x)")
-    db.close()
-    return tmp / "foreign.db"
 
 
 def newer(tmp: Path) -> Path:
