@@ -15,8 +15,9 @@ from pathlib import Path
 from hydranet.data.dataset import SIM_HEADS, DatasetError, SimDataset
 
 FORMATS = ("sim", "nuscenes", "kitti", "bdd100k")
-# which heads each format can supervise at most (a sample may supervise fewer)
-FORMAT_HEADS = {"sim": SIM_HEADS, "nuscenes": ("det2d", "det3d"), "kitti": ("det2d", "det3d"),
+# which heads each format can supervise at most (a sample may supervise fewer: nuScenes drivable, lanes and
+# bevmap need the map expansion of its location)
+FORMAT_HEADS = {"sim": SIM_HEADS, "nuscenes": ("det2d", "det3d", "drivable", "lanes", "bevmap"), "kitti": ("det2d", "det3d"),
                 "bdd100k": ("det2d", "signs_lights", "drivable", "lanes")}
 UNCALIBRATED = ("bdd100k",)  # no intrinsics/extrinsics: no BEV view transform, no 3D labels
 
