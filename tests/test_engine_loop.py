@@ -87,7 +87,7 @@ def test_one_round_runs_every_stage(world, uninterrupted):
     assert len(history(uninterrupted / "catalog.sqlite")) == 1 + gate["promote"]
 
 
-def test_rerun_is_a_no_op_and_more_rounds_continue(world, uninterrupted, tmp_path):
+def test_rerun_is_a_no_op(world, uninterrupted, tmp_path):
     import shutil
 
     out = tmp_path / "run"
@@ -128,8 +128,11 @@ def test_another_production_in_the_same_folder_is_refused(world, uninterrupted, 
     from data_engine.config import EngineConfig
     from hydranet.config import load_config
 
+    import shutil
+
+    other = shutil.copytree(world["prod"], tmp_path / "other")  # the same weights, but another production run
     with pytest.raises(LoopError, match="another production model or config"):
-        Loop(uninterrupted, load_config(EngineConfig, "engine", SETS), tmp_path, suites=world["suites"],
+        Loop(uninterrupted, load_config(EngineConfig, "engine", SETS), other, suites=world["suites"],
              fleets=world["fleets"])
     with pytest.raises(LoopError, match="give --production"):
         Loop(tmp_path / "new", load_config(EngineConfig, "engine", SETS))
