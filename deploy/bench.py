@@ -146,7 +146,7 @@ def run_bench(checkpoint: str | Path, out: str | Path, data: str | Path | None =
     ratios = {"ORT fp32 / torch eager": inf["ORT fp32"] / inf["torch eager fp32"],
               "ORT fp32 / ORT int8 (speed-up)": inf["ORT fp32"] / inf["ORT int8"],
               "torch eager / ORT int8 (speed-up)": inf["torch eager fp32"] / inf["ORT int8"]}
-    from deploy.export import read_metadata
+    from deploy.metadata import read_metadata
 
     q = read_metadata(int8_model).get("quantization") or {}
     result = {"checkpoint": str(checkpoint), "cameras": int(frame.shape[0]), "image_size": list(frame.shape[1:3]),

@@ -250,6 +250,18 @@ def test_every_registered_head_is_exported(run, tmp_path):
     assert set(BEV_TASKS) == {"det3d", "bevmap"}
 
 
+def test_bench_with_a_given_int8_model_reports_its_quantization(run, tmp_path):
+    """The demo's path: run_bench with the int8 model it quantized (read its metadata, time every backend)."""
+    from deploy.bench import run_bench
+    from deploy.quantize import QuantizeConfig, quantize_model
+
+    int8 = tmp_path / "model.int8.onnx"
+    quantize_model(run["onnx"], run["data"], int8, QuantizeConfig(calibration_frames=2), verbose=False)
+    res = run_bench(run["ckpt"], tmp_path / "bench", run["data"], runs=2, warmup=1, int8_model=int8)
+    assert {"torch eager fp32", "ORT fp32", "ORT int8"} <= set(res["backends"])
+    assert res["quantization"]["per_channel"] and (tmp_path / "bench" / "latency.md").is_file()
+
+
 # -- INT8 -----------------------------------------------------------------------------------------
 def test_int8_quantization_and_evaluation_on_the_same_metrics(run, tmp_path):
     from deploy.onnx_eval import evaluate_any, primary_drop
