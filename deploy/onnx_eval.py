@@ -107,8 +107,12 @@ def primary_drop(reference: Mapping[str, Any], results: Mapping[str, Any]) -> li
     return rows
 
 
+def _cell(v: float | None, fmt: str = ".4f") -> str:
+    return "n/a" if v is None or not math.isfinite(v) else format(v, fmt)  # n/a: undefined (nothing to score)
+
+
 def format_drop(rows, ref_name: str, name: str) -> str:
     lines = [f"| head | metric | {ref_name} | {name} | drop (points) |", "|---|---|---|---|---|"]
-    lines += [f"| {r['head']} | {r['metric']} | {r['reference']:.4f} | {r['model']:.4f} | {r['drop_points']:+.2f} |"
+    lines += [f"| {r['head']} | {r['metric']} | {_cell(r['reference'])} | {_cell(r['model'])} | {_cell(r['drop_points'], '+.2f')} |"
               for r in rows]
     return "\n".join(lines)

@@ -100,6 +100,11 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
             "frames": len(frames) - len(skipped), "skipped": skipped, "predictions": written}
 
 
+def metric_text(v: float | None) -> str:
+    """A metric for a table: "n/a" where it is undefined (NaN: nothing to score, e.g. no matched sign)."""
+    return "n/a" if v is None or not math.isfinite(v) else f"{v:.4f}"
+
+
 def format_table(results: Mapping[str, Any]) -> str:
     """Every head's metrics, model against baseline; the primary metric marked with '*'."""
     rows = [("head", "metric", "model", "baseline", "")]
@@ -112,12 +117,12 @@ def format_table(results: Mapping[str, Any]) -> str:
                 mark = (f"* beats baseline by > {margin:g}" if results["beats_baseline"].get(task)
                         else f"* DOES NOT beat baseline by > {margin:g}")
             b = base.get(k)
-            rows.append((task, k, f"{v:.4f}", "-" if b is None else f"{b:.4f}", mark))
+            rows.append((task, k, metric_text(v), "-" if b is None else metric_text(b), mark))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     kinds = ", ".join(f"{k}: {v}" for k, v in results.get("baseline_kind", {}).items())
-    text = "\n".join(lines) + f"\nbaselines ({kinds}); * = the head's primary metric"
+    text = "\n".join(lines) + f"\nbaselines ({kinds}); * = the head's primary metric; n/a = undefined (nothing to score)"
     if results.get("skipped"):
         text += (f"\nSKIPPED {len(results['skipped'])} bad frame(s) (data.on_bad_frame=skip), not scored: "
                  f"{', '.join(results['skipped'][:3])}{' ...' if len(results['skipped']) > 3 else ''}")
