@@ -55,7 +55,7 @@ def cmd_sim_preview(args) -> None:
 def cmd_sim_export_nuscenes(args) -> None:
     from sim.nuscenes_export import export_nuscenes_from_sim
 
-    out = export_nuscenes_from_sim(args.out, _sim_config(args), args.scenes, args.seed)
+    out = export_nuscenes_from_sim(args.out, _sim_config(args), args.scenes, args.seed, sweeps=args.sweeps)
     print(f"wrote {out}")
 
 
@@ -597,6 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sim.add_parser("export-nuscenes", help="write the sim in the nuScenes v1.0 table format")
     e.add_argument("--out", type=Path, required=True)
+    e.add_argument("--sweeps", type=int, default=0, metavar="N",
+                   help="N unlabelled camera sweeps (non-keyframe sample_data, sweeps/<CAM>/) between two keyframes, "
+                        "rendered at the intermediate times (default 0: keyframes only)")
     _add_sim_args(e)
     e.set_defaults(func=cmd_sim_export_nuscenes)
 

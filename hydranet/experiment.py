@@ -35,6 +35,7 @@ class SourceConfig:
     cameras: tuple[str, ...] | None = None  # None = every camera of the source
     class_map: dict[str, str | None] = field(default_factory=dict)
     name: str | None = None  # its name in per-source results (default: "<format><index>")
+    sweeps: int = 0  # nuScenes: up to N unlabelled camera sweeps read between two keyframes (video models)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class DataConfig:
     image_size: tuple[int, int] = (96, 160)  # (H, W) the network sees; multiples of input_divisor()
     on_bad_frame: Literal["raise", "skip"] = "raise"
     sources: tuple[SourceConfig, ...] = ()  # several datasets in one run (then root/format/split/version/cameras unused)
+    sweeps: int = 0  # nuScenes root: up to N unlabelled camera sweeps read between two keyframes (0: keyframes only)
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,17 @@ def check_data_sources(cfg: ExperimentConfig) -> None:
     supervise (BDD100K has no calibration). Formats left on auto are checked again once detected
     (`check_heads`)."""
     d = cfg.data
+    for key, fmt, n in [("data.sweeps", d.format, d.sweeps)] + [
+            (f"data.sources[{i}].sweeps", s.format, s.sweeps) for i, s in enumerate(d.sources)]:
+        if n < 0:
+            raise ConfigError(f"config key '{key}' must be >= 0 (camera sweeps read between two nuScenes keyframes), "
+                              f"got {n}")
+        if n and fmt not in ("auto", "nuscenes"):
+            raise ConfigError(f"config key '{key}': only nuScenes has camera sweeps, the format is {fmt}; set it to 0")
     if d.sources:
+        if d.sweeps:
+            raise ConfigError("config key 'data.sweeps': with data.sources every source has its own sweeps; move it "
+                              "into the sources (data.sources[i].sweeps)")
         for key in ("format", "split", "version", "cameras"):
             if getattr(d, key) not in (None, "auto"):
                 raise ConfigError(f"config key 'data.{key}': with data.sources every source has its own {key}; "

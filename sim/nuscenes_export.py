@@ -12,12 +12,19 @@ docs/nuscenes_export.md describes the mapping. Layout of `out_dir`:
     <version>/splits.json       {"sim_train": [scene names], "sim_val": [...]}: the devkit's
                                 custom split file (nuscenes.utils.splits.get_scenes_of_split)
     samples/<CAM>/*.jpg         the camera images, copied byte for byte
+    sweeps/<CAM>/*.jpg          the non-keyframe camera images (sweeps=N only)
     samples/LIDAR_TOP/*.pcd.bin placeholder point clouds (below)
     maps/<token>.png            one tiny empty map mask (the devkit opens the file on load)
 
 Conventions and honest caveats:
-- Every frame is a keyframe sample. Our data is 10 Hz, nuScenes keyframes are 2 Hz: tools that
-  assume 0.5 s between samples (e.g. the tracking eval) see 5x more samples per second.
+- Every frame is a keyframe sample (sweeps=0). Our data is 10 Hz, nuScenes keyframes are 2 Hz:
+  tools that assume 0.5 s between samples (e.g. the tracking eval) see 5x more samples per second.
+- `sweeps=N`: frames 0, N+1, 2(N+1), ... of a scene are the keyframe samples; the N frames between
+  two keyframes (and any after the last) are camera sweeps: sample_data with is_key_frame false,
+  no annotations, their own ego_pose, files under sweeps/<CAM>/, sample_token = the nearest
+  keyframe's sample (as nuScenes), each camera's prev/next chain running through keyframes and
+  sweeps in time order (LIDAR_TOP has keyframes only). `export_nuscenes_from_sim(sweeps=N)`
+  renders the sim at (N+1)x the frame rate so the keyframes keep `frame_rate_hz`.
 - Cameras are synchronous: every sample_data of a sample has the sample's timestamp and its own
   ego_pose record (as in nuScenes) holding the frame's ego pose.
 - There is no lidar. The devkit needs a LIDAR_TOP sample_data per sample, so LIDAR_TOP is
@@ -41,6 +48,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -160,8 +168,8 @@ def _check_version(version: str) -> None:
 class _Exporter:
     """Builds the tables in memory and writes the files into `tmp` (one export)."""
 
-    def __init__(self, ds: SimDataset, tmp: Path, version: str):
-        self.ds, self.tmp, self.version = ds, tmp, version
+    def __init__(self, ds: SimDataset, tmp: Path, version: str, sweeps: int = 0):
+        self.ds, self.tmp, self.version, self.sweeps = ds, tmp, version, sweeps
         self.t = {name: [] for name in TABLES}
         self.cam_names = [c.name for c in ds.rig.cameras]
         if LIDAR in self.cam_names:
@@ -196,13 +204,16 @@ class _Exporter:
 
     def scene(self, scene: dict, base_us: int, bar) -> int:
         """Export one scene starting at base_us; returns its last timestamp."""
-        name, frames, t = scene["name"], scene["frames"], self.t
+        name, all_frames, t = scene["name"], scene["frames"], self.t
         log_tok, scene_tok = token("log", name), token("scene", name)
         logfile = f"sim-{name}"
-        sample_toks = [token("sample", name, f["dir"]) for f in frames]
-        stamps = [base_us + int(f["timestamp_us"]) - int(frames[0]["timestamp_us"]) for f in frames]
-        if any(b <= a for a, b in zip(stamps, stamps[1:])):
+        stamps_all = [base_us + int(f["timestamp_us"]) - int(all_frames[0]["timestamp_us"]) for f in all_frames]
+        if any(b <= a for a, b in zip(stamps_all, stamps_all[1:])):
             raise ValueError(f"scene {name}: frame timestamps must increase; regenerate the dataset")
+        keys = list(range(0, len(all_frames), self.sweeps + 1))  # positions of the keyframes
+        frames = [all_frames[k] for k in keys]
+        stamps = [stamps_all[k] for k in keys]
+        sample_toks = [token("sample", name, f["dir"]) for f in frames]
         day = datetime.fromtimestamp(base_us / 1e6, tz=timezone.utc).strftime("%Y-%m-%d")
         cond = scene.get("conditions", {})
         t["log"].append({"token": log_tok, "logfile": logfile, "vehicle": "hydranet-sim", "date_captured": day,
@@ -212,12 +223,17 @@ class _Exporter:
                            "description": f"sim scene seed {scene.get('seed')}, {cond.get('time_of_day', '?')}, "
                                           f"{cond.get('weather', '?')}" +
                                           (f", rare: {', '.join(cond['rare'])}" if cond.get("rare") else "")})
-        channels = self.cam_names + [LIDAR]
         tracks: dict[int, list[dict]] = {}  # track id -> its annotation records in order
         track_cls: dict[int, str] = {}  # track id -> nuScenes category
-        first = self.ds.frame_ids.index((name, frames[0]["dir"]))
-        for fi, frame in enumerate(frames):
-            sample = self.ds.load(first + fi)
+        first = self.ds.frame_ids.index((name, all_frames[0]["dir"]))
+        for pos, frame in enumerate(all_frames):
+            if pos % (self.sweeps + 1):  # a sweep: camera sample_data only, linked to the nearest sample
+                ki = min(range(len(keys)), key=lambda k: (abs(stamps[k] - stamps_all[pos]), k))
+                self.camera_data(name, all_frames, pos, stamps_all[pos], sample_toks[ki], logfile, key=False)
+                bar.update(1)
+                continue
+            fi = keys.index(pos)
+            sample = self.ds.load(first + pos)
             ts, stok = stamps[fi], sample_toks[fi]
             t["sample"].append({"token": stok, "timestamp": ts, "scene_token": scene_tok,
                                 "prev": sample_toks[fi - 1] if fi else "",
@@ -225,32 +241,22 @@ class _Exporter:
             ego2world = np.asarray(frame["ego2world"], np.float64)
             kept = [b for b in sample["labels"]["boxes3d"] if b["num_pixels"] > 0]
             folder = self.ds.root / "scenes" / name / frame["dir"]
-            for ch in channels:
-                sd_tok = token("sample_data", name, frame["dir"], ch)
-                ep_tok = token("ego_pose", name, frame["dir"], ch)
-                tr, rot = _pose(ego2world)
-                t["ego_pose"].append({"token": ep_tok, "timestamp": ts, "translation": tr, "rotation": rot})
-                rel = f"samples/{ch}/{logfile}__{ch}__{ts}" + (".pcd.bin" if ch == LIDAR else ".jpg")
-                (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                if ch == LIDAR:
-                    centres = np.array([b["center"] for b in kept], np.float64).reshape(-1, 3)
-                    (self.tmp / rel).write_bytes(_points_bin(centres))
-                    w = h = 0
-                else:
-                    src = folder / f"{ch}.jpg"
-                    if not src.is_file():
-                        raise DatasetWriteError(f"{src}: camera image is missing; regenerate the dataset")
-                    shutil.copyfile(src, self.tmp / rel)
-                    cam = self.ds.rig.cameras[self.cam_names.index(ch)]
-                    w, h = cam.width, cam.height
-                t["sample_data"].append({
-                    "token": sd_tok, "sample_token": stok, "ego_pose_token": ep_tok,
-                    "calibrated_sensor_token": token("calibrated_sensor", ch), "timestamp": ts,
-                    "fileformat": "pcd" if ch == LIDAR else "jpg", "is_key_frame": True, "height": h, "width": w,
-                    "filename": rel,
-                    "prev": token("sample_data", name, frames[fi - 1]["dir"], ch) if fi else "",
-                    "next": token("sample_data", name, frames[fi + 1]["dir"], ch) if fi + 1 < len(frames) else "",
-                })
+            self.camera_data(name, all_frames, pos, ts, stok, logfile, key=True)
+            sd_tok = token("sample_data", name, frame["dir"], LIDAR)
+            ep_tok = token("ego_pose", name, frame["dir"], LIDAR)
+            tr, rot = _pose(ego2world)
+            t["ego_pose"].append({"token": ep_tok, "timestamp": ts, "translation": tr, "rotation": rot})
+            rel = f"samples/{LIDAR}/{logfile}__{LIDAR}__{ts}.pcd.bin"
+            (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            centres = np.array([b["center"] for b in kept], np.float64).reshape(-1, 3)
+            (self.tmp / rel).write_bytes(_points_bin(centres))
+            t["sample_data"].append({
+                "token": sd_tok, "sample_token": stok, "ego_pose_token": ep_tok,
+                "calibrated_sensor_token": token("calibrated_sensor", LIDAR), "timestamp": ts,
+                "fileformat": "pcd", "is_key_frame": True, "height": 0, "width": 0, "filename": rel,
+                "prev": token("sample_data", name, frames[fi - 1]["dir"], LIDAR) if fi else "",
+                "next": token("sample_data", name, frames[fi + 1]["dir"], LIDAR) if fi + 1 < len(frames) else "",
+            })
             vis: dict[int, float] = {}
             for cam in sample["labels"]["cameras"].values():
                 for b2 in cam["boxes2d"]:
@@ -287,7 +293,31 @@ class _Exporter:
                                   "category_token": token("category", track_cls[tid]),
                                   "nbr_annotations": len(toks), "first_annotation_token": toks[0],
                                   "last_annotation_token": toks[-1]})
-        return stamps[-1]
+        return stamps_all[-1]
+
+    def camera_data(self, name: str, frames: list[dict], pos: int, ts: int, stok: str, logfile: str,
+                    key: bool) -> None:
+        """Every camera's sample_data + ego_pose of frame `pos` of a scene: a keyframe (samples/) or
+        a sweep (sweeps/); each camera's prev/next chain runs through all the scene's frames."""
+        frame, t = frames[pos], self.t
+        folder = self.ds.root / "scenes" / name / frame["dir"]
+        tr, rot = _pose(np.asarray(frame["ego2world"], np.float64))
+        for ch, cam in zip(self.cam_names, self.ds.rig.cameras):
+            ep_tok = token("ego_pose", name, frame["dir"], ch)
+            t["ego_pose"].append({"token": ep_tok, "timestamp": ts, "translation": tr, "rotation": rot})
+            rel = f"{'samples' if key else 'sweeps'}/{ch}/{logfile}__{ch}__{ts}.jpg"
+            (self.tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            src = folder / f"{ch}.jpg"
+            if not src.is_file():
+                raise DatasetWriteError(f"{src}: camera image is missing; regenerate the dataset")
+            shutil.copyfile(src, self.tmp / rel)
+            t["sample_data"].append({
+                "token": token("sample_data", name, frame["dir"], ch), "sample_token": stok, "ego_pose_token": ep_tok,
+                "calibrated_sensor_token": token("calibrated_sensor", ch), "timestamp": ts,
+                "fileformat": "jpg", "is_key_frame": key, "height": cam.height, "width": cam.width, "filename": rel,
+                "prev": token("sample_data", name, frames[pos - 1]["dir"], ch) if pos else "",
+                "next": token("sample_data", name, frames[pos + 1]["dir"], ch) if pos + 1 < len(frames) else "",
+            })
 
     def finish(self, map_png: bytes) -> None:
         logs = [r["token"] for r in self.t["log"]]
@@ -305,11 +335,18 @@ class _Exporter:
         (tables / SPLIT_FILE).write_text(to_json({"sim_train": [n for n in names if n not in val], "sim_val": val}))
 
 
-def export_nuscenes(dataset_root, out_dir, version: str = "v1.0-mini", progress: bool = True) -> Path:
+def _check_sweeps(sweeps) -> None:
+    if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
+        raise ValueError(f"sweeps must be an integer >= 0 (camera sweeps between two keyframes), got {sweeps!r}")
+
+
+def export_nuscenes(dataset_root, out_dir, version: str = "v1.0-mini", progress: bool = True, sweeps: int = 0) -> Path:
     """Convert the `hydranet-sim` dataset at `dataset_root` into nuScenes tables and files at
     `out_dir` (which must not exist). Written into `out_dir.tmp-<pid>` and renamed at the end,
-    so a failed export leaves nothing behind. Returns `out_dir`."""
+    so a failed export leaves nothing behind. Returns `out_dir`. `sweeps` N > 0: every (N+1)th
+    frame of a scene is a keyframe sample, the frames between are camera sweeps (module docstring)."""
     _check_version(version)
+    _check_sweeps(sweeps)
     out_dir = Path(out_dir)
     _check_out(out_dir)
     ds = SimDataset(dataset_root, channels=())
@@ -322,7 +359,7 @@ def export_nuscenes(dataset_root, out_dir, version: str = "v1.0-mini", progress:
         raise DatasetWriteError(f"cannot write to {out_dir.parent}: {e.strerror or e}; "
                                 "choose a writable output folder") from None
     try:
-        ex = _Exporter(ds, tmp, version)
+        ex = _Exporter(ds, tmp, version, sweeps)
         ex.static_tables()
         base = BASE_TIME_US
         with tqdm(total=len(ds), desc="nuScenes export", unit="frame", disable=not progress) as bar:
@@ -339,18 +376,31 @@ def export_nuscenes(dataset_root, out_dir, version: str = "v1.0-mini", progress:
     return out_dir
 
 
+def sweep_config(cfg: SimConfig, sweeps: int) -> SimConfig:
+    """The sim config that renders `sweeps` frames between two keyframes of `cfg`: (N+1)x the frame
+    rate and (frames_per_scene - 1)(N+1) + 1 frames, so frames 0, N+1, ... are cfg's keyframe instants."""
+    _check_sweeps(sweeps)
+    if not sweeps:
+        return cfg
+    return replace(cfg, frame_rate_hz=cfg.frame_rate_hz * (sweeps + 1),
+                   frames_per_scene=(cfg.frames_per_scene - 1) * (sweeps + 1) + 1)
+
+
 def export_nuscenes_from_sim(out_dir, cfg: SimConfig, scenes: int, seed: int, version: str = "v1.0-mini",
-                             progress: bool = True) -> Path:
+                             progress: bool = True, sweeps: int = 0) -> Path:
     """Generate `scenes` sim scenes into a temporary dataset next to `out_dir`, export them to
-    `out_dir` with `export_nuscenes` and remove the temporary dataset (also on failure)."""
+    `out_dir` with `export_nuscenes` and remove the temporary dataset (also on failure). `sweeps`
+    N > 0: the sim renders N camera sweeps between keyframes (`sweep_config`); the keyframes keep
+    cfg's frame rate and count."""
     _check_version(version)
+    dense = sweep_config(cfg, sweeps)
     out_dir = Path(out_dir)
     _check_out(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.sim-", dir=out_dir.parent))
     try:
-        root = generate_dataset(work / "sim", cfg, scenes, seed, progress=progress)
-        return export_nuscenes(root, out_dir, version, progress=progress)
+        root = generate_dataset(work / "sim", dense, scenes, seed, progress=progress)
+        return export_nuscenes(root, out_dir, version, progress=progress, sweeps=sweeps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

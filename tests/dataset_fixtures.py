@@ -2,7 +2,8 @@
 sim's own frames so the truth is known (docs/datasets.md).
 
 - `make_sim(root)`: a small 2 Hz sim dataset (the truth).
-- `write_nuscenes(sim, out)`: nuScenes v1.0 tables (sim/nuscenes_export.py; the devkit loads them).
+- `write_nuscenes(sim, out)`: nuScenes v1.0 tables (sim/nuscenes_export.py; the devkit loads them);
+  with `sweeps=N` over `make_sweeps_sim(root, N)`: N camera sweeps between 2 Hz keyframes.
 - `write_nuscenes_map(sim, nusc)`: the map expansion v1.3 (maps/expansion/<location>.json) of every
   scene's sim world, each scene moved to its own nuScenes location in log.json (the devkit's
   `NuScenesMap` loads them); `write_map_json(path, polygons, lines)` writes any small map.
@@ -22,7 +23,7 @@ import numpy as np
 from hydranet.data.dataset import SimDataset
 from sim.config import SimConfig
 from sim.generate import generate_dataset
-from sim.nuscenes_export import export_nuscenes, token
+from sim.nuscenes_export import export_nuscenes, sweep_config, token
 
 SIM_CFG = SimConfig(frames_per_scene=4, image_width=160, image_height=96, frame_rate_hz=2.0)
 SIM_SCENES, SIM_SEED = 2, 3
@@ -32,8 +33,15 @@ def make_sim(root, cfg: SimConfig = SIM_CFG, scenes: int = SIM_SCENES, seed: int
     return generate_dataset(Path(root), cfg, scenes, seed, progress=False)
 
 
-def write_nuscenes(sim_root, out, version: str = "v1.0-mini") -> Path:
-    return export_nuscenes(sim_root, out, version, progress=False)
+def write_nuscenes(sim_root, out, version: str = "v1.0-mini", sweeps: int = 0) -> Path:
+    """`sweeps` N: every (N+1)th sim frame is a keyframe, the N between are camera sweeps (render
+    the sim with `make_sweeps_sim` so the keyframes keep SIM_CFG's 2 Hz)."""
+    return export_nuscenes(sim_root, out, version, progress=False, sweeps=sweeps)
+
+
+def make_sweeps_sim(root, sweeps: int, cfg: SimConfig = SIM_CFG, scenes: int = SIM_SCENES, seed: int = SIM_SEED) -> Path:
+    """A sim dataset rendered at (sweeps+1)x SIM_CFG's rate: SIM_CFG's keyframes with `sweeps` frames between."""
+    return make_sim(root, sweep_config(cfg, sweeps), scenes, seed)
 
 
 # -- nuScenes map expansion (v1.3) -------------------------------------------------------------

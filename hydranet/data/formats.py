@@ -51,13 +51,17 @@ def detect_format(root) -> str:
 
 
 def open_dataset(root, format: str | None = None, split: str | None = None, version: str | None = None,
-                 cameras: list[str] | None = None, on_bad_frame: str = "raise", channels=None):
+                 cameras: list[str] | None = None, on_bad_frame: str = "raise", channels=None, sweeps: int = 0):
     """The reader of `format` (None: detected) over root. `split`/`version` where the format has them
     (nuScenes: version folder and split; KITTI: ImageSets split or "testing"; BDD100K: train/val/test,
-    default val); `channels` None = the reader's default."""
+    default val); `channels` None = the reader's default; `sweeps` (nuScenes only): unlabelled
+    camera sweeps read between two keyframes."""
     fmt = format if format not in (None, "auto") else detect_format(root)
     if fmt not in FORMATS:
         raise DatasetError(f"unknown dataset format {fmt!r}; known: {list(FORMATS)}")
+    if sweeps and fmt != "nuscenes":
+        raise DatasetError(f"{root}: sweeps={sweeps}, but only nuScenes has camera sweeps and this folder is {fmt}; "
+                           "set sweeps: 0 for it")
     kw = {"cameras": cameras, "on_bad_frame": on_bad_frame}
     if channels is not None:
         kw["channels"] = channels
@@ -67,7 +71,7 @@ def open_dataset(root, format: str | None = None, split: str | None = None, vers
         return SimDataset(root, **kw)
     if fmt == "nuscenes":
         from hydranet.data.nuscenes import NuScenesDataset
-        return NuScenesDataset(root, version=version, split=split, **kw)
+        return NuScenesDataset(root, version=version, split=split, sweeps=sweeps, **kw)
     if version:
         raise DatasetError(f"{root}: format {fmt} has no version; leave it empty")
     if fmt == "kitti":

@@ -7,7 +7,12 @@ Caesar et al., "nuScenes: A multimodal dataset for autonomous driving", CVPR 202
 tables become (docs/datasets.md has the full table):
 
 - A sample = one keyframe (2 Hz) with the images of the selected cameras; scenes keep their
-  sample order (prev/next chain), so clips work as on the sim. Sweeps are not read.
+  sample order (prev/next chain), so clips work as on the sim. `sweeps=N` also reads up to N
+  camera sweeps (non-keyframe sample_data, ~12 Hz) between two keyframes, evenly spaced, as
+  unlabelled frames in time order (`sample["supervises"]` empty: no head gets a loss from them).
+  A sweep frame is the first selected camera's sweep with, for every other camera, its sweep
+  nearest in time between the same keyframes; its ego pose is that first camera's, each camera
+  is motion-compensated as below and calibrated by its own sample_data's calibrated_sensor.
 - Ego frame of a sample: the ego pose of its LIDAR_TOP keyframe (what the devkit's detection
   evaluation uses), else of the first selected camera. Cameras expose at their own instants, so
   `cam2ego[n]` = ego(sample)^-1 @ ego(camera n) @ calibrated_sensor(n): a static world point maps
@@ -126,14 +131,21 @@ class NuScenesDataset(FrameReader):
         split: None or "all" (every scene), a devkit mini split, or a name in <version>/splits.json.
         cameras: camera channels to load, in this order (None = the six cameras).
         channels: ("images",) or () (labels and calibration only).
-        on_bad_frame: as SimDataset.
+        on_bad_frame: as SimDataset (a sweep whose image is missing is a bad frame like a keyframe).
+        sweeps: 0 = keyframes only; N = up to N camera sweeps between two keyframes (evenly
+            spaced along the first camera's prev/next chain), unlabelled. A broken chain is a
+            DatasetError naming the sample_data token.
     """
 
     format = FORMAT
 
     def __init__(self, root, version: str | None = None, split: str | None = None, cameras: list[str] | None = None,
-                 channels=("images",), on_bad_frame: str = "raise"):
+                 channels=("images",), on_bad_frame: str = "raise", sweeps: int = 0):
         self.root = Path(root)
+        if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
+            raise ValueError(f"nuScenes reader sweeps: an integer >= 0 (sweeps read between two keyframes), got {sweeps!r}")
+        self.sweeps = sweeps
+        self._sweep: dict[str, dict] = {}  # sweep frame token (its first camera's sample_data) -> {"sds", "sample"}
         self._init_policy(on_bad_frame)
         if not self.root.is_dir():
             raise DatasetError(f"{self.root}: no such folder; pass the nuScenes dataroot (it holds samples/ and v1.0-*/)")
@@ -178,18 +190,21 @@ class NuScenesDataset(FrameReader):
         if not self.scenes or not any(s["frames"] for s in self.scenes):
             raise DatasetError(f"{self.table_root}: split {self.split!r} has no samples; pick another split "
                                f"(scenes here: {names[:5]}{'...' if len(names) > 5 else ''})")
-        self._index_frames()
         first = self.scenes[0]["frames"][0]
         self.rig = make_rig(f"nuscenes-{version}", [self._calib(first, ch) for ch in self.camera_names])
         self.grid = BevGrid.from_meta({"bev": BEV})
         self.maps = self._load_maps()
         self.notes = self._map_notes()
+        if sweeps:
+            for sc in self.scenes:
+                sc["frames"] = self._with_sweeps(sc["frames"])
+        self._index_frames()
         self._box_heads = frozenset({"det2d", "det3d"} if t["sample_annotation"] else set())
         self.supervises = self._box_heads | (MAP_HEADS if self.maps else frozenset())
         self.meta = {"format": FORMAT, "version": version, "split": self.split, "classes": list(CLASSES),
                      "sign_classes": [], "light_states": [], "lane_types": list(LINE_LAYERS) if self.maps else [],
                      "bev": dict(BEV),
-                     "frame_rate_hz": 2.0, "rig": self.rig.to_dict(),
+                     "frame_rate_hz": 2.0, "sweeps": sweeps, "rig": self.rig.to_dict(),
                      "scenes": [{"name": s["name"], "num_frames": len(s["frames"])} for s in self.scenes],
                      "class_map": dict(CATEGORY_MAP), "supervises": sorted(self.supervises)}
 
@@ -216,6 +231,7 @@ class NuScenesDataset(FrameReader):
         self._cs_channel = {tok: sensors[c["sensor_token"]]["channel"] for tok, c in self._cs.items()}
         self._ego = {e["token"]: e for e in t["ego_pose"]}
         self._sample = {s["token"]: s for s in t["sample"]}
+        self._sd_tok = {sd["token"]: sd for sd in t["sample_data"]}
         self._sd: dict[str, dict[str, dict]] = {tok: {} for tok in self._sample}  # sample -> channel -> keyframe sd
         for sd in t["sample_data"]:
             if sd["is_key_frame"] and sd["sample_token"] in self._sd:
@@ -279,6 +295,96 @@ class NuScenesDataset(FrameReader):
                          "drivable, lanes or bevmap head; download 'Map expansion' from nuscenes.org and unzip it "
                          "into maps/ to get them")
         return notes
+
+    # -- sweeps ---------------------------------------------------------------------------
+    def _chain(self, a: str, b: str, ch: str) -> list[dict]:
+        """The sweeps of camera `ch` between the keyframes of samples a and b, following its
+        sample_data next links (each checked against the next record's prev)."""
+        sdf = self.table_root / "sample_data.json"
+        start, end = self._sd[a].get(ch), self._sd[b].get(ch)
+        if start is None or end is None:
+            self._calib(a if start is None else b, ch)  # raises, naming the sample
+        out, cur = [], start
+        for _ in range(len(self._sd_tok)):
+            nxt = cur["next"]
+            if not nxt:
+                raise DatasetError(f"{sdf}: the {ch} chain ends at sample_data {cur['token']} before the keyframe "
+                                   f"{end['token']} of sample {b} (broken prev/next chain); {_FIX} or set sweeps: 0", sdf)
+            rec = self._sd_tok.get(nxt)
+            if rec is None:
+                raise DatasetError(f"{sdf}: sample_data {cur['token']} ({ch}) links to next {nxt}, which sample_data.json "
+                                   f"lacks (broken prev/next chain); {_FIX} or set sweeps: 0", sdf)
+            if rec["prev"] != cur["token"] or self._cs_channel.get(rec["calibrated_sensor_token"]) != ch:
+                raise DatasetError(f"{sdf}: sample_data {nxt} follows {cur['token']} in the {ch} chain but its prev is "
+                                   f"{rec['prev'] or 'empty'!r} and its channel "
+                                   f"{self._cs_channel.get(rec['calibrated_sensor_token'])!r} (broken prev/next chain); "
+                                   f"{_FIX} or set sweeps: 0", sdf)
+            if rec["is_key_frame"]:
+                if rec["token"] != end["token"]:
+                    raise DatasetError(f"{sdf}: the {ch} chain from sample {a} reaches keyframe {nxt} of sample "
+                                       f"{rec['sample_token']}, not the next sample {b} (broken prev/next chain); "
+                                       f"{_FIX} or set sweeps: 0", sdf)
+                return out
+            out.append(rec)
+            cur = rec
+        raise DatasetError(f"{sdf}: the {ch} chain from sample {a} loops (broken prev/next chain); {_FIX}", sdf)
+
+    def _with_sweeps(self, keys: list[str]) -> list[str]:
+        """A scene's keyframe sample tokens with up to self.sweeps sweep frames between each two."""
+        ref = self.camera_names[0]
+        frames = []
+        for a, b in zip(keys, keys[1:]):
+            frames.append(a)
+            chains = {ch: self._chain(a, b, ch) for ch in self.camera_names}
+            m, n = len(chains[ref]), self.sweeps
+            picked = range(m) if n >= m else [round((j + 1) * (m + 1) / (n + 1)) - 1 for j in range(n)]
+            for j in picked:
+                sd = chains[ref][j]
+                sds = {ref: sd}
+                for ch in self.camera_names[1:]:
+                    if not chains[ch]:
+                        raise DatasetError(f"{self.table_root / 'sample_data.json'}: camera {ch} has no sweep between "
+                                           f"samples {a} and {b} where {ref} has {m}; select cameras that have "
+                                           "sweeps or set sweeps: 0")
+                    sds[ch] = min(chains[ch], key=lambda r: abs(r["timestamp"] - sd["timestamp"]))
+                self._sweep[sd["token"]] = {"sds": sds, "sample": sd["sample_token"]}
+                frames.append(sd["token"])
+        frames.append(keys[-1])
+        return frames
+
+    def is_sweep(self, i: int) -> bool:
+        """Whether frame i is an unlabelled sweep frame (sweeps > 0), not a keyframe sample."""
+        s, f = self._frames[self._index(i)]
+        return self.scenes[s]["frames"][f] in self._sweep
+
+    def _load_sweep(self, s: int, f: int, tok: str) -> dict:
+        """An unlabelled sweep frame: its own timestamp, ego pose and calibration, no labels."""
+        scene, sds = self.scenes[s], self._sweep[tok]["sds"]
+        ref = sds[self.camera_names[0]]
+        ego2world = _pose(self._ego[ref["ego_pose_token"]])
+        world2ego = invert_rigid(ego2world)
+        Ks, c2e = [], []
+        for ch in self.camera_names:
+            sd = sds[ch]
+            cs = self._cs[sd["calibrated_sensor_token"]]
+            Ks.append(np.asarray(cs["camera_intrinsic"], np.float64))
+            c2e.append(world2ego @ _pose(self._ego[sd["ego_pose_token"]]) @ _pose(cs))  # motion-compensated
+        sample = {
+            "format": FORMAT, "scene": scene["name"], "frame_index": f, "keyframe": False,
+            "sample_data_token": tok, "nearest_sample_token": self._sweep[tok]["sample"],
+            "timestamp_us": int(ref["timestamp"]), "camera_names": list(self.camera_names),
+            "intrinsics": np.stack(Ks).astype(np.float32),  # (N, 3, 3)
+            "cam2ego": np.stack(c2e).astype(np.float32),  # (N, 4, 4)
+            "ego2world": ego2world,  # (4, 4) float64
+            "labels": {"cameras": {ch: {"boxes2d": [], "lanes2d": []} for ch in self.camera_names},
+                       "boxes3d": [], "lanes3d": []},
+            "supervises": set(),  # a sweep has no annotation: no head is supervised by it
+        }
+        if "images" in self.channels:
+            imgs = [decode_image(self.root / sds[ch]["filename"], f"{_FIX} (samples/ and sweeps/ archives) or use "
+                                 "on_bad_frame='skip'", (sds[ch]["height"], sds[ch]["width"])) for ch in self.camera_names]
+            sample["images"] = np.stack(imgs) if len({a.shape for a in imgs}) == 1 else imgs  # (N, H, W, 3)
+        return sample
 
     def frame_name(self, scene: int, frame: int) -> str:
         return self.scenes[scene]["frames"][frame]
@@ -345,6 +451,8 @@ class NuScenesDataset(FrameReader):
     def load(self, i: int) -> dict:
         s, f = self._frames[i]
         scene, tok = self.scenes[s], self.scenes[s]["frames"][f]
+        if tok in self._sweep:
+            return self._load_sweep(s, f, tok)
         rec = self._sample[tok]
         ego2world = self.ego_pose(tok)
         world2ego = invert_rigid(ego2world)
@@ -376,7 +484,7 @@ class NuScenesDataset(FrameReader):
                 cameras[ch]["lanes2d"] = camera_lanes(local, ego2cam, K, sd["width"], sd["height"])
                 drivable.append(camera_drivable(local, ego2cam, K, sd["width"], sd["height"]))  # (H, W)
         sample = {
-            "format": FORMAT, "scene": scene["name"], "frame_index": f, "sample_token": tok,
+            "format": FORMAT, "scene": scene["name"], "frame_index": f, "sample_token": tok, "keyframe": True,
             "timestamp_us": int(rec["timestamp"]), "camera_names": list(self.camera_names),
             "intrinsics": np.stack(Ks).astype(np.float32),  # (N, 3, 3)
             "cam2ego": np.stack(c2e).astype(np.float32),  # (N, 4, 4)

@@ -51,13 +51,13 @@ def open_sources(data, on_bad_frame: str | None = None, channels=None) -> list[S
     bad = on_bad_frame or data.on_bad_frame
     if not data.sources:
         fmt = data.format if data.format != "auto" else detect_format(data.root)
-        ds = open_dataset(data.root, fmt, data.split, data.version, _cams(data.cameras), bad, channels)
+        ds = open_dataset(data.root, fmt, data.split, data.version, _cams(data.cameras), bad, channels, data.sweeps)
         return [Source(fmt, fmt, ds)]
     out = []
     for i, s in enumerate(data.sources):
         try:
             fmt = s.format if s.format != "auto" else detect_format(s.root)
-            ds = open_dataset(s.root, fmt, s.split, s.version, _cams(s.cameras), bad, channels)
+            ds = open_dataset(s.root, fmt, s.split, s.version, _cams(s.cameras), bad, channels, s.sweeps)
         except DatasetError as e:
             raise DatasetError(f"data.sources[{i}]: {e}", e.path) from None
         out.append(Source(s.name or f"{fmt}{i}", fmt, ds, s.weight, dict(s.class_map)))
@@ -77,19 +77,20 @@ def open_data(data, root: str | Path | None = None, format: str | None = None, s
     """A folder read with the config's settings: data.root (or the source whose root it is) with
     its format, split, version and cameras unless given; data.val_root with data.val_split and
     data.cameras; another folder auto-detected, with data.cameras when given. `all_cameras`:
-    every camera of the folder, whatever the config selects."""
+    every camera of the folder, whatever the config selects. nuScenes sweeps (data.sweeps,
+    data.sources[i].sweeps) are read for data.root and the sources, not for other folders."""
     bad = on_bad_frame or data.on_bad_frame
-    spec = (root, "auto", None, None, data.cameras)
+    spec = (root, "auto", None, None, data.cameras, 0)
     if root is None or _same(root, data.root) and not data.sources:
-        spec = (data.root, data.format, data.split, data.version, data.cameras)
+        spec = (data.root, data.format, data.split, data.version, data.cameras, data.sweeps)
     elif data.val_root and _same(root, data.val_root):
-        spec = (root, "auto", data.val_split, None, data.cameras)
+        spec = (root, "auto", data.val_split, None, data.cameras, 0)
     else:
-        spec = next(((s.root, s.format, s.split, s.version, s.cameras) for s in data.sources if _same(root, s.root)),
-                    spec)
-    r, f, sp, v, c = spec
+        spec = next(((s.root, s.format, s.split, s.version, s.cameras, s.sweeps) for s in data.sources
+                     if _same(root, s.root)), spec)
+    r, f, sp, v, c, sw = spec
     return open_dataset(r, format or f, split if split is not None else sp, version if version is not None else v,
-                        None if all_cameras else cameras if cameras is not None else _cams(c), bad, channels)
+                        None if all_cameras else cameras if cameras is not None else _cams(c), bad, channels, sw)
 
 
 def model_cameras(data) -> list[str] | None:
