@@ -125,28 +125,35 @@ def cmd_train(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from hydranet.evaluate import evaluate_checkpoint, format_table
+    from hydranet.evaluate import evaluate_checkpoint, format_sources_table, format_table
 
+    data = args.data[0] if args.data and len(args.data) == 1 else args.data  # None/several: per source
+    reference = getattr(args, "reference", None)
+    if not isinstance(data, Path) and (str(args.checkpoint).endswith(".onnx") or reference is not None):
+        why = "to evaluate an ONNX model on" if reference is None else "with --reference"
+        raise ValueError(f"--data: give one dataset folder {why} (per-source evaluation of several is for checkpoints)")
     if str(args.checkpoint).endswith(".onnx"):  # an exported fp32/int8 model: same frames, same metrics
         from deploy.onnx_eval import evaluate_onnx
 
-        results = evaluate_onnx(args.checkpoint, args.data, args.out, progress=not args.quiet,
+        results = evaluate_onnx(args.checkpoint, data, args.out, progress=not args.quiet,
                                 save_predictions=args.save_predictions)
     else:
-        results = evaluate_checkpoint(args.checkpoint, args.data, args.out, args.save_predictions, progress=not args.quiet,
+        results = evaluate_checkpoint(args.checkpoint, data, args.out, args.save_predictions, progress=not args.quiet,
                                       format=args.format, split=args.split, version=args.version)
-    print(format_table(results))
-    for path in results["predictions"]:
-        root = args.data if results.get("format") == "nuscenes" else f"<export_nuscenes of {args.data}>"
-        split = results.get("split") or "all" if results.get("format") == "nuscenes" else "all"
-        version = results.get("version") or "v1.0-mini"
-        note = (f" (the nuScenes submission format: `hydranet eval-nuscenes --dataroot {root} --version {version} "
-                f"--split {split} --results ...`)") if path.endswith("nuscenes_results.json") else ""
-        print(f"wrote {path}{note}")
-    if getattr(args, "reference", None) is not None:
+    per = results["sources"].values() if "sources" in results else [results]
+    print(format_sources_table(results) if "sources" in results else format_table(results))
+    for r in per:
+        for path in r["predictions"]:
+            root = r["data"] if r.get("format") == "nuscenes" else f"<export_nuscenes of {r['data']}>"
+            split = r.get("split") or "all" if r.get("format") == "nuscenes" else "all"
+            version = r.get("version") or "v1.0-mini"
+            note = (f" (the nuScenes submission format: `hydranet eval-nuscenes --dataroot {root} --version {version} "
+                    f"--split {split} --results ...`)") if path.endswith("nuscenes_results.json") else ""
+            print(f"wrote {path}{note}")
+    if reference is not None:
         from deploy.onnx_eval import evaluate_any, format_drop, primary_drop
 
-        ref = evaluate_any(args.reference, args.data, progress=False)
+        ref = evaluate_any(args.reference, data, progress=False)
         print(format_drop(primary_drop(ref, results), str(args.reference), str(args.checkpoint)))
     print(f"wrote {args.out}")
 
@@ -622,8 +629,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="checkpoint.pt or its run folder, or an exported model.onnx / model.int8.onnx")
     ev.add_argument("--reference", type=Path, default=None,
                     help="also evaluate this checkpoint/ONNX model and print the primary-metric drop per head")
-    ev.add_argument("--data", type=Path, required=True,
-                    help="a dataset folder to evaluate on: sim, nuScenes, BDD100K or KITTI (docs/datasets.md)")
+    ev.add_argument("--data", type=Path, nargs="+", default=None,
+                    help="a dataset folder to evaluate on: sim, nuScenes, BDD100K or KITTI (docs/datasets.md); several "
+                         "folders, or none on a run with data.sources: each evaluated on its own, one table per source")
     ev.add_argument("--format", choices=["auto", "sim", "nuscenes", "kitti", "bdd100k"], default=None,
                     help="dataset format (default: the config's for its data.root/sources, else detected)")
     ev.add_argument("--split", default=None, help="nuScenes/KITTI/BDD100K split (default: the config's, else the reader's)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
              on_outputs: Callable[[dict, dict], None] | None = None) -> dict[str, Any]:
     """{"model": {head: metrics}, "baseline": {head: metrics}, "baseline_kind": {head: name},
     "primary": {head: metric name}, "higher_is_better", "margin", "beats_baseline": {head: bool},
-    "frames", "skipped", "predictions": [files]}.
+    "frames", "labelled_frames": {head: frames with its labels}, "skipped", "predictions": [files]}.
 
     `frames`: single frames (clip_length 1). `predictions_dir`: each head's metric writes what it
     evaluated there in its exchange format (det2d COCO JSON, det3d nuScenes submission).
@@ -68,6 +68,7 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
     heads = model.heads
     metrics = {name: task.metric() for name, task in heads.items()}
     kept: dict[str, list] = {name: [] for name in heads}
+    labelled = {name: 0 for name in heads}  # frames with the head's labels (a source without them scores nothing)
     it = predict_stream(model, frames, batch_size, device, on_outputs=on_outputs)
     if progress:
         from tqdm import tqdm
@@ -76,6 +77,8 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
     for batch, decoded in it:
         for name, metric in metrics.items():
             supervised_update(metric, decoded[name], batch["targets"][name])  # frames without its labels: not scored
+            mask = batch["targets"][name].get("supervised")
+            labelled[name] += len(decoded[name]) if mask is None else int(torch.as_tensor(mask).sum())
             t = supervised_targets(batch["targets"][name], len(decoded[name]))
             if t is not None:
                 kept[name].append(t)
@@ -97,7 +100,8 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
             "margin": {n: p.margin for n, p in primary.items()},
             "beats_baseline": {n: p.beats(results[n].get(p.name, math.nan), base[n].get(p.name, math.nan))
                                for n, p in primary.items()},
-            "frames": len(frames) - len(skipped), "skipped": skipped, "predictions": written}
+            "frames": len(frames) - len(skipped), "labelled_frames": labelled, "skipped": skipped,
+            "predictions": written}
 
 
 def metric_text(v: float | None) -> str:
@@ -118,6 +122,8 @@ def format_table(results: Mapping[str, Any]) -> str:
                         else f"* DOES NOT beat baseline by > {margin:g}")
             b = base.get(k)
             rows.append((task, k, metric_text(v), "-" if b is None else metric_text(b), mark))
+    for task in results.get("not_scored", []):
+        rows.append((task, "-", "n/a", "n/a", "not scored: no frame of this dataset has its labels"))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "-" * len(lines[0]))
@@ -127,6 +133,16 @@ def format_table(results: Mapping[str, Any]) -> str:
         text += (f"\nSKIPPED {len(results['skipped'])} bad frame(s) (data.on_bad_frame=skip), not scored: "
                  f"{', '.join(results['skipped'][:3])}{' ...' if len(results['skipped']) > 3 else ''}")
     return text
+
+
+def format_sources_table(results: Mapping[str, Any]) -> str:
+    """One table per source (`evaluate_sources`), each headed by its name, format, split and frames."""
+    parts = []
+    for name, r in results["sources"].items():
+        what = ", ".join(str(x) for x in (r.get("format"), r.get("version"), r.get("split") and f"split {r['split']}")
+                         if x)
+        parts.append(f"== source {name} ({what}; {r['data']}; {r['frames']} frames) ==\n{format_table(r)}")
+    return "\n\n".join(parts)
 
 
 def plain_json(obj: Any) -> Any:
@@ -147,24 +163,104 @@ def write_results(results: Mapping[str, Any], out: str | Path) -> Path:
     return out
 
 
-def evaluate_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Path | None = None,
-                        save_predictions: str | Path | None = None, progress: bool = True,
-                        on_outputs: Callable[[dict, dict], None] | None = None, format: str | None = None,
-                        split: str | None = None, version: str | None = None) -> dict[str, Any]:
+def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str | Path] | None,
+                        out: str | Path | None = None, save_predictions: str | Path | None = None,
+                        progress: bool = True, on_outputs: Callable[[dict, dict], None] | None = None,
+                        format: str | None = None, split: str | None = None,
+                        version: str | None = None) -> dict[str, Any]:
     """Load a checkpoint, evaluate it on `data`, write metrics JSON to `out`; returns the results.
     The heads' prediction files (det2d COCO JSON, det3d nuScenes submission) go to
-    `save_predictions` (default: the folder of `out`); results["predictions"] lists them."""
+    `save_predictions` (default: the folder of `out`); results["predictions"] lists them.
+
+    `data` one folder: flat results. Several folders, or None on a run with `data.sources`:
+    every dataset evaluated on its own (`evaluate_sources`): {"sources": {name: results}, ...}."""
+    many = data is None or not isinstance(data, (str, Path))
+    if many and data is not None and len(data) == 1:
+        data, many = data[0], False
     model, cfg, ckpt = load_model(checkpoint)
+    if many:
+        if data is None and not cfg.data.sources:
+            data, many = cfg.data.root, False
+        else:
+            return evaluate_sources((model, cfg, ckpt), checkpoint, data, out, save_predictions, progress, on_outputs,
+                                    format, split, version)
+    if save_predictions is None and out is not None:
+        save_predictions = Path(out).parent
+    results = _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progress, on_outputs, format,
+                               split, version)
+    if out is not None:
+        write_results(results, out)
+    return results
+
+
+def _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progress, on_outputs, format=None,
+                     split=None, version=None) -> dict[str, Any]:
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
     frames = evaluation_frames(model, cfg, data, format=format, split=split, version=version)
     if model.fusion is not None:
         check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
-    if save_predictions is None and out is not None:
-        save_predictions = Path(out).parent
     results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs)
     results.update({"checkpoint": str(checkpoint), "data": str(data), "step": int(ckpt["step"]),
                     "format": getattr(frames.data, "format", "sim"), "split": getattr(frames.data, "split", None),
                     "version": getattr(frames.data, "version", None), "cameras": list(frames.data.rig.names)})
+    return results
+
+
+def scored_only(results: Mapping[str, Any]) -> dict[str, Any]:
+    """Results without the heads no evaluated frame has labels for (listed in "not_scored"): on a
+    dataset that cannot supervise a head its metric is not a number worth printing (0 or NaN)."""
+    gone = [h for h, n in results.get("labelled_frames", {}).items() if n == 0]
+    out = {k: ({h: v for h, v in val.items() if h not in gone} if isinstance(val, Mapping) and set(gone) & set(val)
+               else val) for k, val in results.items()}
+    out["not_scored"] = gone
+    return out
+
+
+def source_names(cfg, roots: Sequence[str | Path]) -> list[str]:
+    """A name per evaluated folder: its data.sources entry's (name, else "<format><index>" with the
+    detected format, as training names it), else the folder's own name; repeats get "-2", "-3", ..."""
+    from hydranet.data.formats import detect_format
+    from hydranet.data.sources import _same
+
+    names: list[str] = []
+    for root in roots:
+        i = next((i for i, s in enumerate(cfg.data.sources) if _same(root, s.root)), None)
+        if i is not None:
+            src = cfg.data.sources[i]
+            name = src.name or f"{src.format if src.format != 'auto' else detect_format(root)}{i}"
+        else:
+            name = Path(root).name or str(root)
+        base, k = name, 2
+        while name in names:
+            name, k = f"{base}-{k}", k + 1
+        names.append(name)
+    return names
+
+
+def evaluate_sources(loaded, checkpoint: str | Path, data: Sequence[str | Path] | None = None,
+                     out: str | Path | None = None, save_predictions: str | Path | None = None, progress: bool = True,
+                     on_outputs: Callable[[dict, dict], None] | None = None, format: str | None = None,
+                     split: str | None = None, version: str | None = None) -> dict[str, Any]:
+    """Every dataset evaluated on its own, as `evaluate_checkpoint(checkpoint, root)` would
+    (each read with its data.sources settings), scored only on the heads it has labels for:
+    {"sources": {name: results (`scored_only`)}, "checkpoint", "step", "data": [roots],
+    "predictions": [files]}. `loaded` = load_model(checkpoint) (or None). Each source's
+    prediction files go to `<save_predictions>/<name>/`."""
+    if format is not None or split is not None or version is not None:
+        raise ValueError("--format/--split/--version apply to one dataset; with several, each is read with its "
+                         "data.sources settings (or give one --data)")
+    model, cfg, ckpt = loaded if loaded is not None else load_model(checkpoint)
+    roots = [s.root for s in cfg.data.sources] if data is None else list(data)
+    if not roots:
+        raise ValueError(f"{checkpoint}: the run has no data.sources; pass --data with the datasets to evaluate")
+    if save_predictions is None and out is not None:
+        save_predictions = Path(out).parent
+    names = source_names(cfg, roots)
+    per = [_evaluate_loaded(model, cfg, ckpt, checkpoint, root, None if save_predictions is None else
+                            Path(save_predictions) / name, progress, on_outputs) for root, name in zip(roots, names)]
+    results = {"sources": {n: scored_only(r) for n, r in zip(names, per)}, "checkpoint": str(checkpoint),
+               "step": int(ckpt["step"]), "data": [str(r) for r in roots],
+               "predictions": [p for r in per for p in r["predictions"]]}
     if out is not None:
         write_results(results, out)
     return results

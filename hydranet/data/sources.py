@@ -78,7 +78,8 @@ def open_data(data, root: str | Path | None = None, format: str | None = None, s
     its format, split, version and cameras unless given; data.val_root with data.val_split and
     data.cameras; another folder auto-detected, with data.cameras when given. `all_cameras`:
     every camera of the folder, whatever the config selects. nuScenes sweeps (data.sweeps,
-    data.sources[i].sweeps) are read for data.root and the sources, not for other folders."""
+    data.sources[i].sweeps) are read for data.root and the sources, not for other folders. A
+    source with a class_map is read through it (`ClassMapped`), as training saw it."""
     bad = on_bad_frame or data.on_bad_frame
     spec = (root, "auto", None, None, data.cameras, 0)
     if root is None or _same(root, data.root) and not data.sources:
@@ -89,8 +90,10 @@ def open_data(data, root: str | Path | None = None, format: str | None = None, s
         spec = next(((s.root, s.format, s.split, s.version, s.cameras, s.sweeps) for s in data.sources
                      if _same(root, s.root)), spec)
     r, f, sp, v, c, sw = spec
-    return open_dataset(r, format or f, split if split is not None else sp, version if version is not None else v,
-                        None if all_cameras else cameras if cameras is not None else _cams(c), bad, channels, sw)
+    ds = open_dataset(r, format or f, split if split is not None else sp, version if version is not None else v,
+                      None if all_cameras else cameras if cameras is not None else _cams(c), bad, channels, sw)
+    class_map = next((dict(s.class_map) for s in data.sources if _same(r, s.root) and s.class_map), None)
+    return ClassMapped(ds, class_map) if class_map else ds
 
 
 def model_cameras(data) -> list[str] | None:
@@ -230,3 +233,28 @@ class MixedDataset:
 
     def clip_ends(self, length: int, pad: bool = False) -> list[int]:
         return [a + j for (a, _), s in zip(self.ranges, self.sources) for j in s.dataset.clip_ends(length, pad)]
+
+
+class ClassMapped:
+    """One dataset whose samples pass through a source's class_map (`remap_sample`), as in a
+    mixed run: what evaluating that source alone must see. Everything else is the reader's."""
+
+    def __init__(self, dataset, class_map: dict[str, str | None]):
+        self.dataset, self.class_map = dataset, dict(class_map)
+        self.meta = {**dataset.meta, "classes": [c for c in dict.fromkeys(class_map.get(n, n) for n in dataset.classes)
+                                                 if c is not None]}
+        self.classes = list(self.meta["classes"])
+
+    def __getattr__(self, name: str):
+        if name == "dataset":  # not yet set (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> dict:
+        return remap_sample(self.dataset[i], self.class_map)
+
+    def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
+        return [remap_sample(s, self.class_map) for s in self.dataset.clip(i, length, pad)]
