@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 
 from hydranet.decoding import box_iou, heatmap_peaks, sigmoid
+from hydranet.geometry import Distortion, distortion_from_row
+from hydranet.geometry import project as project_camera
 
 PEAK_HEADS = ("det2d", "signs_lights", "det3d")
 DENSE_HEADS = ("lanes", "drivable")
@@ -74,13 +76,18 @@ class ModelInfo:
     cam2ego: np.ndarray  # (N, 4, 4)
     heads: dict[str, dict]
     det3d_classes: list[str] = field(default_factory=list)
+    lenses: list[Distortion | None] | None = None  # per camera (None: all pinholes)
 
     @classmethod
     def from_metadata(cls, md: Mapping[str, Any]) -> "ModelInfo":
         rig = md["rig"]
         heads = dict(md["heads"])
+        lenses = [distortion_from_row(row) for row in rig["distortion"]] if rig.get("distortion") else None
         return cls(list(rig["names"]), tuple(rig["image_size"]), np.asarray(rig["K"], np.float64),
-                   np.asarray(rig["cam2ego"], np.float64), heads, list(heads.get("det3d", {}).get("classes", [])))
+                   np.asarray(rig["cam2ego"], np.float64), heads, list(heads.get("det3d", {}).get("classes", [])), lenses)
+
+    def lens(self, n: int) -> Distortion | None:
+        return None if self.lenses is None else self.lenses[n]
 
 
 @dataclass
@@ -143,11 +150,15 @@ def box_corners(boxes: np.ndarray) -> np.ndarray:
     return np.stack([x, y, local[..., 2]], -1) + b[:, None, :3]
 
 
-def project(points_ego: np.ndarray, K: np.ndarray, cam2ego: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(..., 3) ego points -> ((..., 2) pixels, (...,) depth along the optical axis)."""
+def project(points_ego: np.ndarray, K: np.ndarray, cam2ego: np.ndarray,
+            lens: Distortion | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(..., 3) ego points -> ((..., 2) pixels, (...,) depth along the optical axis); through the
+    camera's `lens` where it has one (NaN pixels for rays it cannot see)."""
     ego2cam = np.linalg.inv(cam2ego)
     p = points_ego @ ego2cam[:3, :3].T + ego2cam[:3, 3]
     z = p[..., 2]
+    if lens is not None:
+        return project_camera(p, K, lens)[0], z
     uv = (p @ K.T)[..., :2] / np.where(np.abs(z) < 1e-6, 1e-6, z)[..., None]
     return uv, z
 
@@ -295,14 +306,14 @@ def _geometry(info: ModelInfo, dets2d, dets3d, decoded, sig: dict, H: int, W: in
     depth_maps = decoded.get("depth")
     for n in range(len(info.cameras)):
         K, T = info.K[n], info.cam2ego[n]
-        uv, z = project(corners, K, T)  # (M, 8, 2), (M, 8)
-        cuv, cz = project(boxes3d[:, :3], K, T)
+        uv, z = project(corners, K, T, info.lens(n))  # (M, 8, 2), (M, 8)
+        cuv, cz = project(boxes3d[:, :3], K, T, info.lens(n))
         centre_px[:, n] = cuv
         inside[:, n] = (cz > 0.5) & (cuv[:, 0] >= 0) & (cuv[:, 0] < W) & (cuv[:, 1] >= 0) & (cuv[:, 1] < H)
         b2, _ = dets2d[n]
         used2d = np.zeros(len(b2), bool)
         for m in range(len(boxes3d)):
-            if (z[m] <= 0.1).any():
+            if (z[m] <= 0.1).any() or not np.isfinite(uv[m]).all():
                 continue
             x0, y0 = np.clip(uv[m].min(0), 0, [W, H])
             x1, y1 = np.clip(uv[m].max(0), 0, [W, H])

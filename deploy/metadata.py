@@ -43,6 +43,7 @@ def build_metadata(model, cfg, meta: Mapping, input_shapes: Mapping[str, Sequenc
     """`hydranet.*` metadata_props (JSON strings) of a HydraNet `model` exported with experiment
     config `cfg` and dataset `meta`; `outputs`: graph output name -> (head, key, shape)."""
     from hydranet.config import to_dict
+    from hydranet.geometry import distortion_array
     from hydranet.rig import rig_from_dict
 
     H, W = cfg.data.image_size
@@ -88,7 +89,9 @@ def build_metadata(model, cfg, meta: Mapping, input_shapes: Mapping[str, Sequenc
         "head_names": list(model.heads),
         "classes": list(meta.get("classes", [])),
         "rig": {"name": rig.name, "names": names, "K": np.round(K, 6).tolist(), "cam2ego": np.round(T, 9).tolist(),
-                "image_size": [H, W], "source_sizes": _source_sizes(meta, sub.cameras)},
+                "image_size": [H, W], "source_sizes": _source_sizes(meta, sub.cameras),
+                # lens rows (N, 6) (hydranet.geometry.distortion_array) where a camera has a lens model
+                **({"distortion": distortion_array(sub.cameras).tolist()} if sub.distorted else {})},
         "normalization": {"input_dtype": input_dtype, "scale": 1 / 255 if input_dtype == "uint8" else 1.0,
                           "mean": [float(v) for v in model.mean.flatten()], "std": [float(v) for v in model.std.flatten()],
                           "in_graph": True, "note": "feed RGB; (x*scale - mean)/std happens inside the graph"},

@@ -278,6 +278,11 @@ def check_calibration(model_rig, frames: LabelledFrames, where: str, tol_px: flo
     K0, T0, names0 = model_rig.calibration()
     if names != names0:
         raise ValueError(f"{where}: cameras {names}, the BEV model was trained on {names0}; evaluate on data of its rig")
+    D, D0 = frames.data.rig.distortion(), model_rig.distortion()
+    for n, name in enumerate(names):
+        if not np.allclose(D[n], D0[n], atol=1e-6):
+            raise ValueError(f"{where}: camera {name}'s lens model {D[n].tolist()} differs from the BEV model's "
+                             f"{D0[n].tolist()}; its view transform would project wrongly: evaluate on data of the model's rig")
     for n, name in enumerate(names):
         dk, dt = np.abs(K[n] - K0[n]).max(), np.abs(T[n][:3, 3] - T0[n][:3, 3]).max()
         dr = np.abs(T[n][:3, :3] - T0[n][:3, :3]).max()

@@ -2,11 +2,15 @@
 
 Frames (as nuScenes): world and ego are x forward, y left, z up; the camera frame is OpenCV's,
 x right, y down, z forward. Extrinsics are camera-to-ego 4x4 matrices, ego poses ego-to-world.
+Lens models are OpenCV's: a pinhole, the radial-tangential (Brown-Conrady) model of
+`cv2.projectPoints` (k1, k2, p1, p2, k3) and the equidistant fisheye of `cv2.fisheye`
+(Kannala-Brandt, k1..k4), both on normalized coordinates (so K alone changes with resizing).
 Pure numpy so the sim and the torch-free runtime can use it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -74,20 +78,148 @@ def is_rotation(R: np.ndarray, tol: float = 1e-4) -> bool:
     return R.shape == (3, 3) and np.allclose(R @ R.T, np.eye(3), atol=tol) and abs(np.linalg.det(R) - 1) < tol
 
 
-def project(points_cam: np.ndarray, K: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pinhole projection of camera-frame points (..., 3) -> pixels (..., 2) and depth z (...)."""
+DISTORTION_MODELS = {"radtan": 5, "fisheye": 4}  # model -> number of coefficients (OpenCV order)
+DISTORTION_WIDTH = 6  # distortion_array row: [model code (0 none, 1 radtan, 2 fisheye), 5 coefficients]
+
+
+@dataclass(frozen=True)
+class Distortion:
+    """A lens model on normalized image coordinates (x/z, y/z), as OpenCV defines it.
+
+    radtan: (k1, k2, p1, p2, k3), `cv2.projectPoints`; fisheye: (k1, k2, k3, k4), `cv2.fisheye`:
+    r_d = theta (1 + k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8), theta the ray's angle
+    to the optical axis. `max_radius` is the undistorted radius (tan theta) up to which the
+    mapping is monotonic: rays beyond it fold back into the image and are never seen."""
+
+    model: str
+    coeffs: tuple[float, ...]
+
+    def __post_init__(self):
+        if self.model not in DISTORTION_MODELS:
+            raise ValueError(f"unknown distortion model {self.model!r}; known: {sorted(DISTORTION_MODELS)}")
+        if len(self.coeffs) != DISTORTION_MODELS[self.model]:
+            raise ValueError(f"{self.model} distortion takes {DISTORTION_MODELS[self.model]} coefficients, "
+                             f"got {len(self.coeffs)}")
+        object.__setattr__(self, "coeffs", tuple(float(c) for c in self.coeffs))
+
+    def _radial(self, r: np.ndarray) -> np.ndarray:
+        """Distorted radius of the undistorted radius r (radtan without tangential terms)."""
+        if self.model == "fisheye":
+            t = np.arctan(r)
+            k1, k2, k3, k4 = self.coeffs
+            t2 = t * t
+            return t * (1 + t2 * (k1 + t2 * (k2 + t2 * (k3 + t2 * k4))))
+        k1, k2, _, _, k3 = self.coeffs
+        r2 = r * r
+        return r * (1 + r2 * (k1 + r2 * (k2 + r2 * k3)))
+
+    @cached_property
+    def max_radius(self) -> float:
+        """Largest undistorted radius with a monotonic mapping (searched up to tan 89 deg)."""
+        r = np.tan(np.radians(np.linspace(0.0, 89.0, 8901)))
+        grows = np.diff(self._radial(r)) > 0
+        return float(r[-1] if grows.all() else r[int(np.argmin(grows))])
+
+    def distort(self, xy: np.ndarray) -> np.ndarray:
+        """Undistorted normalized coordinates (..., 2) -> distorted (..., 2); NaN past max_radius."""
+        x, y = xy[..., 0], xy[..., 1]
+        r2 = x * x + y * y
+        if self.model == "fisheye":
+            r = np.sqrt(r2)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scale = np.where(r > 1e-12, self._radial(r) / r, 1.0)
+            out = xy * scale[..., None]
+        else:
+            k1, k2, p1, p2, k3 = self.coeffs
+            radial = 1 + r2 * (k1 + r2 * (k2 + r2 * k3))
+            out = np.stack([x * radial + 2 * p1 * x * y + p2 * (r2 + 2 * x * x),
+                            y * radial + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y], axis=-1)
+        bad = ~(r2 <= self.max_radius ** 2)
+        return np.where(bad[..., None], np.nan, out)
+
+    def undistort(self, xy_d: np.ndarray, iterations: int = 20) -> np.ndarray:
+        """Distorted normalized coordinates (..., 2) -> undistorted (..., 2) by Newton's method
+        (radtan on (x, y); fisheye on theta, as cv2.fisheye.undistortPoints)."""
+        xy_d = np.asarray(xy_d, np.float64)
+        if self.model == "fisheye":
+            rd = np.linalg.norm(xy_d, axis=-1)
+            k1, k2, k3, k4 = self.coeffs
+            t = np.minimum(rd, np.pi / 2)
+            for _ in range(iterations):
+                t2 = t * t
+                f = t * (1 + t2 * (k1 + t2 * (k2 + t2 * (k3 + t2 * k4)))) - rd
+                df = 1 + t2 * (3 * k1 + t2 * (5 * k2 + t2 * (7 * k3 + t2 * 9 * k4)))
+                t = t - f / df
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scale = np.where(rd > 1e-12, np.tan(t) / rd, 1.0)
+            return xy_d * scale[..., None]
+        k1, k2, p1, p2, k3 = self.coeffs
+        x, y = xy_d[..., 0].copy(), xy_d[..., 1].copy()
+        for _ in range(iterations):  # Newton on distort(x, y) = xy_d (converges where the lens is monotonic)
+            r2 = x * x + y * y
+            radial = 1 + r2 * (k1 + r2 * (k2 + r2 * k3))
+            dradial = k1 + r2 * (2 * k2 + 3 * k3 * r2)  # d radial / d r2
+            fx = x * radial + 2 * p1 * x * y + p2 * (r2 + 2 * x * x) - xy_d[..., 0]
+            fy = y * radial + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y - xy_d[..., 1]
+            a = radial + 2 * x * x * dradial + 2 * p1 * y + 6 * p2 * x  # Jacobian [[a, b], [c, d]]
+            b = 2 * x * y * dradial + 2 * p1 * x + 2 * p2 * y
+            c = 2 * x * y * dradial + 2 * p1 * x + 2 * p2 * y
+            d = radial + 2 * y * y * dradial + 6 * p1 * y + 2 * p2 * x
+            det = a * d - b * c
+            with np.errstate(divide="ignore", invalid="ignore"):
+                x, y = x - (d * fx - b * fy) / det, y - (a * fy - c * fx) / det
+        return np.stack([x, y], axis=-1)
+
+    def as_row(self) -> np.ndarray:
+        """The (DISTORTION_WIDTH,) float row of `distortion_array`."""
+        row = np.zeros(DISTORTION_WIDTH)
+        row[0] = 1 + list(DISTORTION_MODELS).index(self.model)
+        row[1:1 + len(self.coeffs)] = self.coeffs
+        return row
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "coeffs": list(self.coeffs)}
+
+
+def distortion_from_row(row) -> "Distortion | None":
+    """Inverse of `Distortion.as_row` (model code 0: a pinhole, None)."""
+    row = np.asarray(row, np.float64)
+    code = int(round(float(row[0])))
+    if code == 0:
+        return None
+    model = list(DISTORTION_MODELS)[code - 1]
+    return Distortion(model, tuple(row[1:1 + DISTORTION_MODELS[model]]))
+
+
+def project(points_cam: np.ndarray, K: np.ndarray, distortion: Distortion | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Projection of camera-frame points (..., 3) -> pixels (..., 2) and depth z (...).
+    With a lens `distortion`, points at or behind z = 0 and rays past its `max_radius` get NaN pixels."""
     z = points_cam[..., 2]
-    uvw = points_cam @ K.T
+    if distortion is None:
+        uvw = points_cam @ K.T
+        with np.errstate(divide="ignore", invalid="ignore"):
+            uv = uvw[..., :2] / uvw[..., 2:3]
+        return uv, z
     with np.errstate(divide="ignore", invalid="ignore"):
-        uv = uvw[..., :2] / uvw[..., 2:3]
-    return uv, z
+        xy = np.where((z > 0)[..., None], points_cam[..., :2] / z[..., None], np.nan)
+    xy = distortion.distort(xy)
+    return xy @ K[:2, :2].T + K[:2, 2], z
 
 
-def unproject(uv: np.ndarray, depth: np.ndarray, K: np.ndarray) -> np.ndarray:
+def unproject(uv: np.ndarray, depth: np.ndarray, K: np.ndarray, distortion: Distortion | None = None) -> np.ndarray:
     """Pixels (..., 2) with z-depth (...) -> camera-frame points (..., 3)."""
     ones = np.ones(uv.shape[:-1] + (1,))
     rays = np.concatenate([uv, ones], axis=-1) @ np.linalg.inv(K).T  # (..., 3) with z = 1
+    if distortion is not None:
+        rays[..., :2] = distortion.undistort(rays[..., :2])
     return rays * depth[..., None]
+
+
+def distortion_array(cameras) -> np.ndarray:
+    """(N, DISTORTION_WIDTH) float32 lens rows of `cameras` (zeros for a pinhole): the batch and
+    metadata form of the lens models, beside intrinsics (N, 3, 3)."""
+    return np.stack([c.distortion.as_row() if c.distortion is not None else np.zeros(DISTORTION_WIDTH)
+                     for c in cameras]).astype(np.float32)
 
 
 def yaw_to_quaternion(yaw: float) -> list[float]:
@@ -141,13 +273,15 @@ def box_corners(center, size, yaw: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Camera:
-    """One pinhole camera: name, intrinsics K (3x3), camera-to-ego extrinsics (4x4), size."""
+    """One camera: name, intrinsics K (3x3), camera-to-ego extrinsics (4x4), size and lens
+    distortion (None: a pinhole)."""
 
     name: str
     K: np.ndarray
     cam2ego: np.ndarray
     width: int
     height: int
+    distortion: Distortion | None = None
 
     @property
     def ego2cam(self) -> np.ndarray:
@@ -155,7 +289,11 @@ class Camera:
 
     def project_ego(self, points_ego: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Ego-frame points (..., 3) -> pixels (..., 2) and z-depth (...)."""
-        return project(transform_points(self.ego2cam, points_ego), self.K)
+        return project(transform_points(self.ego2cam, points_ego), self.K, self.distortion)
+
+    def pixel_rays(self, uv: np.ndarray) -> np.ndarray:
+        """Pixels (..., 2) -> camera-frame rays (..., 3) with z = 1 (through the lens model)."""
+        return unproject(uv, np.ones(uv.shape[:-1]), self.K, self.distortion)
 
     def scaled(self, width: int, height: int) -> "Camera":
         """The same camera resampled to another resolution (K scaled per axis)."""
@@ -166,4 +304,4 @@ class Camera:
         K[1, 1] *= sy
         K[0, 2] = (K[0, 2] + 0.5) * sx - 0.5
         K[1, 2] = (K[1, 2] + 0.5) * sy - 0.5
-        return Camera(self.name, K, self.cam2ego.copy(), width, height)
+        return Camera(self.name, K, self.cam2ego.copy(), width, height, self.distortion)

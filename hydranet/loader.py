@@ -25,6 +25,7 @@ import torch
 from hydranet.bev_augment import rotate_sample
 from hydranet.bevgrid import BevGrid
 from hydranet.data import SimDataset
+from hydranet.geometry import DISTORTION_WIDTH
 from hydranet.tasks import Task
 
 DENSE_KEYS = ("depth", "normals", "semantic", "drivable", "instance")
@@ -243,9 +244,12 @@ class LabelledFrames(torch.utils.data.Dataset):
         supervised = {name: is_supervised(clip[-1], name) for name in self.tasks}
         targets = {name: task.build_targets(clip[-1] if supervised[name] else blank_sample(clip[-1], task))
                    for name, task in self.tasks.items()}
+        for s in clip:  # a reader without lens models has pinholes: zero lens rows
+            s.setdefault("distortion", np.zeros((len(s["camera_names"]), DISTORTION_WIDTH), np.float32))
         out = {key: np.stack([np.asarray(s[key], dtype) for s in clip])
                for key, dtype in (("images", np.uint8), ("intrinsics", np.float32), ("cam2ego", np.float32),
-                                  ("ego2world", np.float64))}  # (T, N, H, W, 3), (T, N, 3, 3), (T, N, 4, 4), (T, 4, 4)
+                                  ("distortion", np.float32), ("ego2world", np.float64))}
+        # (T, N, H, W, 3), (T, N, 3, 3), (T, N, 4, 4), (T, N, 6), (T, 4, 4)
         out = {k: torch.from_numpy(np.ascontiguousarray(v if self.ends is not None else v[0])) for k, v in out.items()}
         out["images"] = out["images"].movedim(-1, -3)  # ([T,] N, 3, H, W) uint8
         return {**out, "targets": targets, "supervised": supervised}
@@ -287,7 +291,7 @@ class Collate:
     def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict:
         images = torch.stack([it["images"] for it in items]).float().div_(255.0)  # (B, [T,] N, 3, H, W)
         batch = {"images": images}
-        for key in ("intrinsics", "cam2ego", "ego2world"):
+        for key in ("intrinsics", "cam2ego", "distortion", "ego2world"):
             if all(key in it for it in items):
                 batch[key] = torch.stack([it[key] for it in items])
         batch["targets"] = {n: t.collate([it["targets"][n] for it in items]) for n, t in self.tasks.items()}

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from hydranet.geometry import Camera, camera_rotation, is_rotation, make_transform, yaw_pitch_roll
+from hydranet.geometry import (DISTORTION_MODELS, Camera, Distortion, camera_rotation, distortion_array, is_rotation,
+                               make_transform, yaw_pitch_roll)
 
 PRESET_DIR = Path(__file__).parent / "rigs"
 
@@ -23,6 +24,8 @@ class RigError(ValueError):
 
 
 MAX_PINHOLE_FOV_DEG = 179.0  # a pinhole camera cannot see 180 degrees: the focal length goes to 0
+MAX_LENS_FOV_DEG = 170.0  # a distorted camera's rays, within 85 deg of its axis (the sim renders through a pinhole)
+LENS_ROUND_TRIP_PX = 0.01  # undistort -> distort must give every image pixel back within this
 
 
 def check_name(name, what: str, where: str, error: type[Exception] = RigError) -> str:
@@ -84,25 +87,70 @@ class Rig:
         return (np.stack([c.K for c in self.cameras]), np.stack([c.cam2ego for c in self.cameras]),
                 list(self.names))
 
+    def distortion(self) -> np.ndarray:
+        """(N, 6) float32 lens rows in rig order (zeros for pinholes; `hydranet.geometry.distortion_array`)."""
+        return distortion_array(self.cameras)
+
+    @property
+    def distorted(self) -> list[str]:
+        """Names of the cameras with a lens distortion model."""
+        return [c.name for c in self.cameras if c.distortion is not None]
+
     def to_dict(self) -> dict:
-        """The YAML/JSON calibration form (explicit K and 4x4 matrices)."""
-        return {
-            "name": self.name,
-            "cameras": [
-                {
-                    "name": c.name,
-                    "width": c.width,
-                    "height": c.height,
-                    "K": np.round(c.K, 9).tolist(),
-                    "cam2ego": np.round(c.cam2ego, 12).tolist(),
-                }
-                for c in self.cameras
-            ],
-        }
+        """The YAML/JSON calibration form (explicit K and 4x4 matrices; `distortion` where a lens has one)."""
+        cams = []
+        for c in self.cameras:
+            d = {"name": c.name, "width": c.width, "height": c.height, "K": np.round(c.K, 9).tolist(),
+                 "cam2ego": np.round(c.cam2ego, 12).tolist()}
+            if c.distortion is not None:
+                d["distortion"] = c.distortion.as_dict()
+            cams.append(d)
+        return {"name": self.name, "cameras": cams}
+
+
+def _distortion_from_dict(d, where: str) -> Distortion:
+    if not isinstance(d, dict) or set(d) != {"model", "coeffs"}:
+        raise RigError(f"{where}: distortion must be {{model: radtan|fisheye, coeffs: [...]}}, got {d!r}")
+    model, coeffs = d["model"], d["coeffs"]
+    if model not in DISTORTION_MODELS:
+        raise RigError(f"{where}: unknown distortion model {model!r}; known: {sorted(DISTORTION_MODELS)}")
+    n = DISTORTION_MODELS[model]
+    ok = isinstance(coeffs, list) and len(coeffs) == n and all(
+        isinstance(c, (int, float)) and not isinstance(c, bool) and np.isfinite(c) for c in coeffs)
+    if not ok:
+        names = "k1, k2, p1, p2, k3" if model == "radtan" else "k1, k2, k3, k4"
+        raise RigError(f"{where}: {model} distortion needs {n} finite coefficients ({names}, OpenCV order), got {coeffs!r}")
+    return Distortion(model, tuple(coeffs))
+
+
+def _border_pixels(width: int, height: int, n: int = 65) -> np.ndarray:
+    """(M, 2) pixels along the image border (and its centre lines), where a lens is most extreme."""
+    u, v = np.linspace(-0.5, width - 0.5, n), np.linspace(-0.5, height - 0.5, n)
+    return np.concatenate([np.stack([u, np.full(n, -0.5)], 1), np.stack([u, np.full(n, height - 0.5)], 1),
+                           np.stack([np.full(n, -0.5), v], 1), np.stack([np.full(n, width - 0.5), v], 1),
+                           np.stack([u, np.full(n, (height - 1) / 2)], 1), np.stack([np.full(n, (width - 1) / 2), v], 1)])
+
+
+def _check_lens(cam: Camera, where: str) -> None:
+    """Every pixel of a distorted camera must come from one ray: the lens mapping is monotonic over
+    the image, undistort -> distort returns each border pixel, and the rays stay within MAX_LENS_FOV_DEG."""
+    px = _border_pixels(cam.width, cam.height)
+    rays = cam.pixel_rays(px)  # (M, 3), z = 1
+    back = cam.distortion.distort(rays[:, :2]) @ cam.K[:2, :2].T + cam.K[:2, 2]
+    err = np.linalg.norm(back - px, axis=1)
+    if not np.isfinite(err).all() or err.max() > LENS_ROUND_TRIP_PX:
+        raise RigError(f"{where}: the {cam.distortion.model} distortion {list(cam.distortion.coeffs)} folds over "
+                       f"inside the {cam.width}x{cam.height} image (a pixel there comes from two rays); use smaller "
+                       "coefficients or a longer focal length")
+    angle = np.degrees(np.arctan(np.linalg.norm(rays[:, :2], axis=1))).max()
+    if angle > MAX_LENS_FOV_DEG / 2:
+        raise RigError(f"{where}: the lens sees rays {angle:.1f} deg off its axis; at most {MAX_LENS_FOV_DEG / 2:g} "
+                       f"(a field of view of {MAX_LENS_FOV_DEG:g} deg): use a longer focal length")
 
 
 def _camera_from_dict(d: dict, where: str) -> Camera:
-    allowed = {"name", "width", "height", "K", "intrinsics", "hfov_deg", "cam2ego", "translation", "ypr_deg"}
+    allowed = {"name", "width", "height", "K", "intrinsics", "hfov_deg", "cam2ego", "translation", "ypr_deg",
+               "distortion"}
     unknown = sorted(set(d) - allowed)
     if unknown:
         raise RigError(f"{where}: unknown key '{unknown[0]}'; allowed: {sorted(allowed)}")
@@ -115,6 +163,7 @@ def _camera_from_dict(d: dict, where: str) -> Camera:
     width, height = d["width"], d["height"]
     if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
         raise RigError(f"{where}: width and height must be positive integers, got {width}x{height}")
+    lens = _distortion_from_dict(d["distortion"], where) if d.get("distortion") is not None else None
     if "K" in d:
         K = np.asarray(d["K"], dtype=np.float64)
         if K.shape != (3, 3):
@@ -127,10 +176,17 @@ def _camera_from_dict(d: dict, where: str) -> Camera:
             raise RigError(f"{where}: intrinsics need fx, fy, cx, cy (missing {e})") from None
     elif "hfov_deg" in d:
         hfov = d["hfov_deg"]
-        if isinstance(hfov, bool) or not isinstance(hfov, (int, float)) or not 0 < hfov <= MAX_PINHOLE_FOV_DEG:
-            raise RigError(f"{where}: hfov_deg {hfov!r} is not a pinhole field of view; give a number above 0 and at "
-                           f"most {MAX_PINHOLE_FOV_DEG:g} degrees (a pinhole camera cannot see 180 degrees)")
-        f = (width / 2) / np.tan(np.radians(float(hfov)) / 2)
+        top = MAX_PINHOLE_FOV_DEG if lens is None else MAX_LENS_FOV_DEG
+        if isinstance(hfov, bool) or not isinstance(hfov, (int, float)) or not 0 < hfov <= top:
+            raise RigError(f"{where}: hfov_deg {hfov!r} is not a {'pinhole' if lens is None else 'lens'} field of view; "
+                           f"give a number above 0 and at most {top:g} degrees")
+        # the horizontal edge rays (hfov / 2 off the axis) land on the image's left and right edges
+        r = np.array([[np.tan(np.radians(float(hfov)) / 2), 0.0]])
+        f = (width / 2) / float((r if lens is None else lens.distort(r))[0, 0])
+        if not np.isfinite(f):
+            turn = np.degrees(np.arctan(lens.max_radius))
+            raise RigError(f"{where}: the {lens.model} distortion {list(lens.coeffs)} folds over {turn:.1f} deg off the "
+                           f"axis, inside the hfov_deg {hfov} image; use smaller coefficients or a smaller hfov_deg")
         K = np.array([[f, 0, (width - 1) / 2], [0, f, (height - 1) / 2], [0, 0, 1]])
     else:
         raise RigError(f"{where}: give the intrinsics as K, intrinsics {{fx, fy, cx, cy}} or hfov_deg")
@@ -140,7 +196,7 @@ def _camera_from_dict(d: dict, where: str) -> Camera:
         raise RigError(f"{where}: principal point ({K[0, 2]}, {K[1, 2]}) lies outside the {width}x{height} image")
     fov = np.degrees([np.arctan2(K[0, 2], K[0, 0]) + np.arctan2(width - K[0, 2], K[0, 0]),
                       np.arctan2(K[1, 2], K[1, 1]) + np.arctan2(height - K[1, 2], K[1, 1])])
-    if fov.max() > MAX_PINHOLE_FOV_DEG + 1e-6:
+    if lens is None and fov.max() > MAX_PINHOLE_FOV_DEG + 1e-6:
         raise RigError(f"{where}: field of view {fov[0]:.1f} x {fov[1]:.1f} deg; a pinhole camera cannot see 180 degrees "
                        f"(at most {MAX_PINHOLE_FOV_DEG:g}): use a longer focal length or split it into several cameras")
     if "cam2ego" in d:
@@ -154,13 +210,16 @@ def _camera_from_dict(d: dict, where: str) -> Camera:
         T = make_transform(camera_rotation(yaw, pitch, roll), d["translation"])
     else:
         raise RigError(f"{where}: give the extrinsics as cam2ego (4x4) or translation + ypr_deg")
-    return Camera(name, K, T, width, height)
+    cam = Camera(name, K, T, width, height, lens)
+    if lens is not None:
+        _check_lens(cam, where)
+    return cam
 
 
 def _check_sees_road(cam: Camera, where: str, max_range: float = 100.0) -> None:
     """Raise unless some pixel ray of `cam` hits the ground (z=0) within `max_range` metres."""
     u, v = np.meshgrid(np.linspace(0, cam.width - 1, 17), np.linspace(0, cam.height - 1, 17))
-    rays = np.stack([u, v, np.ones_like(u)], -1).reshape(-1, 3) @ np.linalg.inv(cam.K).T
+    rays = cam.pixel_rays(np.stack([u, v], -1).reshape(-1, 2))
     d = rays @ cam.cam2ego[:3, :3].T  # ray directions in ego frame
     o = cam.cam2ego[:3, 3]
     if o[2] <= 0:

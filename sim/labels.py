@@ -11,6 +11,7 @@ import numpy as np
 
 from hydranet.geometry import Camera, box_corners, invert_rigid, transform_points
 from sim.classes import BOX3D_CLASSES, OBJECT_CLASSES, SEMANTIC_ID
+from sim.lens import lens_view
 from sim.render import NEAR, CameraImages
 from sim.world import World
 
@@ -41,8 +42,9 @@ def _clip_near(poly: np.ndarray, near: float) -> np.ndarray:
 
 
 def silhouette_polygons(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarray) -> list[np.ndarray]:
-    """Convex image polygons (K, 2) whose union is the object's unoccluded silhouette in `cam`
-    (parts clipped to the near plane as the rasterizer clips them; poles are not the object).
+    """Convex image polygons (K, 2) whose union is the object's unoccluded silhouette in the
+    pinhole `cam` (a distorted camera's source pinhole, `sim.lens`; parts clipped to the near
+    plane as the rasterizer clips them; poles are not the object).
     Every part is convex (`sim.shapes`): wholly in front of the near plane its silhouette is the
     hull of its projected corners; across it, each triangle is clipped."""
     body = [p for p in parts if p.semantic != "pole"]
@@ -67,18 +69,14 @@ def silhouette_polygons(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndar
     return out
 
 
-def silhouette_pixels(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarray) -> int:
-    """Pixels the object's parts would cover in `cam` with nothing in front of them, counted
-    by pixel centres as the rasterizer counts them (all polygons at once: scanline spans of
-    each, united over the object's bounding rows)."""
-    polys = silhouette_polygons(parts, pose, cam, world2cam)
-    if not polys:
-        return 0
+def _coverage(polys: list[np.ndarray], width: int, height: int) -> tuple[np.ndarray, int, int] | None:
+    """Pixel centres of a width x height image inside any of `polys`, as the rasterizer counts
+    them (scanline spans of each polygon, united): (window mask (R, C) bool, x0, y0) or None."""
     allp = np.concatenate(polys)
     x0, y0 = max(int(np.ceil(allp[:, 0].min())), 0), max(int(np.ceil(allp[:, 1].min())), 0)
-    x1, y1 = min(int(np.floor(allp[:, 0].max())), cam.width - 1), min(int(np.floor(allp[:, 1].max())), cam.height - 1)
+    x1, y1 = min(int(np.floor(allp[:, 0].max())), width - 1), min(int(np.floor(allp[:, 1].max())), height - 1)
     if x1 < x0 or y1 < y0:
-        return 0
+        return None
     k = max(len(p) for p in polys)
     A = np.stack([np.concatenate([p, np.repeat(p[-1:], k - len(p), 0)]) for p in polys])  # (P, K, 2), padded
     B = np.roll(A, -1, 1)
@@ -91,7 +89,25 @@ def silhouette_pixels(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarra
     lo = np.ceil(np.where(ok, xs, np.inf).min(2))[..., None]  # (P, R, 1) first covered column
     hi = np.floor(np.where(ok, xs, -np.inf).max(2))[..., None]
     cols = np.arange(x0, x1 + 1, dtype=np.float64)
-    return int(((cols >= lo) & (cols <= hi)).any(0).sum())
+    return ((cols >= lo) & (cols <= hi)).any(0), x0, y0
+
+
+def silhouette_pixels(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarray) -> int:
+    """Pixels the object's parts would cover in `cam` with nothing in front of them, counted
+    by pixel centres as the rasterizer counts them. A distorted camera counts its pixels whose
+    source pixel (`sim.lens`, the look-up its instance channel went through) is covered."""
+    lens = lens_view(cam)
+    polys = silhouette_polygons(parts, pose, lens.source, world2cam)
+    cover = _coverage(polys, lens.source.width, lens.source.height) if polys else None
+    if cover is None:
+        return 0
+    mask, x0, y0 = cover
+    if not lens.distorted:
+        return int(mask.sum())
+    iy, ix = lens.nearest_index()
+    iy, ix = iy - y0, ix - x0
+    inside = (iy >= 0) & (iy < mask.shape[0]) & (ix >= 0) & (ix < mask.shape[1])
+    return int(mask[iy[inside], ix[inside]].sum())
 
 
 VIEW_CLASSES = ("traffic_sign", "traffic_light")  # have a front (+x of the object frame) that shows the class

@@ -174,6 +174,9 @@ class _Exporter:
         self.cam_names = [c.name for c in ds.rig.cameras]
         if LIDAR in self.cam_names:
             raise ValueError(f"camera name {LIDAR} clashes with the exported lidar channel; rename the camera")
+        if ds.rig.distorted:  # calibrated_sensor holds a pinhole camera_intrinsic only; nuScenes images are undistorted
+            raise ValueError(f"{ds.root / 'dataset.json'}: cameras {ds.rig.distorted} have a lens distortion model, which "
+                             "the nuScenes format cannot hold; export a dataset generated with a pinhole rig (e.g. nuscenes6)")
         unknown = sorted(set(ds.meta["classes"]) - set(CATEGORY) - {"traffic_sign", "traffic_light"})
         if unknown:
             raise ValueError(f"{ds.root / 'dataset.json'}: classes {unknown} have no nuScenes category; "

@@ -8,7 +8,9 @@ frame. Passes (sim.config.LookConfig switches them):
    semantic << 16 | instance); with look.antialias > 1 the labels are drawn alone (one sample
    per pixel: exact) and the colour again into a multisampled target, then resolved;
 3. post, per camera: sky behind partly covered pixels, glare, exposure, vignetting, sensor
-   noise, tone curve and gamma into the 8-bit RGB image.
+   noise, tone curve and gamma into the 8-bit RGB image;
+4. lens: a camera with a distortion model is drawn through its source pinhole (`sim.lens`) and
+   resampled on read-back (colour bilinear, labels nearest).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import numpy as np
 from hydranet.geometry import invert_rigid
 from hydranet.rig import Rig
 from sim.config import LookConfig
+from sim.lens import lens_view
 
 SHADERS = Path(__file__).parent / "shaders"
 NEAR, FAR = 0.3, 250.0  # nothing beyond FAR is drawn: depth stays inside the uint16 encoding
@@ -179,11 +182,13 @@ class Renderer:
 
     def __init__(self, rig: Rig, look: LookConfig | None = None):
         self.rig = rig
+        self.lenses = [lens_view(c) for c in rig.cameras]
+        self.sources = [lens.source for lens in self.lenses]  # what OpenGL draws: the camera or its source pinhole
         self.ctx = create_context()
-        self.offsets = np.cumsum([0] + [c.width for c in rig.cameras])
-        W, H = int(self.offsets[-1]), max(c.height for c in rig.cameras)
+        self.offsets = np.cumsum([0] + [c.width for c in self.sources])
+        W, H = int(self.offsets[-1]), max(c.height for c in self.sources)
         self.size = (W, H)
-        self.projs = [projection(c.K, c.width, c.height).astype("f4") for c in rig.cameras]
+        self.projs = [projection(c.K, c.width, c.height).astype("f4") for c in self.sources]
         self._programs: dict = {}
         self.static_vbo = None
         self.static_n = 0
@@ -417,7 +422,7 @@ class Renderer:
             _set(prog, "shadow_map", 1)
             _set(prog, "shadow_vp", (_OUTSIDE if shadow_vp is None else shadow_vp).astype("f4").T.tobytes())
         world2ego = invert_rigid(ego2world)
-        for i, cam in enumerate(self.rig.cameras):
+        for i, cam in enumerate(self.sources):
             self.ctx.viewport = (int(self.offsets[i]), 0, cam.width, cam.height)
             w2c = cam.ego2cam @ world2ego
             _set(prog, "seed", int(seed * 16 + i) & 0xFFFFFFFF)
@@ -472,7 +477,7 @@ class Renderer:
         _set(p, "noise_std", float(lighting.noise_std))
         _set(p, "shot_gain", float(lighting.shot_gain))
         _set(p, "sky_fog", float(1.0 - np.exp(-lighting.fog_density * 150.0)))
-        for i, cam in enumerate(self.rig.cameras):
+        for i, cam in enumerate(self.sources):
             x0 = int(self.offsets[i])
             ctx.viewport = (x0, 0, cam.width, cam.height)
             cam2world = ego2world @ cam.cam2ego
@@ -492,15 +497,15 @@ class Renderer:
         depth = np.frombuffer(self.label_targets[1].read(), np.float32).reshape(H, W)
         label = np.frombuffer(self.label_targets[2].read(), np.uint32).reshape(H, W)
         out = []
-        for i, cam in enumerate(self.rig.cameras):
+        for i, (cam, lens) in enumerate(zip(self.sources, self.lenses, strict=True)):
             x0 = int(self.offsets[i])
             sl = (slice(0, cam.height), slice(x0, x0 + cam.width))
-            d = depth[sl]
-            n = normal[sl] * np.float32(2.0 / 255.0) - np.float32(1.0)
+            d = lens.nearest(depth[sl])  # z-depth and normals are of the camera frame, which the lens keeps
+            n = lens.nearest(normal[sl]) * np.float32(2.0 / 255.0) - np.float32(1.0)
             n *= (d > 0)[..., None]  # depth 0: no surface (sky), normal stays 0
-            lab = label[sl]
+            lab = lens.nearest(label[sl])
             out.append(CameraImages(
-                rgb=np.ascontiguousarray(color[sl]),
+                rgb=np.ascontiguousarray(lens.bilinear(color[sl])),
                 normal=n,
                 depth=np.ascontiguousarray(d),
                 semantic=(lab >> 16).astype(np.uint8),

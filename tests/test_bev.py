@@ -57,12 +57,13 @@ def _batch(model, frames: list[dict]) -> dict:
 # -- view transform -----------------------------------------------------------------------------
 @pytest.mark.parametrize("rig_name", ["nuscenes6", "tesla8"])
 def test_lut_matches_brute_force_projection(rig_name):
-    """Every (cell, height, camera) projected by hand with Camera.project_ego: the table holds exactly
-    the feature pixels that see the cell, each weighted 1 / #pairs."""
+    """Every (cell, height, camera) projected by hand with Camera.project_ego (through the lens model
+    of tesla8's fisheye and barrel cameras): the table holds exactly the feature pixels that see
+    the cell, each weighted 1 / #pairs."""
     rig = _rig(rig_name).resized(W, H)
     heights = (0.0, 1.0)
     K, T, names = rig.calibration()
-    lut = projection_lut(GRID, heights, K, T, (H, W), STRIDE, names)
+    lut = projection_lut(GRID, heights, K, T, (H, W), STRIDE, names, rig.distortion())  # tesla8: lenses
     h, w = H // STRIDE, W // STRIDE
     centers = GRID.cell_centers().reshape(-1, 2)
     expected: dict[int, list[int]] = {}
@@ -102,14 +103,15 @@ def test_feature_at_a_known_ego_point_lands_in_its_cell():
     assert np.all(np.abs(np.arctan2(lit[:, 1], lit[:, 0]) - bearing) < 0.25)
 
 
-@pytest.mark.parametrize("rig_name", ["nuscenes6", "custom5"])
+@pytest.mark.parametrize("rig_name", ["nuscenes6", "custom5", "tesla8"])
 def test_frustum_table_matches_brute_force_unprojection(rig_name):
-    """Every (camera, depth bin, feature pixel) unprojected by hand with geometry.unproject and
-    cam2ego: the table holds its cell, or the dump index X*Y when it is off the grid or z range."""
+    """Every (camera, depth bin, feature pixel) unprojected by hand with geometry.unproject (through
+    tesla8's lens models) and cam2ego: the table holds its cell, or the dump index X*Y when it is off
+    the grid or z range."""
     rig = _rig(rig_name).resized(W, H)
     depths, z_range = depth_bins((1.0, 40.0, 3.0)), (-1.0, 3.0)
     K, T, names = rig.calibration()
-    table = frustum_table(GRID, depths, z_range, K, T, (H, W), STRIDE, names)
+    table = frustum_table(GRID, depths, z_range, K, T, (H, W), STRIDE, names, rig.distortion())
     h, w = H // STRIDE, W // STRIDE
     X, Y = GRID.shape
     expected = []
@@ -118,7 +120,7 @@ def test_frustum_table_matches_brute_force_unprojection(rig_name):
             for i in range(h):
                 for j in range(w):
                     uv = np.array([[(j + 0.5) * STRIDE - 0.5, (i + 0.5) * STRIDE - 0.5]])
-                    x, y, z = transform_points(cam.cam2ego, unproject(uv, np.array([d]), cam.K))[0]
+                    x, y, z = transform_points(cam.cam2ego, unproject(uv, np.array([d]), cam.K, cam.distortion))[0]
                     r = int(np.floor((GRID.x_range[1] - x) / GRID.resolution))
                     c = int(np.floor((GRID.y_range[1] - y) / GRID.resolution))
                     inside = 0 <= r < X and 0 <= c < Y and z_range[0] <= z <= z_range[1]

@@ -348,6 +348,7 @@ class SimDataset(FrameReader):
             "camera_names": self.rig.names,
             "intrinsics": np.stack([c.K for c in cams]).astype(np.float32),  # (N, 3, 3)
             "cam2ego": np.stack([c.cam2ego for c in cams]).astype(np.float32),  # (N, 4, 4)
+            "distortion": self.rig.distortion(),  # (N, 6) lens rows, zeros for pinholes
             "ego2world": np.asarray(frame["ego2world"], dtype=np.float64),  # (4, 4)
         }
         ch = self.channels

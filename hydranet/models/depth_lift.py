@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from hydranet.bevgrid import BevGrid
-from hydranet.models.view_transform import ViewTransform, no_camera_sees
+from hydranet.geometry import unproject
+from hydranet.models.view_transform import ViewTransform, lens_of, no_camera_sees
 
 
 def depth_bins(bins: Sequence[float]) -> np.ndarray:
@@ -59,11 +60,13 @@ class FrustumTable:
 
 def frustum_table(grid: BevGrid, depths: np.ndarray, z_range: Sequence[float], intrinsics: np.ndarray,
                   cam2ego: np.ndarray, image_hw: tuple[int, int], stride: int,
-                  camera_names: Sequence[str] | None = None) -> FrustumTable:
-    """The splat table for cameras K (N, 3, 3), cam2ego (N, 4, 4) at image size (H, W).
+                  camera_names: Sequence[str] | None = None, distortion: np.ndarray | None = None) -> FrustumTable:
+    """The splat table for cameras K (N, 3, 3), cam2ego (N, 4, 4) and lenses (N, 6) or None at
+    image size (H, W).
 
     Feature pixel (i, j) at `stride` covers image pixels whose centre is ((j + 0.5) stride - 0.5,
-    (i + 0.5) stride - 0.5); its point at depth d (z in the camera frame) is d K^-1 (u, v, 1)."""
+    (i + 0.5) stride - 0.5); its point at depth d (z in the camera frame) is d times its ray
+    (K^-1 (u, v, 1), through the lens model where the camera has one)."""
     K = np.asarray(intrinsics, np.float64).reshape(-1, 3, 3)
     T = np.asarray(cam2ego, np.float64).reshape(-1, 4, 4)
     N, (H, W) = len(K), image_hw
@@ -73,11 +76,11 @@ def frustum_table(grid: BevGrid, depths: np.ndarray, z_range: Sequence[float], i
     h, w = H // stride, W // stride
     X, Y = grid.shape
     v, u = np.meshgrid((np.arange(h) + 0.5) * stride - 0.5, (np.arange(w) + 0.5) * stride - 0.5, indexing="ij")
-    pix = np.stack([u, v, np.ones_like(u)], -1).reshape(-1, 3)  # (h*w, 3)
+    pix = np.stack([u, v], -1).reshape(-1, 2)  # (h*w, 2)
     index = np.full((N, len(depths), h * w), X * Y, np.int64)
     per_cam = {}
     for n in range(N):
-        rays = pix @ np.linalg.inv(K[n]).T  # (h*w, 3) with z = 1
+        rays = unproject(pix, np.ones(len(pix)), K[n], lens_of(distortion, n))  # (h*w, 3) with z = 1
         pts = depths[:, None, None] * rays[None] @ T[n, :3, :3].T + T[n, :3, 3]  # (D, h*w, 3) ego
         rc = np.floor(grid.to_cell(pts[..., :2]) + 0.5).astype(np.int64)  # (D, h*w, 2)
         ok = ((rc[..., 0] >= 0) & (rc[..., 0] < X) & (rc[..., 1] >= 0) & (rc[..., 1] < Y)
@@ -169,8 +172,8 @@ class DepthViewTransform(ViewTransform):
             return {}
         return {self.supervision.name: x[:, :, :len(self.depths)]}  # depth logits (F, N, D, h, w)
 
-    def make_table(self, K, T, image_hw, camera_names=None) -> FrustumTable:
-        return frustum_table(self.grid, self.depths, self.z_range, K, T, image_hw, self.stride, camera_names)
+    def make_table(self, K, T, image_hw, camera_names=None, distortion=None) -> FrustumTable:
+        return frustum_table(self.grid, self.depths, self.z_range, K, T, image_hw, self.stride, camera_names, distortion)
 
     def lift(self, x: torch.Tensor, tables: tuple[torch.Tensor, ...]) -> torch.Tensor:
         D = len(self.depths)

@@ -233,6 +233,6 @@ def build_fusion(cfg: BevConfig, meta: Mapping[str, Any], in_channels: int, stri
     if "rig" in meta:
         rig = rig_from_dict(meta["rig"], "meta rig")
         K, T, cam_names = rig.calibration()
-        view.set_calibration(K, T, rig.common_size(), cam_names)
+        view.set_calibration(K, T, rig.common_size(), cam_names, rig.distortion())
     video = VideoQueue(cfg.channels, grid, cfg.video_frames, cfg.video_fuse_depth) if cfg.video_frames > 1 else None
     return BevFusion(view, video)

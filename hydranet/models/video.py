@@ -106,8 +106,8 @@ class BevFusion(nn.Module):
     def forward(self, feats: Sequence[torch.Tensor], batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict, dict]:
         images = batch["images"]
         B, T = images.shape[0], (images.shape[1] if images.dim() == 6 else 1)
-        K, E = batch_calibration(batch, B * T)
-        bev, aux = self.view(feats, B * T, tuple(images.shape[-2:]), K, E)  # (B*T, C, X, Y), {name: (B*T, ...)}
+        K, E, D = batch_calibration(batch, B * T)
+        bev, aux = self.view(feats, B * T, tuple(images.shape[-2:]), K, E, D)  # (B*T, C, X, Y), {name: (B*T, ...)}
         bev = bev.view(B, T, *bev.shape[1:])
         aux = {k: v.reshape(B, T, *v.shape[1:])[:, -1] for k, v in aux.items()}  # the last frame's
         if self.video is None:

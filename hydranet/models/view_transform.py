@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from hydranet.bevgrid import BevGrid
+from hydranet.geometry import DISTORTION_WIDTH, distortion_from_row, project
 from hydranet.models.layers import MergeLevels, conv_bn_relu
 
 MIN_DEPTH = 0.1  # metres in front of the camera for a point to count as seen
@@ -59,9 +60,16 @@ def no_camera_sees(names: Sequence[str], grid: BevGrid, where: str) -> ValueErro
                       f"y {grid.y_range} m at {where}; check the extrinsics (cam2ego) or enlarge model.bev x_range/y_range")
 
 
+def lens_of(distortion: np.ndarray | None, n: int):
+    """Camera n's lens (`hydranet.geometry.Distortion`) from a (N, DISTORTION_WIDTH) array, or None."""
+    return None if distortion is None else distortion_from_row(np.asarray(distortion)[n])
+
+
 def projection_lut(grid: BevGrid, heights: Sequence[float], intrinsics: np.ndarray, cam2ego: np.ndarray,
-                   image_hw: tuple[int, int], stride: int, camera_names: Sequence[str] | None = None) -> ProjectionLut:
-    """The table for cameras K (N, 3, 3), cam2ego (N, 4, 4) at image size (H, W) and feature stride.
+                   image_hw: tuple[int, int], stride: int, camera_names: Sequence[str] | None = None,
+                   distortion: np.ndarray | None = None) -> ProjectionLut:
+    """The table for cameras K (N, 3, 3), cam2ego (N, 4, 4) and lenses `distortion` (N, 6) (None:
+    pinholes; `hydranet.geometry.distortion_array`) at image size (H, W) and feature stride.
 
     A point is seen by a camera when its z-depth is > MIN_DEPTH and its pixel (u, v) lies in the
     image ([-0.5, W - 0.5) with pixel centres at integers); its feature pixel is
@@ -83,10 +91,7 @@ def projection_lut(grid: BevGrid, heights: Sequence[float], intrinsics: np.ndarr
     for n in range(N):
         R, t = T[n, :3, :3], T[n, :3, 3]
         pc = (pts - t) @ R  # (P, 3) camera frame = R^T (p - t)
-        depth = pc[:, 2]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            uvw = pc @ K[n].T
-            u, v = uvw[:, 0] / uvw[:, 2], uvw[:, 1] / uvw[:, 2]
+        (u, v), depth = project(pc, K[n], lens_of(distortion, n))[0].T, pc[:, 2]  # NaN pixels: not seen
         ok = (depth > MIN_DEPTH) & (u >= -0.5) & (u < W - 0.5) & (v >= -0.5) & (v < H - 0.5)
         j = np.floor((u[ok] + 0.5) / stride).astype(np.int64)
         i = np.floor((v[ok] + 0.5) / stride).astype(np.int64)
@@ -147,8 +152,8 @@ class ViewTransform(nn.Module, ABC):
 
     @abstractmethod
     def make_table(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int],
-                   camera_names: Sequence[str] | None = None):
-        """The table of cameras K (N, 3, 3), cam2ego (N, 4, 4) at image size (H, W): an object with
+                   camera_names: Sequence[str] | None = None, distortion: np.ndarray | None = None):
+        """The table of cameras K (N, 3, 3), cam2ego (N, 4, 4), lenses (N, 6) or None at image size (H, W): an object with
         `arrays` (the buffers named in `table_names`), `seen` (X, Y) and `cells_per_camera`."""
 
     @abstractmethod
@@ -166,17 +171,28 @@ class ViewTransform(nn.Module, ABC):
         return {}
 
     # -- calibration ------------------------------------------------------------------------
-    def _key(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int]) -> tuple:
-        return (np.asarray(K, np.float32).tobytes(), np.asarray(T, np.float32).tobytes(), tuple(image_hw))
+    @staticmethod
+    def _lenses(distortion, n_cams: int) -> np.ndarray | None:
+        """(N, 6) float32 lens rows, or None when every camera is a pinhole (all-zero rows)."""
+        if distortion is None:
+            return None
+        D = np.asarray(distortion, np.float32).reshape(n_cams, -1)
+        return D if D[:, 0].any() else None
 
-    def set_calibration(self, intrinsics, cam2ego, image_hw: tuple[int, int], camera_names: Sequence[str] | None = None):
+    def _key(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int], D: np.ndarray | None = None) -> tuple:
+        return (np.asarray(K, np.float32).tobytes(), np.asarray(T, np.float32).tobytes(), tuple(image_hw),
+                None if D is None else D.tobytes())
+
+    def set_calibration(self, intrinsics, cam2ego, image_hw: tuple[int, int], camera_names: Sequence[str] | None = None,
+                        distortion=None):
         """Precompute the default table (used when a batch has no calibration, and by export)."""
         K, T = np.asarray(intrinsics, np.float32), np.asarray(cam2ego, np.float32)
-        table = self.make_table(K, T, image_hw, camera_names)
+        D = self._lenses(distortion, len(K))
+        table = self.make_table(K, T, image_hw, camera_names, D)
         dev = self.reduce.weight.device
         for name, array in zip(self.table_names, table.arrays, strict=True):
             setattr(self, name, torch.from_numpy(array).to(dev))
-        self._default_key, self.table = self._key(K, T, image_hw), table
+        self._default_key, self.table = self._key(K, T, image_hw, D), table
         return table
 
     @property
@@ -186,13 +202,15 @@ class ViewTransform(nn.Module, ABC):
             raise ValueError("no calibration set yet: call set_calibration or run a batch with intrinsics/cam2ego")
         return float(self.table.seen.mean())
 
-    def _tables(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int], device) -> tuple[torch.Tensor, ...]:
-        key = self._key(K, T, image_hw)
+    def _tables(self, K: np.ndarray, T: np.ndarray, image_hw: tuple[int, int], device,
+                D: np.ndarray | None = None) -> tuple[torch.Tensor, ...]:
+        D = self._lenses(D, len(K))
+        key = self._key(K, T, image_hw, D)
         if key == self._default_key:
             return tuple(getattr(self, name) for name in self.table_names)
         key = key + (str(device),)
         if key not in self._cache:
-            arrays = self.make_table(K, T, image_hw).arrays
+            arrays = self.make_table(K, T, image_hw, None, D).arrays
             self._cache[key] = tuple(torch.from_numpy(a).to(device) for a in arrays)
             if len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
@@ -201,9 +219,11 @@ class ViewTransform(nn.Module, ABC):
 
     # -- forward ----------------------------------------------------------------------------
     def forward(self, feats: Sequence[torch.Tensor], num_frames: int, image_hw: tuple[int, int],
-                intrinsics: torch.Tensor | None = None, cam2ego: torch.Tensor | None = None) -> torch.Tensor:
+                intrinsics: torch.Tensor | None = None, cam2ego: torch.Tensor | None = None,
+                distortion: torch.Tensor | None = None) -> torch.Tensor:
         """feats: pyramid [(F*N, C, h, w), ...]; intrinsics (F, N, 3, 3) and cam2ego (F, N, 4, 4) or
-        None (use the default table). Returns (F, out_channels, X, Y)."""
+        None (use the default table); distortion (F, N, 6) lens rows or None (pinholes).
+        Returns (F, out_channels, X, Y)."""
         x = self.reduce(self.merge(feats))  # (F*N, C', h, w)
         FN, C, h, w = x.shape
         x = x.view(num_frames, FN // num_frames, C, h, w)  # (F, N, C', h, w)
@@ -221,7 +241,9 @@ class ViewTransform(nn.Module, ABC):
             Ts = cam2ego.detach().cpu().numpy().reshape(num_frames, -1, 4, 4)
             if Ks.shape[1] != x.shape[1] or Ts.shape[1] != x.shape[1]:
                 raise ValueError(f"batch has {x.shape[1]} cameras but intrinsics/cam2ego for {Ks.shape[1]}/{Ts.shape[1]}")
-            tables = [self._tables(Ks[f], Ts[f], image_hw, x.device) for f in range(num_frames)]
+            Ds = None if distortion is None else distortion.detach().cpu().numpy().reshape(num_frames, Ks.shape[1], -1)
+            tables = [self._tables(Ks[f], Ts[f], image_hw, x.device, None if Ds is None else Ds[f])
+                      for f in range(num_frames)]
             if all(t[0] is tables[0][0] for t in tables):
                 bev = self.lift(x, tables[0])
             else:
@@ -242,22 +264,29 @@ class LutViewTransform(ViewTransform):
         super().__init__(in_channels, out_channels, out_channels, grid, stride, encoder_depth)
         self.heights = tuple(float(z) for z in heights)
 
-    def make_table(self, K, T, image_hw, camera_names=None) -> ProjectionLut:
-        return projection_lut(self.grid, self.heights, K, T, image_hw, self.stride, camera_names)
+    def make_table(self, K, T, image_hw, camera_names=None, distortion=None) -> ProjectionLut:
+        return projection_lut(self.grid, self.heights, K, T, image_hw, self.stride, camera_names, distortion)
 
     def lift(self, x: torch.Tensor, tables: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return lift_features(x, *tables, self.grid.shape)
 
 
-def batch_calibration(batch: Mapping, frames: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """batch intrinsics/cam2ego as (F, N, 3, 3)/(F, N, 4, 4) for F frames (a clip's (B, T, N, ...)
-    or a (B, N, ...) calibration repeated over the T frames of each clip)."""
-    K, T = batch.get("intrinsics"), batch.get("cam2ego")
+def batch_calibration(batch: Mapping, frames: int) -> tuple[torch.Tensor | None, torch.Tensor | None,
+                                                        torch.Tensor | None]:
+    """batch intrinsics/cam2ego/distortion as (F, N, 3, 3)/(F, N, 4, 4)/(F, N, 6) for F frames (a
+    clip's (B, T, N, ...) or a (B, N, ...) calibration repeated over the T frames of each clip);
+    distortion is None when the batch has none (pinholes)."""
+    K, T, D = batch.get("intrinsics"), batch.get("cam2ego"), batch.get("distortion")
     if K is None or T is None:
-        return None, None
-    K, T = torch.as_tensor(K), torch.as_tensor(T)
-    B = K.shape[0]
-    if K.dim() == 4 and frames != B:  # (B, N, 3, 3) for clips of frames // B frames
-        K = K[:, None].expand(B, frames // B, *K.shape[1:])
-        T = T[:, None].expand(B, frames // B, *T.shape[1:])
-    return K.reshape(frames, -1, 3, 3), T.reshape(frames, -1, 4, 4)
+        return None, None, None
+    out = []
+    for x, tail in ((K, (3, 3)), (T, (4, 4)), (D, (DISTORTION_WIDTH,))):
+        if x is None:
+            out.append(None)
+            continue
+        x = torch.as_tensor(x)
+        B = x.shape[0]
+        if x.dim() == 2 + len(tail) and frames != B:  # (B, N, ...) for clips of frames // B frames
+            x = x[:, None].expand(B, frames // B, *x.shape[1:])
+        out.append(x.reshape(frames, -1, *tail))
+    return tuple(out)
