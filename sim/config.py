@@ -35,6 +35,11 @@ class ConditionsConfig:
     weather_weights: tuple[float, ...] = (0.6, 0.2, 0.2)
     noise_std: float = 2.0  # sensor noise, 8-bit grey levels
     exposure_jitter: float = 0.15  # per camera and frame, relative gain
+    # per-frame calibration (0 = off: every frame has the rig's cam2ego): pitch and roll of the car
+    # body on its suspension, shared by every camera (the horizon moves), and each camera's own mount
+    # jitter about its three axes; standard deviations in degrees (docs/sim_look.md)
+    body_motion_deg: float = 0.0
+    mount_jitter_deg: float = 0.0
 
     def __post_init__(self):
         _weights(self.time_of_day, self.time_of_day_weights, "conditions.time_of_day_weights")
@@ -42,6 +47,9 @@ class ConditionsConfig:
         _need(0 <= self.noise_std <= 255, "conditions.noise_std", self.noise_std, "give grey levels in [0, 255]")
         _need(0 <= self.exposure_jitter < 1, "conditions.exposure_jitter", self.exposure_jitter,
               "give a relative gain in [0, 1)")
+        for key in ("body_motion_deg", "mount_jitter_deg"):
+            _need(0 <= getattr(self, key) <= 3, f"conditions.{key}", getattr(self, key),
+                  "give a standard deviation in degrees in [0, 3] (0: off)")
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,37 @@ class RoadsideConfig:
 
 
 @dataclass(frozen=True)
+class LayoutMix:
+    """Probability per scene of each road layout (`sim.roads`); they sum to 1."""
+
+    cross: float = 0.4  # 4-way intersections
+    t_junction: float = 0.3  # T-junctions: a side street from one side
+    arterial: float = 0.3  # a multi-lane road narrowing by one lane per direction over a taper
+
+    def __post_init__(self):
+        for f in fields(self):
+            p = getattr(self, f.name)
+            _need(isinstance(p, (int, float)) and 0 <= p <= 1, f"roads.layouts.{f.name}", p,
+                  "a probability lies in [0, 1]")
+        total = sum(getattr(self, f.name) for f in fields(self))
+        _need(abs(total - 1) < 1e-6, "roads.layouts", {f.name: getattr(self, f.name) for f in fields(self)},
+              f"the layout probabilities sum to {total:g}, not 1 (set all three, e.g. "
+              "--set 'roads.layouts={cross: 0, t_junction: 1, arterial: 0}')")
+
+
+@dataclass(frozen=True)
+class RoadsConfig:
+    """The road network's layout mix and the arterial's taper."""
+
+    layouts: LayoutMix = field(default_factory=LayoutMix)
+    taper_length: float = 60.0  # metres over which the arterial loses a lane per direction
+
+    def __post_init__(self):
+        _need(20 <= self.taper_length <= 150 and math.isfinite(self.taper_length), "roads.taper_length",
+              self.taper_length, "give metres from 20 to 150")
+
+
+@dataclass(frozen=True)
 class LookConfig:
     """How the images look. Only detailed_meshes changes labels (the objects' shapes, so their
     masks and boxes); the rest touch the RGB image alone. Every switch off and antialias 1 is
@@ -152,7 +191,8 @@ class SimConfig:
     image_height: int = 0
     frames_per_scene: int = 20
     frame_rate_hz: float = 10.0  # frames per second of sim time (nuScenes keyframes: 2)
-    lanes_per_direction: tuple[int, ...] = (1, 2, 3)
+    lanes_per_direction: tuple[int, ...] = (1, 2, 3)  # the arterial layout takes at least 2 (before its taper)
+    roads: RoadsConfig = field(default_factory=RoadsConfig)
     density: float = 1.0  # scales every count of traffic and roadside (0.5: half as many objects)
     traffic: TrafficConfig = field(default_factory=TrafficConfig)
     roadside: RoadsideConfig = field(default_factory=RoadsideConfig)

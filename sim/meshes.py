@@ -83,11 +83,8 @@ def road_mesh(road: RoadNetwork, rng: np.random.Generator, textures: bool = True
     m_road, m_paint, m_walk = ((material("asphalt", wear), material("paint_marking", wear), material("concrete", rng.uniform()))
                                if textures else (0.0, 0.0, 0.0))
     out = []
-    hw = road.half_width
-    out.append(_strip(road.main.offset(hw).points, road.main.offset(-hw).points, 0.0, 0.0, asphalt, "road", m_road))
-    for it in road.intersections:
-        wc = it.cross_half_width
-        out.append(_strip(it.cross.offset(wc).points, it.cross.offset(-wc).points, 0.0, 0.0, asphalt, "road", m_road))
+    for left, right in road.strips():  # the main road (its taper included), then every street
+        out.append(_strip(left, right, 0.0, 0.0, asphalt, "road", m_road))
     colors = {"solid_white": (0.85, 0.85, 0.85), "dashed_white": (0.85, 0.85, 0.85), "solid_yellow": (0.85, 0.65, 0.1)}
     for m in road.markings:
         for piece in marking_pieces(m):

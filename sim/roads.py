@@ -1,5 +1,14 @@
-"""Procedural road network: a main road of straights and arcs with perpendicular cross
-streets at intersections, lanes, painted markings, crosswalks, stop lines and sidewalks.
+"""Procedural road network: a main road of straights and arcs with perpendicular side streets,
+lanes, painted markings, crosswalks, stop lines and sidewalks, in one of three layouts:
+
+- `cross`: 4-way intersections (a cross street through the main road);
+- `t_junction`: T-junctions (a side street joining from one side; the far side's lane lines, edge
+  line and sidewalk run on across the mouth, a crosswalk and a stop line on the side street);
+- `arterial`: a multi-lane road (at least 2 lanes per direction) that narrows by one lane per
+  direction over a linear taper: forward traffic loses its kerb lane (the dashed line to it ends
+  where the taper starts, the edge line and kerb follow the taper), reverse traffic gains one.
+
+The world is flat (no grade: the dataset's boxes and ego frame are gravity-aligned).
 
 All geometry is 2D in the world frame (x, y; z is up) and seeded; `sim.meshes` turns it into
 triangles and `sim.labels` into lane lines and BEV rasters.
@@ -48,10 +57,12 @@ class Path:
         t = (s - self.s[i]) / max(self.s[i + 1] - self.s[i], 1e-9)
         return self.points[i] * (1 - t) + self.points[i + 1] * t, float(self.heading[i])
 
-    def offset(self, d: float) -> "Path":
-        """The path shifted `d` metres to its left (negative: right)."""
+    def offset(self, d) -> "Path":
+        """The path shifted `d` metres to its left (negative: right); `d` a number or one per
+        sample (M,)."""
         normal = np.stack([-np.sin(self.heading), np.cos(self.heading)], axis=1)
-        return Path(self.points + d * normal)
+        d = np.asarray(d, float)
+        return Path(self.points + (d[:, None] if d.ndim else d) * normal)
 
     def reversed(self) -> "Path":
         return Path(self.points[::-1].copy())
@@ -73,13 +84,29 @@ class Intersection:
     s: float  # arclength on the main centreline
     center: np.ndarray  # (2,)
     heading: float  # main road heading
-    cross: Path  # cross street centreline, from the main road's right to its left
+    cross: Path  # cross street centreline, from the main road's right to its left (CROSS_LENGTH each way)
     cross_lanes: int
     signalized: bool
+    arms: tuple[int, ...] = (-1, 1)  # sides of the main road the street reaches: both, or one (a T-junction)
+    street: Path = field(init=False)  # the drawn street: `cross`, or a T's arm from the main centreline outward
+
+    def __post_init__(self):
+        if self.arms == (-1, 1):
+            self.street = self.cross
+        elif self.arms == (1,):
+            self.street = self.cross.slice(CROSS_LENGTH, 2 * CROSS_LENGTH)
+        elif self.arms == (-1,):
+            self.street = self.cross.slice(0, CROSS_LENGTH).reversed()
+        else:
+            raise ValueError(f"intersection arms {self.arms!r}: give (-1, 1), (-1,) or (1,)")
 
     @property
     def cross_half_width(self) -> float:
         return self.cross_lanes * LANE_WIDTH
+
+    @property
+    def is_t(self) -> bool:
+        return len(self.arms) == 1
 
 
 @dataclass
@@ -94,32 +121,60 @@ class Marking:
 @dataclass
 class RoadNetwork:
     main: Path
-    lanes: int  # per direction on the main road
+    lanes: int  # per direction on the main road where it starts (the arterial has one fewer past its taper)
     intersections: list[Intersection]
     markings: list[Marking]
     stripes: list[np.ndarray]  # crosswalk stripes and stop lines, (4, 2) polygons
     sidewalks: list[tuple[Path, float]]  # (inner edge path, +1 if it extends to the path's left)
+    layout: str = "cross"
+    taper: tuple[float, float] | None = None  # main arclengths where the arterial's narrowing starts and ends
+    hw_profile: np.ndarray = field(init=False)  # (M,) half width of the main road at each sample of `main`
+
+    def __post_init__(self):
+        self.hw_profile = np.full(len(self.main.s), self.lanes * LANE_WIDTH)
+        if self.taper is not None:
+            a, b = self.taper
+            self.hw_profile -= LANE_WIDTH * np.clip((self.main.s - a) / (b - a), 0.0, 1.0)
 
     @property
     def half_width(self) -> float:
+        """Half width where the main road starts (everywhere but past an arterial's taper)."""
         return self.lanes * LANE_WIDTH
 
-    def road_polygons(self) -> list[np.ndarray]:
-        """Drivable surface as polygons (K, 2): the main road strip and every cross street."""
-        polys = [_strip_polygon(self.main, -self.half_width, self.half_width)]
+    def half_width_at(self, s):
+        """Half width of the main road at main arclength(s) `s`."""
+        out = np.interp(s, self.main.s, self.hw_profile)
+        return float(out) if np.ndim(out) == 0 else out
+
+    @property
+    def merge_latest(self) -> float | None:
+        """Main arclength by which a vehicle in the arterial's dropped lane must have begun its
+        merge (a quarter into the taper: up to there the lane still holds a truck clear of the
+        next lane); it waits for a gap there if it has not."""
+        if self.taper is None:
+            return None
+        a, b = self.taper
+        return a + 0.25 * (b - a)
+
+    def strips(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The drivable surface as strips (left edge (M, 2), right edge (M, 2)): the main road,
+        then every street. `sim.meshes` draws them, `surface_z` and `road_polygons` read them."""
+        out = [(self.main.offset(self.hw_profile).points, self.main.offset(-self.hw_profile).points)]
         for it in self.intersections:
-            polys.append(_strip_polygon(it.cross, -it.cross_half_width, it.cross_half_width))
-        return polys
+            wc = it.cross_half_width
+            out.append((it.street.offset(wc).points, it.street.offset(-wc).points))
+        return out
+
+    def road_polygons(self) -> list[np.ndarray]:
+        """Drivable surface as polygons (K, 2): the main road strip and every street."""
+        return [np.concatenate([right, left[::-1]]) for left, right in self.strips()]
 
     def surface_z(self, xy: np.ndarray) -> np.ndarray:
         """(K,) height of the drawn surface under points (K, 2): CURB_HEIGHT on a sidewalk, 0 on
         the road, TERRAIN_Z elsewhere. Tested against the same quads `sim.meshes` draws."""
         xy = np.atleast_2d(np.asarray(xy, float))
         if not hasattr(self, "_surface_quads"):
-            hw = self.half_width
-            road = [strip_quads(self.main.offset(hw).points, self.main.offset(-hw).points)]
-            road += [strip_quads(it.cross.offset(it.cross_half_width).points, it.cross.offset(-it.cross_half_width).points)
-                     for it in self.intersections]
+            road = [strip_quads(left, right) for left, right in self.strips()]
             walk = [strip_quads(inner.points, inner.offset(side * SIDEWALK_WIDTH).points) for inner, side in self.sidewalks]
             self._surface_quads = (np.concatenate(walk), np.concatenate(road))
         walk, road = self._surface_quads
@@ -130,14 +185,27 @@ class RoadNetwork:
 
     def near_road(self, xy: np.ndarray, margin: float) -> np.ndarray:
         """(K,) bool: points within `margin` of any road surface edge (or on it)."""
-        d = _dist_to_path(xy, self.main) - self.half_width
+        d = _dist_to_path(xy, self.main, self.hw_profile)
         for it in self.intersections:
-            d = np.minimum(d, _dist_to_path(xy, it.cross) - it.cross_half_width)
+            d = np.minimum(d, _dist_to_path(xy, it.street, it.cross_half_width))
+        return d < margin
+
+    def on_street(self, xy: np.ndarray, margin: float) -> np.ndarray:
+        """(K,) bool: points on (or within `margin` of) a side or cross street's roadway, the
+        junction mouths included (where the main road's kerb is cut)."""
+        d = np.full(len(xy), np.inf)
+        for it in self.intersections:
+            d = np.minimum(d, _dist_to_path(xy, it.street, it.cross_half_width))
         return d < margin
 
     def lane_path(self, k: int, forward: bool) -> Path:
-        """Centre of lane `k` (0 = next to the centre line is k = lanes-1; 0 = rightmost)."""
-        off = (self.lanes - k - 0.5) * LANE_WIDTH
+        """Centre of lane `k` (0 = rightmost, the kerb lane; lanes-1 next to the centre line).
+        On the arterial, forward lane 0 is the dropped lane: its centre until the kerb squeezes
+        it, then 1.4 m inside the kerb (a vehicle changes lane before: `sim.world`); reverse lane
+        0 is the added one: on lane 1 before the taper, then out into the new lane over it."""
+        off = np.asarray((self.lanes - k - 0.5) * LANE_WIDTH)
+        if k == 0 and self.taper is not None:
+            off = np.minimum(off, self.hw_profile - 1.4) if forward else self.hw_profile - LANE_WIDTH / 2
         return self.main.offset(-off) if forward else self.main.offset(off).reversed()
 
 
@@ -160,15 +228,14 @@ def _in_quads(xy: np.ndarray, quads: np.ndarray) -> np.ndarray:
     return (((c >= 0).all(-1)) | ((c <= 0).all(-1))).any(-1)
 
 
-def _dist_to_path(xy: np.ndarray, path: Path) -> np.ndarray:
+def _dist_to_path(xy: np.ndarray, path: Path, half_width=0.0) -> np.ndarray:
+    """(K,) distance of points (K, 2) from the edge of a strip of `half_width` (a number or per
+    sample) around `path` (negative inside), to the nearest of every 4th sample."""
     pts = path.points[::4]
     d2 = ((xy[:, None, :] - pts[None]) ** 2).sum(-1)
-    return np.sqrt(d2.min(1))
-
-
-def _strip_polygon(path: Path, d0: float, d1: float) -> np.ndarray:
-    a, b = path.offset(d0).points, path.offset(d1).points
-    return np.concatenate([a, b[::-1]])
+    j = d2.argmin(1)
+    hw = np.broadcast_to(np.asarray(half_width, float), (len(path.points),))[::4]
+    return np.sqrt(d2[np.arange(len(xy)), j]) - hw[j]
 
 
 def _centreline(rng: np.random.Generator, length: float) -> tuple[Path, list[tuple[float, float]]]:
@@ -212,11 +279,14 @@ def marking_pieces(m: Marking) -> list[Path]:
     return _dashes(m.path, 3.0, 6.0) if m.type == "dashed_white" else [m.path]
 
 
-def _split(path: Path, gaps: list[tuple[float, float]]) -> list[Path]:
-    """Pieces of `path` outside the arclength intervals `gaps`."""
+def _split(path: Path, gaps: list[tuple[float, float]], s_ref: np.ndarray | None = None) -> list[Path]:
+    """Pieces of `path` outside the arclength intervals `gaps`, measured along `s_ref` (M,) (the
+    main centreline's arclength for a path offset from it: an offset path is shorter or longer
+    round an arc) or the path's own."""
+    s_ref = path.s if s_ref is None else s_ref
     keep = np.ones(len(path.s), bool)
     for a, b in gaps:
-        keep &= ~((path.s > a) & (path.s < b))
+        keep &= ~((s_ref > a) & (s_ref < b))
     pieces, start = [], None
     for i, k in enumerate(np.append(keep, False)):
         if k and start is None:
@@ -234,8 +304,22 @@ def _rect(center: np.ndarray, heading: float, length: float, width: float) -> np
     return np.stack([center + d * l2 + n * w2, center - d * l2 + n * w2, center - d * l2 - n * w2, center + d * l2 - n * w2])
 
 
-def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420.0) -> RoadNetwork:
+LAYOUTS = ("cross", "t_junction", "arterial")
+
+
+def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420.0, layout: str = "cross",
+                       taper_length: float = 60.0) -> RoadNetwork:
+    """The road network of one scene. `lanes` per direction (the arterial has at least 2 before its
+    taper); `layout` one of LAYOUTS. The cross layout draws from `rng` exactly as it always did."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"road layout {layout!r}: give one of {list(LAYOUTS)}")
+    taper = None
+    if layout == "arterial":
+        lanes = max(lanes, 2)
     main, straights = _centreline(rng, length)
+    if layout == "arterial":  # ahead of the ego's start (45 m), within the labels' 60 m range
+        s_a = float(rng.uniform(75.0, 95.0))
+        taper = (s_a, s_a + taper_length)
     hw = lanes * LANE_WIDTH
     intersections: list[Intersection] = []
     for j, (a, b) in enumerate(straights):
@@ -248,37 +332,57 @@ def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420
         c, h = main.at(s)
         n = _dir(h + np.pi / 2)
         cross = Path(c + np.linspace(-CROSS_LENGTH, CROSS_LENGTH, int(2 * CROSS_LENGTH / DS) + 1)[:, None] * n)
-        intersections.append(Intersection(s, c, h, cross, 1, bool(rng.random() < 0.7)))
+        signalized = bool(rng.random() < 0.7)
+        if taper is not None and taper[0] - 40.0 < s < taper[1] + 30.0:
+            continue  # no junction in or next to the arterial's taper
+        arms = (-1, 1) if layout != "t_junction" else (int(rng.choice([-1, 1])),)
+        intersections.append(Intersection(s, c, h, cross, 1, signalized, arms))
+    road = RoadNetwork(main, lanes, intersections, [], [], [], layout, taper)
+    hwp = road.hw_profile
 
     gaps = [(it.s - it.cross_half_width - 5.0, it.s + it.cross_half_width + 5.0) for it in intersections]
-    markings: list[Marking] = []
-    stripes: list[np.ndarray] = []
+    markings, stripes, sidewalks = road.markings, road.stripes, road.sidewalks
     lane_id = 0
 
-    def add(path: Path, typ: str, cut: list[tuple[float, float]]):
+    def add(path: Path, typ: str, cut: list[tuple[float, float]], s_ref: np.ndarray | None = None):
         nonlocal lane_id
-        for piece in _split(path, cut):
+        for piece in _split(path, cut, s_ref):
+            if typ == "dashed_white":  # the line ends with its last whole dash, not a gap or a stub
+                whole = [d for d in _dashes(piece, 3.0, 6.0) if d.length > 2.5]
+                if not whole:
+                    continue
+                end = np.flatnonzero(np.all(piece.points == whole[-1].points[-1], axis=1))[0]
+                piece = Path(piece.points[:end + 1])
             markings.append(Marking(piece, typ, lane_id))
             lane_id += 1
 
     for side in (-1, 1):
-        add(main.offset(side * 0.15), "solid_yellow", gaps)
+        # a T's lane lines, edge line and kerb run on across the junction on the side it has no arm
+        side_cut = [g for g, it in zip(gaps, intersections) if side in it.arms]
+        add(main.offset(side * 0.15), "solid_yellow", gaps, main.s)
         for k in range(1, lanes):
-            add(main.offset(side * k * LANE_WIDTH), "dashed_white", gaps)
-        add(main.offset(side * (hw - 0.3)), "solid_white", gaps)
-    sidewalks: list[tuple[Path, float]] = []
+            # the dashed line to the arterial's dropped (added) kerb lane ends where the taper starts
+            ends = [(taper[0], np.inf)] if taper is not None and k == lanes - 1 else []
+            add(main.offset(side * k * LANE_WIDTH), "dashed_white", side_cut + ends, main.s)
+        add(main.offset(side * (hwp - 0.3)), "solid_white", side_cut, main.s)
     side_gaps = [(it.s - it.cross_half_width, it.s + it.cross_half_width) for it in intersections]
     for side in (-1, 1):
-        for piece in _split(main.offset(side * hw), side_gaps):
+        for piece in _split(main.offset(side * hwp), [g for g, it in zip(side_gaps, intersections) if side in it.arms],
+                            main.s):
             sidewalks.append((piece, side))
 
     for it in intersections:
         wc = it.cross_half_width
-        t_cut = [(CROSS_LENGTH - hw - 5.0, CROSS_LENGTH + hw + 5.0)]
+        if it.is_t:  # the street runs from the main centreline out: its lines start past the crosswalk
+            t_cut = [(-1.0, hw + 5.0)]
+            walk_cut = [(-1.0, hw + SIDEWALK_WIDTH)]
+        else:
+            t_cut = [(CROSS_LENGTH - hw - 5.0, CROSS_LENGTH + hw + 5.0)]
+            walk_cut = [(CROSS_LENGTH - hw - SIDEWALK_WIDTH, CROSS_LENGTH + hw + SIDEWALK_WIDTH)]
         for side in (-1, 1):
-            add(it.cross.offset(side * 0.15), "solid_yellow", t_cut)
-            add(it.cross.offset(side * (wc - 0.3)), "solid_white", t_cut)
-            for piece in _split(it.cross.offset(side * wc), [(CROSS_LENGTH - hw - SIDEWALK_WIDTH, CROSS_LENGTH + hw + SIDEWALK_WIDTH)]):
+            add(it.street.offset(side * 0.15), "solid_yellow", t_cut)
+            add(it.street.offset(side * (wc - 0.3)), "solid_white", t_cut)
+            for piece in _split(it.street.offset(side * wc), walk_cut):
                 sidewalks.append((piece, side))
             # crosswalk across the main road on both sides of the cross street
             s_cw = it.s + side * (wc + 2.5)
@@ -286,7 +390,18 @@ def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420
             n = _dir(h + np.pi / 2)
             for t in np.arange(-hw + 0.6, hw - 0.3, 1.2):
                 stripes.append(_rect(c + n * t, h, 3.0, 0.6))
-            # stop line before the crosswalk for the lanes approaching it
-            c2, _ = main.at(it.s + side * (wc + 5.0))
-            stripes.append(_rect(c2 + side * n * hw / 2, h, 0.4, hw))
-    return RoadNetwork(main, lanes, intersections, markings, stripes, sidewalks)
+            # stop line before the crosswalk for the lanes approaching it (a T's main road stops
+            # only at a signal: it has the right of way)
+            if not it.is_t or it.signalized:
+                c2, _ = main.at(it.s + side * (wc + 5.0))
+                stripes.append(_rect(c2 + side * n * hw / 2, h, 0.4, hw))
+        if it.is_t:
+            # a crosswalk across the side street's mouth where the main road's sidewalk meets it,
+            # and the side street's stop line before it, across its inbound lane (to the street's left)
+            c, h = it.street.at(hw + SIDEWALK_WIDTH / 2)
+            n = _dir(h + np.pi / 2)
+            for t in np.arange(-wc + 0.6, wc - 0.3, 1.2):
+                stripes.append(_rect(c + n * t, h, SIDEWALK_WIDTH, 0.6))
+            c, h = it.street.at(hw + SIDEWALK_WIDTH + 1.0)
+            stripes.append(_rect(c + n * wc / 2, h, 0.4, wc))
+    return road
