@@ -13,13 +13,14 @@ import numpy as np
 from sim.agents import (CLASS_SIZES, Agent, Part, body_bounds, idm_acceleration, leader_gap, leader_gaps, make_body,
                         safe_speed)
 from sim.config import SimConfig
-from sim.roads import LANE_WIDTH, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network
+from sim.roads import CROSS_LENGTH, LANE_WIDTH, LAYOUTS, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network
 from sim.shapes import material
 
 SIGN_CLASSES = ("stop", "yield", "speed_limit", "no_entry", "pedestrian_crossing")
 LIGHT_STATES = ("red", "yellow", "green")
 SIGNAL_CYCLE = 24.0  # s: main green 10, yellow 3, red 11 (cross green 8, yellow 3)
 EGO_START_S = 45.0
+MERGE_WINDOW = 20.0  # m before the arterial's taper where a vehicle in the dropped lane starts looking for a gap
 SIGN_BACK = (0.45, 0.45, 0.46)  # galvanised grey of a sign plate's back
 
 
@@ -99,12 +100,15 @@ class World:
     """One scene. Attributes: road, props, agents, ego, conditions, t."""
 
     def __init__(self, cfg: SimConfig, seed: int):
-        self.cfg = cfg
+        self.cfg, self.seed = cfg, seed
         self.rng = rng = np.random.default_rng(seed)
         self.t = 0.0
         self._next_id = 1
         lanes = int(rng.choice(cfg.lanes_per_direction))
-        self.road: RoadNetwork = build_road_network(rng, lanes)
+        self.layout = draw_layout(cfg, seed)
+        self.road: RoadNetwork = build_road_network(rng, lanes, layout=self.layout,
+                                                    taper_length=cfg.roads.taper_length)
+        self._merge_end: dict[int, float] = {}  # track id -> path s by which it must begin merging (arterial)
         self.conditions = self._sample_conditions()
         self.signal_offsets = rng.uniform(0, SIGNAL_CYCLE, len(self.road.intersections))
         self.props: list[Prop] = []
@@ -115,6 +119,7 @@ class World:
         self.ego = Agent(0, "car", self._body("car"), self.road.lane_path(0, True), EGO_START_S,
                          speed=rng.uniform(5, 10), desired_speed=rng.uniform(8, 13))
         self._attach_stops(self.ego)
+        self._plan_merge(self.ego, 0, True)
         self._place_traffic()
         self._cleared: set = set()
         self._place_rare()
@@ -153,20 +158,25 @@ class World:
     def _place_buildings_and_vegetation(self):
         rng, road = self.rng, self.road
         detail, tex = self.cfg.look.detailed_meshes, self.cfg.look.textures
-        edges = [(road.main, road.half_width)] + [(it.cross, it.cross_half_width) for it in road.intersections]
-        for path, hw in edges:
+        edges = [(road.main, None)] + [(it.street, it.cross_half_width) for it in road.intersections]
+        for path, width in edges:
             for side in (-1, 1):
                 s = rng.uniform(0, 10)
                 while s < path.length:
                     c, h = path.at(s)
+                    hw = road.half_width_at(s) if width is None else width
                     n = np.array([-np.sin(h), np.cos(h)]) * side
                     kind = rng.random()
                     if kind < 0.55:
                         L, D, H = rng.uniform(8, 22), rng.uniform(8, 16), rng.uniform(5, 28)
                         setback = hw + SIDEWALK_WIDTH + rng.uniform(2, 8) + D / 2
                         p = c + n * setback
-                        corners = p + np.array([[a * L / 2, b * D / 2] for a in (-1, 1) for b in (-1, 1)]) @ np.array(
-                            [[np.cos(h), np.sin(h)], [-np.sin(h), np.cos(h)]])
+                        # its outline every ~2 m (corners alone would let a long building straddle a street)
+                        u = np.linspace(-1, 1, int(L / 2) + 2)
+                        v = np.linspace(-1, 1, int(D / 2) + 2)
+                        outline = np.concatenate([np.stack([u * L / 2, np.full_like(u, b * D / 2)], 1) for b in (-1, 1)] +
+                                                 [np.stack([np.full_like(v, a * L / 2), v * D / 2], 1) for a in (-1, 1)])
+                        corners = p + outline @ np.array([[np.cos(h), np.sin(h)], [-np.sin(h), np.cos(h)]])
                         if self._free(corners, SIDEWALK_WIDTH + 1.0):
                             color = rng.uniform(0.35, 0.75) * np.array([1.0, rng.uniform(0.85, 1.0), rng.uniform(0.7, 0.95)])
                             style = (L * 7.31 + H * 3.73) % 1.0  # window pattern, without a draw from rng
@@ -190,6 +200,7 @@ class World:
             # street lights along the sidewalk's outer edge
             for s in np.arange(rng.uniform(0, 30), path.length, 30.0):
                 c, h = path.at(s)
+                hw = road.half_width_at(s) if width is None else width
                 side = 1 if int(s / 30) % 2 else -1
                 p = c + np.array([-np.sin(h), np.cos(h)]) * side * (hw + SIDEWALK_WIDTH - 0.4)
                 if self._free(p, SIDEWALK_WIDTH - 0.6):
@@ -206,15 +217,15 @@ class World:
 
     def _place_signs_and_lights(self):
         rng, road = self.rng, self.road
-        hw = road.half_width
         for fwd in (True, False):
             path = road.main if fwd else road.main.reversed()
             for s in np.arange(rng.uniform(10, 40), path.length, rng.uniform(45, 80)):
                 cls = str(rng.choice(["speed_limit", "speed_limit", "no_entry", "yield"]))
                 if not any(abs(path.nearest_s(it.center) - s) < it.cross_half_width + 12 for it in road.intersections):
-                    self._add_sign(cls, path, s, hw + 0.6)
+                    self._add_sign(cls, path, s, road.half_width_at(s if fwd else path.length - s) + 0.6)
         for k, it in enumerate(road.intersections):
             wc = it.cross_half_width
+            hw = road.half_width_at(it.s)
             for fwd in (True, False):
                 path = road.main if fwd else road.main.reversed()
                 s_it = path.nearest_s(it.center)
@@ -227,6 +238,8 @@ class World:
                     self.lights.append((light, k, "main"))
                 self._add_sign("pedestrian_crossing", path, s_it - wc - 8.0, hw + 0.9)
             for fwd in (True, False):
+                if it.is_t and fwd != (it.arms == (-1,)):
+                    continue  # a T's side street has one approach: towards the main road
                 cross = it.cross if fwd else it.cross.reversed()
                 t_it = cross.length / 2
                 if it.signalized:
@@ -238,10 +251,13 @@ class World:
                 else:
                     self._add_sign(str(rng.choice(["stop", "stop", "yield"])), cross, t_it - hw - 4.0, wc + 0.7)
 
-    def _attach_stops(self, a: Agent):
-        """Stop lines on `a.path`: the point before each intersection it drives through."""
+    def _attach_stops(self, a: Agent, exclude: tuple[int, ...] = ()):
+        """Stop lines on `a.path`: the point before each intersection it drives through (but those
+        in `exclude`)."""
         hw = self.road.half_width
         for k, it in enumerate(self.road.intersections):
+            if k in exclude:
+                continue
             s_c = a.path.nearest_s(it.center)
             if np.linalg.norm(a.path.at(s_c)[0] - it.center) > hw + 1.0:
                 continue
@@ -255,6 +271,19 @@ class World:
         a = Agent(self.new_id(), cls, self._body(cls), path, s, speed, speed * self.rng.uniform(0.9, 1.3))
         self._attach_stops(a)
         return a
+
+    def _lane_ok(self, k: int, fwd: bool, path: Path, s: float) -> bool:
+        """Whether lane `k` exists at `s` on its path: the arterial's dropped lane only up to where
+        its vehicles must have begun merging, less a margin."""
+        if k != 0 or not fwd or self.road.taper is None:
+            return True
+        return s < path.s[np.searchsorted(self.road.main.s, self.road.merge_latest)] - 15.0
+
+    def _plan_merge(self, a: Agent, k: int, fwd: bool) -> None:
+        """A vehicle in the arterial's dropped lane (forward lane 0): it must begin its lane change
+        by `merge_latest` (it stops there and waits for a gap if it has not)."""
+        if k == 0 and fwd and self.road.taper is not None:
+            self._merge_end[a.track_id] = float(a.path.s[np.searchsorted(self.road.main.s, self.road.merge_latest)])
 
     def _lane_free(self, path: Path, s: float, gap: float) -> bool:
         xy, _ = path.at(s)
@@ -276,10 +305,17 @@ class World:
             s = ego_s + rng.uniform(-50, 110) * (1 if fwd else -1)
             u = rng.random()
             cls = "truck" if u < tc.truck_share else "bus" if u < tc.truck_share + tc.bus_share else "car"
-            if 0 < s < path.length and self._lane_free(path, s, 9.0 if cls == "car" else 15.0):
-                self.agents.append(self._vehicle(cls, path, s, rng.uniform(4, 12)))
-        for it in road.intersections:
+            if 0 < s < path.length and self._lane_ok(k, fwd, path, s) and self._lane_free(path, s, 9.0 if cls == "car" else 15.0):
+                a = self._vehicle(cls, path, s, rng.uniform(4, 12))
+                self.agents.append(a)
+                self._plan_merge(a, k, fwd)
+                if road.layout == "t_junction" and k == 0 and rng.random() < 0.35:
+                    self._turn_into_street(a, fwd)
+        for j, it in enumerate(road.intersections):
             if abs(road.main.nearest_s(it.center) - EGO_START_S) > 160:
+                continue
+            if it.is_t:
+                self._place_side_street_traffic(j, it)
                 continue
             for _ in range(self._n(int(rng.integers(1, 4)))):
                 fwd = bool(rng.random() < 0.5)
@@ -291,7 +327,7 @@ class World:
                 if self._lane_free(lane, s, 9.0):
                     self.agents.append(self._vehicle("car", lane, s, rng.uniform(3, 9)))
         for _ in range(self._n(tc.cyclists)):
-            path = road.main.offset(-(road.half_width - 0.9))
+            path = road.main.offset(-(road.hw_profile - 0.9))
             s = road.main.nearest_s(self.ego.pos) + rng.uniform(-20, 80)
             if self._lane_free(path, s, 5.0):
                 a = Agent(self.new_id(), "cyclist", self._body("cyclist"), path, s, rng.uniform(3, 6), rng.uniform(4, 6.5),
@@ -311,7 +347,7 @@ class World:
             speed = 0.0 if rng.random() < tc.standing_share else rng.uniform(0.9, 1.6)
             back, s0 = rng.random() < 0.5, rng.uniform(-40, 70)
             for dd, ds in ((d, 0.0), (d + 0.8 if d < 1.5 else d - 0.8, rng.uniform(-0.6, 0.6)))[:1 + pair]:
-                path = road.main.offset(side * (road.half_width + dd))  # a companion walks 0.8 m beside
+                path = road.main.offset(side * (road.hw_profile + dd))  # a companion walks 0.8 m beside
                 path = path.reversed() if back else path
                 s = path.nearest_s(self.ego.pos) + s0 + ds
                 if 0 < s < path.length:
@@ -319,12 +355,50 @@ class World:
                                              0.0, follows_traffic=False))
                     placed += 1
 
+    def _turn_into_street(self, a: Agent, fwd: bool) -> None:
+        """`a` (in the kerb lane) turns right into the side street of the first T-junction ahead
+        that joins from its right, if there is room before it."""
+        road = self.road
+        for it in road.intersections:
+            if not it.is_t or it.arms != ((-1,) if fwd else (1,)):
+                continue
+            s_it = a.path.nearest_s(it.center)
+            s_turn = s_it - it.cross_half_width - 1.0
+            if s_turn < a.s + 15.0:
+                continue
+            a.path = _turn_onto(a.path, s_turn, it.street.offset(-LANE_WIDTH / 2))
+            a.stops = []
+            self._attach_stops(a)
+            return
+
+    def _place_side_street_traffic(self, k: int, it) -> None:
+        """Cars on a T's side street coming up to the main road (stop line, sign or signal), each
+        turning right or left onto it."""
+        rng, road = self.rng, self.road
+        hw = road.half_width_at(it.s)
+        cross_in = it.cross if it.arms == (-1,) else it.cross.reversed()  # towards the main road
+        lane = cross_in.offset(-LANE_WIDTH / 2)
+        stop = CROSS_LENGTH - (hw + SIDEWALK_WIDTH + 1.0)  # the stop line, before the mouth's crosswalk
+        for _ in range(self._n(int(rng.integers(2, 5)))):  # all of a T's side traffic comes from one side
+            s = CROSS_LENGTH - hw - rng.uniform(8, 45)
+            right = bool(rng.random() < 0.5)
+            h_out = cross_in.heading[0] + (-np.pi / 2 if right else np.pi / 2)
+            main_fwd = bool(np.cos(h_out - it.heading) > 0)
+            target = road.lane_path(0 if right else road.lanes - 1, main_fwd)
+            path = _turn_onto(lane, CROSS_LENGTH - hw - 1.0, target)
+            speed = rng.uniform(3, 9)
+            if self._lane_free(path, s, 9.0):
+                a = Agent(self.new_id(), "car", self._body("car"), path, s, speed, speed * rng.uniform(0.9, 1.3))
+                self._attach_stops(a, exclude=(k,))
+                a.stops = sorted([(stop, k, "cross")] + a.stops)
+                self.agents.append(a)
+
     def _crossing_pedestrian(self, s_main: float, start: float) -> Agent:
         """A pedestrian walking across the main road at `s_main`, `start` metres before the kerb."""
         rng, road = self.rng, self.road
         c, h = road.main.at(s_main)
         n = np.array([-np.sin(h), np.cos(h)]) * rng.choice([-1, 1])
-        w = road.half_width + 1.5
+        w = road.half_width_at(s_main) + 1.5
         pts = c + np.linspace(-w, w, int(2 * w / 0.5) + 1)[:, None] * n
         d = np.array([np.cos(h), np.sin(h)])
         pts = np.concatenate([pts, pts[-1] + np.arange(1, 60)[:, None] * 0.5 * d])
@@ -343,17 +417,22 @@ class World:
                 self._static("traffic_cone", xy + np.array([-np.sin(h), np.cos(h)]) * off, h)
         if "debris_on_road" in rare:
             for _ in range(int(rng.integers(1, 4))):
-                xy, h = road.main.at(ego_s + rng.uniform(20, 50))
-                off = rng.uniform(-road.half_width + 0.5, road.half_width - 0.5)
+                s_d = ego_s + rng.uniform(20, 50)
+                xy, h = road.main.at(s_d)
+                off = rng.uniform(-road.half_width_at(s_d) + 0.5, road.half_width_at(s_d) - 0.5)
                 self._static("debris", xy + np.array([-np.sin(h), np.cos(h)]) * off, rng.uniform(0, np.pi))
         if "night_pedestrian_crossing" in rare:
             s = ego_s + rng.uniform(18, 28)
             self.agents.append(self._crossing_pedestrian(s, rng.uniform(-1.0, 2.0)))
         if "unusual_vehicle" in rare:
             fwd = bool(rng.random() < 0.5)
-            path = road.lane_path(int(rng.integers(road.lanes)), fwd)
+            k = int(rng.integers(road.lanes))
+            path = road.lane_path(k, fwd)
             s = path.nearest_s(self.ego.pos) + (rng.uniform(20, 40) if fwd else -rng.uniform(20, 40))
-            self.agents.append(self._vehicle("construction_vehicle", path, s, rng.uniform(2, 5)))
+            a = self._vehicle("construction_vehicle", path, s, rng.uniform(2, 5))
+            if self._lane_ok(k, fwd, path, s):
+                self.agents.append(a)
+                self._plan_merge(a, k, fwd)
 
     def _static(self, cls: str, xy: np.ndarray, heading: float, attributes: dict | None = None,
                 check: bool = False, margin: float = 0.3, parts: list | None = None) -> Agent | None:
@@ -395,21 +474,29 @@ class World:
             k, fwd = int(rng.integers(road.lanes)), bool(rng.random() < 0.55)
             path = road.lane_path(k, fwd)
             s = path.nearest_s(self.ego.pos) + rng.uniform(-40, 90) * (1 if fwd else -1)
-            if 0 < s < path.length and self._lane_free(path, s, 8.0):
+            if 0 < s < path.length and self._lane_ok(k, fwd, path, s) and self._lane_free(path, s, 8.0):
                 a = self._vehicle("motorcycle", path, s, rng.uniform(5, 12))
                 a.attributes["has_rider"] = True
                 self.agents.append(a)
+                self._plan_merge(a, k, fwd)
                 placed += 1
 
     def _place_roadside(self):
         """Parked vehicles and trailers beside the sidewalks; barriers and cones along kerbs."""
         rng, road, rc = self.rng, self.road, self.cfg.roadside
-        hw, main = road.half_width, road.main
+        main = road.main
         ego_s = main.nearest_s(self.ego.pos)
 
         def spot(s: float, side: int, offset: float) -> tuple[np.ndarray, float]:
+            """`offset` metres beyond the main road's edge at `s` (its half width there added)."""
             c, h = main.at(s)
-            return c + np.array([-np.sin(h), np.cos(h)]) * side * offset, h
+            return c + np.array([-np.sin(h), np.cos(h)]) * side * (road.half_width_at(s) + offset), h
+
+        def off_street(cls: str, xy: np.ndarray, h: float, parts: list, margin: float = 0.3) -> bool:
+            """Not in a side street's mouth (where the main road's kerb is cut), nor within
+            `margin` of its roadway."""
+            c, size = body_bounds(parts)
+            return not road.on_street(_footprint(xy, h, c, size, 0.0), margin).any()
 
         left = self._n(rc.parked_vehicles)
         while left > 0:  # rows of up to parked_row vehicles end to end, beside the sidewalk
@@ -422,8 +509,9 @@ class World:
                 length = body_bounds(parts)[1][0]
                 flip = np.pi if rng.random() < 0.5 else 0.0
                 for _ in range(6):  # a tree or pole in the way: move up the kerb
-                    xy, h = spot(s + length / 2, side, hw + SIDEWALK_WIDTH + 0.8 + CLASS_SIZES[cls][1][1] / 2)
-                    if self._static(cls, xy, h + flip, {"parked": True}, check=True, parts=parts) is not None:
+                    xy, h = spot(s + length / 2, side, SIDEWALK_WIDTH + 0.8 + CLASS_SIZES[cls][1][1] / 2)
+                    if off_street(cls, xy, h, parts, SIDEWALK_WIDTH + 0.3) and \
+                            self._static(cls, xy, h + flip, {"parked": True}, check=True, parts=parts) is not None:
                         break
                     s += 2.0
                 s += length + rng.uniform(0.8, 2.5)
@@ -435,18 +523,21 @@ class World:
                 cls = "traffic_cone" if i == 0 else "barrier"
                 parts = self._body(cls)
                 length = body_bounds(parts)[1][0]
-                xy, h = spot(s + length / 2, side, hw + 0.35)
-                if self._static(cls, xy, h, check=True, margin=0.05, parts=parts) is None:
+                xy, h = spot(s + length / 2, side, 0.35)
+                if not off_street(cls, xy, h, parts) or \
+                        self._static(cls, xy, h, check=True, margin=0.05, parts=parts) is None:
                     break
                 s += length + (0.25 if cls == "barrier" and i < n else 1.0)
         for _ in range(self._n(rc.cone_groups)):
             side, s = int(rng.choice([-1, 1])), ego_s + rng.uniform(-20, 100)
             for i in range(int(rng.integers(2, 5))):
-                xy, h = spot(s + 1.5 * i, side, hw + 0.3)
-                self._static("traffic_cone", xy, h, check=True)
+                xy, h = spot(s + 1.5 * i, side, 0.3)
+                if not road.on_street(xy[None], 0.5).any():
+                    self._static("traffic_cone", xy, h, check=True)
 
     def _settle_speeds(self):
         """Cap initial speeds so nobody starts closer to a leader or a red light than it can stop."""
+        self._update_occupants()
         everyone = self.agents + [self.ego]
         for a in everyone:
             if a.path is not None and a.follows_traffic:
@@ -464,6 +555,96 @@ class World:
         return signal_state(self.t, self.signal_offsets[k], approach)
 
     def _stop_gap(self, a: Agent) -> float:
+        """Distance to the first stop line `a` must respect (or to where it must have begun its
+        merge, on the arterial's dropped lane), or inf."""
+        end = self._merge_end.get(a.track_id)
+        gap = self._signal_gap(a)
+        return gap if end is None else min(gap, max(end - a.s - a.box_size[0] / 2, 0.0))
+
+    def _update_occupants(self) -> None:
+        """The road users inside each intersection's box now (what `_crossed_by` reads)."""
+        movers = [o for o in self.agents + [self.ego] if o.path is not None and o.follows_traffic]
+        self._occupants = []
+        P = np.array([o.pos for o in movers]).reshape(-1, 2)
+        for it in self.road.intersections:
+            d = np.array([np.cos(it.heading), np.sin(it.heading)])
+            rel = P - it.center
+            along, lat = rel @ d, rel @ np.array([-d[1], d[0]])
+            inside = (np.abs(along) < it.cross_half_width + 2.0) & (np.abs(lat) < self.road.half_width_at(it.s) + 2.0)
+            self._occupants.append([movers[i] for i in np.flatnonzero(inside)])
+
+    def _crossed_by(self, k: int, me: Agent) -> bool:
+        """Whether a road user crossing `me`'s way (heading more than 45 degrees off) is inside
+        intersection `k`: `me` waits at its line rather than drive into it."""
+        return any(o is not me and abs(np.cos(o.heading - me.heading)) < 0.7 for o in self._occupants[k])
+
+    def _junction_clear(self, k: int, me: Agent) -> bool:
+        """Whether a car waiting at intersection `k`'s stop sign may go: no road user inside the
+        junction and none on the main road reaching it within ~5 s."""
+        it = self.road.intersections[k]
+        hw, wc = self.road.half_width_at(it.s), it.cross_half_width
+        d = np.array([np.cos(it.heading), np.sin(it.heading)])
+        n = np.array([-d[1], d[0]])
+        for o in self.agents + [self.ego]:
+            if o is me or o.path is None or not o.follows_traffic:
+                continue
+            rel = o.pos - it.center
+            along, lat = float(rel @ d), float(rel @ n)
+            if abs(along) < wc + 1.5 and abs(lat) < hw + 1.5:
+                return False  # in the junction
+            c = np.cos(o.heading - it.heading)
+            if abs(lat) < hw + 0.5 and abs(c) > 0.7:
+                ahead = -along * np.sign(c) - o.box_size[0] / 2  # its front's distance to the junction's centre
+                if -wc - 2.0 < ahead < wc + 8.0 + 5.0 * o.speed:
+                    return False
+        return True
+
+    def _merge_gap_ok(self, a: Agent, c: np.ndarray, h: float, target: float, everyone: list[Agent]) -> bool:
+        """Whether the lane at lateral offset `target` from the main centreline (at `c`, heading
+        `h`) has room for `a` to change into: its leader there far enough ahead, its follower far
+        enough behind for its speed (a gap-acceptance rule)."""
+        d = np.array([np.cos(h), np.sin(h)])
+        n = np.array([-d[1], d[0]])
+        for o in everyone:
+            if o is a or o.path is None or not o.follows_traffic or np.cos(o.heading - h) < 0.5:
+                continue
+            rel = o.pos - c
+            along, lat = float(rel @ d), float(rel @ n)
+            if abs(along) > 80 or abs(lat - target) > LANE_WIDTH / 2 + 0.8:
+                continue
+            gap = abs(along) - (a.box_size[0] + o.box_size[0]) / 2
+            need = 3.0 + 0.8 * a.speed if along >= 0 else 4.0 + 1.5 * o.speed + 2.0 * max(o.speed - a.speed, 0.0)
+            if gap < need:
+                return False
+        return True
+
+    def _try_merge(self, a: Agent, everyone: list[Agent]) -> None:
+        """A vehicle in the arterial's dropped lane changes into the next lane once it is near
+        the taper and there is a gap: a new path from where it is, blending over 10-30 m (by its
+        speed) into lane 1, finished before the taper ends and never past the kerb."""
+        road, main = self.road, self.road.main
+        s_a, s_b = road.taper
+        ms = main.nearest_s(a.pos)
+        if ms < s_a - MERGE_WINDOW:
+            return
+        c, h = main.at(ms)
+        target = -(road.lanes - 1.5) * LANE_WIDTH
+        if not self._merge_gap_ok(a, c, h, target, everyone):
+            return
+        now = float((a.pos - c) @ np.array([-np.sin(h), np.cos(h)]))
+        length = min(float(np.clip(8.0 + 2.0 * a.speed, 10.0, 30.0)), max(s_b - 2.0 - ms, 8.0))
+        i = int(np.searchsorted(main.s, ms, side="right"))
+        u = np.clip((main.s[i:] - ms) / length, 0.0, 1.0)
+        off = np.maximum(now + (target - now) * u * u * (3 - 2 * u), -(road.hw_profile[i:] - 1.4))
+        normal = np.stack([-np.sin(main.heading[i:]), np.cos(main.heading[i:])], 1)
+        a.path, a.s = Path(np.concatenate([a.pos[None], main.points[i:] + off[:, None] * normal])), 0.0
+        self._cleared = {key for key in self._cleared if key[0] != id(a)}
+        a.stops = []
+        self._attach_stops(a)
+        del self._merge_end[a.track_id]
+        a.update_pose(animate_parts=False)
+
+    def _signal_gap(self, a: Agent) -> float:
         """Distance to the first stop line `a` must respect, or inf."""
         for i, (s_stop, k, approach) in enumerate(a.stops):
             d = s_stop - a.s - a.box_size[0] / 2
@@ -473,12 +654,18 @@ class World:
             if it.signalized:
                 state = self.signal(k, approach)
                 if state == "green" or (state == "yellow" and d < a.speed ** 2 / 6.0):
+                    if d >= 0.0 and self._crossed_by(k, a):
+                        return d  # a green light, but someone still crossing in the junction
                     continue
                 return max(d, 0.0)
+            if approach == "main":  # the right of way, unless someone is still crossing
+                if d >= 0.0 and self._crossed_by(k, a):
+                    return d
+                continue
             if approach == "cross":
-                if a.speed < 0.3 and d < 1.0:
+                if a.speed < 0.3 and d < 2.5:  # IDM stops s0 = 2 m short of the line
                     a.waited += 0.05
-                    if a.waited > 1.5:
+                    if a.waited > 1.5 and self._junction_clear(k, a):
                         self._cleared.add((id(a), i))
                         a.waited = 0.0
                         continue
@@ -490,7 +677,11 @@ class World:
         movers = [a for a in self.agents + [self.ego] if a.path is not None]
         everyone = self.agents + [self.ego]
         drivers = [a for a in movers if a.follows_traffic]
+        for a in drivers:
+            if a.track_id in self._merge_end:
+                self._try_merge(a, everyone)
         for k in range(substeps):
+            self._update_occupants()
             acc = {}
             for a, gap, v_lead in zip(drivers, *leader_gaps(drivers, everyone)):
                 stop = self._stop_gap(a)
@@ -524,6 +715,31 @@ def _polygons_overlap(a: np.ndarray, b: np.ndarray) -> bool:
             if pa.max() < pb.min() or pb.max() < pa.min():
                 return False
     return True
+
+
+def draw_layout(cfg: SimConfig, seed: int) -> str:
+    """The road layout of scene `seed`, from its own stream (so the rest of the world draws as
+    it did before layouts existed)."""
+    mix = cfg.roads.layouts
+    p = np.array([getattr(mix, name) for name in LAYOUTS])
+    return str(np.random.default_rng([abs(int(seed)), 14]).choice(LAYOUTS, p=p / p.sum()))
+
+
+def _turn_onto(lane: Path, s_turn: float, target: Path, keep: float = 150.0) -> Path:
+    """`lane` up to `s_turn`, then a quadratic Bezier onto `target` (a lane it meets at an angle),
+    symmetric about the corner where their tangents cross, then `keep` metres of `target`."""
+    head = lane.slice(0, s_turn)
+    p0, h_in = head.points[-1], head.heading[-1]
+    q, h_out = target.at(target.nearest_s(p0))
+    A = np.array([[np.cos(h_in), -np.cos(h_out)], [np.sin(h_in), -np.sin(h_out)]])
+    t = np.linalg.solve(A, q - p0)
+    p1 = p0 + t[0] * np.array([np.cos(h_in), np.sin(h_in)])  # the corner
+    s_join = target.nearest_s(p1) + abs(t[0])
+    tail = target.slice(s_join, s_join + keep)
+    p2 = tail.points[0]
+    u = np.linspace(0, 1, 24)[1:-1, None]
+    curve = (1 - u) ** 2 * p0 + 2 * (1 - u) * u * p1 + u ** 2 * p2
+    return Path(np.concatenate([head.points, curve, tail.points]))
 
 
 def _right_turn(lane: Path, s_turn: float, road: RoadNetwork, it, fwd: bool) -> Path:

@@ -32,7 +32,7 @@ def _near(cfg: SimConfig, seeds=SEEDS, radius: float = 50.0) -> Counter:
 def test_density_scales_every_count():
     none = _near(SimConfig(density=0.0, rare=NO_RARE), seeds=range(2), radius=1e9)
     assert sum(none.values()) == 0, none  # no traffic, no pedestrians, no roadside objects
-    one, two = _near(SimConfig(), seeds=range(3)), _near(SimConfig(density=2.0), seeds=range(3))
+    one, two = _near(SimConfig(), seeds=range(8)), _near(SimConfig(density=2.0), seeds=range(8))
     assert sum(two.values()) > 1.5 * sum(one.values()), (one, two)
     for cls in ("car", "pedestrian", "barrier", "traffic_cone"):
         assert two[cls] > one[cls], (cls, one, two)
