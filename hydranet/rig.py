@@ -178,8 +178,9 @@ def _camera_from_dict(d: dict, where: str) -> Camera:
         hfov = d["hfov_deg"]
         top = MAX_PINHOLE_FOV_DEG if lens is None else MAX_LENS_FOV_DEG
         if isinstance(hfov, bool) or not isinstance(hfov, (int, float)) or not 0 < hfov <= top:
+            why = "a pinhole camera cannot see 180 degrees" if lens is None else "the sim renders a lens through a pinhole"
             raise RigError(f"{where}: hfov_deg {hfov!r} is not a {'pinhole' if lens is None else 'lens'} field of view; "
-                           f"give a number above 0 and at most {top:g} degrees")
+                           f"give a number above 0 and at most {top:g} degrees ({why})")
         # the horizontal edge rays (hfov / 2 off the axis) land on the image's left and right edges
         r = np.array([[np.tan(np.radians(float(hfov)) / 2), 0.0]])
         f = (width / 2) / float((r if lens is None else lens.distort(r))[0, 0])

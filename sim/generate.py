@@ -76,6 +76,8 @@ def render_scene(writer: DatasetWriter, name: str, seed: int, cfg: SimConfig, ri
     for frame in simulate(world, rig, cfg, renderer, cfg.frames_per_scene):
         fm = frames_meta[frame["index"]]
         fm["timestamp_us"], fm["ego2world"] = frame["timestamp_us"], frame["ego2world"].tolist()
+        if any(c is not r for c, r in zip(frame["cameras"], rig.cameras)):
+            fm["cam2ego"] = {c.name: np.round(c.cam2ego, 12).tolist() for c in frame["cameras"]}  # its own calibration
         if frame["index"] == 0:
             writer.write_scene(scene)
         writer.write_frame(name, {

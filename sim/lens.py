@@ -28,8 +28,9 @@ class LensError(ValueError):
 
 @dataclass(frozen=True)
 class LensView:
-    """How one camera is rendered: `source` is what OpenGL draws; `map_x`/`map_y` (H, W) float32
-    give the source pixel of every camera pixel (None for a pinhole: the source is the camera)."""
+    """How one camera is rendered: `source` is what OpenGL draws (its K and size; the extrinsics
+    that matter are the frame's, passed to the renderer); `map_x`/`map_y` (H, W) float32 give the
+    source pixel of every camera pixel (None for a pinhole: the source is the camera)."""
 
     camera: Camera
     source: Camera
@@ -62,7 +63,7 @@ def lens_view(cam: Camera) -> LensView:
     """The source pinhole and the resampling maps of `cam` (a pinhole camera is its own source)."""
     if cam.distortion is None:
         return LensView(cam, cam)
-    key = (cam.name, cam.K.tobytes(), cam.cam2ego.tobytes(), cam.width, cam.height, cam.distortion)
+    key = (cam.name, cam.K.tobytes(), cam.width, cam.height, cam.distortion)  # the maps ignore the extrinsics
     if key not in _CACHE:
         _CACHE[key] = _build(cam)
     return _CACHE[key]

@@ -305,7 +305,14 @@ class _Exporter:
         frame, t = frames[pos], self.t
         folder = self.ds.root / "scenes" / name / frame["dir"]
         tr, rot = _pose(np.asarray(frame["ego2world"], np.float64))
+        own = frame.get("cam2ego")  # a frame with its own calibration (sim body motion, mount jitter)
         for ch, cam in zip(self.cam_names, self.ds.rig.cameras):
+            cs_tok = token("calibrated_sensor", ch)
+            if own is not None:  # one calibrated_sensor per sample_data, as nuScenes allows
+                cs_tok = token("calibrated_sensor", name, frame["dir"], ch)
+                ctr, crot = _pose(np.asarray(own[ch], np.float64))
+                t["calibrated_sensor"].append({"token": cs_tok, "sensor_token": token("sensor", ch), "translation": ctr,
+                                               "rotation": crot, "camera_intrinsic": np.asarray(cam.K).tolist()})
             ep_tok = token("ego_pose", name, frame["dir"], ch)
             t["ego_pose"].append({"token": ep_tok, "timestamp": ts, "translation": tr, "rotation": rot})
             rel = f"{'samples' if key else 'sweeps'}/{ch}/{logfile}__{ch}__{ts}.jpg"
@@ -316,7 +323,7 @@ class _Exporter:
             shutil.copyfile(src, self.tmp / rel)
             t["sample_data"].append({
                 "token": token("sample_data", name, frame["dir"], ch), "sample_token": stok, "ego_pose_token": ep_tok,
-                "calibrated_sensor_token": token("calibrated_sensor", ch), "timestamp": ts,
+                "calibrated_sensor_token": cs_tok, "timestamp": ts,
                 "fileformat": "jpg", "is_key_frame": key, "height": cam.height, "width": cam.width, "filename": rel,
                 "prev": token("sample_data", name, frames[pos - 1]["dir"], ch) if pos else "",
                 "next": token("sample_data", name, frames[pos + 1]["dir"], ch) if pos + 1 < len(frames) else "",

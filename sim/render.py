@@ -391,12 +391,17 @@ class Renderer:
         return vp
 
     def render(self, dynamic: np.ndarray, ego2world: np.ndarray, lighting: Lighting, exposures, seed: int,
-               subframes: list[tuple[np.ndarray, np.ndarray]] = ()) -> list[CameraImages]:
+               subframes: list[tuple[np.ndarray, np.ndarray]] = (), cam2ego=None) -> list[CameraImages]:
         """Draw the static scene plus `dynamic` (V, 13) vertices from every camera. `subframes`:
         motion blur's other instants of the exposure as (dynamic vertices, ego2world); the colour
-        image averages them with this one, the label channels are this instant's alone."""
+        image averages them with this one, the label channels are this instant's alone. `cam2ego`:
+        this frame's extrinsics (N, 4, 4) of the rig's cameras (body motion, mount jitter; None:
+        the rig's own)."""
         if self.static_vbo is None:
             raise RenderError("set_static() must be called before render()")
+        self.extrinsics = [c.cam2ego for c in self.rig.cameras] if cam2ego is None else list(cam2ego)
+        if len(self.extrinsics) != len(self.rig):
+            raise RenderError(f"cam2ego gives {len(self.extrinsics)} extrinsics for the rig's {len(self.rig)} cameras")
         if subframes and self.look.shutter_ms <= 0:
             raise RenderError("motion blur sub-frames need a look with shutter_ms > 0 (set_look)")
         n_dyn = self._set_dynamic(dynamic)
@@ -424,7 +429,7 @@ class Renderer:
         world2ego = invert_rigid(ego2world)
         for i, cam in enumerate(self.sources):
             self.ctx.viewport = (int(self.offsets[i]), 0, cam.width, cam.height)
-            w2c = cam.ego2cam @ world2ego
+            w2c = invert_rigid(self.extrinsics[i]) @ world2ego
             _set(prog, "seed", int(seed * 16 + i) & 0xFFFFFFFF)
             _set(prog, "cam_pos", tuple(float(v) for v in invert_rigid(w2c)[:3, 3]))
             self._draw_scene(prog, w2c, self.projs[i], n_dyn)
@@ -480,7 +485,7 @@ class Renderer:
         for i, cam in enumerate(self.sources):
             x0 = int(self.offsets[i])
             ctx.viewport = (x0, 0, cam.width, cam.height)
-            cam2world = ego2world @ cam.cam2ego
+            cam2world = ego2world @ self.extrinsics[i]
             _set(p, "rect", (float(x0), 0.0, float(cam.width), float(cam.height)))
             _set(p, "pix2world", (cam2world[:3, :3] @ np.linalg.inv(cam.K)).astype("f4").T.tobytes())
             _set(p, "principal", (float(cam.K[0, 2]), float(cam.K[1, 2])))

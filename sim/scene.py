@@ -1,11 +1,13 @@
 """One scene over time: world -> rendered cameras -> labels, frame by frame at cfg.frame_rate_hz."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Iterator
 
 import numpy as np
 
+from hydranet.geometry import Camera, rot_x, rot_y, rot_z
 from hydranet.rig import Rig
 from sim.config import SimConfig
 from sim.labels import frame_labels
@@ -76,8 +78,30 @@ def subframes(world: World, dynamic: DynamicMesh, offsets: np.ndarray) -> list[t
     return [(dynamic.build(float(t)), world.ego.pose_at(float(t))) for t in offsets if t != 0]
 
 
+def frame_cameras(rig: Rig, cfg: SimConfig, seed: int, frame: int) -> list[Camera]:
+    """The rig's cameras at one frame: every cam2ego tilted by the body's pitch and roll
+    (conditions.body_motion_deg, about the ego origin on the ground) and each camera turned by its
+    own mount jitter (conditions.mount_jitter_deg, about its centre); seeded by (scene seed, frame),
+    so the world's own random stream is the same with or without them. Both 0: the rig itself."""
+    c = cfg.conditions
+    if c.body_motion_deg == 0 and c.mount_jitter_deg == 0:
+        return list(rig.cameras)
+    rng = np.random.default_rng([seed, frame, 0xCA11B])
+    pitch, roll = np.radians(rng.normal(0.0, c.body_motion_deg, 2))
+    body = rot_y(pitch) @ rot_x(roll)  # ego axes: pitch about y (left), roll about x (forward)
+    out = []
+    for cam in rig.cameras:
+        a = np.radians(rng.normal(0.0, c.mount_jitter_deg, 3))
+        T = cam.cam2ego.copy()
+        T[:3, :3] = body @ rot_z(a[0]) @ rot_y(a[1]) @ rot_x(a[2]) @ cam.cam2ego[:3, :3]
+        T[:3, 3] = body @ cam.cam2ego[:3, 3]
+        out.append(dataclasses.replace(cam, cam2ego=T))
+    return out
+
+
 def simulate(world: World, rig: Rig, cfg: SimConfig, renderer: Renderer, n_frames: int) -> Iterator[dict]:
-    """Yield one dict per frame: index, timestamp_us, ego2world, images (per camera), labels, bev."""
+    """Yield one dict per frame: index, timestamp_us, ego2world, images (per camera), labels, bev,
+    and cameras (this frame's, with its own cam2ego: `frame_cameras`)."""
     renderer.set_look(cfg.look)
     renderer.set_static(static_mesh(world))
     dynamic = DynamicMesh(world)
@@ -94,10 +118,11 @@ def simulate(world: World, rig: Rig, cfg: SimConfig, renderer: Renderer, n_frame
         lighting.lights = scene_lights(world)
         jitter = world.rng.normal(0.0, cfg.conditions.exposure_jitter, len(rig))
         exposures = np.clip(base_exposure * (1.0 + jitter), 0.4, 3.0) * auto
+        cams = frame_cameras(rig, cfg, world.seed, f)
         images = renderer.render(dynamic.build(), ego2world, lighting, exposures, seed=int(world.rng.integers(1 << 30)),
-                                 subframes=subframes(world, dynamic, offsets))
+                                 subframes=subframes(world, dynamic, offsets), cam2ego=[c.cam2ego for c in cams])
         if cfg.look.hdr:
             auto = auto_exposure(auto, images, AUTO_EXPOSURE_TARGET[tod])
-        labels, bev = frame_labels(world, list(rig.cameras), images, ego2world, cfg.label_range, cfg.bev_range, cfg.bev_resolution)
+        labels, bev = frame_labels(world, cams, images, ego2world, cfg.label_range, cfg.bev_range, cfg.bev_resolution)
         yield {"index": f, "timestamp_us": int(round(f * dt * 1e6)), "ego2world": ego2world,
-               "images": images, "labels": labels, "bev": bev}
+               "images": images, "labels": labels, "bev": bev, "cameras": cams}

@@ -334,6 +334,18 @@ class SimDataset(FrameReader):
         lut[[self.semantic_classes.index(c) for c in DRIVABLE_CLASSES]] = True
         return lut
 
+    def _cam2ego(self, frame: dict, scene: str) -> np.ndarray:
+        """(N, 4, 4) float32 extrinsics of the frame: its own (scene.json `cam2ego`, a sim with body
+        motion or mount jitter) or the rig's."""
+        own = frame.get("cam2ego")
+        if own is None:
+            return np.stack([c.cam2ego for c in self.rig.cameras]).astype(np.float32)
+        missing = [c.name for c in self.rig.cameras if c.name not in own]
+        if missing:
+            raise DatasetError(f"{self.root / 'scenes' / scene / 'scene.json'}: frame {frame['dir']} has its own cam2ego "
+                               f"but none for camera {missing[0]}; regenerate the dataset")
+        return np.stack([np.asarray(own[c.name], np.float64) for c in self.rig.cameras]).astype(np.float32)
+
     def load(self, i: int) -> dict:
         """Frame i exactly as on disk (never skips); raises DatasetError on a bad file."""
         s, f = self._frames[i]
@@ -347,7 +359,7 @@ class SimDataset(FrameReader):
             "timestamp_us": int(frame["timestamp_us"]),
             "camera_names": self.rig.names,
             "intrinsics": np.stack([c.K for c in cams]).astype(np.float32),  # (N, 3, 3)
-            "cam2ego": np.stack([c.cam2ego for c in cams]).astype(np.float32),  # (N, 4, 4)
+            "cam2ego": self._cam2ego(frame, scene["name"]),  # (N, 4, 4)
             "distortion": self.rig.distortion(),  # (N, 6) lens rows, zeros for pinholes
             "ego2world": np.asarray(frame["ego2world"], dtype=np.float64),  # (4, 4)
         }
@@ -475,9 +487,18 @@ def check_meta(meta: dict, path: Path) -> None:
         seen.add(name)
 
 
+def _rigid(value, path: Path, key: str) -> np.ndarray:
+    """A rigid 4x4 transform at `key` of `path`, else DatasetError naming the key."""
+    T = _matrix(value, (4, 4), path, key)
+    R = T[:3, :3]
+    if not (np.allclose(T[3], [0, 0, 0, 1]) and np.allclose(R @ R.T, np.eye(3), atol=1e-4) and np.linalg.det(R) > 0):
+        raise _bad(path, key, "must be a rigid transform (rotation, translation, last row 0 0 0 1)")
+    return T
+
+
 def check_scene(scene, path: Path, name: str) -> None:
     """scene.json: its name is the one dataset.json lists; every frame has a safe dir, an index, a time and a
-    rigid 4x4 ego pose."""
+    rigid 4x4 ego pose, and optionally its own rigid cam2ego per camera (body motion, mount jitter)."""
     if not isinstance(scene, dict):
         raise DatasetError(f"{path}: expected a JSON object, got {type(scene).__name__}; regenerate the dataset", path)
     if _get(scene, "name", path, "", str) != name:
@@ -500,11 +521,10 @@ def check_scene(scene, path: Path, name: str) -> None:
             bad = [h for h in sup if h not in SIM_HEADS]
             if bad or len(set(sup)) != len(sup):
                 raise _bad(path, f"frames[{i}].supervises", f"must list distinct heads of {list(SIM_HEADS)}, got {sup!r}"[:300])
-        T = _matrix(_get(f, "ego2world", path, where, list), (4, 4), path, f"frames[{i}].ego2world")
-        R = T[:3, :3]
-        if not (np.allclose(T[3], [0, 0, 0, 1]) and np.allclose(R @ R.T, np.eye(3), atol=1e-4)
-                and np.linalg.det(R) > 0):
-            raise _bad(path, f"frames[{i}].ego2world", "must be a rigid transform (rotation, translation, last row 0 0 0 1)")
+        _rigid(_get(f, "ego2world", path, where, list), path, f"frames[{i}].ego2world")
+        if "cam2ego" in f:
+            for cam, T in _get(f, "cam2ego", path, where, dict).items():
+                _rigid(T, path, f"frames[{i}].cam2ego.{cam}")
 
 
 def check_labels(labels, path: Path, cameras: dict[str, tuple[int, int]], classes: list[str]) -> dict:

@@ -44,6 +44,10 @@ def deny_read(name: str):
     return patch
 
 
+def _written(path: pathlib.Path) -> None:
+    assert path.is_file(), f"{path} was not written"
+
+
 RIG_CASES = [
     rig_case("rig-name-dotdot-slash", ("rig.yaml", "camera name", "'../escape'"), name="../escape",
              check=no_file_named("escape*", where_up=1)),
@@ -58,6 +62,19 @@ RIG_CASES = [
     rig_case("rig-fov-from-K", ("rig.yaml", "field of view", "180 degrees"), hfov_deg=None,
              text=yaml.safe_dump({"name": "r", "cameras": [{**{k: v for k, v in CAM.items() if k != "hfov_deg"},
                                                             "K": [[1e-6, 0, 32], [0, 1e-6, 24], [0, 0, 1]]}]})),
+    rig_case("rig-lens-unknown-model", ("rig.yaml", "CAM_FRONT", "unknown distortion model 'kb'"),
+             distortion={"model": "kb", "coeffs": [0, 0, 0, 0]}),
+    rig_case("rig-lens-coeff-count", ("rig.yaml", "CAM_FRONT", "radtan", "5 finite coefficients"),
+             distortion={"model": "radtan", "coeffs": [0.1]}),
+    rig_case("rig-lens-coeff-nan", ("rig.yaml", "CAM_FRONT", "4 finite coefficients"),
+             distortion={"model": "fisheye", "coeffs": [0.1, float("nan"), 0, 0]}),
+    rig_case("rig-lens-folds", ("rig.yaml", "CAM_FRONT", "folds over"), hfov_deg=100.0,
+             distortion={"model": "radtan", "coeffs": [-0.3, 0.0, 0.0, 0.0, 0.0]}),
+    rig_case("rig-lens-too-wide", ("rig.yaml", "CAM_FRONT", "at most 170 degrees"), hfov_deg=178.0,
+             distortion={"model": "fisheye", "coeffs": [0.0, 0.0, 0.0, 0.0]}),
+    rig_case("rig-lens-not-mapping", ("rig.yaml", "CAM_FRONT", "distortion must be"), distortion=[0.1, 0.0]),
+    rig_case("rig-lens-control", (), status=0, hfov_deg=120.0, distortion={"model": "fisheye", "coeffs": [0.02, 0, 0, 0]},
+             check=lambda tmp: _written(tmp / "out" / "ds" / "dataset.json")),
     rig_case("rig-yaml-syntax", ("rig.yaml", "not valid yaml"), text="cameras: [{name: A, width: 64\n"),
     rig_case("rig-unreadable", ("rig.yaml", "permission denied"), patch=deny_read("rig.yaml")),
 ]
@@ -108,6 +125,8 @@ SIM_CASES = [
     sim_case("sim-bev-resolution-0", ["bev_resolution=0"], ("bev_resolution",)),
     sim_case("sim-weights-all-zero", ["conditions.weather_weights=[0, 0, 0]"], ("conditions.weather_weights",)),
     sim_case("sim-weights-length", ["conditions.time_of_day_weights=[1]"], ("conditions.time_of_day_weights",)),
+    sim_case("sim-body-motion-negative", ["conditions.body_motion_deg=-1"], ("conditions.body_motion_deg", "[0, 3]")),
+    sim_case("sim-mount-jitter-huge", ["conditions.mount_jitter_deg=45"], ("conditions.mount_jitter_deg", "[0, 3]")),
     sim_case("set-yaml-syntax", ["traffic=[1"], ("override", "not valid yaml")),
     sim_case("set-empty-key-part", ["traffic..vehicles=2"], ("override", "empty key")),
     sim_case("set-scientific-float", ["frame_rate_hz=1e1", "bev_resolution=0"], ("bev_resolution",),
@@ -196,6 +215,12 @@ DATASET_CASES = [
             ("dataset.json", "camera name", "'../x'")),
     ds_case("meta-bad-json", lambda root, tmp: (root / "dataset.json").write_text("{"), ("dataset.json", "corrupt json")),
     ds_case("scene-missing-frames", scene(lambda s: s.pop("frames")), ("scene.json", "'frames'", "missing")),
+    ds_case("scene-cam2ego-not-rigid",
+            scene(lambda s: s["frames"][0].update(cam2ego={"CAM_FRONT": [[2, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]})),
+            ("scene.json", "frames[0].cam2ego.CAM_FRONT", "rigid")),
+    ds_case("scene-cam2ego-missing-camera",
+            scene(lambda s: s["frames"][0].update(cam2ego={"CAM_OTHER": np.eye(4).tolist()})),
+            ("scene.json", "own cam2ego", "camera")),
     ds_case("scene-pose-2x2", scene(lambda s: s["frames"][0].update(ego2world=[[1, 0], [0, 1]])),
             ("scene.json", "frames[0].ego2world", "4x4")),
     ds_case("scene-pose-not-rigid", scene(lambda s: s["frames"][0]["ego2world"][0].__setitem__(0, 5.0)),
