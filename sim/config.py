@@ -166,6 +166,9 @@ class LookConfig:
     # spread over the exposure (day: shutter_ms, dusk 2x, night 3x); labels stay at its midpoint
     shutter_ms: float = 0.0  # exposure time by day, milliseconds; 0 = no motion blur
     shutter_samples: int = 5  # odd: the middle sub-frame is the labelled instant
+    # rolling shutter: rows are read out top to bottom over rolling_shutter_ms, drawn as shutter_samples
+    # bands of rows, each at its own instant; the middle band is the labelled instant (0 = global shutter)
+    rolling_shutter_ms: float = 0.0
 
     def __post_init__(self):
         _need(self.antialias in (0, 1, 2, 4, 8), "look.antialias", self.antialias, "give 0 (auto), 1 (off), 2, 4 or 8 samples")
@@ -175,6 +178,10 @@ class LookConfig:
               "give milliseconds from 0 (no motion blur) to 100")
         _need(3 <= self.shutter_samples <= 31 and self.shutter_samples % 2 == 1, "look.shutter_samples",
               self.shutter_samples, "give an odd count from 3 to 31 (the middle one is the labelled instant)")
+        _need(0 <= self.rolling_shutter_ms <= 100 and math.isfinite(self.rolling_shutter_ms), "look.rolling_shutter_ms",
+              self.rolling_shutter_ms, "give milliseconds from 0 (a global shutter) to 100")
+        _need(not (self.rolling_shutter_ms > 0 and self.shutter_ms > 0), "look.rolling_shutter_ms",
+              self.rolling_shutter_ms, "set look.shutter_ms=0 with it (rolling shutter and motion blur are not combined)")
 
     def resolved(self, gpu: bool) -> "LookConfig":
         """The look with every "auto" decided for a GPU (gpu=True) or llvmpipe."""

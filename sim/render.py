@@ -263,7 +263,7 @@ class Renderer:
                                        + (("GLARE",) if look.hdr and look.glare == "on" else ()))
         self.post_vao = ctx.vertex_array(self.prog_post, [])
         self._targets += [self.output]
-        if look.shutter_ms > 0:  # motion blur: sub-frames drawn into `sub`, summed into `accum`
+        if look.shutter_ms > 0 or look.rolling_shutter_ms > 0:  # sub-frames drawn into `sub`, composed in `accum`
             self.prog_sub = self._program("scene", ("COLOR",) + common)
             self.prog_add = self._program("add")
             self.add_vao = ctx.vertex_array(self.prog_add, [])
@@ -402,8 +402,8 @@ class Renderer:
         self.extrinsics = [c.cam2ego for c in self.rig.cameras] if cam2ego is None else list(cam2ego)
         if len(self.extrinsics) != len(self.rig):
             raise RenderError(f"cam2ego gives {len(self.extrinsics)} extrinsics for the rig's {len(self.rig)} cameras")
-        if subframes and self.look.shutter_ms <= 0:
-            raise RenderError("motion blur sub-frames need a look with shutter_ms > 0 (set_look)")
+        if subframes and self.look.shutter_ms <= 0 and self.look.rolling_shutter_ms <= 0:
+            raise RenderError("sub-frames need a look with shutter_ms or rolling_shutter_ms > 0 (set_look)")
         n_dyn = self._set_dynamic(dynamic)
         ctx = self.ctx
         ctx.enable(ctx.DEPTH_TEST)
@@ -415,7 +415,12 @@ class Renderer:
             self._draw_cameras(prog, lighting, shadow_vp, ego2world, n_dyn, seed)
         if self.msaa:
             ctx.copy_framebuffer(self.fbo_resolve, self.fbo_color)
-        src = self._motion_blur(subframes, lighting, shadow_vp, seed) if subframes else self.radiance
+        if not subframes:
+            src = self.radiance
+        elif self.look.rolling_shutter_ms > 0:
+            src = self._rolling_shutter(subframes, lighting, shadow_vp, seed)
+        else:
+            src = self._motion_blur(subframes, lighting, shadow_vp, seed)
         self._post(lighting, ego2world, exposures, seed, src)
         return self._read()
 
@@ -437,35 +442,64 @@ class Renderer:
     def _motion_blur(self, subframes, lighting: Lighting, shadow_vp, seed: int):
         """The mean linear radiance (RGBA16F texture, alpha = coverage) of this instant's colour and
         each sub-frame's, summed in `accum` with additive blending in the order given (deterministic)."""
-        ctx = self.ctx
         weight = 1.0 / (len(subframes) + 1)
         self.fbo_accum.use()
         self.fbo_accum.clear(0.0, 0.0, 0.0, 0.0)
         self._add(self.radiance, weight)
         for dynamic, ego2world in subframes:
-            n_dyn = self._set_dynamic(dynamic)
-            fbo = self.fbo_color if self.msaa else self.fbo_sub
-            fbo.use()
-            fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
-            self._draw_cameras(self.prog_sub, lighting, shadow_vp, ego2world, n_dyn, seed)
-            if self.msaa:
-                ctx.copy_framebuffer(self.fbo_sub, self.fbo_color)
+            self._draw_sub(dynamic, ego2world, lighting, shadow_vp, seed)
             self.fbo_accum.use()
             self._add(self.sub, weight)
         return self.accum
 
-    def _add(self, src, weight: float) -> None:
-        """accum += weight * src over the whole atlas."""
+    def _rolling_shutter(self, subframes, lighting, shadow_vp, seed: int):
+        """Linear radiance (RGBA16F) of a rolling shutter: row band k of every camera (shutter_samples
+        bands, top first) from instant k; this instant's colour is the middle band, `subframes` the
+        others in time order."""
+        S = self.look.shutter_samples
+        if len(subframes) != S - 1:
+            raise RenderError(f"a rolling shutter of {S} bands needs {S - 1} sub-frames, got {len(subframes)}")
+        self.fbo_accum.use()
+        self.fbo_accum.clear(0.0, 0.0, 0.0, 0.0)
+        self._add(self.radiance, 1.0)  # every band starts as this instant's (the middle band stays so)
+        for k, (dynamic, ego2world) in enumerate(subframes):
+            band = k if k < S // 2 else k + 1
+            self._draw_sub(dynamic, ego2world, lighting, shadow_vp, seed)
+            self.fbo_accum.use()
+            self._add(self.sub, 1.0, rows=(band, S))
+        return self.accum
+
+    def _draw_sub(self, dynamic: np.ndarray, ego2world: np.ndarray, lighting: Lighting, shadow_vp, seed: int) -> None:
+        """One sub-frame's colour (through MSAA if on) into `sub`."""
+        n_dyn = self._set_dynamic(dynamic)
+        fbo = self.fbo_color if self.msaa else self.fbo_sub
+        fbo.use()
+        fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
+        self._draw_cameras(self.prog_sub, lighting, shadow_vp, ego2world, n_dyn, seed)
+        if self.msaa:
+            self.ctx.copy_framebuffer(self.fbo_sub, self.fbo_color)
+
+    def _add(self, src, weight: float, rows: tuple[int, int] | None = None) -> None:
+        """accum += weight * src over the whole atlas; with rows = (k, S): accum = src on row band k
+        of S of every camera (its image rows k H / S .. (k + 1) H / S), nothing elsewhere."""
         ctx, (W, H) = self.ctx, self.size
         ctx.disable(ctx.DEPTH_TEST)
-        ctx.enable(ctx.BLEND)
-        ctx.blend_func = ctx.ONE, ctx.ONE
         ctx.viewport = (0, 0, W, H)
         src.use(location=0)
         _set(self.prog_add, "src", 0)
         _set(self.prog_add, "weight", float(weight))
-        self.add_vao.render(vertices=3)
-        ctx.disable(ctx.BLEND)
+        if rows is None:
+            ctx.enable(ctx.BLEND)
+            ctx.blend_func = ctx.ONE, ctx.ONE
+            self.add_vao.render(vertices=3)
+            ctx.disable(ctx.BLEND)
+        else:
+            k, S = rows
+            for i, cam in enumerate(self.sources):  # image row v is framebuffer row v (`projection`)
+                y0, y1 = round(k * cam.height / S), round((k + 1) * cam.height / S)
+                ctx.scissor = (int(self.offsets[i]), y0, cam.width, y1 - y0)
+                self.add_vao.render(vertices=3)
+            ctx.scissor = None
         ctx.enable(ctx.DEPTH_TEST)
 
     def _post(self, lighting: Lighting, ego2world: np.ndarray, exposures, seed: int, radiance=None) -> None:

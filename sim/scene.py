@@ -62,12 +62,16 @@ def ego_pose(world: World) -> np.ndarray:
 
 
 def shutter_offsets(cfg: SimConfig, time_of_day: str) -> np.ndarray:
-    """Motion blur's sub-frame instants (S,) in seconds around the labelled one (the middle, 0):
-    the midpoints of S equal slices of the exposure; empty without motion blur."""
+    """The sub-frame instants (S,) in seconds around the labelled one (the middle, 0): the midpoints
+    of S equal slices of motion blur's exposure, or of a rolling shutter's readout (band k of the
+    rows, top first); empty with neither."""
     look = cfg.look
-    if look.shutter_ms <= 0:
+    if look.rolling_shutter_ms > 0:
+        T = look.rolling_shutter_ms / 1000.0  # the readout does not lengthen in the dark
+    elif look.shutter_ms > 0:
+        T = look.shutter_ms / 1000.0 * SHUTTER_FACTOR[time_of_day]
+    else:
         return np.zeros(0)
-    T = look.shutter_ms / 1000.0 * SHUTTER_FACTOR[time_of_day]
     S = look.shutter_samples
     return T * ((np.arange(S) + 0.5) / S - 0.5)
 
