@@ -73,6 +73,8 @@ def render_scene(writer: DatasetWriter, name: str, seed: int, cfg: SimConfig, ri
                    for f in range(cfg.frames_per_scene)]
     scene = {"name": name, "seed": seed, "frames": frames_meta,
              "conditions": conditions if withhold_conditions is None else {"withheld": withhold_conditions}}
+    if withhold_conditions is None:  # a fleet clip withholds it too (the miner sees only the pixels)
+        scene["road_layout"] = world.layout  # cross, t_junction or arterial (docs/sim_look.md "Road layouts")
     for frame in simulate(world, rig, cfg, renderer, cfg.frames_per_scene):
         fm = frames_meta[frame["index"]]
         fm["timestamp_us"], fm["ego2world"] = frame["timestamp_us"], frame["ego2world"].tolist()

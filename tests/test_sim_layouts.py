@@ -433,3 +433,12 @@ def test_stop_sign_car_goes_only_into_a_clear_junction():
     w.agents.remove(main)
     w._update_occupants()
     assert w._stop_gap(side) == np.inf  # stopped long enough, nobody coming: it goes
+
+
+def test_scene_json_names_the_layout(tmp_path):
+    import json
+
+    from sim.generate import generate_dataset
+    cfg = only("arterial", rig="nuscenes6", image_width=32, image_height=16, frames_per_scene=1)
+    out = generate_dataset(tmp_path / "ds", cfg, scenes=1, seed=0, progress=False)
+    assert json.loads((out / "scenes" / "scene_0000" / "scene.json").read_text())["road_layout"] == "arterial"
