@@ -156,11 +156,7 @@ def project(points_ego: np.ndarray, K: np.ndarray, cam2ego: np.ndarray,
     camera's `lens` where it has one (NaN pixels for rays it cannot see)."""
     ego2cam = np.linalg.inv(cam2ego)
     p = points_ego @ ego2cam[:3, :3].T + ego2cam[:3, 3]
-    z = p[..., 2]
-    if lens is not None:
-        return project_camera(p, K, lens)[0], z
-    uv = (p @ K.T)[..., :2] / np.where(np.abs(z) < 1e-6, 1e-6, z)[..., None]
-    return uv, z
+    return project_camera(p, K, lens)  # a point at z = 0 gets an infinite or NaN pixel, never inside an image
 
 
 # -- the signals of one frame ----------------------------------------------------------------------

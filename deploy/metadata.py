@@ -180,3 +180,14 @@ def check_graph(md: Mapping[str, Any], input_names: Sequence[str], output_names:
     K = np.asarray(md["rig"]["K"], np.float64)
     if K.shape != (len(md["rig"]["names"]), 3, 3) or not np.isfinite(K).all():
         raise MetadataError(f"{where}: metadata rig K has shape {K.shape} for cameras {md['rig']['names']}; re-export it")
+    if md["rig"].get("distortion") is not None:
+        from hydranet.geometry import distortion_from_row
+
+        D = np.asarray(md["rig"]["distortion"], np.float64)
+        try:
+            if D.shape[:1] != K.shape[:1]:
+                raise ValueError(f"shape {D.shape} for {len(K)} cameras")
+            for row in D:
+                distortion_from_row(row)
+        except ValueError as e:
+            raise MetadataError(f"{where}: metadata rig distortion is not a lens row per camera ({e}); re-export it") from None

@@ -139,8 +139,15 @@ class Distortion:
 
     def undistort(self, xy_d: np.ndarray, iterations: int = 20) -> np.ndarray:
         """Distorted normalized coordinates (..., 2) -> undistorted (..., 2) by Newton's method
-        (radtan on (x, y); fisheye on theta, as cv2.fisheye.undistortPoints)."""
+        (radtan on (x, y); fisheye on theta, as cv2.fisheye.undistortPoints). NaN where no ray of
+        the lens (within `max_radius`) lands there: the solution must distort back to xy_d."""
         xy_d = np.asarray(xy_d, np.float64)
+        xy = self._solve(xy_d, iterations)
+        with np.errstate(invalid="ignore"):
+            ok = np.linalg.norm(self.distort(xy) - xy_d, axis=-1) <= 1e-9 + 1e-7 * np.linalg.norm(xy_d, axis=-1)
+        return np.where(ok[..., None], xy, np.nan)
+
+    def _solve(self, xy_d: np.ndarray, iterations: int) -> np.ndarray:
         if self.model == "fisheye":
             rd = np.linalg.norm(xy_d, axis=-1)
             k1, k2, k3, k4 = self.coeffs
@@ -182,13 +189,19 @@ class Distortion:
 
 
 def distortion_from_row(row) -> "Distortion | None":
-    """Inverse of `Distortion.as_row` (model code 0: a pinhole, None)."""
+    """Inverse of `Distortion.as_row` (model code 0: a pinhole, None); ValueError for a row that is
+    not one (another code, non-finite values, coefficients past the model's)."""
     row = np.asarray(row, np.float64)
-    code = int(round(float(row[0])))
+    codes = range(len(DISTORTION_MODELS) + 1)
+    if row.shape != (DISTORTION_WIDTH,) or not np.isfinite(row).all() or row[0] not in codes:
+        raise ValueError(f"a lens row is [model code 0|1|2, {DISTORTION_WIDTH - 1} coefficients], got {row.tolist()}")
+    code = int(row[0])
+    n = DISTORTION_MODELS[list(DISTORTION_MODELS)[code - 1]] if code else 0
+    if row[1 + n:].any():
+        raise ValueError(f"lens row {row.tolist()}: only the first {n} coefficients are used by its model")
     if code == 0:
         return None
-    model = list(DISTORTION_MODELS)[code - 1]
-    return Distortion(model, tuple(row[1:1 + DISTORTION_MODELS[model]]))
+    return Distortion(list(DISTORTION_MODELS)[code - 1], tuple(row[1:1 + n]))
 
 
 def project(points_cam: np.ndarray, K: np.ndarray, distortion: Distortion | None = None) -> tuple[np.ndarray, np.ndarray]:

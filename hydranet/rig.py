@@ -123,6 +123,14 @@ def _distortion_from_dict(d, where: str) -> Distortion:
     return Distortion(model, tuple(coeffs))
 
 
+def _lens(d, where: str) -> Distortion | None:
+    """The camera's lens from its `distortion` entry; None for none or an all-zero radtan (a pinhole)."""
+    if d is None:
+        return None
+    lens = _distortion_from_dict(d, where)
+    return None if lens.model == "radtan" and not any(lens.coeffs) else lens
+
+
 def _border_pixels(width: int, height: int, n: int = 65) -> np.ndarray:
     """(M, 2) pixels along the image border (and its centre lines), where a lens is most extreme."""
     u, v = np.linspace(-0.5, width - 0.5, n), np.linspace(-0.5, height - 0.5, n)
@@ -140,8 +148,8 @@ def _check_lens(cam: Camera, where: str) -> None:
     err = np.linalg.norm(back - px, axis=1)
     if not np.isfinite(err).all() or err.max() > LENS_ROUND_TRIP_PX:
         raise RigError(f"{where}: the {cam.distortion.model} distortion {list(cam.distortion.coeffs)} folds over "
-                       f"inside the {cam.width}x{cam.height} image (a pixel there comes from two rays); use smaller "
-                       "coefficients or a longer focal length")
+                       f"inside the {cam.width}x{cam.height} image (a pixel there comes from two rays, or from none); "
+                       "use smaller coefficients or a longer focal length")
     angle = np.degrees(np.arctan(np.linalg.norm(rays[:, :2], axis=1))).max()
     if angle > MAX_LENS_FOV_DEG / 2:
         raise RigError(f"{where}: the lens sees rays {angle:.1f} deg off its axis; at most {MAX_LENS_FOV_DEG / 2:g} "
@@ -163,7 +171,7 @@ def _camera_from_dict(d: dict, where: str) -> Camera:
     width, height = d["width"], d["height"]
     if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
         raise RigError(f"{where}: width and height must be positive integers, got {width}x{height}")
-    lens = _distortion_from_dict(d["distortion"], where) if d.get("distortion") is not None else None
+    lens = _lens(d.get("distortion"), where)
     if "K" in d:
         K = np.asarray(d["K"], dtype=np.float64)
         if K.shape != (3, 3):

@@ -28,11 +28,11 @@ class LensError(ValueError):
 
 @dataclass(frozen=True)
 class LensView:
-    """How one camera is rendered: `source` is what OpenGL draws (its K and size; the extrinsics
-    that matter are the frame's, passed to the renderer); `map_x`/`map_y` (H, W) float32 give the
-    source pixel of every camera pixel (None for a pinhole: the source is the camera)."""
+    """How one camera is rendered: `source` is what OpenGL draws (its K and size only: views are
+    cached by intrinsics, so its cam2ego is whichever the first caller had; the frame's extrinsics
+    go to the renderer and the labels separately); `map_x`/`map_y` (H, W) float32 give the source
+    pixel of every camera pixel (None for a pinhole: the source is the camera)."""
 
-    camera: Camera
     source: Camera
     map_x: np.ndarray | None = None
     map_y: np.ndarray | None = None
@@ -62,7 +62,7 @@ class LensView:
 def lens_view(cam: Camera) -> LensView:
     """The source pinhole and the resampling maps of `cam` (a pinhole camera is its own source)."""
     if cam.distortion is None:
-        return LensView(cam, cam)
+        return LensView(cam)
     key = (cam.name, cam.K.tobytes(), cam.width, cam.height, cam.distortion)  # the maps ignore the extrinsics
     if key not in _CACHE:
         _CACHE[key] = _build(cam)
@@ -89,4 +89,4 @@ def _build(cam: Camera) -> LensView:
     K = np.array([[fx, cam.K[0, 1], SOURCE_MARGIN - lo[0] * fx], [0.0, fy, SOURCE_MARGIN - lo[1] * fy], [0, 0, 1]])
     src = xy @ K[:2, :2].T + K[:2, 2]  # (H, W, 2) source pixel of each camera pixel
     source = Camera(cam.name, K, cam.cam2ego, ws, hs)
-    return LensView(cam, source, src[..., 0].astype(np.float32), src[..., 1].astype(np.float32))
+    return LensView(source, src[..., 0].astype(np.float32), src[..., 1].astype(np.float32))

@@ -305,12 +305,13 @@ class _Exporter:
         frame, t = frames[pos], self.t
         folder = self.ds.root / "scenes" / name / frame["dir"]
         tr, rot = _pose(np.asarray(frame["ego2world"], np.float64))
-        own = frame.get("cam2ego")  # a frame with its own calibration (sim body motion, mount jitter)
-        for ch, cam in zip(self.cam_names, self.ds.rig.cameras):
+        own = "cam2ego" in frame  # a frame with its own calibration (sim body motion, mount jitter)
+        cam2ego = self.ds.frame_cam2ego(frame, self.ds.rig)  # (N, 4, 4)
+        for n, (ch, cam) in enumerate(zip(self.cam_names, self.ds.rig.cameras)):
             cs_tok = token("calibrated_sensor", ch)
-            if own is not None:  # one calibrated_sensor per sample_data, as nuScenes allows
+            if own:  # one calibrated_sensor per sample_data, as nuScenes allows
                 cs_tok = token("calibrated_sensor", name, frame["dir"], ch)
-                ctr, crot = _pose(np.asarray(own[ch], np.float64))
+                ctr, crot = _pose(cam2ego[n])
                 t["calibrated_sensor"].append({"token": cs_tok, "sensor_token": token("sensor", ch), "translation": ctr,
                                                "rotation": crot, "camera_intrinsic": np.asarray(cam.K).tolist()})
             ep_tok = token("ego_pose", name, frame["dir"], ch)

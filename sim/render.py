@@ -187,6 +187,12 @@ class Renderer:
         self.ctx = create_context()
         self.offsets = np.cumsum([0] + [c.width for c in self.sources])
         W, H = int(self.offsets[-1]), max(c.height for c in self.sources)
+        limit = min(self.ctx.info["GL_MAX_TEXTURE_SIZE"], self.ctx.info["GL_MAX_VIEWPORT_DIMS"][0])
+        if W > limit or H > limit:
+            detail = ", ".join(f"{c.name} {c.width}x{c.height}" for c in self.sources)
+            raise RenderError(f"the rig's cameras side by side ({detail}; lenses are drawn through wider source "
+                              f"pinholes) make a {W}x{H} atlas, over this GL driver's {limit} pixels; render fewer or "
+                              "smaller cameras (image_width/image_height, or split the rig)")
         self.size = (W, H)
         self.projs = [projection(c.K, c.width, c.height).astype("f4") for c in self.sources]
         self._programs: dict = {}

@@ -120,6 +120,7 @@ def bev_sample(rig, seed: int = 0) -> dict:
     bev[1, :, 64] = 255  # a lane line
     bev[2, 50:58, 60:66] = 1  # an object
     return {"images": images, "intrinsics": K, "cam2ego": np.stack([c.cam2ego for c in rig.cameras]).astype(np.float32),
+            "distortion": rig.distortion(),  # (N, 6) lens rows, as SimDataset gives them
             "ego2world": make_transform(rot_z(0.1 * seed), [100.0 + 2 * seed, 50.0, 0.0]), "camera_names": rig.names,
             "bev": bev, "labels": {"cameras": {}, "boxes3d": boxes, "lanes3d": [], "ego_velocity": [0.0, 0.0, 0.0]},
             "scene": "scene-0", "frame_dir": f"{seed:06d}"}

@@ -50,7 +50,8 @@ def _batch(model, frames: list[dict]) -> dict:
     """A clip batch (B=1, T frames); the last frame's targets."""
     t = lambda key, dtype=torch.float32: torch.from_numpy(np.stack([f[key] for f in frames])[None]).to(dtype)  # noqa: E731
     images = torch.from_numpy(np.stack([f["images"] for f in frames])[None]).permute(0, 1, 2, 5, 3, 4).float() / 255
-    return {"images": images, "intrinsics": t("intrinsics"), "cam2ego": t("cam2ego"), "ego2world": t("ego2world", torch.float64),
+    lens = {"distortion": t("distortion")} if "distortion" in frames[0] else {}
+    return {"images": images, "intrinsics": t("intrinsics"), "cam2ego": t("cam2ego"), **lens, "ego2world": t("ego2world", torch.float64),
             "targets": {n: task.collate([task.build_targets(frames[-1])]) for n, task in model.heads.items()}}
 
 
@@ -400,3 +401,20 @@ def test_onnx_export_of_the_fused_model_equals_eager(tmp_path, method, lift_op):
         ref = wrapped(images, zeros, motion)
     for g, r in zip(got, ref):
         np.testing.assert_allclose(g, r.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_a_lens_model_takes_the_lens_rows_of_the_batch_and_refuses_a_batch_without_them():
+    """tesla8 (fisheyes and barrel lenses): a batch with its own calibration and lens rows gives the
+    build-time table's result exactly; intrinsics without lens rows would be a silent pinhole table."""
+    torch.manual_seed(0)
+    rig = _rig("tesla8")
+    model = build_model(dataclasses.replace(TINY, bev=BEV), {**META, "rig": rig.resized(W, H).to_dict()}).eval()
+    batch = _batch(model, [_sample(rig, seed=0)])
+    assert batch["distortion"][0, 0, 2, 0] == 2  # CAM_WIDE_FORWARD is a fisheye
+    with torch.no_grad():
+        own = model(batch, "tensor")["bevmap"]["logits"]
+        default = model({k: v for k, v in batch.items() if k not in ("intrinsics", "cam2ego", "distortion")},
+                        "tensor")["bevmap"]["logits"]
+        torch.testing.assert_close(own, default)
+        with pytest.raises(ValueError, match=r"batch\['distortion'\]"):
+            model({k: v for k, v in batch.items() if k != "distortion"}, "tensor")

@@ -313,7 +313,7 @@ class SimDataset(FrameReader):
         for si, entry in enumerate(self.meta["scenes"]):
             path = self.root / "scenes" / entry["name"] / "scene.json"
             scene = _read_json(path, "scene.json")
-            check_scene(scene, path, entry["name"])
+            check_scene(scene, path, entry["name"], full.names)
             if len(scene["frames"]) != entry["num_frames"]:
                 raise DatasetError(f"{path}: lists {len(scene['frames'])} frames, dataset.json says "
                                    f"{entry['num_frames']}; regenerate the dataset")
@@ -334,17 +334,12 @@ class SimDataset(FrameReader):
         lut[[self.semantic_classes.index(c) for c in DRIVABLE_CLASSES]] = True
         return lut
 
-    def _cam2ego(self, frame: dict, scene: str) -> np.ndarray:
-        """(N, 4, 4) float32 extrinsics of the frame: its own (scene.json `cam2ego`, a sim with body
-        motion or mount jitter) or the rig's."""
+    @staticmethod
+    def frame_cam2ego(frame: dict, rig) -> np.ndarray:
+        """(N, 4, 4) float64 extrinsics of a scene.json frame for the cameras of `rig`: its own
+        (`cam2ego`, a sim with body motion or mount jitter; checked when the dataset opens) or the rig's."""
         own = frame.get("cam2ego")
-        if own is None:
-            return np.stack([c.cam2ego for c in self.rig.cameras]).astype(np.float32)
-        missing = [c.name for c in self.rig.cameras if c.name not in own]
-        if missing:
-            raise DatasetError(f"{self.root / 'scenes' / scene / 'scene.json'}: frame {frame['dir']} has its own cam2ego "
-                               f"but none for camera {missing[0]}; regenerate the dataset")
-        return np.stack([np.asarray(own[c.name], np.float64) for c in self.rig.cameras]).astype(np.float32)
+        return np.stack([np.asarray(own[c.name], np.float64) if own is not None else c.cam2ego for c in rig.cameras])
 
     def load(self, i: int) -> dict:
         """Frame i exactly as on disk (never skips); raises DatasetError on a bad file."""
@@ -359,7 +354,7 @@ class SimDataset(FrameReader):
             "timestamp_us": int(frame["timestamp_us"]),
             "camera_names": self.rig.names,
             "intrinsics": np.stack([c.K for c in cams]).astype(np.float32),  # (N, 3, 3)
-            "cam2ego": self._cam2ego(frame, scene["name"]),  # (N, 4, 4)
+            "cam2ego": self.frame_cam2ego(frame, self.rig).astype(np.float32),  # (N, 4, 4)
             "distortion": self.rig.distortion(),  # (N, 6) lens rows, zeros for pinholes
             "ego2world": np.asarray(frame["ego2world"], dtype=np.float64),  # (4, 4)
         }
@@ -496,7 +491,7 @@ def _rigid(value, path: Path, key: str) -> np.ndarray:
     return T
 
 
-def check_scene(scene, path: Path, name: str) -> None:
+def check_scene(scene, path: Path, name: str, cameras: list[str] | None = None) -> None:
     """scene.json: its name is the one dataset.json lists; every frame has a safe dir, an index, a time and a
     rigid 4x4 ego pose, and optionally its own rigid cam2ego per camera (body motion, mount jitter)."""
     if not isinstance(scene, dict):
@@ -523,7 +518,12 @@ def check_scene(scene, path: Path, name: str) -> None:
                 raise _bad(path, f"frames[{i}].supervises", f"must list distinct heads of {list(SIM_HEADS)}, got {sup!r}"[:300])
         _rigid(_get(f, "ego2world", path, where, list), path, f"frames[{i}].ego2world")
         if "cam2ego" in f:
-            for cam, T in _get(f, "cam2ego", path, where, dict).items():
+            own = _get(f, "cam2ego", path, where, dict)
+            if cameras is not None and set(own) != set(cameras):
+                odd = sorted(set(cameras) - set(own)) or sorted(set(own) - set(cameras))
+                raise _bad(path, f"frames[{i}].cam2ego", f"must give every camera of the rig {cameras} and no other "
+                           f"(camera {odd[0]!r} is {'missing' if odd[0] in cameras else 'not in the rig'})")
+            for cam, T in own.items():
                 _rigid(T, path, f"frames[{i}].cam2ego.{cam}")
 
 

@@ -18,7 +18,8 @@ Mode is an argument, never `self.training`; `loss(outputs, targets)` and `decode
 pass give both. Train with `model.backward(losses)` (gradient balancers such as PCGrad need it).
 
 With BEV tasks (docs/bev.md) the `fusion` module (hydranet.models.video.BevFusion) reads
-batch["intrinsics"] (B, N, 3, 3), batch["cam2ego"] (B, N, 4, 4) and, for the video module,
+batch["intrinsics"] (B, N, 3, 3), batch["cam2ego"] (B, N, 4, 4), batch["distortion"] (B, N, 6) lens
+rows where cameras have lens models, and, for the video module,
 batch["prev_bev"]/batch["ego_motion"]; BEV task outputs and results are per frame (B items). A clip
 batch has images (B, T, N, 3, H, W) and ego2world (B, T, 4, 4): heads read its last frame. With the
 video module, "tensor" and "predict" outputs also hold {"bev_state": {"bev_queue": (B, T-1, C, X, Y)}}.

@@ -15,9 +15,11 @@ no custom operator, so the whole network exports to one graph. Cells no camera s
 and are reported (`LutViewTransform.coverage`); a rig that sees none of the grid is a ValueError
 naming its cameras.
 
-Calibration: `set_calibration(K, cam2ego, image_hw)` precomputes the table (build_model does it
-from meta["rig"]); a batch carrying `intrinsics`/`cam2ego` uses the table of that calibration,
-computed on first sight and cached (augmentations that change K just add cache entries). Cameras
+Calibration: `set_calibration(K, cam2ego, image_hw, names, distortion)` precomputes the table
+(build_model does it from meta["rig"]); a batch carrying `intrinsics`/`cam2ego` (and
+`distortion`, lens rows (N, 6), where cameras have lens models) uses the table of that
+calibration, computed on first sight and cached (augmentations that change K just add cache
+entries). Cameras
 of different resolutions are resized to one model input size first (`hydranet.rig.Rig.resized`).
 """
 from __future__ import annotations
@@ -241,6 +243,10 @@ class ViewTransform(nn.Module, ABC):
             Ts = cam2ego.detach().cpu().numpy().reshape(num_frames, -1, 4, 4)
             if Ks.shape[1] != x.shape[1] or Ts.shape[1] != x.shape[1]:
                 raise ValueError(f"batch has {x.shape[1]} cameras but intrinsics/cam2ego for {Ks.shape[1]}/{Ts.shape[1]}")
+            if distortion is None and self._default_key is not None and self._default_key[3] is not None:
+                raise ValueError("the view transform was calibrated with lens models but the batch has intrinsics and "
+                                 "cam2ego without batch['distortion'] (N, 6) lens rows; pass them "
+                                 "(hydranet.geometry.distortion_array; LabelledFrames does)")
             Ds = None if distortion is None else distortion.detach().cpu().numpy().reshape(num_frames, Ks.shape[1], -1)
             tables = [self._tables(Ks[f], Ts[f], image_hw, x.device, None if Ds is None else Ds[f])
                       for f in range(num_frames)]

@@ -44,6 +44,13 @@ def deny_read(name: str):
     return patch
 
 
+def own_cam2ego() -> dict:
+    """A frame's own cam2ego for every camera of the fault suite's dataset (the nuscenes6 rig)."""
+    from hydranet.rig import load_rig
+
+    return {c.name: c.cam2ego.tolist() for c in load_rig("nuscenes6").cameras}
+
+
 def _written(path: pathlib.Path) -> None:
     assert path.is_file(), f"{path} was not written"
 
@@ -216,11 +223,14 @@ DATASET_CASES = [
     ds_case("meta-bad-json", lambda root, tmp: (root / "dataset.json").write_text("{"), ("dataset.json", "corrupt json")),
     ds_case("scene-missing-frames", scene(lambda s: s.pop("frames")), ("scene.json", "'frames'", "missing")),
     ds_case("scene-cam2ego-not-rigid",
-            scene(lambda s: s["frames"][0].update(cam2ego={"CAM_FRONT": [[2, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]})),
+            scene(lambda s: s["frames"][0].update(cam2ego={**own_cam2ego(), "CAM_FRONT": np.diag([2.0, 1, 1, 1]).tolist()})),
             ("scene.json", "frames[0].cam2ego.CAM_FRONT", "rigid")),
     ds_case("scene-cam2ego-missing-camera",
-            scene(lambda s: s["frames"][0].update(cam2ego={"CAM_OTHER": np.eye(4).tolist()})),
-            ("scene.json", "own cam2ego", "camera")),
+            scene(lambda s: s["frames"][0].update(cam2ego={k: v for k, v in own_cam2ego().items() if k != "CAM_BACK"})),
+            ("scene.json", "frames[0].cam2ego", "every camera", "'cam_back' is missing")),
+    ds_case("scene-cam2ego-unknown-camera",
+            scene(lambda s: s["frames"][0].update(cam2ego={**own_cam2ego(), "CAM_OTHER": np.eye(4).tolist()})),
+            ("scene.json", "frames[0].cam2ego", "'cam_other' is not in the rig")),
     ds_case("scene-pose-2x2", scene(lambda s: s["frames"][0].update(ego2world=[[1, 0], [0, 1]])),
             ("scene.json", "frames[0].ego2world", "4x4")),
     ds_case("scene-pose-not-rigid", scene(lambda s: s["frames"][0]["ego2world"][0].__setitem__(0, 5.0)),
