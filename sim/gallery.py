@@ -1,5 +1,6 @@
 """docs/sim_gallery.png: one row per condition (day, dusk, night, rain, fog, a rare scenario,
-the tesla8 rig), each the rig's cameras side by side at frame 3.
+the tesla8 rig by day with its fisheye and barrel lenses and at night in rain), each the rig's
+cameras side by side at frame 3.
 
     .venv/bin/python -m sim.gallery --out docs/sim_gallery.png [--width 176 --height 104 --seed 4]
 """
@@ -24,6 +25,7 @@ ROWS = (  # (label, rig, time of day, weather, rare scenario or "")
     ("rain", "nuscenes6", "day", "rain", ""),
     ("fog", "nuscenes6", "dusk", "fog", ""),
     ("rare: cones on road", "nuscenes6", "day", "clear", "cones_on_road"),
+    ("tesla8: fisheye wide + rear, barrel pillars + repeaters", "tesla8", "day", "clear", ""),
     ("tesla8, night rain", "tesla8", "night", "rain", ""),
 )
 
