@@ -71,11 +71,10 @@ def test_rolling_shutter_and_motion_blur_are_not_combined():
         load_config(SimConfig, None, ["look.rolling_shutter_ms=30", "look.shutter_ms=10"])
 
 
-def test_blur_smear_is_the_velocity_over_the_exposure():
-    """A white cube crossing 10 m ahead at 10 m/s, the ego standing: with a 50 ms exposure it is
-    smeared along the row by the distance its projection moves between the first and the last
-    sub-frame, and its instance mask stays the sharp one."""
-    look = replace(PLAIN, shutter_ms=50.0, shutter_samples=5)
+def _crossing_cube(look: LookConfig, height: float, time_of_day: str = "day"):
+    """A white cube of `height` (1.2 m wide) crossing 10 m ahead at 10 m/s in an emptied world, the
+    ego standing, drawn in CAM_FRONT at 160x96: the background, the sharp image and the image with
+    the look's sub-frames, plus what the checks need ({"cam", "ego", "agent", "offsets", ...})."""
     cfg = SimConfig(image_width=160, image_height=96, frames_per_scene=1, conditions=DAY, look=look)
     rig = sim_rig(cfg)
     world = World(cfg, 1)
@@ -83,24 +82,33 @@ def test_blur_smear_is_the_velocity_over_the_exposure():
     world.ego.speed = 0.0
     ego = ego_pose(world)
     cross = Path((ego @ np.array([[10.0, y, 0.0, 1.0] for y in np.arange(20.0, -20.5, -0.5)]).T).T[:, :2])
-    cube = [Part(np.array([0.0, 0.0, 0.6]), np.full(3, 1.2), np.array([0.95, 0.95, 0.95]))]
+    cube = [Part(np.array([0.0, 0.0, height / 2]), np.array([1.2, 1.2, height]), np.array([0.95, 0.95, 0.95]))]
     agent = Agent(99, "debris", cube, cross, s=20.0, speed=10.0, follows_traffic=False)
     renderer = Renderer(rig)
     renderer.set_look(look)
     renderer.set_static(static_mesh(world))
     lighting, ones = scene_lighting(world, cfg), np.ones(len(rig))
+    offsets = shutter_offsets(cfg, time_of_day)
     try:
         world.agents = []
         bg = renderer.render(DynamicMesh(world).build(), ego, lighting, ones, 0)[0]
         world.agents = [agent]
         dyn = DynamicMesh(world)
         sharp = renderer.render(dyn.build(), ego, lighting, ones, 0)[0]
-        offsets = shutter_offsets(cfg, "day")
-        blurred = renderer.render(dyn.build(), ego, lighting, ones, 0, subframes=subframes(world, dyn, offsets))[0]
+        moved = renderer.render(dyn.build(), ego, lighting, ones, 0, subframes=subframes(world, dyn, offsets))[0]
     finally:
         renderer.ctx.release()
-    cam = rig.cameras[0]
-    assert cam.name == "CAM_FRONT"
+    assert rig.cameras[0].name == "CAM_FRONT"
+    return {"cam": rig.cameras[0], "ego": ego, "agent": agent, "offsets": offsets, "bg": bg, "sharp": sharp,
+            "moved": moved}
+
+
+def test_blur_smear_is_the_velocity_over_the_exposure():
+    """A white cube crossing 10 m ahead at 10 m/s, the ego standing: with a 50 ms exposure it is
+    smeared along the row by the distance its projection moves between the first and the last
+    sub-frame, and its instance mask stays the sharp one."""
+    r = _crossing_cube(replace(PLAIN, shutter_ms=50.0, shutter_samples=5), 1.2)
+    cam, ego, agent, offsets, bg, sharp, blurred = (r[k] for k in ("cam", "ego", "agent", "offsets", "bg", "sharp", "moved"))
     np.testing.assert_array_equal(sharp.instance, blurred.instance)
     rows = np.flatnonzero((sharp.instance == 99).any(1))
     row = int(rows[len(rows) // 2])
@@ -122,32 +130,9 @@ def test_rolling_shutter_skews_a_crossing_object_band_by_band():
     7 bands: each band of rows shows the cube where it is at that band's instant (its left edge
     moves by the projection's travel), the middle band and every label channel stay the labelled
     instant's."""
-    look = replace(PLAIN, rolling_shutter_ms=60.0, shutter_samples=7)
-    cfg = SimConfig(image_width=160, image_height=96, frames_per_scene=1, conditions=DAY, look=look)
-    rig = sim_rig(cfg)
-    world = World(cfg, 1)
-    world.props, world.lights, world.agents = [], [], []
-    world.ego.speed = 0.0
-    ego = ego_pose(world)
-    cross = Path((ego @ np.array([[10.0, y, 0.0, 1.0] for y in np.arange(20.0, -20.5, -0.5)]).T).T[:, :2])
-    cube = [Part(np.array([0.0, 0.0, 2.5]), np.array([1.2, 1.2, 5.0]), np.array([0.95, 0.95, 0.95]))]
-    agent = Agent(99, "debris", cube, cross, s=20.0, speed=10.0, follows_traffic=False)
-    renderer = Renderer(rig)
-    renderer.set_look(look)
-    renderer.set_static(static_mesh(world))
-    lighting, ones = scene_lighting(world, cfg), np.ones(len(rig))
-    offsets = shutter_offsets(cfg, "night")  # the readout does not lengthen at night
-    np.testing.assert_allclose(offsets, 0.06 * ((np.arange(7) + 0.5) / 7 - 0.5), atol=1e-12)
-    try:
-        world.agents = []
-        bg = renderer.render(DynamicMesh(world).build(), ego, lighting, ones, 0)[0]
-        world.agents = [agent]
-        dyn = DynamicMesh(world)
-        sharp = renderer.render(dyn.build(), ego, lighting, ones, 0)[0]
-        rolled = renderer.render(dyn.build(), ego, lighting, ones, 0, subframes=subframes(world, dyn, offsets))[0]
-    finally:
-        renderer.ctx.release()
-    cam = rig.cameras[0]
+    r = _crossing_cube(replace(PLAIN, rolling_shutter_ms=60.0, shutter_samples=7), 5.0, "night")
+    cam, ego, agent, offsets, bg, sharp, rolled = (r[k] for k in ("cam", "ego", "agent", "offsets", "bg", "sharp", "moved"))
+    np.testing.assert_allclose(offsets, 0.06 * ((np.arange(7) + 0.5) / 7 - 0.5), atol=1e-12)  # not longer at night
     for ch in ("semantic", "instance", "depth", "normal"):
         np.testing.assert_array_equal(getattr(sharp, ch), getattr(rolled, ch))
 
@@ -158,7 +143,7 @@ def test_rolling_shutter_skews_a_crossing_object_band_by_band():
     checked = 0
     for k, t in enumerate(offsets):
         y0, y1 = round(k * cam.height / 7), round((k + 1) * cam.height / 7)
-        band = [r for r in rows if y0 + 1 <= r < y1 - 1]  # rows well inside band k
+        band = [row for row in rows if y0 + 1 <= row < y1 - 1]  # rows well inside band k
         if not band:
             continue
         r = band[len(band) // 2]
