@@ -62,7 +62,7 @@ def curve(loop_dir: Path, rounds: int) -> list[dict]:
     for r in range(rounds):
         gate = json.loads((loop_dir / "rounds" / f"r{r:03d}" / "gate" / "gate.json").read_text())
         head = gate["summary_head"]
-        rows = {row["slice"]: row for row in gate["rows"] if row["head"] == head and row["verdict"] != "n/a"}
+        rows = {row["slice"]: row for row in gate["rows"] if row["head"] == head and row["delta"] is not None}  # both scored
         sign = 1.0 if rows["aggregate"]["higher_is_better"] else -1.0  # values are stored as "higher is better"
         if r == 0:
             points.append({"round": -1, "labels": 0, "promoted": True,

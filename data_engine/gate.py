@@ -154,15 +154,6 @@ def _missing(v: float | None) -> bool:
     return v is None or not math.isfinite(v)
 
 
-def _value(table: Mapping[str, Any], suite: str, head: str, who: str) -> float:
-    v = table[suite]["heads"][head]["value"]
-    if _missing(v):
-        metric = table[suite]["heads"][head]["metric"]
-        raise GateError(f"suite {suite}: head {head}'s {metric} is not a number for the {who} (nothing to score in that "
-                        "suite?); a gate never passes on NaN: regenerate the suites with more --clips or drop the slice")
-    return float(v)
-
-
 def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: GateRule | None = None) -> dict[str, Any]:
     """The gate's verdict on two suite tables (`suite_table`'s form). Returns {"promote", "verdict", "failing",
     "rows": [{"slice", "head", "metric", "higher_is_better", "production", "candidate", "delta", "gain",
@@ -194,14 +185,22 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
                              "production": None, "candidate": None, "delta": None, "gain": None, "verdict": "n/a",
                              "reason": "nothing to score in this suite"})
                 continue
-            rows.append(_row(rule, suite, head, c["metric"], c["higher_is_better"], _value(production, suite, head, "production"),
-                             _value(candidate, suite, head, "candidate")))
+            if _missing(c["value"]) or _missing(p["value"]):  # one model scores nothing the other does (no sign matched)
+                cand_lost = _missing(c["value"])
+                rows.append({"slice": suite, "head": head, "metric": c["metric"], "higher_is_better": c["higher_is_better"],
+                             "production": None if _missing(p["value"]) else float(p["value"]),
+                             "candidate": None if cand_lost else float(c["value"]), "delta": None, "gain": None,
+                             "verdict": "fail" if cand_lost else "pass",
+                             "reason": ("undefined for the candidate (it scores nothing here), defined for the production"
+                                        if cand_lost else "undefined for the production, defined for the candidate")})
+                continue
+            rows.append(_row(rule, suite, head, c["metric"], c["higher_is_better"], float(p["value"]), float(c["value"])))
     frames = {s: candidate[s]["frames"] for s in candidate}
     total = sum(frames.values())
     if total <= 0:
         raise GateError("the suites hold no scored frames; regenerate them")
     for head in heads:
-        mine = [r for r in rows if r["head"] == head and r["verdict"] != "n/a"]
+        mine = [r for r in rows if r["head"] == head and r["delta"] is not None]  # both models scored
         scored = sum(frames[r["slice"]] for r in mine)
         if not mine or scored <= 0:  # said in the table and in "ungated", never counted as a pass
             rows.append({"slice": AGGREGATE, "head": head, "metric": next(r["metric"] for r in rows if r["head"] == head),
@@ -223,7 +222,7 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
     return {"promote": not failing, "verdict": "promote" if not failing else "reject", "failing": failing, "rows": rows,
             "ungated": ungated,
             "slices": {r["slice"]: r["candidate"] for r in rows
-                       if r["head"] == summary and r["slice"] != AGGREGATE and r["verdict"] != "n/a"},
+                       if r["head"] == summary and r["slice"] != AGGREGATE and r["candidate"] is not None},
             "summary_head": summary, "frames": frames, "rule": asdict(rule)}
 
 
@@ -282,8 +281,9 @@ def format_gate(report: Mapping[str, Any]) -> str:
             lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | - | - | - | n/a: {r['reason']} |")
             continue
         verdict = "pass" if r["verdict"] == "pass" else "**FAIL**"
-        lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | {r['production']:.4f} | {r['candidate']:.4f} | "
-                     f"{r['delta']:+.4f} | {verdict}: {r['reason']} |")
+        num = lambda v, fmt=".4f": "n/a" if v is None else format(v, fmt)  # noqa: E731 - undefined for one model
+        lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | {num(r['production'])} | {num(r['candidate'])} | "
+                     f"{num(r['delta'], '+.4f')} | {verdict}: {r['reason']} |")
     if report.get("ungated"):
         lines.append(f"\nnot gated (nothing to score on any suite): {', '.join(report['ungated'])}")
     if report["promote"]:

@@ -115,13 +115,23 @@ def test_lower_is_better_metric():
 
 
 @pytest.mark.parametrize("value", [math.nan, None])
-@pytest.mark.parametrize("who", ["candidate", "production"])
-def test_nan_metric_is_an_error_not_a_pass(value, who):
-    bad = with_(PROD, night__det=value)
-    tables = {"candidate": table(PROD, hib=HIB), "production": table(PROD, hib=HIB)}
-    tables[who] = table(bad, hib=HIB)
-    with pytest.raises(GateError, match=f"suite night: head det's m_det is not a number for the {who}"):
-        decide(tables["candidate"], tables["production"])
+def test_a_metric_undefined_for_the_candidate_alone_fails_its_slice(value):
+    """The candidate scores nothing where the production scores (e.g. it matches no sign): the slice
+    fails and is named, the row is left out of the aggregate, the gate rejects; never a pass on NaN."""
+    rep = decide(table(with_(PROD, night__det=value), hib=HIB), table(PROD, hib=HIB))
+    row = next(r for r in rep["rows"] if r["slice"] == "night" and r["head"] == "det")
+    assert row["verdict"] == "fail" and row["candidate"] is None and row["production"] == PROD["night"]["det"]
+    assert not rep["promote"] and rep["failing"] == ["night"] and "undefined for the candidate" in format_gate(rep)
+    agg = next(r for r in rep["rows"] if r["slice"] == AGGREGATE and r["head"] == "det")
+    assert math.isclose(agg["production"], agg["candidate"])  # the other slices, equal for both
+    json.dumps(rep, allow_nan=False)
+
+
+@pytest.mark.parametrize("value", [math.nan, None])
+def test_a_metric_undefined_for_the_production_alone_is_not_a_failure(value):
+    rep = decide(table(PROD, hib=HIB), table(with_(PROD, night__det=value), hib=HIB))
+    row = next(r for r in rep["rows"] if r["slice"] == "night" and r["head"] == "det")
+    assert row["verdict"] == "pass" and row["production"] is None and rep["promote"]
 
 
 @pytest.mark.parametrize("value", [math.nan, None])
