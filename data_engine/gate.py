@@ -68,8 +68,13 @@ class GateRule:
 
 
 # -- evaluation with its cache ------------------------------------------------------------------------------
+# bumped when what a suite evaluation measures changes: v2 evaluates a model on the cameras it is built on
+# (a retrained model's are its first source's; v1 read every camera of the suite for it), so v1 entries are stale
+EVAL_VERSION = 2
+
+
 def _evaluate(checkpoint: Path, data: Path) -> dict[str, Any]:
-    """{"frames", "heads": {head: {"metric", "value" (None for NaN), "higher_is_better"}}} of one suite."""
+    """{"frames", "cameras", "heads": {head: {"metric", "value" (None for NaN), "higher_is_better"}}} of one suite."""
     from hydranet.evaluate import evaluate_checkpoint
 
     r = evaluate_checkpoint(checkpoint, data, None, progress=False)
@@ -78,7 +83,7 @@ def _evaluate(checkpoint: Path, data: Path) -> dict[str, Any]:
         v = r["model"][head].get(metric, math.nan)
         heads[head] = {"metric": metric, "value": float(v) if v is not None and math.isfinite(v) else None,
                        "higher_is_better": bool(r["higher_is_better"][head])}
-    return {"frames": int(r["frames"]), "heads": heads}
+    return {"frames": int(r["frames"]), "cameras": list(r["cameras"]), "heads": heads}
 
 
 class _Cache:
@@ -134,7 +139,7 @@ def suite_table(checkpoint: str | Path, suites_dir: str | Path, catalog: str | P
 
         items = tqdm(items, desc=f"gate {ckpt.parent.name}", unit="suite")
     for name, s in items:
-        key = f"{name}@{s['digest']}"
+        key = f"{name}@{s['digest']}@v{EVAL_VERSION}"
         if key not in known:
             known[key] = _evaluate(ckpt, s["path"])
             cache.put(key, known[key])
@@ -172,6 +177,10 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
     heads = list(candidate[first]["heads"])
     for suite in candidate:
         ch, ph = candidate[suite]["heads"], production[suite]["heads"]
+        cams = candidate[suite].get("cameras"), production[suite].get("cameras")
+        if cams[0] != cams[1]:
+            raise GateError(f"suite {suite}: the candidate was evaluated on cameras {cams[0]}, the production on {cams[1]}; "
+                            "gate models built on the same cameras (data.cameras / the first source's cameras)")
         if list(ch) != list(ph) or list(ch) != heads:
             raise GateError(f"suite {suite}: candidate heads {list(ch)} differ from production heads {list(ph)}; "
                             "gate models of the same heads")

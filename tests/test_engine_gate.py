@@ -114,6 +114,14 @@ def test_lower_is_better_metric():
     assert rep["promote"] and row["reason"] == "improved" and "(lower is better)" in format_gate(rep)
 
 
+def test_models_evaluated_on_other_cameras_are_not_compared():
+    cand, prod = table(PROD, hib=HIB), table(PROD, hib=HIB)
+    for s in cand:
+        cand[s]["cameras"], prod[s]["cameras"] = ["CAM_FRONT", "CAM_BACK", "CAM_FRONT_LEFT"], ["CAM_FRONT", "CAM_BACK"]
+    with pytest.raises(GateError, match="evaluated on cameras"):
+        decide(cand, prod)
+
+
 @pytest.mark.parametrize("value", [math.nan, None])
 def test_a_metric_undefined_for_the_candidate_alone_fails_its_slice(value):
     """The candidate scores nothing where the production scores (e.g. it matches no sign): the slice

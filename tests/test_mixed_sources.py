@@ -213,3 +213,20 @@ def test_short_mixed_run_trains_evaluates_per_source_and_exports(roots, tmp_path
     assert per_source["bdd100k"]["split"] == "val"
     res = export_checkpoint(tmp_path / "run", tmp_path / "model.onnx", roots["sim"], verbose=False)
     assert res.path.is_file() and res.parity
+
+
+def test_another_folder_is_read_on_the_cameras_the_model_is_built_on(roots, tmp_path):
+    """A folder outside the config (a gate's suite, a held-out set) is read with the model's cameras:
+    data.cameras, else the first source's. A retrained model's config names its cameras only in its
+    sources; reading every camera of the suite for it made the gate compare it on 6 cameras against
+    the production on 1 (and reject every retrain)."""
+    import shutil
+
+    from hydranet.data.sources import open_data
+
+    cfg = load_experiment(None, _sources_cfg(roots))
+    assert cfg.data.cameras is None
+    other = shutil.copytree(roots["sim"], tmp_path / "suite")
+    assert open_data(cfg.data, other).rig.names == ["CAM_FRONT"]
+    plain = load_experiment(None, [f"data.root={roots['sim']}", "data.cameras=[CAM_FRONT, CAM_BACK]"])
+    assert open_data(plain.data, other).rig.names == ["CAM_FRONT", "CAM_BACK"]

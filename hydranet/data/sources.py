@@ -76,12 +76,14 @@ def open_data(data, root: str | Path | None = None, format: str | None = None, s
               channels=None, all_cameras: bool = False):
     """A folder read with the config's settings: data.root (or the source whose root it is) with
     its format, split, version and cameras unless given; data.val_root with data.val_split and
-    data.cameras; another folder auto-detected, with data.cameras when given. `all_cameras`:
+    data.cameras; another folder auto-detected, with the model's cameras (`model_cameras`: data.cameras,
+    else the first source's) when given. `all_cameras`:
     every camera of the folder, whatever the config selects. nuScenes sweeps (data.sweeps,
     data.sources[i].sweeps) are read for data.root and the sources, not for other folders. A
     source with a class_map is read through it (`ClassMapped`), as training saw it."""
     bad = on_bad_frame or data.on_bad_frame
-    spec = (root, "auto", None, None, data.cameras, 0)
+    # another folder (a gate's suite, a held-out set): the cameras the model is built on
+    spec = (root, "auto", None, None, model_cameras(data), 0)
     if root is None or _same(root, data.root) and not data.sources:
         spec = (data.root, data.format, data.split, data.version, data.cameras, data.sweeps)
     elif data.val_root and _same(root, data.val_root):
