@@ -22,7 +22,9 @@ from sim.config import LayoutMix, RareConfig, RoadsConfig, SimConfig
 from sim.labels import bev_raster, lane_lines_world
 from sim.roads import (CROSS_LENGTH, CURB_HEIGHT, LANE_WIDTH, MARKING_WIDTH, SIDEWALK_WIDTH, TERRAIN_Z, _in_quads,
                        marking_pieces, strip_quads)
-from sim.world import World, _footprint, _polygons_overlap, draw_layout
+from sim.traffic import footprint as _footprint
+from sim.traffic import polygons_overlap as _polygons_overlap
+from sim.world import World, draw_layout
 
 SEEDS = (0, 1, 2)
 NO_RARE = RareConfig(cones_on_road=0, debris_on_road=0, night_pedestrian_crossing=0, unusual_vehicle=0)

@@ -9,7 +9,9 @@ import numpy as np
 from sim.agents import body_bounds
 from sim.config import RoadsideConfig, SimConfig, TrafficConfig
 from sim.nuscenes_export import box_attributes
-from sim.world import World, _footprint, _polygons_overlap
+from sim.traffic import footprint as _footprint
+from sim.traffic import polygons_overlap as _polygons_overlap
+from sim.world import World
 
 
 def _count(cfg: SimConfig, seeds=range(4)) -> Counter:
