@@ -1,0 +1,400 @@
+"""`hydranet engine <command>`: the data engine's half of the CLI (docs/data_engine.md,
+docs/engine_loop.md). Parses arguments and calls into `data_engine`, nothing more; `hydranet.cli`
+adds these subcommands to its parser. With `hydranet.cli`, the only module outside `data_engine`
+that may import it (tests/test_layering.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydranet.config import load_config
+
+
+def cmd_engine_fleet(args) -> None:
+    from data_engine.fleet import FleetConfig, generate_fleet
+
+    cfg = load_config(FleetConfig, args.config, list(args.set))
+    print(f"wrote {generate_fleet(args.out, cfg, args.clips, args.seed, progress=not args.quiet)}")
+
+
+def cmd_engine_shadow(args) -> None:
+    from data_engine.shadow import run_shadow
+
+    st = run_shadow(args.model, args.fleet, args.catalog, args.candidate, args.executor, args.workers, progress=not args.quiet,
+                    ray_address=args.ray_address)
+    print(f"shadow run {st['run_id']}: {st['clips'] - st['done_before']} of {st['clips']} clips shadowed now "
+          f"({st['done_before']} done before), {st['frames']} frames, {st['corrupt']} corrupt -> {args.catalog}")
+
+
+def _engine_config(args):
+    from data_engine.config import EngineConfig
+
+    return load_config(EngineConfig, args.config, list(args.set))
+
+
+def cmd_engine_triggers(args) -> None:
+    from data_engine.catalog import Catalog
+    from data_engine.evaluation import load_run_truth, trigger_markdown, trigger_rows, truth_summary
+    from data_engine.triggers import build_triggers, fire_all
+
+    triggers = build_triggers(_engine_config(args).trigger_params() or None)
+    run_id, hits = fire_all(args.catalog, triggers, args.run)
+    with Catalog(args.catalog) as cat:  # the fleet's truth, where it has one (a sim fleet): precision and recall
+        truth, why = load_run_truth(cat, run_id)
+    print(f"triggers over shadow run {run_id} of {args.catalog}")
+    print(truth_summary(truth) if truth is not None else f"no precision/recall: {why}")
+    print(trigger_markdown(trigger_rows(triggers, hits, truth), truth))
+
+
+def cmd_engine_mine(args) -> None:
+    from data_engine.mining import mine, write_selection
+
+    sel = mine(args.catalog, args.budget, args.strategy, _engine_config(args), args.unit, args.run, args.name)
+    write_selection(sel, args.out)
+    print(f"selected {len(sel['items'])} {args.unit}(s) of {sel['pool']} by {args.strategy} -> {args.out}")
+
+
+def cmd_engine_similar(args) -> None:
+    from data_engine.mining import similar
+    from data_engine.shadow import similar_image
+
+    if (args.frame is None) == (args.image is None):
+        raise ValueError("give exactly one of --frame ID (a frame of the catalog) or --image FILE (with --model)")
+    if args.image is not None:
+        res = similar_image(args.catalog, args.model, args.image, args.camera, args.k, args.run)
+    else:
+        if args.model is not None or args.camera is not None:
+            raise ValueError("--model and --camera go with --image; --frame uses the catalog's embeddings")
+        res = similar(args.catalog, args.frame, args.k, args.run)
+    for r in res:
+        print(f"{r['frame_id']:8d}  {r['clip']}/{r['frame']:06d}  {r['similarity']:.4f}")
+
+
+def cmd_engine_report(args) -> None:
+    from data_engine.report import write_report
+
+    rep = write_report(args.catalog, args.out, args.selection, args.run, _engine_config(args), args.camera, args.max_frames,
+                       args.overwrite)
+    print(f"report of selection {rep['selection']} ({rep['shown']} of {rep['items']} frames on the contact sheet), "
+          f"shadow run {rep['run']}: {rep['out']}/report.md, contact_sheet.png, signals.png")
+
+
+def _label_backend(args):
+    from data_engine.labeling import build_backend
+    from data_engine.labeling.oracle import OracleNoise
+
+    noise = OracleNoise(getattr(args, "jitter_px", 0.0), getattr(args, "miss_small", 0.0), getattr(args, "small_area", 256.0),
+                        getattr(args, "confusion", 0.0), getattr(args, "noise_seed", 0))
+    return build_backend(args.backend, noise=noise, out=getattr(args, "out", None), files=getattr(args, "file", None) or (),
+                         labeller=getattr(args, "labeller", None), url=args.ls_url, token=args.ls_token, project=args.ls_project)
+
+
+def _selection_name(sel):
+    from data_engine.labels import read_selection
+
+    return None if sel is None else read_selection(sel)[0] if str(sel).endswith(".json") else str(sel)
+
+
+def cmd_engine_label(args) -> None:
+    from data_engine.labels import create_jobs, open_catalog, send
+
+    backend = _label_backend(args)
+    with open_catalog(args.catalog) as cat:
+        made = create_jobs(cat, args.selection, backend.name)
+        st = send(cat, backend, made["selection"], progress=not args.quiet)
+    print(f"selection {made['selection']}: {made['created']} label jobs queued ({made['existing']} existed), "
+          f"{st['sent']} sent to {backend.name}" + (f" -> {args.out}" if getattr(args, "out", None) else ""))
+
+
+def cmd_engine_import_labels(args) -> None:
+    from data_engine.labels import import_labels, open_catalog
+
+    with open_catalog(args.catalog) as cat:
+        got = import_labels(cat, _label_backend(args), _selection_name(args.selection), progress=not args.quiet)
+    print(f"{got['new']} new label versions ({got['duplicate']} already recorded), {got['waiting']} sent jobs still waiting, "
+          f"{len(got['conflicts'])} conflicts")
+    for c in got["conflicts"]:
+        print(f"  conflict: frame {c['frame']} (id {c['frame_id']}) versions {c['versions']} ({' vs '.join(c['sources'])}): {c['detail']}")
+
+
+def cmd_engine_jobs(args) -> None:
+    from data_engine.labels import conflicts, job_table, open_catalog, transition
+
+    sel = _selection_name(args.selection)
+    with open_catalog(args.catalog) as cat:
+        for flag, to, source in (("requeue", "queued", "rejected"), ("reject", "rejected", "labelled"),
+                                 ("accept", "accepted", "labelled")):
+            ids = getattr(args, flag)
+            if ids is None:
+                continue
+            if ids == "all":
+                jobs = [r["job"] for r in job_table(cat, sel) if r["state"] == source]
+            else:
+                try:
+                    jobs = [int(i) for i in ids.split(",") if i.strip()]
+                except ValueError:
+                    raise ValueError(f"--{flag} takes job ids like 3,4,7 or 'all', got {ids!r}") from None
+            transition(cat, jobs, to, args.version)
+            print(f"{len(jobs)} jobs -> {to}")
+        rows = job_table(cat, sel)
+        print("| job | selection | frame | state | backend | label versions |\n|---:|---|---|---|---|---:|")
+        print("\n".join(f"| {r['job']} | {r['selection']} | {r['frame']} | {r['state']} | {r['backend']} | {r['versions']} |"
+                        for r in rows))
+        for c in conflicts(cat, sel):
+            print(f"conflict: frame id {c['frame_id']} versions {c['versions']} ({' vs '.join(c['sources'])}): {c['detail']}")
+
+
+def add_engine(sub) -> None:
+    """`hydranet engine ...`: the data engine (docs/data_engine.md)."""
+    eng = sub.add_parser("engine", help="the data engine: fleet, shadow mode, triggers, mining (docs/data_engine.md)")
+    eng = eng.add_subparsers(dest="engine_command", required=True)
+    f = eng.add_parser("fleet", help="many sim clips with conditions and rare scenarios at realistic rates")
+    f.add_argument("--out", type=Path, required=True)
+    f.add_argument("--clips", type=int, default=20)
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--config", type=Path, default="fleet", help="fleet config: a YAML file or a shipped name (fleet)")
+    f.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
+    f.set_defaults(func=cmd_engine_fleet)
+    sh = eng.add_parser("shadow", help="run the deployed ONNX model over every fleet clip; per-frame signals into the catalog")
+    sh.add_argument("--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
+    sh.add_argument("--fleet", type=Path, required=True, help="a fleet folder (`hydranet engine fleet`)")
+    sh.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing)")
+    sh.add_argument("--candidate", type=Path, default=None, help="a candidate model run alongside (it never drives)")
+    sh.add_argument("--executor", default="local", help="local (process pool) or ray")
+    sh.add_argument("--workers", type=int, default=None, help="worker processes or Ray actors (default: one per CPU)")
+    sh.add_argument("--ray-address", default=None, help="with --executor ray: the cluster to join, e.g. ray://head:10001 "
+                    "(default: $RAY_ADDRESS, else a local Ray instance of --workers CPUs)")
+    sh.add_argument("--quiet", action="store_true", help="no progress bar")
+    sh.set_defaults(func=cmd_engine_shadow)
+    for cmd, helptext in (("triggers", "fire the configured triggers over a shadow run; frames fired per trigger"),
+                          ("mine", "select a budget of frames (or clips) worth labelling, each with its reason"),
+                          ("similar", "the frames most like a given frame (embedding cosine)")):
+        c = eng.add_parser(cmd, help=helptext)
+        c.add_argument("--catalog", type=Path, required=True)
+        c.add_argument("--run", type=int, default=None, help="shadow run id (default: the latest)")
+        if cmd != "similar":
+            c.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
+            c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+        if cmd == "mine":
+            c.add_argument("--budget", type=int, required=True)
+            c.add_argument("--strategy", default="hybrid", help="random | uncertainty | diversity | hybrid | triggers")
+            c.add_argument("--unit", default="frame", help="frame or clip")
+            c.add_argument("--out", type=Path, default=Path("selection.json"))
+            c.add_argument("--name", default=None, help="selection name in the catalog (default: strategy-unit-budget)")
+        if cmd == "similar":
+            c.add_argument("--frame", type=int, default=None, help="query frame id (selection.json items' frame_id)")
+            c.add_argument("--image", type=Path, default=None, help="query image file (JPEG/PNG, one camera's image)")
+            c.add_argument("--model", type=Path, default=None, help="with --image: the shadow run's model.onnx (embeds it)")
+            c.add_argument("--camera", default=None, help="with --image: the camera it is from (default: the model's first)")
+            c.add_argument("--k", type=int, default=50)
+        c.set_defaults(func={"triggers": cmd_engine_triggers, "mine": cmd_engine_mine, "similar": cmd_engine_similar}[cmd])
+    rep = eng.add_parser("report", help="contact sheet of mined frames, signal histograms, trigger table (markdown)")
+    rep.add_argument("--catalog", type=Path, required=True)
+    rep.add_argument("--out", type=Path, required=True, help="report folder (refused if it exists, unless --overwrite)")
+    rep.add_argument("--selection", default=None, help="selection name in the catalog or selection.json (default: newest)")
+    rep.add_argument("--run", type=int, default=None, help="shadow run id (default: the selection's, else the latest)")
+    rep.add_argument("--camera", default=None, help="camera shown on the contact sheet (default: the model's first)")
+    rep.add_argument("--max-frames", type=int, default=48, help="frames on the contact sheet (best ranks first)")
+    rep.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
+    rep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    rep.add_argument("--overwrite", action="store_true", help="replace an existing report folder")
+    rep.set_defaults(func=cmd_engine_report)
+    _add_engine_labels(eng)
+    _add_engine_retrain(eng)
+    _add_engine_gate(eng)
+    _add_engine_loop(eng)
+
+
+def cmd_engine_run(args) -> None:
+    from data_engine.config import EngineConfig
+    from data_engine.loop import Loop
+
+    cfg = load_config(EngineConfig, args.config, list(args.set))
+    Loop(args.out, cfg, args.production, progress=not args.quiet, suites=args.suites, fleets=args.fleets).run(args.rounds)
+    print(f"loop run -> {args.out} (catalog {args.out / 'catalog.sqlite'}, journal {args.out / 'loop.json'})")
+
+
+def _add_engine_loop(eng) -> None:
+    """`hydranet engine run`: the whole loop, K rounds, resumable (docs/data_engine.md)."""
+    r = eng.add_parser("run", help="the loop: fleet, shadow, triggers, mine, label, retrain, export, gate, promote; K rounds")
+    r.add_argument("--out", type=Path, required=True, help="the loop's folder (catalog, suites, rounds); rerun to resume")
+    r.add_argument("--production", type=Path, default=None, help="the run (checkpoint) that drives the first fleet")
+    r.add_argument("--rounds", type=int, default=1)
+    r.add_argument("--suites", type=Path, default=None, help="frozen suites to gate on (default: generated into OUT/suites)")
+    r.add_argument("--fleets", type=Path, default=None, help="fleets already rendered, one per round: FLEETS/r000, r001, ...")
+    r.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    r.add_argument("--quiet", action="store_true", help="no progress bars")
+    r.set_defaults(func=cmd_engine_run)
+
+
+def cmd_engine_retrain(args) -> None:
+    import json
+
+    from data_engine.retrain import RECORD, retrain
+
+    out = retrain(args.production, args.catalog, args.out, args.steps, args.mix, args.base, args.resume, args.overwrite,
+                  progress=not args.quiet, cfg=_engine_config(args))
+    rec = json.loads((out / RECORD).read_text())
+    acc = rec["accepted"]
+    by = ", ".join(f"{n} {s}" for s, n in sorted(acc["by_source"].items()))
+    print(f"retrained {rec['production']} for {rec['steps']} steps on the base set + {acc['frames']} accepted labels ({by}), "
+          f"mix {rec['mix']} -> {out / 'checkpoint.pt'}; export it with `hydranet export --checkpoint {out} --out MODEL.onnx`")
+
+
+def _add_engine_retrain(eng) -> None:
+    """`hydranet engine retrain`: fine-tune production on base + accepted labels (docs/data_engine.md)."""
+    r = eng.add_parser("retrain", help="fine-tune the production model on its training set plus the accepted labels")
+    r.add_argument("--production", type=Path, required=True, help="the production checkpoint.pt or its run folder")
+    r.add_argument("--catalog", type=Path, required=True, help="the catalog whose accepted labels are added")
+    r.add_argument("--out", type=Path, required=True, help="run folder (checkpoint.pt, config.json, retrain.json, accepted/)")
+    r.add_argument("--steps", type=int, default=None, help="fine-tuning steps (default: retrain.steps of --config)")
+    r.add_argument("--mix", type=float, default=None, help="fraction of batches from the accepted labels (default: retrain.mix)")
+    r.add_argument("--base", type=Path, default=None, help="base training set (default: the production's data.root/sources)")
+    r.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    r.add_argument("--overwrite", action="store_true", help="replace a run already in --out (refused without it)")
+    r.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    r.add_argument("--quiet", action="store_true", help="no progress bars")
+    r.set_defaults(func=cmd_engine_retrain)
+
+
+def _add_engine_labels(eng) -> None:
+    """`hydranet engine label | import-labels | jobs`: the relabel queue (docs/labeling.md)."""
+    def backend_args(c, importing: bool) -> None:
+        c.add_argument("--catalog", type=Path, required=True)
+        c.add_argument("--backend", default="oracle", help="oracle (default) | files | label-studio")
+        c.add_argument("--ls-url", default=None, help="Label Studio URL (or $HYDRANET_LABEL_STUDIO_URL)")
+        c.add_argument("--ls-token", default=None, help="Label Studio API token (or $HYDRANET_LABEL_STUDIO_TOKEN)")
+        c.add_argument("--ls-project", default=None, help="Label Studio project title (default: 'hydranet <selection>')")
+        c.add_argument("--quiet", action="store_true", help="no progress bar")
+        if importing:
+            c.add_argument("--selection", default=None, help="selection name or file (default: every sent job of the backend)")
+            c.add_argument("--file", type=Path, action="append", default=[], help="files: a COCO .json or CVAT .xml to import")
+            c.add_argument("--labeller", default=None, help="files: who labelled them (default: file:<name>)")
+            c.add_argument("--jitter-px", type=float, default=0.0, help="oracle noise: box edge jitter sigma, pixels")
+            c.add_argument("--miss-small", type=float, default=0.0, help="oracle noise: rate of missed small boxes")
+            c.add_argument("--small-area", type=float, default=256.0, help="oracle noise: a small box is under this many px^2")
+            c.add_argument("--confusion", type=float, default=0.0, help="oracle noise: rate of class confusions")
+            c.add_argument("--noise-seed", type=int, default=0)
+
+    lab = eng.add_parser("label", help="queue a selection's frames as label jobs and send them to a labelling backend")
+    backend_args(lab, importing=False)
+    lab.add_argument("--selection", type=Path, required=True, help="selection.json (`hydranet engine mine --out`)")
+    lab.add_argument("--out", type=Path, default=None, help="files: folder for the COCO/CVAT exports and images")
+    lab.set_defaults(func=cmd_engine_label)
+    imp = eng.add_parser("import-labels", help="fetch finished labels from a backend into the catalog as new label versions")
+    backend_args(imp, importing=True)
+    imp.set_defaults(func=cmd_engine_import_labels)
+    jobs = eng.add_parser("jobs", help="list label jobs and conflicts; accept, reject or requeue jobs")
+    jobs.add_argument("--catalog", type=Path, required=True)
+    jobs.add_argument("--selection", default=None, help="selection name or file (default: all)")
+    jobs.add_argument("--accept", default=None, metavar="IDS", help="job ids (3,4) or 'all' labelled jobs")
+    jobs.add_argument("--reject", default=None, metavar="IDS", help="job ids or 'all' labelled jobs")
+    jobs.add_argument("--requeue", default=None, metavar="IDS", help="job ids or 'all' rejected jobs")
+    jobs.add_argument("--version", type=int, default=None, help="accept this label version of the frame (needed on a conflict)")
+    jobs.set_defaults(func=cmd_engine_jobs)
+
+
+def cmd_engine_suites(args) -> None:
+    from data_engine.fleet import FleetConfig
+    from data_engine.suites import generate_suites
+
+    fleet = load_config(FleetConfig, args.fleet_config, list(args.fleet_set))
+    out = generate_suites(args.out, _engine_config(args).suites, fleet, args.clips, args.seed, args.overwrite,
+                          progress=not args.quiet)
+    print(f"wrote {out} ({out / 'suites.json'}: slices, seeds, digests)")
+
+
+def cmd_engine_gate(args) -> None:
+    from data_engine.gate import format_gate, gate, write_gate
+    from data_engine.registry import checkpoint_file, production, promote
+
+    rule = _engine_config(args).gate
+    if args.promote and args.catalog is None:
+        raise ValueError("--promote moves the production pointer of a catalog: give --catalog CAT")
+    if args.onnx is not None and not args.promote:
+        raise ValueError("--onnx is the candidate's export for --promote; add --promote or drop --onnx")
+    prod_entry = production(args.catalog) if args.catalog is not None and (args.promote or args.production is None) else None
+    prod = args.production
+    if prod is None:
+        if prod_entry is None:
+            raise ValueError("give --production CKPT, or --catalog CAT whose registry has a production model")
+        prod = prod_entry["checkpoint"]
+    elif prod_entry is not None:
+        from data_engine.catalog import file_sha256
+
+        if file_sha256(checkpoint_file(prod)) != prod_entry["sha256"]:
+            raise ValueError(f"--production {prod} is not the production model of {args.catalog} ({prod_entry['checkpoint']});"
+                             " gate against it (omit --production) or drop --promote")
+    report = gate(args.candidate, prod, args.suites, rule, args.catalog, progress=not args.quiet)
+    print(format_gate(report))
+    out = write_gate(report, args.out)
+    print(f"wrote {out / 'gate.json'}, {out / 'gate.md'}" + (f"; recorded in {args.catalog}" if args.catalog else ""))
+    if args.promote and report["promote"]:
+        entry = promote(args.catalog, args.candidate, args.onnx, note=f"gate passed ({out / 'gate.json'})")
+        print(f"promoted {entry['checkpoint']} (registry entry {entry['id']}) in {args.catalog}")
+    if not report["promote"]:
+        raise SystemExit(1)
+
+
+def cmd_engine_promote(args) -> None:
+    from data_engine.registry import promote
+
+    e = promote(args.catalog, args.checkpoint, args.onnx, args.note)
+    print(f"production: {e['checkpoint']} (sha256 {e['sha256'][:12]}, registry entry {e['id']}, since {e['when']}) "
+          f"in {args.catalog}")
+
+
+def cmd_engine_rollback(args) -> None:
+    from data_engine.registry import rollback
+
+    e = rollback(args.catalog)
+    print(f"rolled back: production is {e['checkpoint']} (sha256 {e['sha256'][:12]}) again, registry entry {e['id']}")
+
+
+def cmd_engine_registry(args) -> None:
+    from data_engine.registry import format_history, history
+
+    rows = history(args.catalog)
+    print(format_history(rows) if rows else f"catalog {args.catalog} has no registry entries; `hydranet engine promote` one")
+
+
+def _add_engine_gate(eng) -> None:
+    """`hydranet engine suites | gate | promote | rollback | registry` (docs/data_engine.md)."""
+    s = eng.add_parser("suites", help="render the frozen held-out scenario suites, one sim dataset per slice")
+    s.add_argument("--out", type=Path, required=True, help="suites folder (refused if it exists, unless --overwrite)")
+    s.add_argument("--config", type=Path, default="engine", help="engine config (its suites: section): YAML or shipped name")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an engine config key (suites.clips=1)")
+    s.add_argument("--fleet-config", type=Path, default="fleet", help="fleet config whose rig, image size and frame rate to use")
+    s.add_argument("--fleet-set", action="append", default=[], metavar="KEY=VALUE", help="override a fleet config key")
+    s.add_argument("--clips", type=int, default=None, help="clips per slice (default: suites.clips)")
+    s.add_argument("--seed", type=int, default=None, help="suite seed (default: suites.seed)")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing suites folder (its unit tests are kept)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_engine_suites)
+    g = eng.add_parser("gate", help="candidate vs production on every suite and head; exit 0 promote, 1 reject")
+    g.add_argument("--candidate", type=Path, required=True, help="candidate checkpoint.pt or its run folder")
+    g.add_argument("--production", type=Path, default=None, help="production checkpoint (default: the catalog's production)")
+    g.add_argument("--suites", type=Path, required=True, help="suites folder (`hydranet engine suites`)")
+    g.add_argument("--catalog", type=Path, default=None, help="record the result (and cache metrics) in this catalog")
+    g.add_argument("--out", type=Path, default=Path("gate"), help="folder for gate.json and gate.md")
+    g.add_argument("--promote", action="store_true", help="on a pass, make the candidate the catalog's production")
+    g.add_argument("--onnx", type=Path, default=None, help="with --promote: the candidate's exported model.onnx")
+    g.add_argument("--config", type=Path, default="engine", help="engine config (its gate: rule): YAML or shipped name")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (gate.tolerance=0.05)")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.set_defaults(func=cmd_engine_gate)
+    p = eng.add_parser("promote", help="make a checkpoint the production model of a catalog (previous one kept)")
+    p.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing)")
+    p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint.pt or its run folder")
+    p.add_argument("--onnx", type=Path, default=None, help="its exported model.onnx (what shadow mode runs)")
+    p.add_argument("--note", default="", help="why (kept in the registry)")
+    p.set_defaults(func=cmd_engine_promote)
+    rb = eng.add_parser("rollback", help="return to the production model before the current one")
+    rb.add_argument("--catalog", type=Path, required=True)
+    rb.set_defaults(func=cmd_engine_rollback)
+    rg = eng.add_parser("registry", help="the registry's history: every production model, the current one marked")
+    rg.add_argument("--catalog", type=Path, required=True)
+    rg.set_defaults(func=cmd_engine_registry)
