@@ -147,32 +147,37 @@ def test_lane_labels_lie_on_the_paint(layout):
             assert 0.28 < frac < 0.5, (layout, seed, frac)
 
 
+def t_junctions():
+    """(seed, world, road, intersection, side of its arm, main road half width, side street half width)
+    of every T-junction of the SEEDS."""
+    for seed in SEEDS:
+        w = built("t_junction", seed)
+        for it in w.road.intersections:
+            (arm,) = it.arms
+            yield seed, w, w.road, it, arm, w.road.half_width_at(it.s), it.cross_half_width
+
+
 def test_t_junction_markings_across_the_mouth():
     """The far side's edge line and lane lines run on across a T's mouth; on the arm's side
     every line stops short of the side street, and the side street's lines start past its
     crosswalk and stop line."""
-    for seed in SEEDS:
-        w = built("t_junction", seed)
-        road = w.road
-        for it in road.intersections:
-            (arm,) = it.arms
-            hw, wc = road.half_width_at(it.s), it.cross_half_width
-            far_edge = mouth = 0
-            for lane in lane_lines_world(w, it.center, 30.0):
-                for xy in lane["points"][:, :2]:
-                    ms, lat = lateral(road, xy)
-                    if abs(ms - it.s) < wc and abs(lat) < hw:  # on the main road in front of the mouth
-                        assert np.sign(lat) == -arm and lane["type"] != "solid_yellow", (seed, lane["type"], lat)
-                        far_edge += lane["type"] == "solid_white" and abs(abs(lat) - (hw - 0.3)) < 0.02
-                    if abs(lat) > hw:  # on the side street: past the crosswalk and the stop line
-                        assert abs(lat) > hw + SIDEWALK_WIDTH + 1.2, (seed, lat)
-                        mouth += 1
-            assert far_edge >= 2 and mouth > 0, (seed, far_edge, mouth)
-            # the mouth's crosswalk (on the main road's sidewalk line) and the side street's stop line
-            lats = np.array([lateral(road, st.mean(0))[1] for st in road.stripes
-                             if abs(lateral(road, st.mean(0))[0] - it.s) < wc])
-            assert (np.abs(lats - arm * (hw + SIDEWALK_WIDTH / 2)) < 0.01).sum() >= 3, (seed, lats)
-            assert (np.abs(lats - arm * (hw + SIDEWALK_WIDTH + 1.0)) < 0.01).sum() == 1, (seed, lats)
+    for seed, w, road, it, arm, hw, wc in t_junctions():
+        far_edge = mouth = 0
+        for lane in lane_lines_world(w, it.center, 30.0):
+            for xy in lane["points"][:, :2]:
+                ms, lat = lateral(road, xy)
+                if abs(ms - it.s) < wc and abs(lat) < hw:  # on the main road in front of the mouth
+                    assert np.sign(lat) == -arm and lane["type"] != "solid_yellow", (seed, lane["type"], lat)
+                    far_edge += lane["type"] == "solid_white" and abs(abs(lat) - (hw - 0.3)) < 0.02
+                if abs(lat) > hw:  # on the side street: past the crosswalk and the stop line
+                    assert abs(lat) > hw + SIDEWALK_WIDTH + 1.2, (seed, lat)
+                    mouth += 1
+        assert far_edge >= 2 and mouth > 0, (seed, far_edge, mouth)
+        # the mouth's crosswalk (on the main road's sidewalk line) and the side street's stop line
+        lats = np.array([lateral(road, st.mean(0))[1] for st in road.stripes
+                         if abs(lateral(road, st.mean(0))[0] - it.s) < wc])
+        assert (np.abs(lats - arm * (hw + SIDEWALK_WIDTH / 2)) < 0.01).sum() >= 3, (seed, lats)
+        assert (np.abs(lats - arm * (hw + SIDEWALK_WIDTH + 1.0)) < 0.01).sum() == 1, (seed, lats)
 
 
 def test_arterial_markings_follow_the_taper():
@@ -214,22 +219,18 @@ def _sidewalk_samples(road, xy: np.ndarray, radius: float) -> np.ndarray:
 
 
 def test_drivable_raster_covers_the_new_pieces_and_not_the_sidewalks():
+    for seed, w, road, it, arm, hw, wc in t_junctions():
+        d = np.array([np.cos(it.heading), np.sin(it.heading)])
+        n = np.array([-d[1], d[0]])
+        lanes = np.array([it.center + arm * n * t + d * o for t in (hw + 3, hw + 15, hw + 30) for o in (-wc + 0.5, wc - 0.5)])
+        far = it.center - arm * n * (hw + SIDEWALK_WIDTH / 2)  # the far side's sidewalk, across the mouth
+        assert (_raster_at(w, it.center, it.heading, lanes) == 255).all(), seed
+        assert (road.surface_z(lanes) == 0).all()
+        assert _raster_at(w, it.center, it.heading, far[None])[0] == 0 and road.surface_z(far[None])[0] == CURB_HEIGHT
+        walks = _sidewalk_samples(road, it.center, 45.0)
+        assert len(walks) > 100 and (_raster_at(w, it.center, it.heading, walks) == 0).all(), seed
+        assert (road.surface_z(walks) == CURB_HEIGHT).all()
     for seed in SEEDS:
-        w = built("t_junction", seed)
-        road = w.road
-        for it in road.intersections:
-            (arm,) = it.arms
-            hw, wc = road.half_width_at(it.s), it.cross_half_width
-            d = np.array([np.cos(it.heading), np.sin(it.heading)])
-            n = np.array([-d[1], d[0]])
-            lanes = np.array([it.center + arm * n * t + d * o for t in (hw + 3, hw + 15, hw + 30) for o in (-wc + 0.5, wc - 0.5)])
-            far = it.center - arm * n * (hw + SIDEWALK_WIDTH / 2)  # the far side's sidewalk, across the mouth
-            assert (_raster_at(w, it.center, it.heading, lanes) == 255).all(), seed
-            assert (road.surface_z(lanes) == 0).all()
-            assert _raster_at(w, it.center, it.heading, far[None])[0] == 0 and road.surface_z(far[None])[0] == CURB_HEIGHT
-            walks = _sidewalk_samples(road, it.center, 45.0)
-            assert len(walks) > 100 and (_raster_at(w, it.center, it.heading, walks) == 0).all(), seed
-            assert (road.surface_z(walks) == CURB_HEIGHT).all()
         w = built("arterial", seed)
         road = w.road
         s_a, s_b = road.taper
