@@ -263,3 +263,19 @@ def test_an_object_appears_where_opencv_projects_it(lone_object):
             assert (np.abs(got_lo - lo) <= 1.5).all() and (np.abs(got_hi - hi) <= 1.5).all(), (cam.name, lo, hi, got_lo, got_hi)
             checked += 1
     assert checked >= 3
+
+
+def test_a_lens_too_wide_for_a_pinhole_source_and_an_oversized_atlas_are_clear_errors():
+    from hydranet.geometry import Camera, make_transform
+    from hydranet.rig import Rig
+    from sim.lens import LensError, lens_view
+    from sim.render import RenderError
+
+    wide = rig_from_dict({"cameras": [_cam(width=64, height=8, hfov_deg=160,
+                                           distortion={"model": "fisheye", "coeffs": [0.0, 0.0, 0.0, 0.0]})]}).cameras[0]
+    with pytest.raises(LensError, match="camera CAM: its fisheye lens sees too wide"):
+        lens_view(wide)
+    K = np.array([[3000.0, 0, 2999.5], [0, 3000.0, 1.5], [0, 0, 1]])
+    cams = tuple(Camera(f"C{i}", K, make_transform(np.eye(3), [0, 0, 1.5]), 6000, 4) for i in range(3))
+    with pytest.raises(RenderError, match="18000x4 atlas"):
+        Renderer(Rig("huge", cams))
