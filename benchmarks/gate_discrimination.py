@@ -1,0 +1,117 @@
+"""The gate's discrimination: a candidate trained without night clips is rejected, a better one is promoted.
+
+    python benchmarks/gate_discrimination.py --out out/bench_gate [--suites DIR] [--clips 16] [--steps 300]
+        [--seed 0] [--night 0.4]
+
+A controlled ablation on one set of worlds. Two fleets share --clips clips of the same seed, so the
+same scenes, traffic, weather and rare scenarios: "mixed" draws the time of day with night at --night
+(dusk 0.1, day the rest), "day" draws every clip by day. Three models of configs/engine_tiny.yaml:
+
+- production: --steps steps on the mixed fleet;
+- no_night (the damaged candidate): the same run (same seed, same batches, same labels) on the day
+  fleet, so the only difference from production is that it never saw a night image;
+- longer (the better candidate): production fine-tuned --steps more steps on the mixed fleet.
+
+Each candidate goes through `data_engine.gate.gate` against production on the frozen suites
+(configs/engine.yaml's suites and rule; --suites reuses a folder from benchmarks/label_efficiency.py,
+which has the same 96x64 suites). Expected: no_night rejected with the night slices among the failing
+ones, longer promoted. Prints both gate tables and a summary; writes results.json and each gate's
+gate.json/gate.md under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+SIZE = ["sim.image_width=96", "sim.image_height=64"]  # the fleet render size of benchmarks/label_efficiency.py
+NIGHT_SLICES = ("night", "night_pedestrian_crossing")
+
+
+def fleet(out: Path, clips: int, seed: int, night: float) -> Path:
+    """A fleet whose clips are drawn with night at `night` (0: every clip by day)."""
+    from data_engine.fleet import FleetConfig, generate_fleet
+    from hydranet.config import load_config
+
+    if not (out / "dataset.json").exists():
+        weights = [1.0, 0.0, 0.0] if night == 0 else [round(0.9 - night, 6), 0.1, night]
+        cfg = load_config(FleetConfig, "fleet", SIZE + [f"time_of_day_weights=[{','.join(map(str, weights))}]"])
+        generate_fleet(out, cfg, clips, seed, progress=False)
+    return out
+
+
+def night_clips(root: Path) -> int:
+    truth = json.loads((root / "truth" / "scenarios.json").read_text())["clips"]
+    return sum(c["time_of_day"] == "night" for c in truth.values())
+
+
+def train_model(out: Path, data: Path, steps: int, seed: int, init_from: Path | None = None) -> Path:
+    from hydranet.experiment import load_experiment
+    from hydranet.train import train
+
+    if not (out / "checkpoint.pt").exists():
+        sets = [f"data.root={data}", f"steps={steps}", f"checkpoint_every={steps}", "device=cpu", f"seed={seed}"]
+        train(load_experiment("configs/engine_tiny.yaml", sets), out, progress=False, overwrite=out.exists(),
+              init_from=init_from)
+    return out
+
+
+def run(args) -> dict:
+    from data_engine.config import EngineConfig
+    from data_engine.gate import format_gate, gate, write_gate
+    from data_engine.suites import generate_suites
+    from hydranet.config import load_config
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = load_config(EngineConfig, "engine", [f"loop.fleet_set=[{','.join(SIZE)}]", f"suites.clips={args.suite_clips}"])
+    suites = Path(args.suites) if args.suites else out / "suites"
+    if not (suites / "suites.json").exists():
+        generate_suites(suites, cfg.suites, cfg.loop.fleet(), progress=False)
+    t0 = time.time()
+    mixed = fleet(out / "fleet_mixed", args.clips, args.fleet_seed, args.night)
+    day = fleet(out / "fleet_day", args.clips, args.fleet_seed, 0.0)
+    seconds = {}
+    runs = {}
+    for name, data, init in (("production", mixed, None), ("no_night", day, None), ("longer", mixed, "production")):
+        t = time.time()
+        runs[name] = train_model(out / name, data, args.steps, args.seed, runs.get(init))
+        seconds[name] = round(time.time() - t, 1)
+    results = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+               "night_clips": {"mixed": night_clips(mixed), "day": night_clips(day)}, "train_seconds": seconds, "gates": {}}
+    for name, expect in (("no_night", "reject"), ("longer", "promote")):
+        report = gate(runs[name], runs["production"], suites, cfg.gate)
+        write_gate(report, out / f"gate_{name}")
+        verdict = "promote" if report["promote"] else "reject"
+        results["gates"][name] = {"verdict": verdict, "expected": expect, "failing": report["failing"],
+                                  "night_failed": [s for s in NIGHT_SLICES if s in report["failing"]]}
+        print(f"## {name} vs production (expected: {expect})\n\n{format_gate(report)}\n", flush=True)
+    results["total_seconds"] = round(time.time() - t0, 1)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    for name, g in results["gates"].items():
+        ok = "as expected" if g["verdict"] == g["expected"] else "NOT as expected"
+        print(f"{name}: {g['verdict']} ({ok}); failing: {', '.join(g['failing']) or 'none'}")
+    print(f"night clips: mixed {results['night_clips']['mixed']}/{args.clips}, day {results['night_clips']['day']}/{args.clips}; "
+          f"wrote {out / 'results.json'} in {results['total_seconds']:.0f} s")
+    return results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--suites", type=Path, default=None, help="an existing suites folder (default: generate under --out)")
+    p.add_argument("--suite-clips", type=int, default=2)
+    p.add_argument("--clips", type=int, default=16)
+    p.add_argument("--fleet-seed", type=int, default=300)
+    p.add_argument("--night", type=float, default=0.4, help="share of night clips in the mixed fleet, in (0, 0.9]")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    if not 0 < args.night <= 0.9:
+        p.error(f"--night must be in (0, 0.9], got {args.night}")
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
