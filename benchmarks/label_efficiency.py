@@ -74,6 +74,12 @@ def curve(loop_dir: Path, rounds: int) -> list[dict]:
     return points
 
 
+def loop_seconds(loop_dir: Path) -> float:
+    """Seconds the loop's stages took, from its journal (so a resumed run reports the work, not the resume)."""
+    journal = json.loads((loop_dir / "loop.json").read_text())
+    return round(sum(st.get("seconds", 0.0) for r in journal["rounds"] for st in r["done"].values()), 1)
+
+
 def median_curve(curves: list[list[dict]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(labels, median, min, max) over seeds of one suite's values along the rounds."""
     labels = np.array([p["labels"] for p in curves[0]], np.float64)
@@ -99,6 +105,12 @@ def summarize(results: dict, strategies: list[str]) -> str:
         need = labels_to_match(labels, med, target)
         share = "not reached" if need is None else f"{int(need)} ({need / labels[-1]:.0%} of random's {int(labels[-1])})"
         lines.append(f"| {s} | " + " | ".join(f"{m:.3f} [{a:.3f}, {b:.3f}]" for m, a, b in zip(med, lo, hi)) + f" | {share} |")
+    lines += ["", "Final aggregate minus random's, paired by seed (the seeds share fleets and first production)", "",
+              "| strategy | per seed | median |", "|---|---|---:|"]
+    final = {s: np.array([c[-1]["value"]["aggregate"] for c in results[s]]) for s in strategies}  # (seeds,)
+    for s in strategies:
+        diff = final[s] - final["random"]
+        lines.append(f"| {s} | " + ", ".join(f"{d:+.3f}" for d in diff) + f" | {np.median(diff):+.3f} |")
     lines += ["", "Rare slices: gain over the first production at the final budget (median over seeds), and ratio to random's gain",
               "", "| strategy | " + " | ".join(RARE) + " |", "|---|" + "---:|" * len(RARE)]
     gains = {}
@@ -163,12 +175,11 @@ def run(args) -> None:
         for r in range(args.rounds):
             fleet(sdir / "fleets" / f"r{r:03d}", args.fleet_clips, 10_000 * (seed + 1) + r, args.rare)
         for strategy in args.strategies:
-            t = time.time()
             cfg = load_config(EngineConfig, "engine", sets + [f"loop.strategy={strategy}", f"mining.seed={seed}"])
             Loop(sdir / strategy, cfg, prod, progress=False, suites=suites, fleets=sdir / "fleets",
                  log=lambda line, s=strategy, sd=seed: print(f"[seed {sd} {s}] {line}", flush=True)).run(args.rounds)
             results[strategy].append(curve(sdir / strategy, args.rounds))
-            timings[f"seed{seed}/{strategy}"] = round(time.time() - t, 1)
+            timings[f"seed{seed}/{strategy}"] = loop_seconds(sdir / strategy)
     table = summarize(results, args.strategies)
     print(table)
     plot(results, args.strategies, out / "label_efficiency.png", args.head)
