@@ -4,8 +4,10 @@
         [--seed 0] [--night 0.4]
 
 A controlled ablation on one set of worlds. Two fleets share --clips clips of the same seed, so the
-same scenes, traffic, weather and rare scenarios: "mixed" draws the time of day with night at --night
-(dusk 0.1, day the rest), "day" draws every clip by day. Three models of configs/engine_tiny.yaml:
+same scenes, traffic, weather, rare scenarios and labels: "mixed" draws the time of day with night at
+--night (dusk 0.1, day the rest), "day" draws every clip by day. Both leave out the one rare scenario
+that forces night (night_pedestrian_crossing; its rate is 0, which keeps every other draw the same).
+Three models of configs/engine_tiny.yaml:
 
 - production: --steps steps on the mixed fleet;
 - no_night (the damaged candidate): the same run (same seed, same batches, same labels) on the day
@@ -36,7 +38,8 @@ def fleet(out: Path, clips: int, seed: int, night: float) -> Path:
 
     if not (out / "dataset.json").exists():
         weights = [1.0, 0.0, 0.0] if night == 0 else [round(0.9 - night, 6), 0.1, night]
-        cfg = load_config(FleetConfig, "fleet", SIZE + [f"time_of_day_weights=[{','.join(map(str, weights))}]"])
+        cfg = load_config(FleetConfig, "fleet", SIZE + [f"time_of_day_weights=[{','.join(map(str, weights))}]",
+                                                         "rare.night_pedestrian_crossing=0"])
         generate_fleet(out, cfg, clips, seed, progress=False)
     return out
 
@@ -72,6 +75,8 @@ def run(args) -> dict:
     t0 = time.time()
     mixed = fleet(out / "fleet_mixed", args.clips, args.fleet_seed, args.night)
     day = fleet(out / "fleet_day", args.clips, args.fleet_seed, 0.0)
+    if night_clips(day):
+        raise SystemExit(f"{day} has {night_clips(day)} night clips; the ablation needs none: remove the folder and rerun")
     seconds = {}
     runs = {}
     for name, data, init in (("production", mixed, None), ("no_night", day, None), ("longer", mixed, "production")):
