@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hydranet.config import add_override_option
 from hydranet.evaluate import evaluate_checkpoint
 from hydranet.experiment import load_experiment
 from hydranet.train import train
@@ -67,7 +68,7 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="evaluate runs already trained in --out instead of retraining")
     ap.add_argument("--cameras", default="CAM_FRONT,CAM_BACK,CAM_FRONT_LEFT,CAM_FRONT_RIGHT",
                     help="comma-separated camera names, or all (the rig's six)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra config overrides for both runs")
+    add_override_option(ap, "extra config overrides for both runs")
     ap.add_argument("--out", type=Path, default=Path("out/bench_bev_video"))
     args = ap.parse_args()
     sim = SimConfig(image_width=96, image_height=64, frames_per_scene=8, bev_range=32.0, frame_rate_hz=args.frame_rate)

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hydranet.config import add_override_option
 from hydranet.data.sources import open_sources
 from hydranet.bevgrid import BevGrid
 from hydranet.loader import Augmenter, Collate, LabelledFrames, StepBatchSampler
@@ -206,7 +207,7 @@ def main() -> None:
     ap.add_argument("--cache-mb", type=int, default=1024,
                     help="LabelledFrames' decoded-frame cache per process (1024 as in training; 0: every frame "
                          "decoded every time, as on a dataset larger than the cache)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    add_override_option(ap, "config override")
     args = ap.parse_args()
 
     total = 2 * (args.warmup + args.rounds * args.block)

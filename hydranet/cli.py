@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 from hydranet.cli_engine import add_engine
-from hydranet.config import ConfigError, load_config
+from hydranet.config import ConfigError, add_override_option, load_config
 from hydranet.rig import RigError
 
 # errors a user can act on: printed as one line, exit status 2. RuntimeErrors count only when the
@@ -188,7 +188,7 @@ def cmd_viz(args) -> None:
 
 def _add_sim_args(p: argparse.ArgumentParser, scenes: bool = True) -> None:
     p.add_argument("--config", type=Path, default=None, help="sim config: a YAML file, or a shipped config name (sim)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    add_override_option(p)
     p.add_argument("--rig", default=None, help="rig preset name (nuscenes6, tesla8) or calibration YAML file")
     p.add_argument("--seed", type=int, default=0)
     if scenes:
@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a HydraNet experiment (configs/tiny.yaml); torchrun for several processes")
     t.add_argument("--config", type=Path, default=None, help="experiment: a YAML file, or a shipped config name (tiny, bev, regnet)")
-    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    add_override_option(t)
     t.add_argument("--out", type=Path, default=None, help="run folder (checkpoint.pt, config.json, tb/)")
     t.add_argument("--resume", type=Path, default=None, help="run folder or checkpoint to continue exactly")
     t.add_argument("--overwrite", action="store_true", help="replace a run already in --out (refused without it)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hydranet.config import load_config
+from hydranet.config import add_override_option, load_config
 
 
 def cmd_engine_fleet(args) -> None:
@@ -153,7 +153,7 @@ def add_engine(sub) -> None:
     f.add_argument("--clips", type=int, default=20)
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--config", type=Path, default="fleet", help="fleet config: a YAML file or a shipped name (fleet)")
-    f.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    add_override_option(f)
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=cmd_engine_fleet)
     sh = eng.add_parser("shadow", help="run the deployed ONNX model over every fleet clip; per-frame signals into the catalog")
@@ -175,7 +175,7 @@ def add_engine(sub) -> None:
         c.add_argument("--run", type=int, default=None, help="shadow run id (default: the latest)")
         if cmd != "similar":
             c.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
-            c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+            add_override_option(c)
         if cmd == "mine":
             c.add_argument("--budget", type=int, required=True)
             c.add_argument("--strategy", default="hybrid", help="random | uncertainty | diversity | hybrid | triggers")
@@ -197,7 +197,7 @@ def add_engine(sub) -> None:
     rep.add_argument("--camera", default=None, help="camera shown on the contact sheet (default: the model's first)")
     rep.add_argument("--max-frames", type=int, default=48, help="frames on the contact sheet (best ranks first)")
     rep.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
-    rep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    add_override_option(rep)
     rep.add_argument("--overwrite", action="store_true", help="replace an existing report folder")
     rep.set_defaults(func=cmd_engine_report)
     _add_engine_labels(eng)
@@ -224,7 +224,7 @@ def _add_engine_loop(eng) -> None:
     r.add_argument("--suites", type=Path, default=None, help="frozen suites to gate on (default: generated into OUT/suites)")
     r.add_argument("--fleets", type=Path, default=None, help="fleets already rendered, one per round: FLEETS/r000, r001, ...")
     r.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    add_override_option(r)
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     r.set_defaults(func=cmd_engine_run)
 
@@ -255,7 +255,7 @@ def _add_engine_retrain(eng) -> None:
     r.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
     r.add_argument("--overwrite", action="store_true", help="replace a run already in --out (refused without it)")
     r.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    add_override_option(r)
     r.add_argument("--quiet", action="store_true", help="no progress bars")
     r.set_defaults(func=cmd_engine_retrain)
 
@@ -366,7 +366,7 @@ def _add_engine_gate(eng) -> None:
     s = eng.add_parser("suites", help="render the frozen held-out scenario suites, one sim dataset per slice")
     s.add_argument("--out", type=Path, required=True, help="suites folder (refused if it exists, unless --overwrite)")
     s.add_argument("--config", type=Path, default="engine", help="engine config (its suites: section): YAML or shipped name")
-    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an engine config key (suites.clips=1)")
+    add_override_option(s, "override an engine config key (suites.clips=1)")
     s.add_argument("--fleet-config", type=Path, default="fleet", help="fleet config whose rig, image size and frame rate to use")
     s.add_argument("--fleet-set", action="append", default=[], metavar="KEY=VALUE", help="override a fleet config key")
     s.add_argument("--clips", type=int, default=None, help="clips per slice (default: suites.clips)")
@@ -383,7 +383,7 @@ def _add_engine_gate(eng) -> None:
     g.add_argument("--promote", action="store_true", help="on a pass, make the candidate the catalog's production")
     g.add_argument("--onnx", type=Path, default=None, help="with --promote: the candidate's exported model.onnx")
     g.add_argument("--config", type=Path, default="engine", help="engine config (its gate: rule): YAML or shipped name")
-    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key (gate.tolerance=0.05)")
+    add_override_option(g, "override a key (gate.tolerance=0.05)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.set_defaults(func=cmd_engine_gate)
     p = eng.add_parser("promote", help="make a checkpoint the production model of a catalog (previous one kept)")

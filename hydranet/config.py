@@ -161,6 +161,11 @@ def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     return data
 
 
+def add_override_option(parser, help: str = "override a config key") -> None:
+    """A command's repeatable `--set KEY=VALUE` (argparse), read by `apply_overrides`."""
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
 def shipped_config_names() -> list[str]:
     return sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
 
