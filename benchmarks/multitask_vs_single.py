@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 
+from hydranet.config import add_override_option
 from hydranet.data import SimDataset
-from hydranet.evaluate import PRIMARY, evaluate, format_table
+from hydranet.evaluate import evaluate, format_table
 from hydranet.loader import LabelledFrames
 from hydranet.models import TaskConfig
 from hydranet.experiment import load_experiment
@@ -64,7 +65,7 @@ def main() -> None:
     ap.add_argument("--scenes", type=int, default=3, help="scenes to generate when --data is missing")
     ap.add_argument("--val", default=str(REPO / "out" / "bench" / "sim_val"), help="held-out set (generated if missing)")
     ap.add_argument("--out", default=str(REPO / "out" / "bench" / "mt_vs_st"), help="run folders")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    add_override_option(ap, "config override")
     args = ap.parse_args()
 
     data = ensure_sim(Path(args.data), args.scenes, 0)
@@ -94,7 +95,7 @@ def main() -> None:
     print("-" * len(hdr))
     verdict = []
     for h in heads:
-        key, higher = PRIMARY[h]
+        key, higher = multi["primary"][h], multi["higher_is_better"][h]  # the task's primary metric
         m, s = multi["model"][h].get(key, math.nan), single[h]["model"][h].get(key, math.nan)
         b = multi["baseline"].get(h, {}).get(key, math.nan)
         better = "-" if math.isnan(m) or math.isnan(s) or m == s else ("multi" if (m > s) == higher else "single")
