@@ -13,10 +13,7 @@ import cv2
 import numpy as np
 
 from sim.config import ConditionsConfig, RareConfig, SimConfig
-from sim.generate import sim_rig
-from sim.render import Renderer
-from sim.scene import simulate
-from sim.world import World
+from sim.generate import render_frames
 
 ROWS = (  # (label, rig, time of day, weather, rare scenario or "")
     ("day", "nuscenes6", "day", "clear", ""),
@@ -36,10 +33,7 @@ def row_image(rig_name: str, tod: str, weather: str, rare: str, width: int, heig
     cfg = SimConfig(rig=rig_name, image_width=width, image_height=height, frames_per_scene=frame + 1, rare=rare_cfg,
                     conditions=replace(ConditionsConfig(), time_of_day=(tod,), time_of_day_weights=(1.0,),
                                        weather=(weather,), weather_weights=(1.0,)))
-    rig = sim_rig(cfg)
-    renderer = Renderer(rig)
-    frames = list(simulate(World(cfg, seed), rig, cfg, renderer, frame + 1))
-    renderer.ctx.release()
+    frames = render_frames(cfg, seed)
     return np.concatenate([im.rgb for im in frames[-1]["images"]], 1)
 
 

@@ -31,6 +31,17 @@ def sim_rig(cfg: SimConfig) -> Rig:
     return rig
 
 
+def render_frames(cfg: SimConfig, seed: int, n_frames: int | None = None) -> list[dict]:
+    """The first `n_frames` (default cfg.frames_per_scene) frames of world `seed` in memory, as
+    `sim.scene.simulate` yields them; the renderer is created and released here."""
+    rig = sim_rig(cfg)
+    renderer = Renderer(rig)
+    try:
+        return list(simulate(World(cfg, seed), rig, cfg, renderer, cfg.frames_per_scene if n_frames is None else n_frames))
+    finally:
+        renderer.ctx.release()
+
+
 def dataset_meta(cfg: SimConfig, rig: Rig, seed: int) -> dict:
     r = cfg.bev_range
     return {

@@ -10,11 +10,11 @@ import pytest
 from hydranet.config import ConfigError, load_config
 from sim.agents import Agent, Part
 from sim.config import ConditionsConfig, LookConfig, SimConfig
-from sim.generate import sim_rig
+from sim.generate import render_frames, sim_rig
 from sim.meshes import DynamicMesh, static_mesh
 from sim.render import Renderer
 from sim.roads import Path
-from sim.scene import ego_pose, scene_lighting, shutter_offsets, simulate, subframes
+from sim.scene import ego_pose, scene_lighting, shutter_offsets, subframes
 from sim.world import World
 
 PLAIN = LookConfig(detailed_meshes=False, textures=False, hdr=False, sensor="gaussian", antialias=1, shadows="off",
@@ -25,12 +25,7 @@ DAY = ConditionsConfig(time_of_day=("day",), time_of_day_weights=(1.0,), weather
 
 def _frames(look: LookConfig, seed: int = 2) -> list[dict]:
     cfg = SimConfig(image_width=80, image_height=48, frames_per_scene=2, look=look)
-    rig = sim_rig(cfg)
-    renderer = Renderer(rig)
-    try:
-        return list(simulate(World(cfg, seed), rig, cfg, renderer, cfg.frames_per_scene))
-    finally:
-        renderer.ctx.release()
+    return render_frames(cfg, seed)
 
 
 def test_motion_blur_changes_rgb_not_labels():

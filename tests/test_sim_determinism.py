@@ -19,10 +19,7 @@ import pytest
 
 import sim.generate
 from sim.config import SimConfig
-from sim.generate import generate_dataset, sim_rig
-from sim.render import Renderer
-from sim.scene import simulate
-from sim.world import World
+from sim.generate import generate_dataset, render_frames
 
 GOLDEN = Path(__file__).parent / "golden"
 TINY = dict(rig="nuscenes6", image_width=160, image_height=96, frames_per_scene=2)
@@ -91,11 +88,7 @@ def test_existing_out_is_refused(tmp_path):
 def golden_render():
     """Frame 0 of seed 3, nuscenes6 at 80x48 per camera, as a mosaic (48, 480)."""
     cfg = SimConfig(rig="nuscenes6", image_width=80, image_height=48, frames_per_scene=1)
-    rig = sim_rig(cfg)
-    renderer = Renderer(rig)
-    frame = next(simulate(World(cfg, 3), rig, cfg, renderer, 1))
-    renderer.ctx.release()
-    ims = frame["images"]
+    ims = render_frames(cfg, 3)[0]["images"]
     cat = lambda k: np.concatenate([getattr(im, k) for im in ims], axis=1)  # noqa: E731
     depth = np.clip(np.round(cat("depth") * 256), 0, 65535).astype(np.uint16)  # as depth.png stores it
     rgb = cat("rgb")

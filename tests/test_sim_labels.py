@@ -12,9 +12,9 @@ import pytest
 from hydranet.geometry import box_corners, rot_z, transform_points, unproject
 from sim.classes import OBJECT_CLASSES, SEMANTIC_ID
 from sim.config import SimConfig
-from sim.generate import sim_rig
+from sim.generate import render_frames, sim_rig
 from sim.render import Renderer
-from sim.scene import FRAME_DT, simulate
+from sim.scene import FRAME_DT
 from sim.world import World
 
 SEED = 1  # a clear day scene with ~30 visible objects and ~20 moving ones in the first frame
@@ -25,11 +25,7 @@ ROADLIKE = [SEMANTIC_ID[n] for n in ("road", "lane_marking", "crosswalk")]
 @pytest.fixture(scope="module")
 def scene():
     cfg = SimConfig(rig="nuscenes6", image_width=160, image_height=96, frames_per_scene=N_FRAMES)
-    rig = sim_rig(cfg)
-    renderer = Renderer(rig)
-    frames = list(simulate(World(cfg, SEED), rig, cfg, renderer, N_FRAMES))
-    renderer.ctx.release()
-    return {"cfg": cfg, "rig": rig, "frames": frames}
+    return {"cfg": cfg, "rig": sim_rig(cfg), "frames": render_frames(cfg, SEED)}
 
 
 def views(scene):
@@ -285,10 +281,7 @@ def test_velocity_matches_motion(scene):
 def test_lower_frame_rate_spaces_frames_and_moves_the_world_accordingly():
     """frame_rate_hz 2 (nuScenes keyframes): frames 0.5 s apart, and boxes move by velocity x 0.5 s."""
     cfg = SimConfig(rig="nuscenes6", image_width=64, image_height=48, frames_per_scene=3, frame_rate_hz=2.0)
-    rig = sim_rig(cfg)
-    renderer = Renderer(rig)
-    frames = list(simulate(World(cfg, SEED), rig, cfg, renderer, 3))
-    renderer.ctx.release()
+    frames = render_frames(cfg, SEED)
     assert [f["timestamp_us"] for f in frames] == [0, 500_000, 1_000_000]
     errors = []
     for f0, f1 in zip(frames, frames[1:]):

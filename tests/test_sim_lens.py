@@ -15,9 +15,8 @@ from hydranet.geometry import Distortion, box_corners, invert_rigid, project, ro
 from hydranet.rig import RigError, load_rig, rig_from_dict
 from sim.classes import SEMANTIC_ID
 from sim.config import SimConfig
-from sim.generate import sim_rig
+from sim.generate import render_frames, sim_rig
 from sim.render import Renderer
-from sim.scene import simulate
 from sim.world import World
 
 RADTAN = Distortion("radtan", (-0.28, 0.09, 0.0012, -0.0009, -0.012))
@@ -106,11 +105,7 @@ def test_a_fisheye_past_170_degrees_is_refused():
 @pytest.fixture(scope="module")
 def lens_scene():
     cfg = SimConfig(rig="tesla8", image_width=160, image_height=96, frames_per_scene=2)
-    rig = sim_rig(cfg)
-    renderer = Renderer(rig)
-    frames = list(simulate(World(cfg, 1), rig, cfg, renderer, 2))
-    renderer.ctx.release()
-    return {"cfg": cfg, "rig": rig, "frames": frames}
+    return {"cfg": cfg, "rig": sim_rig(cfg), "frames": render_frames(cfg, 1)}
 
 
 def _lens_views(scene):

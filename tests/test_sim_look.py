@@ -11,10 +11,7 @@ import pytest
 
 from sim.agents import Agent, make_body
 from sim.config import LookConfig, SimConfig
-from sim.generate import sim_rig
-from sim.render import Renderer
-from sim.scene import simulate
-from sim.world import World
+from sim.generate import render_frames
 
 OLD = LookConfig(detailed_meshes=False, textures=False, hdr=False, sensor="gaussian", antialias=1, shadows="off", glare="off")
 FULL = LookConfig(antialias=4, shadows="on", glare="on", shadow_resolution=512)
@@ -22,11 +19,7 @@ FULL = LookConfig(antialias=4, shadows="on", glare="on", shadow_resolution=512)
 
 def _frame(look: LookConfig, seed: int = 3):
     cfg = SimConfig(rig="nuscenes6", image_width=80, image_height=48, frames_per_scene=1, look=look)
-    rig = sim_rig(cfg)
-    renderer = Renderer(rig)
-    frame = next(simulate(World(cfg, seed), rig, cfg, renderer, 1))
-    renderer.ctx.release()
-    return frame
+    return render_frames(cfg, seed)[0]
 
 
 @pytest.mark.parametrize("look", [FULL, replace(FULL, detailed_meshes=False)], ids=["full", "full-boxes"])
