@@ -26,12 +26,14 @@ Layout read (the official archives unzipped into one root, docs/datasets.md):
 """
 from __future__ import annotations
 
+import math
+import struct
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from hydranet.data.dataset import DatasetError
+from hydranet.data.dataset import BBOX_SLACK_PX, DatasetError
 from hydranet.data.dataset import FrameReader
 from hydranet.data.reader import decode_image, make_rig, read_json
 
@@ -55,6 +57,65 @@ LANE_TYPES = ("solid_white", "dashed_white", "solid_yellow", "dashed_yellow", "d
 DRIVABLE_CLASSES = ("direct", "alternative", "background")
 WIDTH, HEIGHT = 1280, 720
 _FIX = "unzip the BDD100K archives (images, det_20, drivable, lane) into the root as docs/datasets.md shows"
+
+
+def image_size(path: Path) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's SOF or a PNG's IHDR header, without decoding; None when the file
+    is missing or its header is not one of those (the decoder then says what is wrong)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+            if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
+                w, h = struct.unpack(">II", head[16:24])
+                return int(w), int(h)
+            if head[:2] != b"\xff\xd8":
+                return None
+            f.seek(2)
+            while True:
+                marker = f.read(2)
+                if len(marker) < 2 or marker[0] != 0xFF:
+                    return None
+                if marker[1] == 0xFF:  # a fill byte before the marker
+                    f.seek(-1, 1)
+                    continue
+                if marker[1] in (0xD8, 0x01) or 0xD0 <= marker[1] <= 0xD7:  # standalone markers
+                    continue
+                n = f.read(2)
+                if len(n) < 2:
+                    return None
+                size = struct.unpack(">H", n)[0]
+                if 0xC0 <= marker[1] <= 0xCF and marker[1] not in (0xC4, 0xC8, 0xCC):  # start of frame
+                    sof = f.read(5)
+                    if len(sof) < 5:
+                        return None
+                    h, w = struct.unpack(">HH", sof[1:5])
+                    return int(w), int(h)
+                f.seek(size - 2, 1)
+    except OSError:
+        return None
+
+
+def check_box(lab: dict, frame: str, k: int, width: int, height: int, where: Path) -> list[float]:
+    """bbox [x1, y1, x2 + 1, y2 + 1] of label k of a frame: box2d must hold four finite numbers, not be
+    inverted and lie inside the width x height image (1 px slack, as the sim's check_labels); else a
+    one-line DatasetError naming the file, frame, label and field."""
+    box = lab.get("box2d")
+    head = f"{where}: frame {frame} label {k} ({lab.get('category')!r}, id {lab.get('id')!r}): field 'box2d'"
+    fix = "fix the label or use data.on_bad_frame=skip"
+    vals = [box.get(c) for c in ("x1", "y1", "x2", "y2")] if isinstance(box, dict) else None
+    if vals is None or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                               for v in vals):
+        raise DatasetError(f"{head} must hold four finite numbers x1, y1, x2, y2, got {box!r}; {fix}")
+    x1, y1, x2, y2 = (float(v) for v in vals)
+    bbox = [x1, y1, x2 + 1, y2 + 1]  # inclusive pixels -> [x0, y0, x1, y1]
+    if not (bbox[0] < bbox[2] and bbox[1] < bbox[3]):
+        raise DatasetError(f"{head} is inverted: x1={x1:g}, y1={y1:g}, x2={x2:g}, y2={y2:g} (need x1 <= x2, y1 <= y2); "
+                           f"{fix}")
+    s = BBOX_SLACK_PX
+    if not (-s <= bbox[0] and bbox[2] <= width + s and -s <= bbox[1] and bbox[3] <= height + s):
+        raise DatasetError(f"{head} x1={x1:g}, y1={y1:g}, x2={x2:g}, y2={y2:g} lies outside the {width}x{height} "
+                           f"image; {fix}")
+    return bbox
 
 
 def lane_type(category: str, style: str | None) -> str | None:
@@ -149,7 +210,10 @@ class BDD100KDataset(FrameReader):
         self.scenes = [{"name": Path(fr["name"]).stem, "frames": [fr["name"]]} for fr in frames]
         self._index_frames()
         nan = np.full((3, 3), np.nan)
-        self.rig = make_rig("bdd100k", [(CAMERA, nan, np.full((4, 4), np.nan), WIDTH, HEIGHT)])
+        # the rig's size is the first image's (BDD100K's are 1280x720; read from its header, never assumed
+        # when the file is there); each frame's boxes are checked against its own image
+        w, h = image_size(self.image_dir / frames[0]["name"]) or (WIDTH, HEIGHT)
+        self.rig = make_rig("bdd100k", [(CAMERA, nan, np.full((4, 4), np.nan), w, h)])
         self.camera_names = [CAMERA]
         sup = set() if split == "test" else {"det2d", "signs_lights"}
         sup |= {"drivable"} if self.has_drivable else set()
@@ -164,12 +228,15 @@ class BDD100KDataset(FrameReader):
     def frame_name(self, scene: int, frame: int) -> str:
         return self.frames[scene]["name"]
 
-    def boxes2d(self, frame: dict) -> list[dict]:
+    def boxes2d(self, frame: dict, size: tuple[int, int] | None = None) -> list[dict]:
+        """The frame's labels as boxes2d entries; each box2d checked (`check_box`) against the image's
+        (width, height) `size` (None: read from the image's header)."""
         out = []
-        for k, lab in enumerate(frame.get("labels") or []):
-            box = lab.get("box2d")
-            if box is None:
-                continue
+        labels = frame.get("labels") or []
+        if labels and size is None:
+            size = self.image_size(frame["name"])
+        for k, lab in enumerate(labels):
+            bbox = check_box(lab, frame["name"], k, size[0], size[1], self.det_path)
             cat, attrs = lab["category"], dict(lab.get("attributes") or {})
             cls = CATEGORY_MAP[cat]
             extra = {"bdd100k_category": cat, "occluded": bool(attrs.get("occluded", False)),
@@ -178,13 +245,21 @@ class BDD100KDataset(FrameReader):
                 extra["light_state"] = LIGHT_COLOUR.get(str(attrs.get("trafficLightColor", "NA")), "unknown")
             elif cls == "traffic_sign":
                 extra["sign_class"] = "unknown"
-            entry = {"bbox": [float(box["x1"]), float(box["y1"]), float(box["x2"]) + 1, float(box["y2"]) + 1],
-                     "class": cls, "track_id": k + 1, "attributes": extra,
+            entry = {"bbox": bbox, "class": cls, "track_id": k + 1, "attributes": extra,
                      "visible_fraction": 0.5 if extra["occluded"] else 1.0}
             if cls is None:
                 entry["ignore"] = True
             out.append(entry)
         return out
+
+    def image_size(self, name: str) -> tuple[int, int]:
+        """(width, height) of image `name` from its header; DatasetError when it cannot be read."""
+        path = self.image_dir / name
+        size = image_size(path)
+        if size is None:
+            img = decode_image(path, f"{_FIX} or use on_bad_frame='skip'")  # raises naming what is wrong
+            size = (img.shape[1], img.shape[0])
+        return size
 
     def lanes2d(self, name: str) -> list[dict]:
         out = []
@@ -200,8 +275,12 @@ class BDD100KDataset(FrameReader):
     def load(self, i: int) -> dict:
         fr = self.frames[i]
         name = fr["name"]
-        boxes = [b for b in self.boxes2d(fr) if not b.get("ignore")]
-        ignore = [b["bbox"] for b in self.boxes2d(fr) if b.get("ignore")]
+        image = None
+        if "images" in self.channels:
+            image = decode_image(self.image_dir / name, f"{_FIX} or use on_bad_frame='skip'")
+        all_boxes = self.boxes2d(fr, None if image is None else (image.shape[1], image.shape[0]))
+        boxes = [b for b in all_boxes if not b.get("ignore")]
+        ignore = [b["bbox"] for b in all_boxes if b.get("ignore")]
         sup = set(self.supervises)
         if self.lanes is not None and name not in self.lanes:
             sup.discard("lanes")  # this image has no lane annotation
@@ -215,8 +294,8 @@ class BDD100KDataset(FrameReader):
             "labels": {"cameras": {CAMERA: {"boxes2d": boxes, "lanes2d": self.lanes2d(name), "dontcare": ignore}},
                        "boxes3d": [], "lanes3d": [], "attributes": dict(fr.get("attributes") or {})},
         }
-        if "images" in self.channels:
-            sample["images"] = decode_image(self.image_dir / name, f"{_FIX} or use on_bad_frame='skip'")[None]
+        if image is not None:
+            sample["images"] = image[None]  # (1, H, W, 3)
         if "drivable" in self.channels and self.has_drivable:
             path = self.mask_dir / f"{Path(name).stem}.png"
             mask = decode_image(path, f"the image is listed in {self.det_path.name} but has no drivable mask; {_FIX}",

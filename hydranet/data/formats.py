@@ -114,6 +114,7 @@ def check_dataset(root, format: str | None = None, split: str | None = None, ver
     n = len(ds) if limit is None else min(limit, len(ds))
     counts: Counter = Counter()
     bad: list[str] = []
+    sizes: dict[str, set[tuple[int, int]]] = {c.name: set() for c in ds.rig.cameras}  # camera -> {(w, h)} seen
     rng = range(n)
     if progress:
         from tqdm import tqdm
@@ -125,17 +126,37 @@ def check_dataset(root, format: str | None = None, split: str | None = None, ver
             bad.append(str(e))
             continue
         counts.update(_own_classes(ds, i, sample))
+        for name, img in zip(sample.get("camera_names", []), sample.get("images", [])):
+            sizes.setdefault(name, set()).add((int(img.shape[1]), int(img.shape[0])))
     return {"root": str(root), "format": getattr(ds, "format", "sim"), "split": getattr(ds, "split", None),
             "frames": len(ds), "checked": n, "scenes": len(ds.scenes),
             "cameras": [(c.name, c.width, c.height) for c in ds.rig.cameras],
+            "sizes": {name: size_range(seen) for name, seen in sizes.items() if seen},
             "classes": sorted(((own, proj, k) for (own, proj), k in counts.items()), key=lambda t: (-t[2], t[0])),
             "supervises": supervised_heads(ds), "notes": list(getattr(ds, "notes", [])), "bad": bad}
+
+
+def size_range(sizes) -> tuple[int, int, int, int]:
+    """(min width, max width, min height, max height) of (w, h) pairs."""
+    ws, hs = [w for w, _ in sizes], [h for _, h in sizes]
+    return min(ws), max(ws), min(hs), max(hs)
+
+
+def camera_size_text(name: str, w: int, h: int, sizes: dict | None) -> str:
+    """"CAM_FRONT 1600x900", or "CAM_FRONT: 1224-1242 x 370-376 (differs between frames)" when the
+    checked frames' images differ (`sizes`: camera -> size_range of the images read; else the rig's)."""
+    rng = (sizes or {}).get(name)
+    if rng is None or (rng[0] == rng[1] and rng[2] == rng[3]):
+        w, h = (rng[0], rng[2]) if rng is not None else (w, h)
+        return f"{name} {w}x{h}"
+    span = lambda a, b: f"{a}" if a == b else f"{a}-{b}"  # noqa: E731
+    return f"{name}: {span(rng[0], rng[1])} x {span(rng[2], rng[3])} (differs between frames)"
 
 
 def format_report(r: dict) -> str:
     lines = [f"{r['root']}: format {r['format']}" + (f", split {r['split']}" if r["split"] else ""),
              f"  frames: {r['frames']} in {r['scenes']} scenes (checked {r['checked']})",
-             "  cameras: " + ", ".join(f"{n} {w}x{h}" for n, w, h in r["cameras"]),
+             "  cameras: " + ", ".join(camera_size_text(n, w, h, r.get("sizes")) for n, w, h in r["cameras"]),
              "  supervises: " + (", ".join(r["supervises"]) or "nothing (no labels)"),
              "  classes (dataset name -> project class: count):"]
     lines += [f"    {own} -> {proj or '(not used)'}: {k}" for own, proj, k in r["classes"]] or ["    (none)"]

@@ -34,6 +34,7 @@ tables become (docs/datasets.md has the full table):
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,7 @@ from hydranet.data.nuscenes_map import LINE_LAYERS, LocalMap, MapExpansion, bev_
 from hydranet.data.reader import boxes_in_camera, decode_image, make_rig, project_boxes_2d, read_json, \
     select_cameras
 from hydranet.geometry import invert_rigid, make_transform, quaternion_to_matrix
+from hydranet.io import check_name, path_inside
 from hydranet.metrics.nuscenes_data import CATEGORY_TO_DETECTION, MINI_SPLITS, OFFICIAL_SPLITS
 
 FORMAT = "nuscenes"
@@ -86,10 +88,49 @@ VISIBILITY_LOW = {"v0-40": 0.0, "v40-60": 0.4, "v60-80": 0.6, "v80-100": 0.8}
 BEV = {"x_range": [-50.0, 50.0], "y_range": [-50.0, 50.0], "resolution": 0.5}
 MAP_HEADS = frozenset({"drivable", "lanes", "bevmap"})  # what a location's map expansion supervises
 _FIX = "re-extract the nuScenes metadata archive (v1.0-*.tgz) into the dataset root"
+_SKIP = "fix the table or use data.on_bad_frame=skip"
 
 
-def _pose(rec: dict) -> np.ndarray:
-    """nuScenes translation + rotation (w, x, y, z) -> 4x4."""
+def _numbers(rec: dict, key: str, n: int) -> list[float] | None:
+    """rec[key] as n finite floats, or None when it is not that (missing, null, wrong length, NaN/Inf)."""
+    v = rec.get(key) if isinstance(rec, dict) else None
+    if not isinstance(v, (list, tuple)) or len(v) != n or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v):
+        return None
+    return [float(x) for x in v]
+
+
+def check_record(rec: dict, table: str, fields: dict[str, str], fix: str) -> None:
+    """DatasetError naming the table, the record's token and the first bad field. `fields` maps a key
+    to its kind: "vec3" (3 finite numbers), "size" (3 positive finite), "quat" (4 finite, not zero),
+    "K" (3x3 finite with positive focal lengths)."""
+    tok = rec.get("token", "?") if isinstance(rec, dict) else "?"
+    for key, kind in fields.items():
+        v = rec.get(key) if isinstance(rec, dict) else None
+        if kind == "K":
+            rows = v if isinstance(v, (list, tuple)) and len(v) == 3 else None
+            vals = [_numbers({"r": r}, "r", 3) for r in rows] if rows else [None]
+            ok = all(r is not None for r in vals) and vals[0][0] > 0 and vals[1][1] > 0
+            want = "a 3x3 matrix of finite numbers with positive focal lengths"
+        elif kind == "quat":
+            q = _numbers(rec, key, 4)
+            ok = q is not None and math.sqrt(sum(x * x for x in q)) > 1e-6
+            want = "4 finite numbers (w, x, y, z) of a non-zero quaternion"
+        elif kind == "size":
+            sz = _numbers(rec, key, 3)
+            ok = sz is not None and all(x > 0 for x in sz)
+            want = "3 positive finite numbers"
+        else:
+            ok = _numbers(rec, key, 3) is not None
+            want = "3 finite numbers"
+        if not ok:
+            raise DatasetError(f"{table} {tok}: field {key!r} must be {want}, got {v!r}; {fix}")
+
+
+def _pose(rec: dict, table: str = "", fix: str = _FIX) -> np.ndarray:
+    """nuScenes translation + rotation (w, x, y, z) -> 4x4; a DatasetError naming `table`, the token
+    and the field when either is not finite (or the quaternion is zero)."""
+    check_record(rec, table or "record", {"translation": "vec3", "rotation": "quat"}, fix)
     return make_transform(quaternion_to_matrix(rec["rotation"]), rec["translation"])
 
 
@@ -228,13 +269,31 @@ class NuScenesDataset(FrameReader):
         self._log_of_scene = {s["token"]: s["log_token"] for s in t["scene"]}
         sensors = {s["token"]: s for s in t["sensor"]}
         self._cs = {c["token"]: c for c in t["calibrated_sensor"]}
+        csf = tr / "calibrated_sensor.json"
+        for tok, c in self._cs.items():  # table-level: a bad calibration is fatal, whatever the skip policy
+            if c.get("sensor_token") not in sensors:
+                raise DatasetError(f"{csf}: calibrated_sensor {tok}: field 'sensor_token' names sensor "
+                                   f"{c.get('sensor_token')!r}, which sensor.json lacks (dangling token); {_FIX}", csf)
+            fields = {"translation": "vec3", "rotation": "quat"}
+            if sensors[c["sensor_token"]].get("modality") == "camera":
+                fields["camera_intrinsic"] = "K"
+            try:
+                check_record(c, f"{csf}: calibrated_sensor", fields, f"fix the table; {_FIX}")
+            except DatasetError as e:
+                raise DatasetError(str(e), csf) from None
         self._cs_channel = {tok: sensors[c["sensor_token"]]["channel"] for tok, c in self._cs.items()}
         self._ego = {e["token"]: e for e in t["ego_pose"]}
         self._sample = {s["token"]: s for s in t["sample"]}
         self._sd_tok = {sd["token"]: sd for sd in t["sample_data"]}
         self._sd: dict[str, dict[str, dict]] = {tok: {} for tok in self._sample}  # sample -> channel -> keyframe sd
+        sdf = tr / "sample_data.json"
         for sd in t["sample_data"]:
-            if sd["is_key_frame"] and sd["sample_token"] in self._sd:
+            for key, table, known in (("calibrated_sensor_token", "calibrated_sensor", self._cs),
+                                      ("ego_pose_token", "ego_pose", self._ego), ("sample_token", "sample", self._sample)):
+                if sd.get(key) not in known:
+                    raise DatasetError(f"{sdf}: sample_data {sd.get('token')}: field {key!r} names {table} "
+                                       f"{sd.get(key)!r}, which {table}.json lacks (dangling token); {_FIX}", sdf)
+            if sd["is_key_frame"]:
                 self._sd[sd["sample_token"]][self._cs_channel[sd["calibrated_sensor_token"]]] = sd
         cams = sorted({ch for ch, s in ((self._cs_channel[c], sensors[self._cs[c]["sensor_token"]]) for c in self._cs)
                        if s["modality"] == "camera"}, key=lambda c: (CAMERAS.index(c) if c in CAMERAS else 99, c))
@@ -253,10 +312,24 @@ class NuScenesDataset(FrameReader):
             raise DatasetError(f"{self.table_root / 'sample_data.json'}: sample {sample_tok} has no {ch} keyframe; "
                                f"select cameras present in every sample; {_FIX}")
         cs = self._cs[sd["calibrated_sensor_token"]]
-        return ch, np.asarray(cs["camera_intrinsic"], np.float64), _pose(cs), int(sd["width"]), int(sd["height"])
+        return ch, np.asarray(cs["camera_intrinsic"], np.float64), _pose(cs, "calibrated_sensor"), int(sd["width"]), \
+            int(sd["height"])
+
+    def _ego_pose(self, sd: dict) -> np.ndarray:
+        """The ego pose (4x4) of a sample_data record; DatasetError naming ego_pose, the token and the field."""
+        return _pose(self._ego[sd["ego_pose_token"]], f"{self.table_root / 'ego_pose.json'}: ego_pose", _SKIP)
+
+    def _image_path(self, sd: dict) -> Path:
+        """root / sample_data's filename, refused unless it stays inside the dataroot (no '..', absolute
+        paths or symlinks out): DatasetError naming the sample_data token."""
+        return path_inside(self.root, sd.get("filename"), f"{self.table_root / 'sample_data.json'}: sample_data "
+                           f"{sd.get('token')}: field 'filename'", DatasetError)
 
     def _map_path(self, location: str) -> Path:
-        return self.root / "maps" / "expansion" / f"{location}.json"
+        where = f"{self.table_root / 'log.json'}: location {location!r}"
+        if location:  # a log without a location names no map file
+            check_name(location, "location", where, DatasetError)
+        return path_inside(self.root, f"maps/expansion/{location}.json", where, DatasetError)
 
     def _load_maps(self) -> dict[str, MapExpansion]:
         """The map expansion of every location of the selected scenes that has one, each checked
@@ -361,14 +434,14 @@ class NuScenesDataset(FrameReader):
         """An unlabelled sweep frame: its own timestamp, ego pose and calibration, no labels."""
         scene, sds = self.scenes[s], self._sweep[tok]["sds"]
         ref = sds[self.camera_names[0]]
-        ego2world = _pose(self._ego[ref["ego_pose_token"]])
+        ego2world = self._ego_pose(ref)
         world2ego = invert_rigid(ego2world)
         Ks, c2e = [], []
         for ch in self.camera_names:
             sd = sds[ch]
             cs = self._cs[sd["calibrated_sensor_token"]]
             Ks.append(np.asarray(cs["camera_intrinsic"], np.float64))
-            c2e.append(world2ego @ _pose(self._ego[sd["ego_pose_token"]]) @ _pose(cs))  # motion-compensated
+            c2e.append(world2ego @ self._ego_pose(sd) @ _pose(cs, "calibrated_sensor"))  # motion-compensated
         sample = {
             "format": FORMAT, "scene": scene["name"], "frame_index": f, "keyframe": False,
             "sample_data_token": tok, "nearest_sample_token": self._sweep[tok]["sample"],
@@ -381,7 +454,7 @@ class NuScenesDataset(FrameReader):
             "supervises": set(),  # a sweep has no annotation: no head is supervised by it
         }
         if "images" in self.channels:
-            imgs = [decode_image(self.root / sds[ch]["filename"], f"{_FIX} (samples/ and sweeps/ archives) or use "
+            imgs = [decode_image(self._image_path(sds[ch]), f"{_FIX} (samples/ and sweeps/ archives) or use "
                                  "on_bad_frame='skip'", (sds[ch]["height"], sds[ch]["width"])) for ch in self.camera_names]
             sample["images"] = np.stack(imgs) if len({a.shape for a in imgs}) == 1 else imgs  # (N, H, W, 3)
         return sample
@@ -399,8 +472,8 @@ class NuScenesDataset(FrameReader):
         has_prev, has_next = ann["prev"] != "", ann["next"] != ""
         if not has_prev and not has_next:
             return np.full(3, np.nan)
-        first = self._ann[ann["prev"]] if has_prev else ann
-        last = self._ann[ann["next"]] if has_next else ann
+        first = self._neighbour(ann, "prev") if has_prev else ann
+        last = self._neighbour(ann, "next") if has_next else ann
         pos_diff = np.asarray(last["translation"], np.float64) - np.asarray(first["translation"], np.float64)
         time_diff = 1e-6 * self._sample[last["sample_token"]]["timestamp"] - \
             1e-6 * self._sample[first["sample_token"]]["timestamp"]
@@ -410,27 +483,49 @@ class NuScenesDataset(FrameReader):
             return np.full(3, np.nan)
         return pos_diff / time_diff
 
+    def _neighbour(self, ann: dict, key: str) -> dict:
+        """The annotation ann[key] ("prev"/"next") names, its translation checked (it sets the velocity)."""
+        other = self._ann.get(ann[key])
+        where = f"{self.table_root / 'sample_annotation.json'}: sample_annotation"
+        if other is None:
+            raise DatasetError(f"{where} {ann.get('token')}: field {key!r} names sample_annotation {ann[key]!r}, which "
+                               f"the table lacks (dangling token); {_SKIP}")
+        if other["sample_token"] not in self._sample:
+            raise DatasetError(f"{where} {other.get('token')}: field 'sample_token' names sample "
+                               f"{other['sample_token']!r}, which sample.json lacks (dangling token); {_SKIP}")
+        check_record(other, where, {"translation": "vec3"}, _SKIP)
+        return other
+
     def ego_pose(self, sample_tok: str) -> np.ndarray:
         sds = self._sd[sample_tok]
         sd = sds.get("LIDAR_TOP") or sds.get(self.camera_names[0])
         if sd is None:
             raise DatasetError(f"{self.table_root / 'sample_data.json'}: sample {sample_tok} has no LIDAR_TOP or "
                                f"{self.camera_names[0]} keyframe; {_FIX}")
-        return _pose(self._ego[sd["ego_pose_token"]])
+        return self._ego_pose(sd)
 
     def boxes3d(self, sample_tok: str, ego2world: np.ndarray) -> list[dict]:
         """The sample's annotations of mapped categories as labels.json boxes3d, in the ego frame."""
         world2ego = invert_rigid(ego2world)
+        where = f"{self.table_root / 'sample_annotation.json'}: sample_annotation"
         out = []
         for a in self._anns[sample_tok]:
+            if a.get("instance_token") not in self._inst_cat:
+                raise DatasetError(f"{where} {a.get('token')}: field 'instance_token' names instance "
+                                   f"{a.get('instance_token')!r}, which instance.json lacks (dangling token); {_SKIP}")
             cat = self._inst_cat[a["instance_token"]]
             cls = CATEGORY_MAP[cat]
             if cls is None:
                 continue
-            T = world2ego @ _pose(a)
+            check_record(a, where, {"translation": "vec3", "size": "size", "rotation": "quat"}, _SKIP)
+            T = world2ego @ _pose(a, where, _SKIP)
             w, l, h = a["size"]
             v = world2ego[:3, :3] @ self.box_velocity(a)
-            attrs = [self._attr[t] for t in a["attribute_tokens"]]
+            bad_attr = next((t for t in a.get("attribute_tokens") or [] if t not in self._attr), None)
+            if bad_attr is not None:
+                raise DatasetError(f"{where} {a.get('token')}: field 'attribute_tokens' names attribute {bad_attr!r}, "
+                                   f"which attribute.json lacks (dangling token); {_SKIP}")
+            attrs = [self._attr[t] for t in a.get("attribute_tokens") or []]
             vis = self._vis.get(a["visibility_token"], "")
             extra = {"nuscenes_category": cat, "detection_name": CATEGORY_TO_DETECTION.get(cat),
                      "nuscenes_attributes": attrs, "visibility": vis}
@@ -460,7 +555,7 @@ class NuScenesDataset(FrameReader):
         for ch in self.camera_names:
             _, K, calib, w, h = self._calib(tok, ch)
             sd = self._sd[tok][ch]
-            c2e.append(world2ego @ _pose(self._ego[sd["ego_pose_token"]]) @ calib)  # motion-compensated
+            c2e.append(world2ego @ self._ego_pose(sd) @ calib)  # motion-compensated
             Ks.append(K)
             sds.append(sd)
         boxes = self.boxes3d(tok, ego2world)
@@ -497,7 +592,7 @@ class NuScenesDataset(FrameReader):
             sample["bev"] = bev_raster(local, self.grid, boxes, list(CLASSES))  # (3, X, Y) uint8
             sample["drivable"] = np.stack(drivable) if len({d.shape for d in drivable}) == 1 else drivable  # (N, H, W)
         if "images" in self.channels:
-            imgs = [decode_image(self.root / sd["filename"], f"{_FIX} (samples/ and sweeps/ archives) or use "
+            imgs = [decode_image(self._image_path(sd), f"{_FIX} (samples/ and sweeps/ archives) or use "
                                  "on_bad_frame='skip'", (sd["height"], sd["width"])) for sd in sds]
             sample["images"] = np.stack(imgs) if len({a.shape for a in imgs}) == 1 else imgs  # (N, H, W, 3)
         return sample
