@@ -19,7 +19,6 @@ and, for the labelling loop, label_jobs, labels (versioned, never overwritten), 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from data_engine.signals import SIGNALS
+from hydranet.io import file_sha256
 
 APPLICATION_ID = 0x48594431  # "HYD1"
 SCHEMA_VERSION = 1
@@ -76,14 +76,6 @@ CREATE INDEX IF NOT EXISTS frames_clip ON frames(clip_id);
 
 class CatalogError(ValueError):
     """A catalog file that cannot be used; one line naming the file and what to do."""
-
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class Catalog:

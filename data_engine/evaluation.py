@@ -29,6 +29,7 @@ import numpy as np
 from data_engine.catalog import Catalog
 from data_engine.fleet import TRUTH_FILE
 from hydranet.decoding import box_iou
+from hydranet.io import frame_path
 
 CONFIDENT = 0.3  # a prediction counts at this score
 MATCH_IOU = 0.5
@@ -92,7 +93,8 @@ def frame_errors(fleet: Path, frames: Mapping[int, tuple[str, str]], predictions
     sizes = {c["name"]: (c["height"], c["width"]) for c in meta["rig"]["cameras"]}
     out = {}
     for fid, (clip, fdir) in frames.items():
-        path = fleet / "scenes" / clip / fdir / "labels.json"
+        path = frame_path(fleet, clip, fdir, "labels.json", where=f"catalog frame {fid} of fleet {fleet}",
+                          error=EvaluationError)
         labels = _read_json(path, "labels")
         tp = n_p = n_g = 0
         for n, cam in enumerate(cams):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hydranet.io import frame_path
 from sim.config import RareConfig, SimConfig, _need, _weights
 
 TRUTH_FILE = "truth/scenarios.json"
@@ -138,10 +139,12 @@ class Fleet:
         rig = meta.get("rig") or {}
         self.rig_name = str(rig.get("name", "?"))
         self.cameras = {str(c["name"]): (int(c["height"]), int(c["width"])) for c in rig.get("cameras", [])}
-        self.clip_names = [str(s["name"]) for s in meta["scenes"]]
+        self.clip_names = [s.get("name") if isinstance(s, dict) else None for s in meta["scenes"]]
+        for i, name in enumerate(self.clip_names):  # a clip named '../../x' must never be read
+            frame_path(self.root, name, where=f"{path}: key 'scenes[{i}].name'", error=FleetError)
 
     def clip(self, name: str) -> Clip:
-        path = self.root / "scenes" / name / "scene.json"
+        path = frame_path(self.root, name, file="scene.json", where=f"fleet {self.root} clip {name!r}", error=FleetError)
         try:
             scene = json.loads(path.read_text())
             frames = [{"index": int(f["index"]), "dir": str(f["dir"]), "timestamp_us": int(f["timestamp_us"]),
@@ -151,6 +154,8 @@ class Fleet:
             raise FleetError(f"{path} is missing; regenerate the fleet") from None
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
             raise FleetError(f"{path} is unreadable ({type(e).__name__}: {e}); regenerate the fleet") from None
+        for f in frames:
+            frame_path(self.root, name, f["dir"], where=f"{path}: frame {f['index']}", error=FleetError)
         return Clip(name, sorted(frames, key=lambda f: f["index"]))
 
     def check_rig(self, names: list[str], sizes: list[tuple[int, int]], image_size: tuple[int, int], model: str) -> None:
@@ -171,7 +176,7 @@ def read_frame(root: Path, clip: str, frame_dir: str, cameras: list[str]) -> lis
 
     out = []
     for cam in cameras:
-        path = Path(root) / "scenes" / clip / frame_dir / f"{cam}.jpg"
+        path = frame_path(root, clip, frame_dir, f"{cam}.jpg", where=f"fleet {root}")
         try:
             data = np.frombuffer(path.read_bytes(), np.uint8)
         except OSError as e:

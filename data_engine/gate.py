@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_engine.catalog import Catalog, file_sha256
+from data_engine.catalog import Catalog
+from hydranet.io import file_sha256
 from data_engine.registry import checkpoint_file, model_id, open_registry
 from data_engine.suites import load_suites
 from hydranet.config import ConfigError

@@ -22,8 +22,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hydranet.io import exclusive_lock
+
 STAGES = ("fleet", "shadow", "triggers", "mine", "report", "label", "unit_tests", "retrain", "export", "gate", "promote")
 JOURNAL = "loop.json"
+LOCK = ".lock"
 
 
 class LoopError(ValueError):
@@ -72,6 +75,11 @@ class Journal:
         _atomic_json(self.path, self.data)
 
 
+def check_rounds(rounds: int) -> None:
+    if rounds < 1:
+        raise LoopError(f"--rounds must be at least 1, got {rounds}")
+
+
 def _round_dir(out: Path, r: int) -> Path:
     return out / "rounds" / f"r{r:03d}"
 
@@ -100,12 +108,13 @@ class Loop:
             from hydranet.checkpoint import load_checkpoint
 
             load_checkpoint(checkpoint_file(production))  # a readable checkpoint with finite weights, or a one-line error
-        if self.out.exists() and not (self.out / JOURNAL).exists() and any(self.out.iterdir()):
+        if self.out.exists() and not (self.out / JOURNAL).exists() and any(p.name != LOCK for p in self.out.iterdir()):
             raise LoopError(f"{self.out} exists and is not a loop run (no {JOURNAL}); choose a new --out")
         if production is None:
             identity["production"] = _read_journal(self.out / JOURNAL).get("identity", {}).get("production")
         self.out.mkdir(parents=True, exist_ok=True)
-        self.journal = Journal(self.out, identity)
+        with self.locked():
+            self.journal = Journal(self.out, identity)
         self.fleet = self.cfg.loop.fleet()
         self.initial = identity["production"]
 
@@ -136,9 +145,16 @@ class Loop:
             done["production"] = production(self.catalog)["checkpoint"]
             _atomic_json(self.journal.path, self.journal.data)
 
+    def locked(self):
+        """Two `engine run` on one folder would interleave stages and journal writes: one holds DIR/.lock."""
+        return exclusive_lock(self.out / LOCK, f"loop run {self.out}", LoopError)
+
     def run(self, rounds: int) -> list[dict[str, Any]]:
-        if rounds < 1:
-            raise LoopError(f"--rounds must be at least 1, got {rounds}")
+        check_rounds(rounds)
+        with self.locked():
+            return self._run(rounds)
+
+    def _run(self, rounds: int) -> list[dict[str, Any]]:
         self.setup()
         summaries = []
         for r in range(rounds):

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from data_engine.catalog import Catalog, CatalogError, file_sha256
+from data_engine.catalog import Catalog, CatalogError
+from hydranet.io import file_sha256
 
 _COLUMNS = ("id", "model_id", "role", "previous_id", "promoted", "action", "checkpoint", "sha256", "onnx", "onnx_sha256",
             "note")
@@ -136,11 +137,50 @@ def _insert_entry(cat: Catalog, entry: dict[str, Any]) -> int:
     return int(cur.lastrowid)
 
 
+def check_onnx_source(onnx_path: Path, ckpt: Path, sha: str) -> None:
+    """RegistryError unless `onnx_path` is a HydraNet export of the checkpoint whose sha256 is `sha` (its
+    metadata's source.checkpoint_sha256, written by `hydranet export`; kept by `hydranet quantize`)."""
+    from deploy.metadata import read_metadata
+
+    if not onnx_path.is_file():
+        raise RegistryError(f"--onnx {onnx_path} does not exist; export the checkpoint with `hydranet export`")
+    try:
+        md = read_metadata(onnx_path)
+    except Exception as e:  # noqa: BLE001 - onnx raises its own types for a file that is not a model
+        raise RegistryError(f"--onnx {onnx_path} is not a HydraNet ONNX model ({str(e).splitlines()[0][:160]}); "
+                            "give the file `hydranet export` wrote") from None
+    source = md.get("source") if isinstance(md.get("source"), dict) else {}
+    exported_from = source.get("checkpoint_sha256")
+    if exported_from is None:
+        raise RegistryError(f"--onnx {onnx_path} does not record which checkpoint it was exported from (an older export); "
+                            f"re-export it with `hydranet export --checkpoint {ckpt}`")
+    if exported_from != sha:
+        raise RegistryError(f"--onnx {onnx_path} was exported from another checkpoint (sha256 {str(exported_from)[:12]}, "
+                            f"{source.get('checkpoint')}), not {ckpt} (sha256 {sha[:12]}): the registry would name one model "
+                            f"while shadow mode runs another; export this checkpoint with `hydranet export`")
+
+
+def gate_rejection(cat: Catalog, sha: str) -> dict[str, Any] | None:
+    """The latest gate decision of this catalog on the candidate `sha` when it was a rejection, else None."""
+    row = cat.db.execute("SELECT g.id, g.created, g.metrics FROM gate_results g JOIN models m ON g.candidate_id = m.id "
+                         "WHERE m.sha256 = ? AND g.verdict IN ('promote', 'reject') ORDER BY g.id DESC LIMIT 1",
+                         (sha,)).fetchone()
+    if row is None:
+        return None
+    report = json.loads(row[2])
+    if report.get("verdict") != "reject":
+        return None
+    return {"id": row[0], "when": datetime.datetime.fromtimestamp(row[1]).isoformat(timespec="seconds"),
+            "failing": report.get("failing", [])}
+
+
 def promote(catalog: str | Path | Catalog, checkpoint: str | Path, onnx: str | Path | None = None,
-            note: str = "") -> dict[str, Any]:
+            note: str = "", force: bool = False) -> dict[str, Any]:
     """Make `checkpoint` (file or run folder; `onnx`: its deployed export) the production model, in one
     transaction; the previous production is kept (retired). Promoting the current production again
-    (same checkpoint and ONNX sha256) changes nothing. Returns the production entry."""
+    (same checkpoint and ONNX sha256) changes nothing. A candidate whose latest gate decision in this
+    catalog was a rejection is refused unless `force` (then recorded as action "force-promote").
+    Returns the production entry."""
     from hydranet.checkpoint import load_checkpoint
 
     ckpt = checkpoint_file(checkpoint)
@@ -148,16 +188,8 @@ def promote(catalog: str | Path | Catalog, checkpoint: str | Path, onnx: str | P
     sha = file_sha256(ckpt)
     onnx_path = onnx_sha = None
     if onnx is not None:
-        from deploy.metadata import read_metadata
-
         onnx_path = Path(onnx)
-        if not onnx_path.is_file():
-            raise RegistryError(f"--onnx {onnx_path} does not exist; export the checkpoint with `hydranet export`")
-        try:
-            read_metadata(onnx_path)
-        except Exception as e:  # noqa: BLE001 - onnx raises its own types for a file that is not a model
-            raise RegistryError(f"--onnx {onnx_path} is not a HydraNet ONNX model ({str(e).splitlines()[0][:160]}); "
-                                "give the file `hydranet export` wrote") from None
+        check_onnx_source(onnx_path, ckpt, sha)
         onnx_path = onnx_path.resolve()
         onnx_sha = file_sha256(onnx_path)
     with open_registry(catalog, create=True) as cat:
@@ -165,13 +197,20 @@ def promote(catalog: str | Path | Catalog, checkpoint: str | Path, onnx: str | P
             cur = _current(cat)
             if cur is not None and cur["sha256"] == sha and cur["onnx_sha256"] == onnx_sha:
                 return cur
+            rejected = gate_rejection(cat, sha)
+            if rejected is not None and not force:
+                raise RegistryError(f"checkpoint {ckpt} was rejected by the gate in {cat.path} (gate result {rejected['id']}, "
+                                    f"{rejected['when']}, failing {', '.join(rejected['failing']) or '-'}); fix the "
+                                    "regression, or promote it anyway with --force (recorded as forced)")
             mid = model_id(cat, ckpt, sha)
             if cur is not None:
                 cat.db.execute("UPDATE registry SET role = 'retired' WHERE id = ?", (cur["id"],))
+            forced = rejected is not None
             new = _insert_entry(cat, {"model_id": mid, "role": "production", "previous_id": cur["id"] if cur else None,
-                                      "promoted": time.time(), "action": "promote", "checkpoint": str(ckpt), "sha256": sha,
+                                      "promoted": time.time(), "action": "force-promote" if forced else "promote",
+                                      "checkpoint": str(ckpt), "sha256": sha,
                                       "onnx": None if onnx_path is None else str(onnx_path), "onnx_sha256": onnx_sha,
-                                      "note": note})
+                                      "note": (f"forced past gate rejection {rejected['id']}; " if forced else "") + note})
         return _select(cat, "WHERE id = ?", (new,))[0]
 
 

@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_engine.catalog import Catalog, file_sha256
+from hydranet.io import frame_path
+from data_engine.catalog import Catalog
+from hydranet.io import file_sha256
 from data_engine.labels import accepted_versions, open_catalog
 
 RECORD = "retrain.json"
@@ -165,7 +167,8 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
                                                            unit="frame", disable=not progress) as bar:
         for (fid, clip), frame_ids in clips.items():
             root = Path(dict(fleets)[fid])
-            scene = _read_json(root / "scenes" / clip / "scene.json", "fleet")
+            scene = _read_json(frame_path(root, clip, file="scene.json", where=f"catalog clip {clip!r} of fleet {root}",
+                                          error=RetrainError), "fleet")
             poses = {str(f.get("dir")): f.get("ego2world") for f in scene.get("frames", []) if isinstance(f, dict)}
             name = f"fleet{fid}_{clip}"
             frames = []
@@ -189,7 +192,8 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
                     check_labels(labels, Path(where), sizes, meta["classes"])
                 except DatasetError as e:
                     raise RetrainError(str(e).replace("; fix or regenerate the file", "; reject the job and label it again")) from None
-                folder = root / "scenes" / clip / fdir
+                folder = frame_path(root, clip, fdir, where=f"catalog frame {clip}/{fdir!r} of fleet {root}",
+                                    error=RetrainError)
                 chans = list(CHANNEL_SUFFIX) if lab["source"] == "oracle" else ["images"]
                 files = {f"{c}{CHANNEL_SUFFIX[ch]}": folder / f"{c}{CHANNEL_SUFFIX[ch]}" for c in cameras for ch in chans}
                 if lab["source"] == "oracle":

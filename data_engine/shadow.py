@@ -30,6 +30,7 @@ import numpy as np
 from data_engine.catalog import Catalog
 from data_engine.fleet import Fleet, read_frame
 from data_engine.signals import ClipState, ModelInfo, frame_signals
+from hydranet.io import exclusive_lock
 from hydranet.stream import VideoState, stream
 
 EXECUTORS = ("local", "ray")
@@ -131,6 +132,16 @@ def _init_worker(threads: int) -> None:
 def run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candidate: str | Path | None = None,
                executor: str = "local", workers: int | None = None, progress: bool = True,
                ray_address: str | None = None) -> dict[str, int]:
+    """`_run_shadow` while holding CATALOG.lock: two shadows writing one catalog are refused, naming the holder."""
+    if Path(catalog).parent.is_dir():
+        with exclusive_lock(f"{catalog}.lock", f"catalog {catalog}", ShadowError):
+            return _run_shadow(model, fleet, catalog, candidate, executor, workers, progress, ray_address)
+    return _run_shadow(model, fleet, catalog, candidate, executor, workers, progress, ray_address)
+
+
+def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candidate: str | Path | None = None,
+                executor: str = "local", workers: int | None = None, progress: bool = True,
+                ray_address: str | None = None) -> dict[str, int]:
     """Shadow `model` over every clip of `fleet` not yet done for this (model, candidate, fleet);
     returns {"run_id", "clips", "done_before", "frames", "corrupt"}. `ray_address`: with executor "ray",
     the cluster to join (else $RAY_ADDRESS, else a local instance of `workers` CPUs)."""
@@ -369,7 +380,7 @@ def similar_image(catalog: str | Path, model: str | Path | None, image: str | Pa
                   run: int | None = None) -> list[dict[str, Any]]:
     """The k frames of a shadow run whose embedding of `camera` is most like the image's (cosine), best
     first: [{"frame_id", "clip", "frame", "similarity"}]. `model` must be the run's model (same bytes)."""
-    from data_engine.catalog import file_sha256
+    from hydranet.io import file_sha256
 
     if k < 1:
         raise ShadowError(f"--k must be at least 1, got {k}")

@@ -37,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from data_engine.catalog import file_sha256
+from hydranet.io import file_sha256
 from data_engine.fleet import RARE_SCENARIOS, FleetConfig, clip_config
 from hydranet.config import ConfigError
+from hydranet.io import frame_path, path_inside
 
 SUITES_FILE = "suites.json"
 FORMAT = "hydranet-suites"
@@ -200,7 +201,7 @@ def generate_suites(out: str | Path, cfg: SuitesConfig | None = None, fleet: Fle
                  "image_size": [sim.image_height, sim.image_width] if sim.image_width else None,
                  "frames_per_clip": sim.frames_per_scene, "slices": slices, UNIT_TESTS: None}
         if old_units:  # the unit tests outlive a regeneration of the frozen slices
-            src = out / old_units["dir"]
+            src = path_inside(out, old_units["dir"], f"{out / SUITES_FILE}: {UNIT_TESTS}", SuiteError)
             shutil.copytree(src, staging / old_units["dir"], copy_function=_link_or_copy)
             index[UNIT_TESTS] = old_units
         _atomic_text(staging / SUITES_FILE, json.dumps(index, indent=1) + "\n")
@@ -249,11 +250,13 @@ def load_suites(suites_dir: str | Path, verify: bool = True) -> dict[str, Any]:
     if not root.is_dir():
         raise SuiteError(f"suites folder {root} does not exist; generate it with `hydranet engine suites --out {root}`")
     index = _read_json(root / SUITES_FILE)
-    suites = {name: {"path": root / name, "digest": s.get("digest"), "frames": s.get("frames")}
-              for name, s in index["slices"].items()}
+    where = f"{root / SUITES_FILE}"
+    suites = {name: {"path": path_inside(root, name, f"{where}: slice", SuiteError), "digest": s.get("digest"),
+                     "frames": s.get("frames")} for name, s in index["slices"].items()}
     units = index.get(UNIT_TESTS)
     if units:
-        suites[UNIT_TESTS] = {"path": root / units["dir"], "digest": units["digest"], "frames": units["frames"]}
+        suites[UNIT_TESTS] = {"path": path_inside(root, units["dir"], f"{where}: {UNIT_TESTS}", SuiteError),
+                              "digest": units["digest"], "frames": units["frames"]}
     for name, s in suites.items():
         if not (s["path"] / "dataset.json").is_file():
             raise SuiteError(f"suite {name}: {s['path']} is missing or not a dataset; regenerate the suites with "
@@ -321,7 +324,7 @@ def add_unit_tests(suites_dir: str | Path, frames: Iterable[tuple[str | Path, Ma
     with _locked(root):
         info = load_suites(root, verify=False)
         units = info["index"].get(UNIT_TESTS)
-        cur = root / units["dir"] if units else None
+        cur = path_inside(root, units["dir"], f"{root / SUITES_FILE}: suite {UNIT_TESTS}", SuiteError) if units else None
         if cur is not None and folder_digest(cur) != units["digest"]:
             raise SuiteError(f"suite {UNIT_TESTS} in {root} was modified after it was written (digest differs from "
                              f"{SUITES_FILE}); restore it or regenerate the suites")
@@ -355,7 +358,8 @@ def add_unit_tests(suites_dir: str | Path, frames: Iterable[tuple[str | Path, Ma
             scenes = list(cur_meta["scenes"]) if cur_meta else []
             if cur is not None:
                 for s in cur_meta["scenes"]:
-                    shutil.copytree(cur / "scenes" / s["name"], staging / "scenes" / s["name"], copy_function=_link_or_copy)
+                    src = frame_path(cur, s["name"], where=f"{cur / 'dataset.json'}", error=SuiteError)
+                    shutil.copytree(src, staging / "scenes" / s["name"], copy_function=_link_or_copy)
             for name, (frame_dir, payload, clip, entry, meta) in new.items():
                 _write_entry(staging / "scenes" / name, name, frame_dir, payload, clip, entry, meta)
                 scenes.append({"name": name, "num_frames": 1})

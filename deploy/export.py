@@ -262,7 +262,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
                       verbose: bool = True) -> ExportResult:
     """Load a checkpoint and export it; parity frames come from `data` (default: the config's
     data.val_root, else data.root)."""
-    from hydranet.checkpoint import load_model
+    from hydranet.checkpoint import CHECKPOINT, load_model
+    from hydranet.io import file_sha256
 
     model, cfg, ckpt = load_model(checkpoint)
     meta = json.loads(ckpt["meta"])
@@ -273,9 +274,10 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
             raise ExportError(f"no sim dataset for the parity check: the checkpoint's data.root {cfg.data.root!r} does not "
                               "exist here; pass --data DIR (a dataset generated with `hydranet sim generate`)")
     fr = sim_frames(cfg, data, frames)
-    return export_model(model, cfg, meta, out, fr, dynamic_batch, input_dtype, simplify,
-                        {"checkpoint": str(checkpoint), "step": int(ckpt["step"]), "parity_data": str(data)},
-                        verbose=verbose)
+    ckpt_file = Path(checkpoint) / CHECKPOINT if Path(checkpoint).is_dir() else Path(checkpoint)
+    source = {"checkpoint": str(checkpoint), "checkpoint_sha256": file_sha256(ckpt_file), "step": int(ckpt["step"]),
+              "parity_data": str(data)}  # the sha256 lets `engine promote` refuse an ONNX of another checkpoint
+    return export_model(model, cfg, meta, out, fr, dynamic_batch, input_dtype, simplify, source, verbose=verbose)
 
 
 def export_command(checkpoint: str | Path, out: str | Path, data: str | Path | None = None, fmt: str = "onnx",

@@ -157,8 +157,7 @@ def load_init_weights(model: HydraNet, path: str | Path) -> dict[str, Any]:
     """Fine-tuning (config key `init_from`): the weights of checkpoint `path` into `model`, whose
     architecture must match (one-line ValueError naming the keys otherwise). Returns what to
     record: {"path", "sha256", "step"} of the checkpoint file."""
-    import hashlib
-
+    from hydranet.io import file_sha256
     from hydranet.models.state_dict import load_state_dict_checked
 
     path = Path(path)
@@ -168,11 +167,7 @@ def load_init_weights(model: HydraNet, path: str | Path) -> dict[str, Any]:
     except (OSError, ValueError) as e:
         raise type(e)(f"config key 'init_from': {e}") from None
     load_state_dict_checked(model, ckpt["model"], where=f"config key 'init_from': checkpoint {file}")
-    h = hashlib.sha256()
-    with open(file, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return {"path": str(file.resolve()), "sha256": h.hexdigest(), "step": int(ckpt["step"])}
+    return {"path": str(file.resolve()), "sha256": file_sha256(file), "step": int(ckpt["step"])}
 
 
 def model_meta(cfg: ExperimentConfig, ds) -> dict[str, Any]:

@@ -208,8 +208,9 @@ def add_engine(sub) -> None:
 
 def cmd_engine_run(args) -> None:
     from data_engine.config import EngineConfig
-    from data_engine.loop import Loop
+    from data_engine.loop import Loop, check_rounds
 
+    check_rounds(args.rounds)  # before anything is written
     cfg = load_config(EngineConfig, args.config, list(args.set))
     Loop(args.out, cfg, args.production, progress=not args.quiet, suites=args.suites, fleets=args.fleets).run(args.rounds)
     print(f"loop run -> {args.out} (catalog {args.out / 'catalog.sqlite'}, journal {args.out / 'loop.json'})")
@@ -323,7 +324,7 @@ def cmd_engine_gate(args) -> None:
             raise ValueError("give --production CKPT, or --catalog CAT whose registry has a production model")
         prod = prod_entry["checkpoint"]
     elif prod_entry is not None:
-        from data_engine.catalog import file_sha256
+        from hydranet.io import file_sha256
 
         if file_sha256(checkpoint_file(prod)) != prod_entry["sha256"]:
             raise ValueError(f"--production {prod} is not the production model of {args.catalog} ({prod_entry['checkpoint']});"
@@ -342,8 +343,9 @@ def cmd_engine_gate(args) -> None:
 def cmd_engine_promote(args) -> None:
     from data_engine.registry import promote
 
-    e = promote(args.catalog, args.checkpoint, args.onnx, args.note)
-    print(f"production: {e['checkpoint']} (sha256 {e['sha256'][:12]}, registry entry {e['id']}, since {e['when']}) "
+    e = promote(args.catalog, args.checkpoint, args.onnx, args.note, force=args.force)
+    forced = " (forced past the gate's rejection)" if e["action"] == "force-promote" else ""
+    print(f"production{forced}: {e['checkpoint']} (sha256 {e['sha256'][:12]}, registry entry {e['id']}, since {e['when']}) "
           f"in {args.catalog}")
 
 
@@ -391,6 +393,8 @@ def _add_engine_gate(eng) -> None:
     p.add_argument("--checkpoint", type=Path, required=True, help="checkpoint.pt or its run folder")
     p.add_argument("--onnx", type=Path, default=None, help="its exported model.onnx (what shadow mode runs)")
     p.add_argument("--note", default="", help="why (kept in the registry)")
+    p.add_argument("--force", action="store_true", help="promote a candidate the gate rejected in this catalog "
+                   "(recorded as force-promote)")
     p.set_defaults(func=cmd_engine_promote)
     rb = eng.add_parser("rollback", help="return to the production model before the current one")
     rb.add_argument("--catalog", type=Path, required=True)

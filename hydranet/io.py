@@ -7,12 +7,16 @@ the root that points outside it is refused too. Torch-free: the car side uses it
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hydranet.rig import check_name
 
-__all__ = ["PathOutsideRoot", "check_name", "path_inside"]
+__all__ = ["PathOutsideRoot", "check_name", "exclusive_lock", "file_sha256", "frame_path", "path_inside"]
 
 
 class PathOutsideRoot(ValueError):
@@ -39,3 +43,53 @@ def path_inside(root: str | Path, rel, where: str, error: type[Exception] = Path
         raise error(f"{where}: path {rel!r} leaves {root} (it resolves to {real}); data files may only name "
                     f"paths inside their own folder")
     return path
+
+
+def frame_path(root: str | Path, scene, frame=None, file=None, *, where: str,
+               error: type[Exception] = PathOutsideRoot) -> Path:
+    """root/scenes/<scene>[/<frame>[/<file>]] of a dataset or fleet in docs/dataset_format.md's layout.
+
+    Each name must be one safe path component (`check_name`) and the result must resolve inside
+    `root` (a scene or frame folder that is a symlink out of the dataset is refused).
+    """
+    parts = ["scenes", check_name(scene, "scene", where, error)]
+    if frame is not None:
+        parts.append(check_name(frame, "frame dir", where, error))
+    if file is not None:
+        parts.append(check_name(file, "file", where, error))
+    return path_inside(root, "/".join(parts), where, error)
+
+
+def file_sha256(path: str | Path) -> str:
+    """The hex sha256 of a file's bytes (a model's identity in the registry, an export's source)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextmanager
+def exclusive_lock(path: str | Path, what: str, error: type[Exception] = RuntimeError) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created, holding this process's pid) for the block; if another
+    process holds it, raise `error` at once naming its pid. The kernel drops the lock when its holder
+    dies (kill -9 included), so a stale lock file never blocks: only a live holder does."""
+    path = Path(path)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "unknown"
+        f.close()
+        raise error(f"{what} is in use by another process (pid {holder}, lock file {path}); wait for it to finish or "
+                    "stop it, then rerun") from None
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
+    finally:
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()

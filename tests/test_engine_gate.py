@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from engine_fixtures import REPO, make_fleet
 
-from data_engine.catalog import Catalog, CatalogError, file_sha256
+from data_engine.catalog import Catalog, CatalogError
+from hydranet.io import file_sha256
 from data_engine.fleet import FleetConfig, clip_seed
 from data_engine.gate import AGGREGATE, GateError, GateRule, decide, evaluate_suites, format_gate, gate, write_gate
 from data_engine.registry import RegistryError, history, production, promote, rollback
@@ -371,8 +372,9 @@ def models(fleet, tmp_path_factory) -> dict[str, Path]:
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     m = helper.make_model(g)
-    set_metadata(m, {PREFIX + k: json.dumps({"name": FORMAT, "version": FORMAT_VERSION} if k == "format" else {})
-                     for k in REQUIRED_KEYS})
+    own = {"format": {"name": FORMAT, "version": FORMAT_VERSION},  # an export of a: promote checks its source
+           "source": {"checkpoint_sha256": file_sha256(root / "a" / "checkpoint.pt")}}
+    set_metadata(m, {PREFIX + k: json.dumps(own.get(k, {})) for k in (*REQUIRED_KEYS, "source")})
     onnx.save(m, str(root / "a.onnx"))
     out["onnx"] = root / "a.onnx"
     return out

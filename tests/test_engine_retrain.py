@@ -13,7 +13,8 @@ import pytest
 import torch
 from engine_fixtures import REPO, make_fleet
 
-from data_engine.catalog import Catalog, file_sha256
+from data_engine.catalog import Catalog
+from hydranet.io import file_sha256
 from data_engine.fleet import Fleet
 from data_engine.labeling import build_backend
 from data_engine.labeling.base import Vocabulary

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from hydranet.io import frame_path
+
 SIGN, LIGHT, BACK = "traffic_sign", "traffic_light", "back"
 
 
@@ -52,10 +54,11 @@ class Job:
 
     @property
     def folder(self) -> Path:
-        return Path(self.root) / "scenes" / self.clip / self.dir
+        return frame_path(self.root, self.clip, self.dir, where=f"label job {self.id}", error=LabelingError)
 
     def image(self, camera: str) -> Path:
-        return self.folder / f"{camera}.jpg"
+        return frame_path(self.root, self.clip, self.dir, f"{camera}.jpg", where=f"label job {self.id}",
+                          error=LabelingError)
 
     def image_name(self, camera: str) -> str:
         """The image's name in exported files and tools: clip/frame dir/camera.jpg (unique in a fleet)."""

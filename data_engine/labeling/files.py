@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hydranet.io import path_inside
 from data_engine.labeling.base import FetchedLabel, Job, LabelingError, Vocabulary, check_bbox
 
 LANE = "lane:"
@@ -293,7 +294,7 @@ class FilesBackend:
             entries = image_entries(js)
             if self.copy_images:
                 for e in entries:
-                    dst = self.out / "images" / e["name"]
+                    dst = path_inside(self.out / "images", e["name"], f"label job {e['job'].id}", LabelingError)
                     if not dst.exists():
                         dst.parent.mkdir(parents=True, exist_ok=True)
                         tmp = dst.with_name(f"{dst.name}.tmp-{os.getpid()}")

@@ -25,6 +25,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from hydranet.io import frame_path
 from hydranet.rig import Rig, check_name, rig_from_dict
 
 FORMAT = "hydranet-sim"
@@ -311,7 +312,8 @@ class SimDataset(FrameReader):
         self.scenes: list[dict] = []
         self._frames: list[tuple[int, int]] = []  # flat index -> (scene position, frame position)
         for si, entry in enumerate(self.meta["scenes"]):
-            path = self.root / "scenes" / entry["name"] / "scene.json"
+            path = frame_path(self.root, entry["name"], file="scene.json", where=f"{self.root / 'dataset.json'}: "
+                              f"scene {entry['name']!r}", error=DatasetError)
             scene = _read_json(path, "scene.json")
             check_scene(scene, path, entry["name"], full.names)
             if len(scene["frames"]) != entry["num_frames"]:
@@ -345,7 +347,8 @@ class SimDataset(FrameReader):
         """Frame i exactly as on disk (never skips); raises DatasetError on a bad file."""
         s, f = self._frames[i]
         scene, frame = self.scenes[s], self.scenes[s]["frames"][f]
-        folder = self.root / "scenes" / scene["name"] / frame["dir"]
+        folder = frame_path(self.root, scene["name"], frame["dir"], where=f"scene {scene['name']!r} frame "
+                            f"{frame['dir']!r}", error=DatasetError)
         cams = self.rig.cameras
         sample = {
             "scene": scene["name"],
