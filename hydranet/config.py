@@ -7,6 +7,7 @@ dotted key and what is allowed; nothing is silently ignored or coerced.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -24,9 +25,35 @@ class ConfigError(ValueError):
     """A config key is unknown, missing or has the wrong type."""
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping names the same key twice (PyYAML keeps the last one without a word)."""
+
+    def __init__(self, key, first_line: int, mark):
+        super().__init__(None, None, f"duplicate key {key!r} (first on line {first_line})", mark)
+        self.key, self.first_line = key, first_line
+
+
 class _Loader(yaml.SafeLoader):
     """yaml.SafeLoader that also reads `1e-4` and `5.0e1` as floats: YAML 1.1's float rule needs a dot and
-    a signed exponent (`1.0e-4`), so plain PyYAML gives the string '1e-4' and a learning rate is refused."""
+    a signed exponent (`1.0e-4`), so plain PyYAML gives the string '1e-4' and a learning rate is refused.
+    A key written twice in one mapping (`lr: 0.1` ... `lr: 0.001`) is an error, not the last one silently
+    kept; a merge (`<<: *base`) may still be overridden by an explicit key."""
+
+    def flatten_mapping(self, node):
+        # called on every mapping before its merges are folded in (and again later, on a merge source,
+        # when that node itself is constructed: checked once, on first sight, while it holds only its own keys)
+        checked = self.__dict__.setdefault("_dup_checked", set())
+        if id(node) not in checked:
+            checked.add(id(node))
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise DuplicateKeyError(key, seen[key], key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+        super().flatten_mapping(node)
 
 
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float",  # 1e-4, 5.0e1, .5e3 (YAML 1.1 also wants the exponent's sign)
@@ -34,16 +61,19 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float",  # 1e-4, 5.0e1, .5e3 (Y
                               list("-+0123456789."))
 
 
-def yaml_load(text: str, where: str):
-    """YAML text -> Python values (safe: plain data only); a syntax error raises one ConfigError line
-    naming `where` and the line."""
+def yaml_load(text: str, where: str, error: type[Exception] = ConfigError):
+    """YAML text -> Python values (safe: plain data only); a syntax error or a key written twice in one
+    mapping raises one `error` line naming `where`, the line (and the key)."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except DuplicateKeyError as e:
+        raise error(f"{where}: key {e.key!r} appears twice (line {e.first_line} and line {e.problem_mark.line + 1}); "
+                    "keep one of them") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{where} is not valid YAML{at}: {problem}; fix the syntax") from None
+        raise error(f"{where} is not valid YAML{at}: {problem}; fix the syntax") from None
 
 
 def _type_name(tp: Any) -> str:
@@ -93,7 +123,13 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key '{key}': expected a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int past 1.8e308
+            number = math.inf
+        if not math.isfinite(number):  # .nan / .inf: no setting means it, and JSON cannot hold it (config.json)
+            raise ConfigError(f"config key '{key}': expected a finite number, got {value!r}; give a number")
+        return number
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"config key '{key}': expected an integer, got {value!r}")

@@ -2,17 +2,20 @@
 
 A rig is an ordered tuple of `Camera`s. Presets live as YAML beside this module
 (`hydranet/rigs/*.yaml`); any other rig loads from a calibration file with the same format.
-Every rig is validated: positive focal lengths, orthonormal rotations, principal point inside
-the image, unique names, and every camera must see the road around the car.
+Every rig is validated: each key's shape, type and finiteness before numpy sees it (one RigError line
+naming the file, camera and key), a normalised K with positive focal lengths and at most a small skew,
+orthonormal rotations, principal point inside the image, unique names, and every camera must see the
+road around the car. Files are read by `hydranet.config.yaml_load` (a key written twice is an error).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from hydranet.config import yaml_load
 from hydranet.geometry import (DISTORTION_MODELS, Camera, Distortion, camera_rotation, distortion_array, is_rotation,
                                make_transform, yaw_pitch_roll)
 
@@ -26,6 +29,10 @@ class RigError(ValueError):
 MAX_PINHOLE_FOV_DEG = 179.0  # a pinhole camera cannot see 180 degrees: the focal length goes to 0
 MAX_LENS_FOV_DEG = 170.0  # a distorted camera's rays, within 85 deg of its axis (the sim renders through a pinhole)
 LENS_ROUND_TRIP_PX = 0.01  # undistort -> distort must give every image pixel back within this
+K_ROW_TOL = 1e-9  # K's last row must be [0, 0, 1] and K[1][0] zero within this (a normalised camera matrix)
+MAX_SKEW_RATIO = 0.01  # |K[0][1]| <= this * fx: axes within 0.6 deg of square (KITTI, nuScenes: 0)
+MAX_IMAGE_SIDE = 16384  # pixels a side: larger is a typo (and past most GL drivers' framebuffer limit)
+MAX_MOUNT_DISTANCE_M = 1000.0  # a camera this far from the ego origin is a unit mistake (millimetres for metres)
 
 
 def check_name(name, what: str, where: str, error: type[Exception] = RigError) -> str:
@@ -108,15 +115,59 @@ class Rig:
         return {"name": self.name, "cameras": cams}
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_finite_number(x) -> bool:
+    try:
+        return _is_number(x) and math.isfinite(x)
+    except OverflowError:  # an int past 1.8e308
+        return False
+
+
+def _number(value, where: str, key: str, what: str = "") -> float:
+    """`value` as a float if it is a finite number (not a bool, a string or null), else a RigError naming `key`."""
+    if not _is_number(value):
+        raise RigError(f"{where}: key '{key}' must be a number{what}, got {value!r}")
+    if not _is_finite_number(value):
+        raise RigError(f"{where}: key '{key}' must be a finite number{what}, got {value!r}")
+    return float(value)
+
+
+def _numbers(value, n: int, where: str, key: str, what: str) -> np.ndarray:
+    """(n,) float64 from a list of n finite numbers, checked before numpy sees it (else numpy says 'could not
+    broadcast' or 'could not convert string to float' without naming the key)."""
+    if not isinstance(value, (list, tuple)):
+        raise RigError(f"{where}: key '{key}' must be a list of {n} numbers ({what}), got {value!r}")
+    if len(value) != n:
+        raise RigError(f"{where}: key '{key}' must be {n} numbers ({what}), got {len(value)}: {list(value)!r}")
+    return np.array([_number(x, where, f"{key}[{i}]", f" ({what})") for i, x in enumerate(value)], np.float64)
+
+
+def _matrix(value, rows: int, cols: int, where: str, key: str, what: str) -> np.ndarray:
+    """(rows, cols) float64 from a list of `rows` lists of `cols` finite numbers, each entry checked."""
+    shape_ok = (isinstance(value, (list, tuple)) and len(value) == rows
+                and all(isinstance(r, (list, tuple)) and len(r) == cols for r in value))
+    if not shape_ok:
+        if isinstance(value, (list, tuple)) and all(isinstance(r, (list, tuple)) for r in value):
+            got = f"{len(value)} rows of {', '.join(str(len(r)) for r in value) or 'no'} numbers"
+        else:
+            got = repr(value)
+        raise RigError(f"{where}: key '{key}' must be a {rows}x{cols} matrix ({what}: {rows} rows of {cols} numbers), "
+                       f"got {got}")
+    return np.array([[_number(x, where, f"{key}[{r}][{c}]", f" ({what})") for c, x in enumerate(row)]
+                     for r, row in enumerate(value)], np.float64)
+
+
 def _distortion_from_dict(d, where: str) -> Distortion:
     if not isinstance(d, dict) or set(d) != {"model", "coeffs"}:
         raise RigError(f"{where}: distortion must be {{model: radtan|fisheye, coeffs: [...]}}, got {d!r}")
     model, coeffs = d["model"], d["coeffs"]
-    if model not in DISTORTION_MODELS:
+    if not isinstance(model, str) or model not in DISTORTION_MODELS:
         raise RigError(f"{where}: unknown distortion model {model!r}; known: {sorted(DISTORTION_MODELS)}")
     n = DISTORTION_MODELS[model]
-    ok = isinstance(coeffs, list) and len(coeffs) == n and all(
-        isinstance(c, (int, float)) and not isinstance(c, bool) and np.isfinite(c) for c in coeffs)
+    ok = isinstance(coeffs, list) and len(coeffs) == n and all(_is_finite_number(c) for c in coeffs)
     if not ok:
         names = "k1, k2, p1, p2, k3" if model == "radtan" else "k1, k2, k3, k4"
         raise RigError(f"{where}: {model} distortion needs {n} finite coefficients ({names}, OpenCV order), got {coeffs!r}")
@@ -156,70 +207,145 @@ def _check_lens(cam: Camera, where: str) -> None:
                        f"(a field of view of {MAX_LENS_FOV_DEG:g} deg): use a longer focal length")
 
 
-def _camera_from_dict(d: dict, where: str) -> Camera:
-    allowed = {"name", "width", "height", "K", "intrinsics", "hfov_deg", "cam2ego", "translation", "ypr_deg",
-               "distortion"}
-    unknown = sorted(set(d) - allowed)
+CAMERA_KEYS = ("name", "width", "height", "K", "intrinsics", "hfov_deg", "cam2ego", "translation", "ypr_deg",
+               "distortion")
+INTRINSICS = ("K", "intrinsics", "hfov_deg")  # one of them
+K_LAYOUT = "[[fx, s, cx], [0, fy, cy], [0, 0, 1]]"
+
+
+def _check_size(d: dict, where: str) -> tuple[int, int]:
+    width, height = d["width"], d["height"]
+    for key, v in (("width", width), ("height", height)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= MAX_IMAGE_SIDE:
+            raise RigError(f"{where}: key '{key}' must be a whole number of pixels from 1 to {MAX_IMAGE_SIDE}, got {v!r} "
+                           f"(size {width!r}x{height!r})")
+    return width, height
+
+
+def _check_K(K: np.ndarray, width: int, height: int, where: str, key: str) -> None:
+    """A pinhole K of OpenCV's layout [[fx, s, cx], [0, fy, cy], [0, 0, 1]]: normalised (last row exactly
+    [0, 0, 1] within 1e-9; a K scaled by its last entry is a different camera for everything that divides
+    by z), K[1][0] = 0, positive focal lengths (so K is never singular), a skew of at most MAX_SKEW_RATIO * fx
+    (real cameras, KITTI's and nuScenes' included, have none), the principal point inside the image."""
+    if np.abs(K[2] - [0.0, 0.0, 1.0]).max() > K_ROW_TOL:
+        raise RigError(f"{where}: key '{key}' is not a normalised camera matrix: its last row must be [0, 0, 1], got "
+                       f"{K[2].tolist()}; divide K by K[2][2] if it is a scaled K, or check the layout {K_LAYOUT}")
+    if abs(K[1, 0]) > K_ROW_TOL:
+        raise RigError(f"{where}: key '{key}' entry [1][0] must be 0 (the layout is {K_LAYOUT}), got {K[1, 0]:g}; "
+                       "is K transposed?")
+    if not (K[0, 0] > 0 and K[1, 1] > 0):
+        raise RigError(f"{where}: key '{key}': focal lengths must be positive, got fx={K[0, 0]:g}, fy={K[1, 1]:g} "
+                       "(a zero focal length makes K singular)")
+    if abs(K[0, 1]) > MAX_SKEW_RATIO * K[0, 0]:
+        raise RigError(f"{where}: key '{key}' has a skew K[0][1] = {K[0, 1]:g}, more than {MAX_SKEW_RATIO:g} * fx = "
+                       f"{MAX_SKEW_RATIO * K[0, 0]:g}; real cameras have (next to) none: check the layout {K_LAYOUT}")
+    if not (0 <= K[0, 2] <= width and 0 <= K[1, 2] <= height):
+        raise RigError(f"{where}: principal point ({K[0, 2]:g}, {K[1, 2]:g}) lies outside the {width}x{height} image")
+
+
+def _intrinsics(d: dict, width: int, height: int, lens: Distortion | None, where: str) -> np.ndarray:
+    """K (3x3) from the camera's one intrinsics key: K, intrinsics {fx, fy, cx, cy} or hfov_deg."""
+    given = [k for k in INTRINSICS if k in d]
+    if len(given) > 1:
+        raise RigError(f"{where}: the intrinsics are given twice ({' and '.join(given)}); keep one of K, intrinsics, "
+                       "hfov_deg")
+    if not given:
+        raise RigError(f"{where}: give the intrinsics as K, intrinsics {{fx, fy, cx, cy}} or hfov_deg")
+    if "K" in d:
+        K = _matrix(d["K"], 3, 3, where, "K", f"the camera matrix {K_LAYOUT}, in pixels")
+        _check_K(K, width, height, where, "K")
+        return K
+    if "intrinsics" in d:
+        i = d["intrinsics"]
+        names = ("fx", "fy", "cx", "cy")
+        if not isinstance(i, dict):
+            raise RigError(f"{where}: key 'intrinsics' must be a mapping {{fx, fy, cx, cy}} in pixels, got {i!r}")
+        missing, unknown = [k for k in names if k not in i], sorted(map(str, set(i) - set(names)))
+        if missing or unknown:
+            what = f"missing '{missing[0]}'" if missing else f"unknown key '{unknown[0]}'; for a skew give K"
+            raise RigError(f"{where}: key 'intrinsics' needs exactly fx, fy, cx, cy ({what})")
+        fx, fy, cx, cy = (_number(i[k], where, f"intrinsics.{k}", " (pixels)") for k in names)
+        K = np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1]], dtype=np.float64)
+        _check_K(K, width, height, where, "intrinsics")
+        return K
+    hfov = d["hfov_deg"]
+    top = MAX_PINHOLE_FOV_DEG if lens is None else MAX_LENS_FOV_DEG
+    if not _is_finite_number(hfov) or not 0 < hfov <= top:
+        why = "a pinhole camera cannot see 180 degrees" if lens is None else "the sim renders a lens through a pinhole"
+        raise RigError(f"{where}: hfov_deg {hfov!r} is not a {'pinhole' if lens is None else 'lens'} field of view; "
+                       f"give a number above 0 and at most {top:g} degrees ({why})")
+    # the horizontal edge rays (hfov / 2 off the axis) land on the image's left and right edges
+    r = np.array([[np.tan(np.radians(float(hfov)) / 2), 0.0]])
+    f = (width / 2) / float((r if lens is None else lens.distort(r))[0, 0])
+    if not np.isfinite(f):
+        turn = np.degrees(np.arctan(lens.max_radius))
+        raise RigError(f"{where}: the {lens.model} distortion {list(lens.coeffs)} folds over {turn:.1f} deg off the "
+                       f"axis, inside the hfov_deg {hfov} image; use smaller coefficients or a smaller hfov_deg")
+    return np.array([[f, 0, (width - 1) / 2], [0, f, (height - 1) / 2], [0, 0, 1]])
+
+
+def _extrinsics(d: dict, where: str) -> np.ndarray:
+    """cam2ego (4x4) from cam2ego, or from translation + ypr_deg; a rigid transform with the camera
+    within MAX_MOUNT_DISTANCE_M of the ego origin."""
+    if "cam2ego" in d:
+        both = [k for k in ("translation", "ypr_deg") if k in d]
+        if both:
+            raise RigError(f"{where}: the extrinsics are given twice (cam2ego and {' and '.join(both)}); keep cam2ego "
+                           "or translation + ypr_deg")
+        key = "cam2ego"
+        T = _matrix(d["cam2ego"], 4, 4, where, key, "camera-to-ego rigid transform, metres")
+        if np.abs(T[3] - [0.0, 0.0, 0.0, 1.0]).max() > 1e-6:
+            raise RigError(f"{where}: key 'cam2ego' must be a 4x4 rigid transform with last row 0 0 0 1, got "
+                           f"{T[3].tolist()}")
+        R = T[:3, :3]
+        if not is_rotation(R):
+            det = float(np.linalg.det(R))
+            what = ("singular (determinant 0)" if abs(det) < 1e-6 else
+                    "a reflection (determinant -1): an axis is flipped" if abs(det + 1) < 1e-3 else
+                    f"not orthonormal with determinant +1 (determinant {det:.4g})")
+            raise RigError(f"{where}: key 'cam2ego': its rotation (the top-left 3x3) is {what}; fix the extrinsics "
+                           "(columns: the camera's x right, y down, z forward axes in the ego frame)")
+    elif "translation" in d or "ypr_deg" in d:
+        missing = [k for k in ("translation", "ypr_deg") if k not in d]
+        if missing:
+            raise RigError(f"{where}: key '{missing[0]}' is missing: give the extrinsics as cam2ego (4x4) or "
+                           "translation + ypr_deg")
+        key = "translation"
+        t = _numbers(d["translation"], 3, where, "translation", "metres in the ego frame: x forward, y left, z up")
+        ypr = _numbers(d["ypr_deg"], 3, where, "ypr_deg", "yaw, pitch, roll in degrees")
+        T = make_transform(camera_rotation(*np.radians(ypr)), t)
+    else:
+        raise RigError(f"{where}: give the extrinsics as cam2ego (4x4) or translation + ypr_deg")
+    far = float(np.linalg.norm(T[:3, 3]))
+    if far > MAX_MOUNT_DISTANCE_M:
+        raise RigError(f"{where}: key '{key}' mounts the camera {far:g} m from the ego origin, more than "
+                       f"{MAX_MOUNT_DISTANCE_M:g} m; the translation is in metres (x forward, y left, z up): "
+                       "millimetres?")
+    return T
+
+
+def _camera_from_dict(d, where: str) -> Camera:
+    if not isinstance(d, dict):
+        raise RigError(f"{where}: a camera must be a mapping with name, width, height, intrinsics and extrinsics, "
+                       f"got {d!r}")
+    unknown = sorted(map(str, set(d) - set(CAMERA_KEYS)))
     if unknown:
-        raise RigError(f"{where}: unknown key '{unknown[0]}'; allowed: {sorted(allowed)}")
+        raise RigError(f"{where}: unknown key '{unknown[0]}'; allowed: {sorted(CAMERA_KEYS)}")
     for key in ("name", "width", "height"):
         if key not in d:
             raise RigError(f"{where}: missing key '{key}'")
     name = d["name"]
     name = check_name(str(name) if isinstance(name, int) and not isinstance(name, bool) else name, "camera", where)
     where = f"{where} (camera {name})"
-    width, height = d["width"], d["height"]
-    if not (isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0):
-        raise RigError(f"{where}: width and height must be positive integers, got {width}x{height}")
+    width, height = _check_size(d, where)
     lens = _lens(d.get("distortion"), where)
-    if "K" in d:
-        K = np.asarray(d["K"], dtype=np.float64)
-        if K.shape != (3, 3):
-            raise RigError(f"{where}: K must be a 3x3 matrix")
-    elif "intrinsics" in d:
-        i = d["intrinsics"]
-        try:
-            K = np.array([[i["fx"], 0, i["cx"]], [0, i["fy"], i["cy"]], [0, 0, 1]], dtype=np.float64)
-        except KeyError as e:
-            raise RigError(f"{where}: intrinsics need fx, fy, cx, cy (missing {e})") from None
-    elif "hfov_deg" in d:
-        hfov = d["hfov_deg"]
-        top = MAX_PINHOLE_FOV_DEG if lens is None else MAX_LENS_FOV_DEG
-        if isinstance(hfov, bool) or not isinstance(hfov, (int, float)) or not 0 < hfov <= top:
-            why = "a pinhole camera cannot see 180 degrees" if lens is None else "the sim renders a lens through a pinhole"
-            raise RigError(f"{where}: hfov_deg {hfov!r} is not a {'pinhole' if lens is None else 'lens'} field of view; "
-                           f"give a number above 0 and at most {top:g} degrees ({why})")
-        # the horizontal edge rays (hfov / 2 off the axis) land on the image's left and right edges
-        r = np.array([[np.tan(np.radians(float(hfov)) / 2), 0.0]])
-        f = (width / 2) / float((r if lens is None else lens.distort(r))[0, 0])
-        if not np.isfinite(f):
-            turn = np.degrees(np.arctan(lens.max_radius))
-            raise RigError(f"{where}: the {lens.model} distortion {list(lens.coeffs)} folds over {turn:.1f} deg off the "
-                           f"axis, inside the hfov_deg {hfov} image; use smaller coefficients or a smaller hfov_deg")
-        K = np.array([[f, 0, (width - 1) / 2], [0, f, (height - 1) / 2], [0, 0, 1]])
-    else:
-        raise RigError(f"{where}: give the intrinsics as K, intrinsics {{fx, fy, cx, cy}} or hfov_deg")
-    if not (K[0, 0] > 0 and K[1, 1] > 0) or not np.isfinite(K).all():
-        raise RigError(f"{where}: focal lengths must be positive, got fx={K[0, 0]}, fy={K[1, 1]}")
-    if not (0 <= K[0, 2] <= width and 0 <= K[1, 2] <= height):
-        raise RigError(f"{where}: principal point ({K[0, 2]}, {K[1, 2]}) lies outside the {width}x{height} image")
+    K = _intrinsics(d, width, height, lens, where)
     fov = np.degrees([np.arctan2(K[0, 2], K[0, 0]) + np.arctan2(width - K[0, 2], K[0, 0]),
                       np.arctan2(K[1, 2], K[1, 1]) + np.arctan2(height - K[1, 2], K[1, 1])])
     if lens is None and fov.max() > MAX_PINHOLE_FOV_DEG + 1e-6:
         raise RigError(f"{where}: field of view {fov[0]:.1f} x {fov[1]:.1f} deg; a pinhole camera cannot see 180 degrees "
                        f"(at most {MAX_PINHOLE_FOV_DEG:g}): use a longer focal length or split it into several cameras")
-    if "cam2ego" in d:
-        T = np.asarray(d["cam2ego"], dtype=np.float64)
-        if T.shape != (4, 4) or not np.allclose(T[3], [0, 0, 0, 1]):
-            raise RigError(f"{where}: cam2ego must be a 4x4 rigid transform with last row 0 0 0 1")
-        if not is_rotation(T[:3, :3]):
-            raise RigError(f"{where}: cam2ego rotation is not orthonormal with determinant +1; fix the extrinsics")
-    elif "translation" in d and "ypr_deg" in d:
-        yaw, pitch, roll = np.radians(np.asarray(d["ypr_deg"], dtype=np.float64))
-        T = make_transform(camera_rotation(yaw, pitch, roll), d["translation"])
-    else:
-        raise RigError(f"{where}: give the extrinsics as cam2ego (4x4) or translation + ypr_deg")
-    cam = Camera(name, K, T, width, height, lens)
+    cam = Camera(name, K, _extrinsics(d, where), width, height, lens)
     if lens is not None:
         _check_lens(cam, where)
     return cam
@@ -246,6 +372,11 @@ def _check_sees_road(cam: Camera, where: str, max_range: float = 100.0) -> None:
 def rig_from_dict(data: dict, where: str = "rig") -> Rig:
     if not isinstance(data, dict) or "cameras" not in data:
         raise RigError(f"{where}: expected a mapping with 'name' and a 'cameras' list")
+    unknown = sorted(map(str, set(data) - {"name", "cameras"}))
+    if unknown:
+        raise RigError(f"{where}: unknown key '{unknown[0]}'; a rig has 'name' and 'cameras'")
+    if "name" in data and not isinstance(data["name"], str):
+        raise RigError(f"{where}: key 'name' must be a string, got {data['name']!r}")
     cams = data["cameras"]
     if not isinstance(cams, list) or not cams:
         raise RigError(f"{where}: 'cameras' must be a non-empty list")
@@ -258,20 +389,25 @@ def rig_from_dict(data: dict, where: str = "rig") -> Rig:
     return Rig(str(data.get("name", Path(where).stem)), cameras)
 
 
+def _read_yaml(path: Path, where: str):
+    """A rig file's YAML (the config loader's: 1e-4 is a number, a key written twice is an error)."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise RigError(f"{where} cannot be read: {(e.strerror or str(e)).lower()}; check its permissions") from None
+    except UnicodeDecodeError:
+        raise RigError(f"{where} is not a text file; give a YAML calibration file (docs/rig_format.md)") from None
+    return yaml_load(text, where, RigError)
+
+
 def load_rig(name_or_file: str | Path) -> Rig:
     """A preset by name (see `preset_names()`) or a YAML calibration file."""
     path = Path(name_or_file)
     if path.suffix in (".yaml", ".yml", ".json") or path.exists():
         if not path.is_file():
             raise RigError(f"rig file {path} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as e:
-            raise RigError(f"rig file {path} cannot be read: {(e.strerror or str(e)).lower()}; check its permissions") from None
-        except yaml.YAMLError as e:
-            raise RigError(f"rig file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
-        return rig_from_dict(data, str(path))
+        return rig_from_dict(_read_yaml(path, f"rig file {path}"), str(path))
     preset = PRESET_DIR / f"{name_or_file}.yaml"
     if not preset.is_file():
         raise RigError(f"unknown rig preset '{name_or_file}'; known presets: {preset_names()} (or pass a .yaml calibration file)")
-    return rig_from_dict(yaml.safe_load(preset.read_text()), str(name_or_file))
+    return rig_from_dict(_read_yaml(preset, f"rig preset {preset}"), str(name_or_file))

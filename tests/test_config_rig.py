@@ -212,3 +212,117 @@ def test_cli_unwritable_out(capsys, tmp_path):
     assert len(err.splitlines()) == 1 and err.startswith("error:")
     assert "choose a writable --out" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+# --- YAML: a key written twice (issue 21.7) ---------------------------------------------------------
+
+@pytest.mark.parametrize("text, key, lines", [
+    ("a: 1\nb: 2\na: 3\n", "'a'", "line 1 and line 3"),
+    ("optim:\n  lr: 0.1\n  kind: sgd\n  lr: 0.001\n", "'lr'", "line 2 and line 4"),
+    ("- {x: 1, y: 2, x: 3}\n", "'x'", "line 1 and line 1"),
+])
+def test_a_key_written_twice_is_an_error_naming_the_key_and_lines(text, key, lines):
+    from hydranet.config import yaml_load
+
+    with pytest.raises(ConfigError) as e:
+        yaml_load(text, "config file c.yaml")
+    msg = str(e.value)
+    assert "c.yaml" in msg and key in msg and lines in msg and "twice" in msg and "\n" not in msg
+
+
+def test_merge_keys_may_still_be_overridden():
+    from hydranet.config import yaml_load
+
+    text = "base: &b {lr: 0.1, kind: sgd}\nrun: {<<: *b, lr: 0.01}\nnested: {<<: {<<: *b, lr: 1}, lr: 2}\n"
+    assert yaml_load(text, "c") == {"base": {"lr": 0.1, "kind": "sgd"}, "run": {"lr": 0.01, "kind": "sgd"},
+                                    "nested": {"lr": 2, "kind": "sgd"}}
+
+
+def test_duplicate_keys_in_files_and_overrides(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: a\noptim:\n  lr: 0.5\n  lr: 0.1\n")
+    with pytest.raises(ConfigError, match=r"exp.yaml: key 'lr' appears twice \(line 3 and line 4\)"):
+        load_config(Exp, path)
+    with pytest.raises(ConfigError, match=r"override 'optim=\{lr: 1, lr: 2\}'.*'lr' appears twice"):
+        load_config(Exp, None, ["optim={lr: 1, lr: 2}"])
+    rig = tmp_path / "rig.yaml"
+    rig.write_text("name: r\ncameras: []\nname: s\n")
+    with pytest.raises(RigError, match=r"rig.yaml: key 'name' appears twice \(line 1 and line 3\)"):
+        load_rig(str(rig))
+
+
+@pytest.mark.parametrize("value, yaml_text", [(float("nan"), ".nan"), (float("inf"), ".inf"), (float("-inf"), "-.inf"),
+                                              (10 ** 400, "1" + "0" * 400)])
+def test_non_finite_config_numbers_are_refused(value, yaml_text):
+    """No config number means NaN or infinity (and config.json could not hold it): refused naming the key."""
+    with pytest.raises(ConfigError, match="'optim.lr'.*finite"):
+        from_dict(Exp, {"optim": {"lr": value}})
+    with pytest.raises(ConfigError, match="'optim.lr'.*finite"):
+        load_config(Exp, None, [f"optim.lr={yaml_text}"])
+
+
+# --- rig keys checked before numpy sees them (issue 21.7) ------------------------------------------
+
+def _one(cam, drop=()):
+    cam = {k: v for k, v in cam.items() if k not in drop}
+    return rig_from_dict({"name": "r", "cameras": [cam]}, "my_rig.yaml")
+
+
+@pytest.mark.parametrize("kw, drop, words", [
+    ({"K": [[250, 0, 159.5], [0, 250, 95.5], [0, 0, 2]]}, ("hfov_deg",), ("'K'", "last row must be [0, 0, 1]")),
+    ({"K": [[250, 5000, 159.5], [0, 250, 95.5], [0, 0, 1]]}, ("hfov_deg",), ("'K'", "skew", "0.01 * fx = 2.5")),
+    ({"K": [[250, 3, 159.5], [0, 250, 95.5], [0, 0, 1]]}, ("hfov_deg",), ("'K'", "skew")),  # 3 > 2.5
+    ({"K": [[250, 0, 159.5], [1e-6, 250, 95.5], [0, 0, 1]]}, ("hfov_deg",), ("'K'", "[1][0]")),
+    ({"K": [[250, 0], [0, 250]]}, ("hfov_deg",), ("'K'", "3x3", "2 rows of 2, 2")),
+    ({"K": [250, 0, 159.5, 0, 250, 95.5, 0, 0, 1]}, ("hfov_deg",), ("'K'", "3x3")),
+    ({"K": [[0, 0, 159.5], [0, 250, 95.5], [0, 0, 1]]}, ("hfov_deg",), ("'K'", "focal", "singular")),
+    ({"intrinsics": {"fx": 250, "cx": 159.5, "cy": 95.5}}, ("hfov_deg",), ("'intrinsics'", "missing 'fy'")),
+    ({"intrinsics": {"fx": 250, "fy": True, "cx": 159.5, "cy": 95.5}}, ("hfov_deg",), ("'intrinsics.fy'", "number")),
+    ({"hfov_deg": "wide"}, (), ("hfov_deg", "'wide'")),
+    ({"hfov_deg": float("nan")}, (), ("hfov_deg", "nan")),
+    ({"width": 320.0}, (), ("'width'", "320.0")),
+    ({"height": 0}, (), ("'height'", "from 1 to 16384")),
+    ({"ypr_deg": [0, 0, 0, 0]}, (), ("'ypr_deg'", "3 numbers", "got 4")),
+    ({}, ("ypr_deg",), ("'ypr_deg' is missing",)),
+    ({"translation": [1e6, 0, 1.5]}, (), ("'translation'", "1e+06 m", "millimetres")),
+    ({"cam2ego": [[0, 0, 1, 1.5], [1, 0, 0, 0], [0, -1, 0, 1.5], [0, 0, 0, 1]]}, ("translation", "ypr_deg"),
+     ("'cam2ego'", "reflection")),
+    ({"cam2ego": [[0, 0, 1.1, 1.5], [-1, 0, 0, 0], [0, -1, 0, 1.5], [0, 0, 0, 1]]}, ("translation", "ypr_deg"),
+     ("'cam2ego'", "not orthonormal", "determinant 1.1")),
+    ({"cam2ego": [[0, 0, 1, 1.5], [-1, 0, 0, 0], [0, -1, 0, 1.5], [0, 0, 1, 1]]}, ("translation", "ypr_deg"),
+     ("'cam2ego'", "last row 0 0 0 1")),
+    ({"distortion": {"model": "fisheye", "coeffs": [0.1, 0, 0, 10 ** 400]}}, (), ("4 finite coefficients",)),
+])
+def test_every_rig_key_is_checked_with_a_one_line_error_naming_it(kw, drop, words):
+    with pytest.raises(RigError) as e:
+        _one(_cam(**kw), drop)
+    msg = str(e.value)
+    assert "my_rig.yaml" in msg and "camera CAM_A" in msg and "\n" not in msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def test_a_small_skew_and_exact_calibrations_load():
+    """A calibrated skew within 0.01 * fx loads (and is kept); KITTI's and nuScenes' K (zero skew) load as they are."""
+    kitti = [[721.5377, 0.0, 609.5593], [0.0, 721.5377, 172.854], [0.0, 0.0, 1.0]]
+    rig = _one(_cam(K=kitti, width=1242, height=375), ("hfov_deg",))
+    np.testing.assert_array_equal(rig.cameras[0].K, kitti)
+    cam = _one(_cam(K=[[250, 2.0, 159.5], [0, 250, 95.5], [0, 0, 1 + 1e-12]]), ("hfov_deg",)).cameras[0]
+    assert cam.K[0, 1] == 2.0
+
+
+def test_every_preset_passes_the_checks_and_round_trips():
+    for name in preset_names():
+        rig = load_rig(name)
+        again = rig_from_dict(rig.to_dict(), name)
+        for a, b in zip(rig.cameras, again.cameras):
+            np.testing.assert_allclose(a.K, b.K, atol=1e-8)
+            np.testing.assert_allclose(a.cam2ego, b.cam2ego, atol=1e-11)
+        rig_from_dict(rig.resized(97, 61).to_dict(), name)  # resizing keeps K normalised
+
+
+def test_rig_files_read_scientific_numbers(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("cameras:\n  - {name: A, width: 320, height: 192, K: [[2.5e2, 0, 159.5], [0, 2.5e2, 95.5], [0, 0, 1]],"
+                    " translation: [1.5, 0, 1.5], ypr_deg: [0, 0, 0]}\n")
+    assert load_rig(str(path)).cameras[0].K[0, 0] == 250.0
