@@ -12,7 +12,12 @@ clips in flight and a rerun skips finished ones. Workers: a local process pool (
 or Ray Data (`map_batches` over one clip per row, an actor pool whose actors each hold their ONNX
 Runtime sessions with intra-op threads = the actor's CPUs, so actors do not oversubscribe).
 A frame whose image is missing or corrupt is recorded with status "corrupt" and its error, and the
-video state restarts after it (the gap breaks the stream).
+video state restarts after it (the gap breaks the stream). A model (or candidate) whose outputs hold
+NaN or Inf on a clip makes the whole clip bad: every frame is recorded with status "bad" and the
+error naming the output, frame and camera, with no signals, predictions or embeddings (never signals
+of 0, never mined); the clip is done (the same model gives the same outputs) and counted, and a run
+that holds bad clips ends with `BadClipsError` ("3 of 3 clips bad: output det2d.heatmap non-finite
+...") after every clip is written, on a rerun too.
 
 `similar_image` embeds one camera image with the deployed model (its `embedding` output) and
 finds the run's frames whose same-camera embedding is closest (`hydranet engine similar --image`).
@@ -34,11 +39,25 @@ from hydranet.io import exclusive_lock
 from hydranet.stream import VideoState, stream
 
 EXECUTORS = ("local", "ray")
+BAD = "bad"  # the status of every frame of a clip on which a model gave non-finite outputs
 _RUNTIMES: dict[tuple[str, int | None], Any] = {}
 
 
 class ShadowError(ValueError):
     """Shadow mode cannot run as asked; one line saying what to do."""
+
+
+class BadClipsError(ShadowError):
+    """A shadow run holding clips on which a model gave non-finite outputs. Raised after every clip is
+    written; `stats` is what `run_shadow` would have returned."""
+
+    def __init__(self, message: str, stats: dict[str, Any]):
+        super().__init__(message)
+        self.stats = stats
+
+
+class _BadClip(Exception):
+    """Inside `shadow_clip`: a model's outputs on this frame are non-finite; the clip is bad."""
 
 
 def load_runtime(path: str | Path, threads: int | None = None):
@@ -79,6 +98,9 @@ def _predictions(decoded: Mapping[str, list], n_cams: int) -> dict:
 def shadow_clip(task: Mapping[str, Any]) -> dict[str, Any]:
     """Rows of one clip. task: {"root", "clip", "clip_id", "frames": [{"index", "dir", "timestamp_us",
     "ego2world", "frame_id"}], "model", "candidate" (or None), "threads"}."""
+    from deploy.runtime import NonFiniteOutput
+    from hydranet.decoding import NonFiniteError
+
     rt = load_runtime(task["model"], task.get("threads"))
     cand = load_runtime(task["candidate"], task.get("threads")) if task.get("candidate") else None
     info = ModelInfo.from_metadata(rt.meta)
@@ -94,35 +116,50 @@ def shadow_clip(task: Mapping[str, Any]) -> dict[str, Any]:
                 images, error = None, str(e)
             yield {**f, "scene": task["clip"], "images": images, "error": error}
 
+    def run(model, role: str, feeds: dict, frame) -> dict:
+        try:
+            return model.run(feeds)  # raw outputs, checked finite
+        except NonFiniteOutput as e:
+            cam = f", camera {e.camera}" if e.camera else ""
+            raise _BadClip(f"output {e.output} non-finite ({e.value}) at frame {frame['index']}{cam} of {role} "
+                           f"{model.path}") from None
+
     def step(frame, prev_bev, ego_motion):
         if frame["images"] is None:
             return None, None
         x = rt.preprocess(frame["images"])
-        raw = rt.run(rt.feeds(x, prev_bev, ego_motion))
-        out = {"raw": raw, "decoded": rt.decode(raw)}
+        raw = run(rt, "--model", rt.feeds(x, prev_bev, ego_motion), frame)
+        out = {"raw": raw, "decoded": rt.decode(raw, checked=True)}
         if cand is not None:
             cx = cand.preprocess(frame["images"])
             cprev, cmotion = cand_video.inputs(frame["ego2world"], frame["scene"]) if cand.state_spec else (None, None)
-            craw = cand.run(cand.feeds(cx, cprev, cmotion))
+            craw = run(cand, "--candidate", cand.feeds(cx, cprev, cmotion), frame)
             if cand.state_spec:
                 cand_video.update(cand.state_output(craw), frame["ego2world"], frame["scene"])
-            out["candidate"] = {"raw": craw, "decoded": cand.decode(craw)}
+            out["candidate"] = {"raw": craw, "decoded": cand.decode(craw, checked=True)}
         return out, rt.state_output(raw)
 
     rows = []
-    for frame, out in stream(frames(), step, video=rt.state_spec is not None):
-        row: dict[str, Any] = {"frame_id": frame["frame_id"], "status": "ok", "error": None}
-        if out is None:
-            row.update(status="corrupt", error=frame["error"])
-            state.reset()
-            cand_video.reset()
-        else:
-            sig, per_cam = frame_signals(info, out["raw"], out["decoded"], frame["ego2world"], frame["timestamp_us"], state,
-                                         out.get("candidate"))
-            row.update(signals=sig, per_camera=per_cam, predictions=_predictions(out["decoded"], len(cams)),
-                       embedding=np.asarray(out["raw"]["embedding"], np.float32)[:len(cams)])
-        rows.append(row)
-    return {"clip_id": task["clip_id"], "rows": rows}
+    try:
+        for frame, out in stream(frames(), step, video=rt.state_spec is not None):
+            row: dict[str, Any] = {"frame_id": frame["frame_id"], "status": "ok", "error": None}
+            if out is None:
+                row.update(status="corrupt", error=frame["error"])
+                state.reset()
+                cand_video.reset()
+            else:
+                try:
+                    sig, per_cam = frame_signals(info, out["raw"], out["decoded"], frame["ego2world"],
+                                                 frame["timestamp_us"], state, out.get("candidate"))
+                except NonFiniteError as e:  # outputs `run` checked already: only a runtime that did not check
+                    raise _BadClip(f"{e} at frame {frame['index']}") from None
+                row.update(signals=sig, per_camera=per_cam, predictions=_predictions(out["decoded"], len(cams)),
+                           embedding=np.asarray(out["raw"]["embedding"], np.float32)[:len(cams)])
+            rows.append(row)
+    except _BadClip as e:  # nothing of the clip is kept: the video state carried the bad outputs on
+        return {"clip_id": task["clip_id"], "bad": str(e),
+                "rows": [{"frame_id": f["frame_id"], "status": BAD, "error": str(e)} for f in task["frames"]]}
+    return {"clip_id": task["clip_id"], "bad": None, "rows": rows}
 
 
 def _init_worker(threads: int) -> None:
@@ -143,8 +180,11 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
                 executor: str = "local", workers: int | None = None, progress: bool = True,
                 ray_address: str | None = None) -> dict[str, int]:
     """Shadow `model` over every clip of `fleet` not yet done for this (model, candidate, fleet);
-    returns {"run_id", "clips", "done_before", "frames", "corrupt"}. `ray_address`: with executor "ray",
-    the cluster to join (else $RAY_ADDRESS, else a local instance of `workers` CPUs)."""
+    returns {"run_id", "clips", "done_before", "frames", "corrupt" (frames whose images could not be read),
+    "bad_clips", "bad" ([(clip, error)]: clips on which a model gave non-finite outputs)}, or raises
+    `BadClipsError` (carrying those stats) after writing every clip when the run holds bad clips.
+    `ray_address`: with executor "ray", the cluster to join (else $RAY_ADDRESS, else a local instance
+    of `workers` CPUs)."""
     from tqdm import tqdm
 
     if executor not in EXECUTORS:
@@ -182,15 +222,31 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
             tasks.append({"root": str(fl.root.resolve()), "clip": name, "clip_id": clip_ids[name], "model": str(model),
                           "candidate": str(candidate) if candidate else None, "threads": threads,
                           "frames": [{**f, "frame_id": frame_ids[(name, f["index"])]} for f in clip.frames]})
-        stats = {"run_id": run_id, "clips": len(fl.clip_names), "done_before": len(done), "frames": 0, "corrupt": 0}
+        stats = {"run_id": run_id, "clips": len(fl.clip_names), "done_before": len(done), "frames": 0, "corrupt": 0,
+                 "bad_clips": 0, "bad": []}
         bar = tqdm(total=len(tasks), desc="engine shadow", unit="clip", disable=not progress)
         for res in _execute(tasks, executor, workers, threads, ray_address):
             cat.write_clip(run_id, res["clip_id"], res["rows"])  # one clip, one transaction, in the parent only
             stats["frames"] += len(res["rows"])
-            stats["corrupt"] += sum(r["status"] != "ok" for r in res["rows"])
+            stats["corrupt"] += sum(r["status"] == "corrupt" for r in res["rows"])
             bar.update(1)
         bar.close()
+        stats["bad"] = bad_clips(cat, run_id)  # the run's, clips done before included: a rerun says it again
+        stats["bad_clips"] = len(stats["bad"])
+    if stats["bad"]:
+        clip, why = stats["bad"][0]
+        raise BadClipsError(f"shadow run {run_id} of {catalog}: {len(stats['bad'])} of {stats['clips']} clip(s) bad: {why} "
+                            f"(clip {clip}{', the first' if len(stats['bad']) > 1 else ''}); their frames are recorded with "
+                            f"status '{BAD}' and no signals, never mined; the model is broken (a NaN or Inf weight, or an "
+                            "overflow): export it again from a good checkpoint", stats)
     return stats
+
+
+def bad_clips(cat: Catalog, run_id: int) -> list[tuple[str, str]]:
+    """(clip name, error) of every clip of a shadow run on which a model gave non-finite outputs, by name."""
+    return [(str(c), str(e)) for c, e in cat.db.execute(
+        "SELECT c.name, min(s.error) FROM signals s JOIN frames f ON s.frame_id = f.id JOIN clips c ON f.clip_id = c.id "
+        "WHERE s.run_id = ? AND s.status = ? GROUP BY c.id ORDER BY c.name", (run_id, BAD))]
 
 
 def _execute(tasks: list[dict], executor: str, workers: int, threads: int, ray_address: str | None = None) -> Iterator[dict]:
@@ -336,19 +392,19 @@ def _execute_ray(tasks: list[dict], workers: int, address: str | None = None) ->
 
 # -- similarity by image -------------------------------------------------------------------------------
 def read_image(path: str | Path) -> np.ndarray:
-    """(H, W, 3) uint8 RGB of an image file, or ShadowError naming it (missing, undecodable, truncated JPEG)."""
+    """(H, W, 3) uint8 RGB of an image file, or ShadowError naming it (missing, undecodable, truncated, corrupt,
+    or another format than its name says: hydranet.data.image's policy)."""
     import cv2
 
-    from data_engine.fleet import _jpeg_complete
+    from hydranet.data.image import ImageError, read_image_file
 
     path = Path(path)
     try:
-        data = np.frombuffer(path.read_bytes(), np.uint8)
+        img = read_image_file(path, cv2.IMREAD_COLOR)
     except OSError as e:
         raise ShadowError(f"--image {path}: {e.strerror or e}; give a JPEG or PNG file") from None
-    img = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
-    if img is None or (data.size >= 2 and data[0] == 0xFF and data[1] == 0xD8 and not _jpeg_complete(data)):
-        raise ShadowError(f"--image {path} is not a readable image (corrupt, truncated or not JPEG/PNG); give a camera image")
+    except ImageError as e:
+        raise ShadowError(f"--image {path} is not a readable image (it {e}); give a camera image") from None
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 

@@ -34,6 +34,10 @@ ln(1-p) its binary entropy (nats, at most ln 2 = 0.693). Columns (`SIGNALS`):
 - `num_det2d`, `num_det3d`: confident detections (context for the above).
 
 The embedding (the model's `embedding` output, (N, C) per frame) is stored next to the signals.
+
+Outputs holding NaN or Inf have no signals: a NaN heatmap has no peaks, so its entropy, uncertain
+count and margin would read 0.0, "certain". `frame_signals` raises `NonFiniteError` naming the output
+(the runtime's `run` refuses them first; shadow mode marks the clip bad).
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from hydranet.decoding import box_iou, heatmap_peaks, sigmoid
+from hydranet.decoding import NonFiniteError, box_iou, first_non_finite, heatmap_peaks, sigmoid
 from hydranet.geometry import Distortion, distortion_from_row
 from hydranet.geometry import project as project_camera
 
@@ -163,7 +167,11 @@ def project(points_ego: np.ndarray, K: np.ndarray, cam2ego: np.ndarray,
 def frame_signals(info: ModelInfo, raw: Mapping[str, np.ndarray], decoded: Mapping[str, list], ego2world: np.ndarray | None,
                   t_us: int, state: ClipState, candidate: Mapping[str, Any] | None = None) -> tuple[dict, dict]:
     """(signals {name: float}, per-camera {name: [float per camera]}) of one frame; updates `state`.
-    `candidate`: {"raw", "decoded"} of a candidate model on the same frame."""
+    `candidate`: {"raw", "decoded"} of a candidate model on the same frame. NonFiniteError when an
+    output the signals read holds NaN or Inf (never signals of 0 for it)."""
+    _check_finite(raw, "")
+    if candidate is not None:
+        _check_finite(candidate["raw"], "candidate ")
     N = len(info.cameras)
     H, W = info.image_size
     sig = {name: float("nan") for name in SIGNALS}
@@ -219,6 +227,17 @@ def frame_signals(info: ModelInfo, raw: Mapping[str, np.ndarray], decoded: Mappi
         if "drivable.logits" in raw and "drivable.logits" in candidate["raw"]:
             sig["disagree_dense"] = float(np.abs(sigmoid(raw["drivable.logits"]) - sigmoid(candidate["raw"]["drivable.logits"])).mean())
     return sig, per_cam
+
+
+READ_OUTPUTS = (*[f"{h}.heatmap" for h in PEAK_HEADS], *[f"{h}.logits" for h in DENSE_HEADS])
+
+
+def _check_finite(raw: Mapping[str, np.ndarray], role: str) -> None:
+    bad = first_non_finite({k: raw[k] for k in READ_OUTPUTS if k in raw})
+    if bad is not None:
+        name, what, item = bad
+        raise NonFiniteError(f"{role}output {name} holds {what} (item {item}): no signals for it (they would read 0); "
+                             "the model is broken: export it again from a good checkpoint")
 
 
 def _temporal_2d(dets: list[tuple[np.ndarray, np.ndarray]], state: ClipState, sig: dict, per_cam: dict) -> None:

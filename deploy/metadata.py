@@ -163,9 +163,20 @@ def read_metadata(model_or_path) -> dict[str, Any]:
     return decode_props({p.key: p.value for p in model.metadata_props}, where)
 
 
-def check_graph(md: Mapping[str, Any], input_names: Sequence[str], output_names: Sequence[str], where: str) -> None:
-    """MetadataError unless the metadata's inputs, outputs and heads are those of the graph."""
+def check_graph(md: Mapping[str, Any], input_names: Sequence[str], output_names: Sequence[str], where: str,
+                input_shapes: Mapping[str, Sequence] | None = None) -> None:
+    """MetadataError unless the metadata's inputs, outputs and heads are those of the graph: at least
+    one head, each with outputs; with `input_shapes` ({input name: the graph's shape, a dimension an
+    int or a symbolic name}) the `images` input must be (B, N cameras, 3, H, W) of the rig's image size."""
     declared_in, declared_out = set(md["inputs"]), set(md["outputs"])
+    heads = md["heads"]
+    if not isinstance(heads, Mapping) or not heads:
+        raise MetadataError(f"{where}: metadata lists no heads ({PREFIX}heads = {json.dumps(heads)[:60]}), so the model "
+                            "would decode nothing; the file was edited or corrupted: re-export it with `hydranet export`")
+    empty = [name for name, head in heads.items() if not isinstance(head, Mapping) or not head.get("outputs")]
+    if empty:
+        raise MetadataError(f"{where}: metadata head '{empty[0]}' lists no outputs; the file was edited or corrupted: "
+                            "re-export it with `hydranet export`")
     if declared_in != set(input_names):
         raise MetadataError(f"{where}: metadata declares inputs {sorted(declared_in)} but the graph has "
                             f"{sorted(input_names)}; the file was edited or corrupted: re-export it")
@@ -177,6 +188,8 @@ def check_graph(md: Mapping[str, Any], input_names: Sequence[str], output_names:
         unknown = [o for o in head.get("outputs", []) if o not in declared_out]
         if unknown:
             raise MetadataError(f"{where}: head '{name}' names output '{unknown[0]}' that the graph lacks; re-export it")
+    if input_shapes is not None and "images" in input_shapes:
+        _check_image_input(md, list(input_shapes["images"]), where)
     K = np.asarray(md["rig"]["K"], np.float64)
     if K.shape != (len(md["rig"]["names"]), 3, 3) or not np.isfinite(K).all():
         raise MetadataError(f"{where}: metadata rig K has shape {K.shape} for cameras {md['rig']['names']}; re-export it")
@@ -191,3 +204,19 @@ def check_graph(md: Mapping[str, Any], input_names: Sequence[str], output_names:
                 distortion_from_row(row)
         except ValueError as e:
             raise MetadataError(f"{where}: metadata rig distortion is not a lens row per camera ({e}); re-export it") from None
+
+
+def _check_image_input(md: Mapping[str, Any], shape: list, where: str) -> None:
+    """MetadataError unless the graph's `images` input (B, N, 3, H, W) fits the rig: N cameras of the
+    metadata's image size (symbolic dimensions, a dynamic batch, are not compared)."""
+    rig = md["rig"]
+    size = rig.get("image_size")
+    if not (isinstance(size, Sequence) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size)):
+        raise MetadataError(f"{where}: metadata rig image_size {size!r} is not [H, W] in pixels; re-export it with "
+                            "`hydranet export`")
+    want = [None, len(rig["names"]), 3, *size]
+    if len(shape) != 5 or any(isinstance(g, int) and w is not None and g != w for g, w in zip(shape, want)):
+        H, W = size
+        raise MetadataError(f"{where}: metadata says {len(rig['names'])} camera(s) at {W}x{H} (image_size [H, W] = "
+                            f"{list(size)}) but the graph's input 'images' has shape {shape} (B, N, 3, H, W); the file "
+                            "was edited or corrupted: re-export it with `hydranet export`")

@@ -12,8 +12,11 @@ the ego motion since the last frame, and stores the new queue; `rt(...)` is `rt.
 
 Decoding is `hydranet.decoding` (numpy), the same code the torch tasks' `decode` runs, driven by
 the per-head "decoding" entry of the metadata. A head without a numpy decoder gives its raw
-outputs per item. Bad input (wrong camera count, size or dtype; a model without the metadata; a
-corrupt or truncated file) raises `DeployError`, a one-line ValueError naming what was expected.
+outputs per item. Bad input (wrong camera count, size or dtype; a model without the metadata, whose
+metadata lists no heads or whose image size is not its graph's; a corrupt or truncated file) raises
+`DeployError`, a one-line ValueError naming what was expected, at load where the file is at fault.
+Outputs holding NaN or Inf (a broken model) are never decoded: `run` raises `NonFiniteOutput`, a
+DeployError naming the output and the camera (and batch item), before the video state takes them in.
 """
 from __future__ import annotations
 
@@ -32,6 +35,15 @@ from hydranet.stream import VideoState
 
 class DeployError(ValueError):
     """A model file or an input the runtime cannot use; the message says what was expected."""
+
+
+class NonFiniteOutput(DeployError):
+    """A graph output holding NaN or Inf. `output`: its name; `value`: "NaN" or "Inf"; `camera`: the
+    camera of the first bad item (None for a BEV or state output); `item`: that frame's index in the batch."""
+
+    def __init__(self, message: str, output: str, value: str, camera: str | None, item: int):
+        super().__init__(message)
+        self.output, self.value, self.camera, self.item = output, value, camera, item
 
 
 def load_session(path: str | Path, providers: Sequence[str] | None = None, threads: int | None = None,
@@ -59,7 +71,8 @@ def model_metadata(session: ort.InferenceSession, where: str) -> dict[str, Any]:
     """The checked HydraNet metadata of a session (deploy/metadata.py), consistent with its graph."""
     try:
         md = decode_props(session.get_modelmeta().custom_metadata_map, where)
-        check_graph(md, [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()], where)
+        check_graph(md, [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()], where,
+                    {i.name: i.shape for i in session.get_inputs()})
     except MetadataError as e:
         raise DeployError(str(e)) from None
     return md
@@ -163,11 +176,32 @@ class HydraRuntime:
         return raw[self.state_spec["output"]] if self.state_spec else None
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Raw outputs {name: array} of the graph."""
-        return dict(zip(self.output_names, self.session.run(None, dict(feeds))))
+        """Raw outputs {name: array} of the graph; `NonFiniteOutput` when one holds NaN or Inf."""
+        raw = dict(zip(self.output_names, self.session.run(None, dict(feeds))))
+        self.check_finite(raw)
+        return raw
 
-    def decode(self, raw: Mapping[str, np.ndarray]) -> dict[str, list]:
-        """Every head's decoded results (camera heads: B*N items, index b*N + n; BEV heads: B items)."""
+    def check_finite(self, raw: Mapping[str, np.ndarray]) -> None:
+        """`NonFiniteOutput` naming the first output holding NaN or Inf, its camera and batch item (an
+        image-space output's row b*N + n is camera n of frame b); one `np.isfinite` pass per output."""
+        bad = decoding.first_non_finite(raw)
+        if bad is None:
+            return
+        name, what, row = bad
+        if (self.meta["outputs"].get(name) or {}).get("space") == "image":
+            item, n = divmod(row, self.num_cameras)
+            camera: str | None = self.camera_names[n]
+            where = f"camera {camera}" + (f" of batch frame {item}" if self.batch_fixed != 1 else "")
+        else:
+            item, camera, where = row, None, f"batch frame {row}"
+        raise NonFiniteOutput(f"{self.path}: output {name} is non-finite ({what} at {where}): the model is broken (a "
+                              "NaN or Inf weight, or an overflow) and its results are not decoded; export it again "
+                              "from a good checkpoint", name, what, camera, item)
+
+    def decode(self, raw: Mapping[str, np.ndarray], checked: bool = False) -> dict[str, list]:
+        """Every head's decoded results (camera heads: B*N items, index b*N + n; BEV heads: B items).
+        Outputs holding NaN or Inf raise `NonFiniteOutput`; `checked`: `raw` is what `run` returned
+        (already checked: not scanned a second time)."""
         out = {}
         for name, head in self.heads.items():
             arrays = {o.split(".", 1)[1]: raw[o] for o in head["outputs"]}
@@ -175,8 +209,12 @@ class HydraRuntime:
             if spec is None:
                 n = len(next(iter(arrays.values())))
                 out[name] = [{k: v[i] for k, v in arrays.items()} for i in range(n)]
-            else:
-                out[name] = decoding.decode(spec["kind"], arrays, spec["params"])
+                continue
+            try:
+                out[name] = decoding.decode(spec["kind"], arrays, spec["params"], checked)
+            except decoding.NonFiniteError:  # outputs that did not come from `run` (e.g. a TensorRT engine)
+                self.check_finite({o: raw[o] for o in head["outputs"]})
+                raise
         return out
 
     def reset(self) -> None:
@@ -201,7 +239,7 @@ class HydraRuntime:
         t2 = time.perf_counter()
         if self.state_spec:
             self.video.update(self.state_output(raw), ego2world)
-        results = self.decode(raw)
+        results = self.decode(raw, checked=True)
         t3 = time.perf_counter()
         self.timings = {"preprocess": t1 - t0, "inference": t2 - t1, "postprocess": t3 - t2}
         return results

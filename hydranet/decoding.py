@@ -14,6 +14,9 @@ in `Task.decoding()` (and the ONNX export in its metadata). Results hold numpy a
 - "depth": exp of log depth clamped to [min_depth, max_depth]. "normals": unit vectors (H, W, 3).
 - "centerpoint" (det3d): CenterPoint peaks on the BEV grid (Yin et al., CVPR 2021) -> (K, 9) boxes
   x, y, z, l, w, h, yaw, vx, vy in the ego frame.
+
+Outputs holding NaN or Inf are never decoded (`decode` raises `NonFiniteError` naming the output): a
+NaN heatmap would decode to no boxes and NaN mask logits to a full mask, results that look valid.
 """
 from __future__ import annotations
 
@@ -21,6 +24,24 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+
+
+class NonFiniteError(ValueError):
+    """Raw outputs holding NaN or Inf (a broken model: a non-finite weight, or an overflow)."""
+
+
+def first_non_finite(outputs: Mapping[str, np.ndarray]) -> tuple[str, str, int] | None:
+    """(name, "NaN" or "Inf", first item along the leading axis) of the first floating-point output
+    holding a non-finite value, or None when all are finite. One `np.isfinite(...).all()` per output
+    (about a memory pass); the item is looked up only for a bad output."""
+    for name, a in outputs.items():
+        a = np.asarray(a)
+        if a.dtype.kind not in "fc" or np.isfinite(a).all():
+            continue
+        bad = ~np.isfinite(a.reshape(len(a), -1) if a.ndim else a.reshape(1, 1))
+        item = int(np.flatnonzero(bad.any(1))[0])
+        return name, ("NaN" if np.isnan(a).any() else "Inf"), item
+    return None
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -186,8 +207,16 @@ DECODERS: dict[str, Callable[..., list]] = {
 }
 
 
-def decode(kind: str, outputs: Mapping[str, np.ndarray], params: Mapping[str, Any]) -> list:
-    """Run the decoder `kind` on numpy outputs; an unknown kind raises naming the known ones."""
+def decode(kind: str, outputs: Mapping[str, np.ndarray], params: Mapping[str, Any], checked: bool = False) -> list:
+    """Run the decoder `kind` on numpy outputs; an unknown kind raises naming the known ones, outputs
+    holding NaN or Inf raise `NonFiniteError` naming the output (they are never decoded). `checked`:
+    the caller has just checked these very arrays with `first_non_finite` (the runtime's `run`)."""
     if kind not in DECODERS:
         raise ValueError(f"no decoder of kind '{kind}'; known kinds: {sorted(DECODERS)}")
+    bad = None if checked else first_non_finite(outputs)
+    if bad is not None:
+        name, what, item = bad
+        raise NonFiniteError(f"output '{name}' of a '{kind}' head holds {what} (item {item}): the model is broken (a "
+                             "non-finite weight or an overflow) and its results would look valid but are not; they are "
+                             "not decoded")
     return DECODERS[kind](outputs, **params)
