@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from hydranet.checkpoint import load_model
-from hydranet.data.sources import open_data
+from hydranet.data.sources import cross_mapped, open_data
 from hydranet.loader import LabelledFrames
 from hydranet.models.partial import supervised_targets, supervised_update
 from hydranet.rig import rig_from_dict
@@ -29,12 +29,17 @@ from hydranet.stream import predict_stream
 
 def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = None,
                       image_size: tuple[int, int] | None = None, format: str | None = None,
-                      split: str | None = None, version: str | None = None) -> LabelledFrames:
+                      split: str | None = None, version: str | None = None,
+                      model_classes: list[str] | None = None) -> LabelledFrames:
     """The frames of dataset `data` (any format: `hydranet.data.sources.open_data`; data.root or a
     source of the config is read with its format/split/version/cameras) as the model sees them:
     its image size, its heads' targets, no augmentation. A camera-only model evaluates every
     camera of a dataset that lacks the config's cameras; a head needing calibration on an
-    uncalibrated dataset (BDD100K) is a ConfigError."""
+    uncalibrated dataset (BDD100K) is a ConfigError. A dataset of another taxonomy (a sim-trained
+    model on BDD100K, a nuScenes-trained one on the sim) is read through the cross-dataset class
+    map (`hydranet.data.sources.cross_mapped`: classes renamed to the model's, those without a
+    counterpart dropped, heads whose label names have none unscored); `model_classes`: the model's
+    class list (its checkpoint meta), else its heads'."""
     from hydranet.data.dataset import DatasetError
     from hydranet.experiment import check_heads
 
@@ -46,6 +51,7 @@ def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = 
             raise
         ds = open_data(cfg.data, data, format, split, version, all_cameras=True)
     check_heads(list(model.heads), [getattr(ds, "format", "sim")], bev_only=True, where=f"the format of {data}")
+    ds = cross_mapped(ds, dict(model.heads.items()), model_classes)
     return LabelledFrames(ds, dict(model.heads.items()), image_size or cfg.data.image_size, None, cfg.seed)
 
 
@@ -94,7 +100,7 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
             raise ValueError(f"head '{name}': metric '{bad[0]}' is infinite; the model's outputs are not finite")
     primary = {name: task.primary_metric for name, task in heads.items()}
     skipped = list(getattr(frames.data, "skipped", []))
-    return {"model": results, "baseline": base, "baseline_kind": {n: t.baseline_name for n, t in heads.items()},
+    out = {"model": results, "baseline": base, "baseline_kind": {n: t.baseline_name for n, t in heads.items()},
             "primary": {n: p.name for n, p in primary.items()},
             "higher_is_better": {n: p.higher_is_better for n, p in primary.items()},
             "margin": {n: p.margin for n, p in primary.items()},
@@ -102,6 +108,15 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
                                for n, p in primary.items()},
             "frames": len(frames) - len(skipped), "labelled_frames": labelled, "skipped": skipped,
             "predictions": written}
+    cross = getattr(frames.data, "cross_map", None)
+    if cross:  # another taxonomy: say how classes were mapped, and leave out the heads with no counterpart
+        out["class_map"] = cross
+        gone = [h for h in cross["unscored"] if h in heads]
+        if gone:
+            out = {k: ({h: v for h, v in val.items() if h not in gone} if k != "labelled_frames" and
+                       isinstance(val, Mapping) and set(gone) & set(val) else val) for k, val in out.items()}
+            out["not_scored"] = gone
+    return out
 
 
 def metric_text(v: float | None) -> str:
@@ -122,17 +137,32 @@ def format_table(results: Mapping[str, Any]) -> str:
                         else f"* DOES NOT beat baseline by > {margin:g}")
             b = base.get(k)
             rows.append((task, k, metric_text(v), "-" if b is None else metric_text(b), mark))
+    unscored = results.get("class_map", {}).get("unscored", {})
     for task in results.get("not_scored", []):
-        rows.append((task, "-", "n/a", "n/a", "not scored: no frame of this dataset has its labels"))
+        why = f"not scored: {unscored[task]}" if task in unscored else "not scored: no frame of this dataset has its labels"
+        rows.append((task, "-", "n/a", "n/a", why))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     kinds = ", ".join(f"{k}: {v}" for k, v in results.get("baseline_kind", {}).items())
     text = "\n".join(lines) + f"\nbaselines ({kinds}); * = the head's primary metric; n/a = undefined (nothing to score)"
+    cm = results.get("class_map")
+    if cm:
+        text += "\n" + class_map_text(cm)
     if results.get("skipped"):
         text += (f"\nSKIPPED {len(results['skipped'])} bad frame(s) (data.on_bad_frame=skip), not scored: "
                  f"{', '.join(results['skipped'][:3])}{' ...' if len(results['skipped']) > 3 else ''}")
     return text
+
+
+def class_map_text(cm: Mapping[str, Any]) -> str:
+    """The cross-dataset class map of an evaluation (docs/datasets.md) in one line."""
+    parts = [f"renamed {', '.join(f'{a} -> {b}' for a, b in cm['renamed'].items())}"] if cm.get("renamed") else []
+    gone = [f"dataset {', '.join(cm['dropped'])}"] if cm.get("dropped") else []
+    gone += [f"model {', '.join(cm['model_only'])}"] if cm.get("model_only") else []
+    parts += [f"left out of the metric (no counterpart): {'; '.join(gone)}"] if gone else []
+    return f"class map ({cm.get('format')} dataset onto the model's classes, docs/datasets.md): " + \
+        ("; ".join(parts) or "same classes")
 
 
 def format_sources_table(results: Mapping[str, Any]) -> str:
@@ -196,7 +226,8 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str 
 def _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progress, on_outputs, format=None,
                      split=None, version=None) -> dict[str, Any]:
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
-    frames = evaluation_frames(model, cfg, data, format=format, split=split, version=version)
+    frames = evaluation_frames(model, cfg, data, format=format, split=split, version=version,
+                               model_classes=json.loads(ckpt["meta"]).get("classes"))
     if model.fusion is not None:
         check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
     results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs)

@@ -21,12 +21,59 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydranet.data.dataset import DatasetError
+from hydranet.data.dataset import SIM_HEADS, DatasetError
 from hydranet.data.formats import FORMAT_HEADS, detect_format, open_dataset
 
 MERGED_LISTS = ("classes", "sign_classes", "light_states", "lane_types")
 # objectives that are not heads but read a head's labels (LSS depth supervision reads the depth maps)
 LABELS_OF = {"view_depth": "depth"}
+
+# -- cross-dataset class maps (docs/datasets.md, "Cross-dataset evaluation") ------------------------
+# The sim's object classes (sim/classes.py OBJECT_CLASSES; hydranet does not import sim, a test keeps
+# the two equal). Every reader's project class -> its sim counterpart, None where the sim has none.
+SIM_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle",
+               "barrier", "trailer", "motorcycle", "traffic_sign", "traffic_light")
+SIM_COUNTERPART: dict[str, dict[str, str | None]] = {
+    "sim": {c: c for c in SIM_CLASSES},
+    # nuScenes' 11 mapped classes are the sim's box classes by name (vehicle.bicycle -> cyclist: nuScenes
+    # draws the rider inside the bicycle's box, as the sim does); it labels no signs or lights
+    "nuscenes": {c: c for c in ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian", "motorcycle",
+                                "cyclist", "traffic_cone", "barrier", "debris")},
+    # KITTI's Cyclist box holds the bicycle and its rider (as the sim's cyclist); Tram (-> train) has no counterpart
+    "kitti": {"car": "car", "truck": "truck", "pedestrian": "pedestrian", "cyclist": "cyclist", "train": None},
+    # BDD100K boxes a bicycle and its rider apart: bicycle -> cyclist (the box is the bicycle's, smaller
+    # than the sim's rider-inclusive one), rider has no counterpart (it rides motorcycles too), nor train
+    "bdd100k": {"car": "car", "truck": "truck", "bus": "bus", "pedestrian": "pedestrian", "rider": None,
+                "bicycle": "cyclist", "motorcycle": "motorcycle", "train": None, "trailer": "trailer",
+                "traffic_sign": "traffic_sign", "traffic_light": "traffic_light"},
+}
+_NO_COUNTERPART = object()
+
+
+def sim_counterpart(name: str):
+    """The sim class a project class stands for (the same in every format's table), None where the
+    sim has none; `_NO_COUNTERPART` for a name no table knows."""
+    for table in SIM_COUNTERPART.values():
+        if name in table:
+            return table[name]
+    return _NO_COUNTERPART
+
+
+def cross_class_map(dataset_classes, model_classes) -> dict[str, str | None]:
+    """How a dataset's box classes are scored by a model of another taxonomy: every dataset class
+    that is not one of the model's -> the model class with the same sim counterpart (SIM_COUNTERPART;
+    the sim's own name first), None (dropped, not scored) when the model has none. Classes the model
+    has by name are kept as they are and left out of the map. Works in both directions: a sim-trained
+    model on BDD100K (bicycle -> cyclist) and a BDD100K-trained model on sim data (cyclist -> bicycle)."""
+    model = list(model_classes)
+    out: dict[str, str | None] = {}
+    for c in dataset_classes:
+        if c in model:
+            continue
+        sim = sim_counterpart(c)
+        same = [m for m in model if sim is not None and sim is not _NO_COUNTERPART and sim_counterpart(m) == sim]
+        out[c] = sim if sim in same else (same[0] if same else None)
+    return out
 
 
 @dataclass
@@ -239,13 +286,26 @@ class MixedDataset:
 
 class ClassMapped:
     """One dataset whose samples pass through a source's class_map (`remap_sample`), as in a
-    mixed run: what evaluating that source alone must see. Everything else is the reader's."""
+    mixed run: what evaluating that source alone must see. Everything else is the reader's.
+    `unscored`: heads taken out of every sample's `supervises` (their labels have no counterpart
+    in the evaluated model: they get no loss and no metric), `cross_map`: what evaluation reports."""
 
-    def __init__(self, dataset, class_map: dict[str, str | None]):
+    def __init__(self, dataset, class_map: dict[str, str | None], unscored=(), cross_map: dict | None = None):
         self.dataset, self.class_map = dataset, dict(class_map)
         self.meta = {**dataset.meta, "classes": [c for c in dict.fromkeys(class_map.get(n, n) for n in dataset.classes)
                                                  if c is not None]}
         self.classes = list(self.meta["classes"])
+        self.unscored = frozenset(unscored)
+        self.cross_map = cross_map
+        if self.unscored:
+            self.supervises = frozenset(getattr(dataset, "supervises", SIM_HEADS)) - self.unscored
+            self.meta["supervises"] = sorted(self.supervises)
+
+    def _map(self, sample: dict) -> dict:
+        out = remap_sample(sample, self.class_map)
+        if self.unscored:
+            out["supervises"] = set(sample.get("supervises", SIM_HEADS)) - self.unscored
+        return out
 
     def __getattr__(self, name: str):
         if name == "dataset":  # not yet set (copy/pickle): no recursion
@@ -256,7 +316,50 @@ class ClassMapped:
         return len(self.dataset)
 
     def __getitem__(self, i: int) -> dict:
-        return remap_sample(self.dataset[i], self.class_map)
+        return self._map(self.dataset[i])
 
     def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
-        return [remap_sample(s, self.class_map) for s in self.dataset.clip(i, length, pad)]
+        return [self._map(s) for s in self.dataset.clip(i, length, pad)]
+
+
+def model_vocabulary(heads) -> dict[str, list[str]]:
+    """The label names a model's heads were built with: "classes" (box classes, the union over heads
+    with a `classes` list and no `sign_classes`), "sign_classes", "light_states"; read from the heads'
+    attributes, so no task is named here."""
+    vocab: dict[str, list[str]] = {"classes": [], "sign_classes": [], "light_states": []}
+    for task in heads.values():
+        has_signs = hasattr(task, "sign_classes")
+        for key in ("sign_classes", "light_states") if has_signs else ("classes",):
+            vocab[key] += [c for c in getattr(task, key, None) or [] if c not in vocab[key]]
+    return vocab
+
+
+def cross_mapped(ds, heads, model_classes: list[str] | None = None):
+    """`ds` as a model with these heads scores it: its box classes through `cross_class_map` onto the
+    model's classes (None: dropped, not scored), and the heads reading sign classes / light states
+    unscored when a name the dataset declares is not one of the model's. `ds` itself when nothing
+    differs; else a ClassMapped whose `cross_map` says {"renamed", "dropped", "model_only", "unscored"}."""
+    vocab = model_vocabulary(heads)
+    if model_classes and vocab["classes"]:  # the model's whole taxonomy (its checkpoint meta), when it has box heads
+        vocab["classes"] = list(model_classes)
+    fmt = getattr(ds, "format", "sim")
+    fmt = fmt if fmt in FORMAT_HEADS else "sim"
+    mapping = cross_class_map(ds.classes, vocab["classes"]) if vocab["classes"] else {}
+    unscored = {}
+    for name, task in heads.items():
+        if not hasattr(task, "sign_classes"):
+            continue
+        for key in ("sign_classes", "light_states"):
+            other = [c for c in ds.meta.get(key, []) if c not in getattr(task, key)]
+            if other:
+                unscored[name] = (f"the dataset's {key.replace('_', ' ')} {other} have no counterpart among the "
+                                  f"model's {list(getattr(task, key))}")
+                break
+    mapped = {mapping.get(c, c) for c in ds.classes} - {None}
+    model_only = [m for m in vocab["classes"] if m not in mapped]
+    if not mapping and not unscored and not model_only:
+        return ds
+    cross = {"format": fmt, "renamed": {c: m for c, m in mapping.items() if m is not None},
+             "dropped": sorted(c for c, m in mapping.items() if m is None), "model_only": model_only,
+             "unscored": unscored}
+    return ClassMapped(ds, mapping, unscored, cross)
