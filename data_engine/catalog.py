@@ -319,6 +319,12 @@ class Catalog:
         """Record a selection (replacing one of the same name) in one transaction."""
         with self.transaction():
             old = self.db.execute("SELECT id FROM selections WHERE name = ?", (name,)).fetchone()
+            jobs = {r[0] for r in self.db.execute("SELECT frame_id FROM label_jobs WHERE selection = ?", (name,))}
+            dropped = sorted(jobs - {int(it["frame_id"]) for it in items})
+            if dropped:  # a job would stay for a frame the selection no longer holds
+                raise CatalogError(f"catalog {self.path}: selection {name!r} already has label jobs, {len(dropped)} of them "
+                                   f"for frames the new selection drops (frame {dropped[0]}, ...); mine under a new "
+                                   "--name (labelled selections are never replaced)")
             if old:
                 self.db.execute("DELETE FROM selection_items WHERE selection_id = ?", (old[0],))
                 self.db.execute("DELETE FROM selections WHERE id = ?", (old[0],))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hydranet.data.image import ImageError, read_image_file
 from hydranet.io import frame_path
 from sim.config import RareConfig, SimConfig, _need, _weights
 
@@ -171,23 +172,18 @@ class Fleet:
 
 
 def read_frame(root: Path, clip: str, frame_dir: str, cameras: list[str]) -> list[np.ndarray]:
-    """N (H, W, 3) uint8 RGB images of one frame; ValueError naming the file when one is missing or corrupt."""
+    """N (H, W, 3) uint8 RGB images of one frame; ValueError naming the file when one is missing or not a whole
+    image (hydranet.data.image's policy: the one training and evaluation use)."""
     import cv2
 
     out = []
     for cam in cameras:
         path = frame_path(root, clip, frame_dir, f"{cam}.jpg", where=f"fleet {root}")
         try:
-            data = np.frombuffer(path.read_bytes(), np.uint8)
+            img = read_image_file(path, cv2.IMREAD_COLOR)
         except OSError as e:
             raise ValueError(f"{path}: {e.strerror or e}") from None
-        img = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
-        if img is None or not _jpeg_complete(data):
-            raise ValueError(f"{path} is not a decodable JPEG (corrupt or truncated)")
+        except ImageError as e:
+            raise ValueError(f"{path}: image {e}") from None
         out.append(cv2.cvtColor(img, cv2.COLOR_BGR2RGB))
     return out
-
-
-def _jpeg_complete(data: np.ndarray) -> bool:
-    """A JPEG ends with the EOI marker FF D9 (OpenCV decodes a truncated file into grey silently)."""
-    return data.size >= 4 and data[0] == 0xFF and data[1] == 0xD8 and data[-2] == 0xFF and data[-1] == 0xD9

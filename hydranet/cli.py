@@ -71,8 +71,9 @@ def cmd_data_check(args) -> None:
 
     report = check_dataset(args.root, args.format, args.split, args.version, args.limit, progress=not args.quiet)
     print(format_report(report))
-    if report["bad"]:
-        raise SystemExit(1)
+    if report["bad"]:  # a bad file is a user error like a corrupt table: exit 2, one line on stderr
+        raise ValueError(f"{len(report['bad'])} bad file(s) in {args.root} (listed above; first: {report['bad'][0]}); fix "
+                         "or remove them, or train with data.on_bad_frame=skip")
 
 
 def cmd_demo(args) -> None:

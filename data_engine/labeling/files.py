@@ -98,6 +98,8 @@ def read_coco(path: str | Path, vocab: Vocabulary) -> list[dict[str, Any]]:
     for k, c in enumerate(d["categories"]):
         if not isinstance(c, dict) or not isinstance(c.get("id"), int) or not isinstance(c.get("name"), str):
             raise LabelingError(f"{path}: categories[{k}] needs an integer 'id' and a 'name'")
+        if c["id"] in cats:
+            raise LabelingError(f"{path}: categories[{k}]: category id {c['id']} appears twice; give each category its own id")
         cats[c["id"]] = c["name"]
     images: dict[int, dict[str, Any]] = {}
     for k, im in enumerate(d["images"]):
@@ -109,10 +111,17 @@ def read_coco(path: str | Path, vocab: Vocabulary) -> list[dict[str, Any]]:
         if im["id"] in images:
             raise LabelingError(f"{where}: image id {im['id']} appears twice")
         images[im["id"]] = {"name": im["file_name"], "size": (im["height"], im["width"]), "boxes": [], "lanes": []}
+    ann_ids: set[int] = set()
     for k, a in enumerate(d["annotations"]):
         where = f"{path}: annotations[{k}]" + (f" (id {a.get('id')})" if isinstance(a, dict) and "id" in a else "")
         if not isinstance(a, dict):
             raise LabelingError(f"{where} is not an object")
+        if isinstance(a.get("id"), bool) or not isinstance(a.get("id"), int):
+            raise LabelingError(f"{where}: needs an integer 'id' (COCO annotation ids are unique integers)")
+        if a["id"] in ann_ids:  # a duplicated id is a merge or export bug: the same box twice, or two boxes confused
+            raise LabelingError(f"{where}: annotation id {a['id']} appears twice; fix the export (each box once, with its "
+                                "own id)")
+        ann_ids.add(a["id"])
         if a.get("image_id") not in images:
             raise LabelingError(f"{where}: image_id {a.get('image_id')!r} is not an image of the file")
         if a.get("category_id") not in cats:

@@ -10,6 +10,7 @@ parameters and raises on an unknown name, listing the known ones.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,11 @@ def build_triggers(params: Mapping[str, Mapping[str, Any]] | None = None) -> lis
         if bad:
             raise ValueError(f"trigger '{name}': unknown parameter '{bad[0]}'; allowed: threshold, quota, enabled")
         t = dataclasses.replace(known[name], **p)
+        if isinstance(t.threshold, bool) or not isinstance(t.threshold, (int, float)) or not math.isfinite(t.threshold):
+            raise ValueError(f"trigger '{name}': threshold must be a finite number, got {t.threshold!r} (a NaN threshold "
+                             "never fires)")
+        if isinstance(t.quota, bool) or not isinstance(t.quota, int):
+            raise ValueError(f"trigger '{name}': quota must be a whole number, got {t.quota!r}")
         if t.quota < 1:
             raise ValueError(f"trigger '{name}': quota must be at least 1, got {t.quota}")
         out.append(t)

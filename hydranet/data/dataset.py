@@ -13,18 +13,14 @@ zeros.
 from __future__ import annotations
 
 import abc
-import ctypes
 import json
 import math
-import os
-import re
-import tempfile
-import threading
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from hydranet.data.image import ImageError, decode_bytes
 from hydranet.io import frame_path
 from hydranet.rig import Rig, check_name, rig_from_dict
 
@@ -80,63 +76,14 @@ def read_image(path: Path, shape: tuple, dtype, color: bool = False) -> np.ndarr
     except OSError as e:
         raise DatasetError(f"{path}: image cannot be read ({(e.strerror or str(e)).lower()}); regenerate the frame or "
                            "use on_bad_frame='skip'", path) from None
-    truncated = (path.suffix == ".jpg" and data[-2:].tobytes() != b"\xff\xd9") or (
-        path.suffix == ".png" and data[-8:-4].tobytes() != b"IEND")
-    img, warned = (None, "") if truncated else _imdecode(data, jpeg=path.suffix == ".jpg")
-    if warned:  # libjpeg decodes a damaged stream with warnings ("Corrupt JPEG data: ..."): wrong pixels, not an image
-        raise DatasetError(f"{path}: image is corrupt (decoder: {warned}); regenerate the frame or use "
-                           "on_bad_frame='skip'", path)
-    if img is None:
-        raise DatasetError(f"{path}: image is corrupt or truncated; regenerate the frame or use on_bad_frame='skip'", path)
+    try:
+        img = decode_bytes(data, path)
+    except ImageError as e:
+        raise DatasetError(f"{path}: image {e}; regenerate the frame or use on_bad_frame='skip'", path) from None
     if img.shape != tuple(shape) or img.dtype != dtype:
         raise DatasetError(f"{path}: expected {np.dtype(dtype).name} {tuple(shape)}, got {img.dtype} {img.shape}; "
                            "regenerate the frame", path)
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if color else img
-
-
-_STDERR_LOCK = threading.Lock()
-_CAPTURE: dict = {}  # pid -> unlinked temp file receiving the decoder's stderr
-try:
-    _fflush = ctypes.CDLL(None).fflush  # C stdio's stderr may buffer: flush it while fd 2 is redirected
-except (OSError, AttributeError):
-    _fflush = None
-_DECODER_WARNING = re.compile(r"corrupt|jpeg|premature|invalid|huffman|scanline|bogus", re.IGNORECASE)
-
-
-def _imdecode(data: np.ndarray, jpeg: bool) -> tuple[np.ndarray | None, str]:
-    """cv2.imdecode, and for JPEG the warnings libjpeg printed while decoding (OpenCV gives them no
-    API: they go to the C stderr, fd 2, which is pointed at a temp file for the call). Other text
-    that lands there meanwhile is passed on to the real stderr."""
-    if not jpeg:
-        return cv2.imdecode(data, cv2.IMREAD_UNCHANGED), ""
-    with _STDERR_LOCK:
-        try:
-            if os.getpid() not in _CAPTURE:  # per process: a forked DataLoader worker gets its own file
-                _CAPTURE[os.getpid()] = tempfile.TemporaryFile()
-            fd = _CAPTURE[os.getpid()].fileno()
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            saved = os.dup(2)
-        except OSError:  # no stderr to redirect: decode without the warning check
-            return cv2.imdecode(data, cv2.IMREAD_UNCHANGED), ""
-        try:
-            if _fflush is not None:
-                _fflush(None)
-            os.dup2(fd, 2)
-            img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
-            if _fflush is not None:
-                _fflush(None)
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        os.lseek(fd, 0, os.SEEK_SET)
-        text = os.read(fd, 1 << 16).decode(errors="replace")
-    lines = text.splitlines()
-    warnings = [ln.strip() for ln in lines if _DECODER_WARNING.search(ln)]
-    other = [ln for ln in lines if not _DECODER_WARNING.search(ln)]
-    if other:
-        os.write(2, ("\n".join(other) + "\n").encode())
-    return img, "; ".join(dict.fromkeys(warnings))
 
 
 def decode_depth(enc: np.ndarray) -> np.ndarray:
@@ -471,6 +418,8 @@ def check_meta(meta: dict, path: Path) -> None:
         if not lo < hi:
             raise _bad(path, f"bev.{key}", f"must be [min, max] with min < max, got {[lo, hi]}")
     scenes = _get(meta, "scenes", path, "", list)
+    if not scenes:  # nothing to train or score on: every metric would be null with exit 0
+        raise _bad(path, "scenes", "is empty: the dataset has no frames; point at a dataset that has scenes")
     seen = set()
     for i, e in enumerate(scenes):
         if not isinstance(e, dict):

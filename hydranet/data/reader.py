@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 
 from hydranet.data.dataset import DatasetError
+from hydranet.data.image import ImageError, decode_bytes
 from hydranet.geometry import Camera, box_corners
 from hydranet.rig import Rig
 
@@ -40,12 +41,10 @@ def decode_image(path: Path, fix: str, shape: tuple | None = None, flags: int = 
         data = np.fromfile(path, dtype=np.uint8)
     except OSError:
         raise DatasetError(f"{path}: image is missing; {fix}", path) from None
-    suffix = path.suffix.lower()
-    truncated = len(data) < 8 or (suffix in (".jpg", ".jpeg") and data[-2:].tobytes() != b"\xff\xd9") or (
-        suffix == ".png" and data[-8:-4].tobytes() != b"IEND")
-    img = None if truncated else cv2.imdecode(data, flags)
-    if img is None:
-        raise DatasetError(f"{path}: image is corrupt or truncated; {fix}", path)
+    try:
+        img = decode_bytes(data, path, flags)
+    except ImageError as e:
+        raise DatasetError(f"{path}: image {e}; {fix}", path) from None
     if shape is not None and img.shape[:2] != tuple(shape):
         raise DatasetError(f"{path}: expected {shape[0]}x{shape[1]} (HxW), got {img.shape[0]}x{img.shape[1]}; {fix}", path)
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if img.ndim == 3 else img
