@@ -7,7 +7,8 @@ sim's own frames so the truth is known (docs/datasets.md).
 - `write_nuscenes_map(sim, nusc)`: the map expansion v1.3 (maps/expansion/<location>.json) of every
   scene's sim world, each scene moved to its own nuScenes location in log.json (the devkit's
   `NuScenesMap` loads them); `write_map_json(path, polygons, lines)` writes any small map.
-- `write_kitti(sim, out)`: KITTI object `training/{image_2,label_2,calib}` from the front camera.
+- `write_kitti(sim, out)`: KITTI object `training/{image_2,label_2,calib}` from the front camera; over
+  `make_kitti_sim(root)` (the sim seen by KITTI's camera 2 at 1242x375) with KITTI's real calibration.
 - `write_bdd100k(sim, out)`: BDD100K `images/100k/<split>`, det_20 Scalabel JSON, drivable masks,
   lane polylines from the front camera.
 """
@@ -129,8 +130,32 @@ def write_nuscenes_map(sim_root, nusc_root, version: str = "v1.0-mini") -> dict[
 
 # -- KITTI object ---------------------------------------------------------------------------
 KITTI_TYPE = {"car": "Car", "truck": "Truck", "pedestrian": "Pedestrian", "cyclist": "Cyclist"}  # others: Misc
-KITTI_BASELINE = np.array([0.06, 0.0, 0.0])  # camera 2 sits here in the rectified camera-0 frame
-KITTI_R0 = np.array([[0.9999, -0.0099, 0.0074], [0.0099, 0.99995, -0.0004], [-0.0074, 0.0005, 0.99997]])
+# KITTI's real calibration (the 2011_09_26 drives, as every object-benchmark calib file of those drives
+# holds it; typed, not copied): camera 2's projection, the rectifying rotation of camera 0, Velodyne ->
+# camera 0. The car: Velodyne 1.73 m above the road, cameras 1.65 m (Geiger et al., IJRR 2013).
+KITTI_CALIB = {
+    "P0": "7.215377e+02 0.000000e+00 6.095593e+02 0.000000e+00 0.000000e+00 7.215377e+02 1.728540e+02 0.000000e+00 "
+          "0.000000e+00 0.000000e+00 1.000000e+00 0.000000e+00",
+    "P1": "7.215377e+02 0.000000e+00 6.095593e+02 -3.875744e+02 0.000000e+00 7.215377e+02 1.728540e+02 0.000000e+00 "
+          "0.000000e+00 0.000000e+00 1.000000e+00 0.000000e+00",
+    "P2": "7.215377e+02 0.000000e+00 6.095593e+02 4.485728e+01 0.000000e+00 7.215377e+02 1.728540e+02 2.163791e-01 "
+          "0.000000e+00 0.000000e+00 1.000000e+00 2.745884e-03",
+    "P3": "7.215377e+02 0.000000e+00 6.095593e+02 -3.395242e+02 0.000000e+00 7.215377e+02 1.728540e+02 2.199936e+00 "
+          "0.000000e+00 0.000000e+00 1.000000e+00 2.729905e-03",
+    "R0_rect": "9.999239e-01 9.837760e-03 -7.445048e-03 -9.869795e-03 9.999421e-01 -4.278459e-03 7.402527e-03 "
+               "4.351614e-03 9.999631e-01",
+    "Tr_velo_to_cam": "7.533745e-03 -9.999714e-01 -6.166020e-04 -4.069766e-03 1.480249e-02 7.280733e-04 -9.998902e-01 "
+                      "-7.631618e-02 9.998621e-01 7.523790e-03 1.480755e-02 -2.717806e-01",
+    "Tr_imu_to_velo": "9.999976e-01 7.553071e-04 -2.035826e-03 -8.086759e-01 -7.854027e-04 9.998898e-01 -1.482298e-02 "
+                      "3.195559e-01 2.024406e-03 1.482454e-02 9.998881e-01 -7.997231e-01",
+}
+KITTI_SIZE = (1242, 375)  # (W, H) of image_2 on those drives
+KITTI_VELO_HEIGHT = 1.73  # metres above the road
+
+
+def _kitti_matrix(key: str) -> np.ndarray:
+    v = np.array([float(x) for x in KITTI_CALIB[key].split()])
+    return v.reshape(3, 3) if v.size == 9 else np.vstack([v.reshape(3, 4), [0, 0, 0, 1]])
 
 
 def _rot(R: np.ndarray) -> np.ndarray:
@@ -138,25 +163,73 @@ def _rot(R: np.ndarray) -> np.ndarray:
     return u @ vt
 
 
-def _kitti_calib(cam) -> tuple[str, np.ndarray, np.ndarray]:
-    """calib file text for a sim camera with velo = ego; returns (text, velo->rect, velo->cam2)."""
+def kitti_ego2rect() -> np.ndarray:
+    """ego (the road below the Velodyne) -> rectified camera 0, from KITTI_CALIB (written out here, not
+    taken from the reader, so the reader is checked against it)."""
+    rect = np.eye(4)
+    rect[:3, :3] = _kitti_matrix("R0_rect")
+    ego2velo = np.eye(4)
+    ego2velo[2, 3] = -KITTI_VELO_HEIGHT
+    return rect @ _kitti_matrix("Tr_velo_to_cam") @ ego2velo
+
+
+def kitti_rig_dict(width: int = KITTI_SIZE[0], height: int = KITTI_SIZE[1]) -> dict:
+    """The rig of KITTI's camera 2 as CAM_FRONT (docs/rig_format.md), at KITTI's image size or scaled."""
+    P2 = _kitti_matrix("P2")
+    K = P2[:3, :3]
+    ego2cam = kitti_ego2rect()
+    ego2cam[:3, 3] += np.linalg.solve(K, P2[:3, 3])  # P2 = K [I | b]: camera 2 sits at b in the rect frame
+    cam2ego = np.linalg.inv(ego2cam)
+    cam2ego[:3, :3] = _rot(cam2ego[:3, :3])  # the typed 7 digits are orthonormal to ~1e-7
+    K = K * [[width / KITTI_SIZE[0]], [height / KITTI_SIZE[1]], [1.0]]
+    return {"name": "kitti", "cameras": [{"name": "CAM_FRONT", "width": width, "height": height, "K": K.tolist(),
+                                          "cam2ego": cam2ego.tolist()}]}
+
+
+def make_kitti_sim(root, scenes: int = 2, frames: int = 4, seed: int = SIM_SEED) -> Path:
+    """A sim dataset (root/sim, its rig in root/kitti_rig.yaml) seen by KITTI's camera 2 (kitti_rig_dict)
+    at KITTI's 1242x375: `write_kitti` turns it into KITTI files carrying KITTI's real calibration."""
+    import yaml
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    rig = root / "kitti_rig.yaml"
+    rig.write_text(yaml.safe_dump(kitti_rig_dict()))
+    cfg = SimConfig(rig=str(rig), frames_per_scene=frames, frame_rate_hz=2.0)
+    return generate_dataset(root / "sim", cfg, scenes, seed, progress=False)
+
+
+def _fmt(a) -> str:
+    return " ".join(f"{v:.12e}" for v in np.asarray(a).ravel())
+
+
+def _kitti_calib(cam) -> tuple[str, np.ndarray]:
+    """(calib file text, ego->rectified camera 0) for a sim camera. KITTI's own camera 2 (a sim rendered
+    on kitti_rig_dict) gets KITTI_CALIB as typed; any other camera a calibration of the same form that
+    gives its K and cam2ego back (camera 2 at P2's offset, KITTI's R0_rect, the Velodyne 1.73 m up)."""
     from hydranet.geometry import invert_rigid
-    R0 = _rot(KITTI_R0)
-    ego2cam = invert_rigid(cam.cam2ego)
-    velo2rect = ego2cam.copy()
-    velo2rect[:3, 3] -= KITTI_BASELINE
+    real = kitti_rig_dict()["cameras"][0]
+    if (cam.width, cam.height) == KITTI_SIZE and np.allclose(cam.K, real["K"], atol=1e-9) and \
+            np.allclose(cam.cam2ego, real["cam2ego"], atol=1e-9):
+        return "".join(f"{k}: {v}\n" for k, v in KITTI_CALIB.items()), kitti_ego2rect()
+    b = np.linalg.solve(_kitti_matrix("P2")[:3, :3], _kitti_matrix("P2")[:3, 3])
+    R0 = _rot(_kitti_matrix("R0_rect"))
+    ego2rect = invert_rigid(cam.cam2ego)
+    ego2rect[:3, 3] -= b
+    velo2ego = np.eye(4)
+    velo2ego[2, 3] = KITTI_VELO_HEIGHT
     tr = np.eye(4)
     tr[:3, :3] = R0.T
-    tr = tr @ velo2rect  # Tr_velo_to_cam, so that R0_rect @ Tr = velo->rect
-    P2 = np.concatenate([cam.K, (cam.K @ KITTI_BASELINE)[:, None]], 1)
-    fmt = lambda a: " ".join(f"{v:.12e}" for v in np.asarray(a).ravel())  # noqa: E731
-    text = "".join(f"P{k}: {fmt(P2)}\n" for k in range(4)) + f"R0_rect: {fmt(R0)}\n" + \
-        f"Tr_velo_to_cam: {fmt(tr[:3])}\n" + f"Tr_imu_to_velo: {fmt(np.eye(4)[:3])}\n"
-    return text, velo2rect, ego2cam
+    tr = tr @ ego2rect @ velo2ego  # Tr_velo_to_cam, so that R0_rect @ Tr @ ego->velo = ego->rect
+    P2 = np.concatenate([cam.K, (cam.K @ b)[:, None]], 1)
+    text = "".join(f"P{k}: {_fmt(P2)}\n" for k in range(4)) + f"R0_rect: {_fmt(R0)}\n" + \
+        f"Tr_velo_to_cam: {_fmt(tr[:3])}\n" + f"Tr_imu_to_velo: {_fmt(np.eye(4)[:3])}\n"
+    return text, ego2rect
 
 
-def kitti_label_lines(labels: dict, cam, velo2rect: np.ndarray) -> list[str]:
-    """label_2 lines of the sim's front camera: every 2D box with its 3D box (DontCare for signs and lights)."""
+def kitti_label_lines(labels: dict, cam, ego2rect: np.ndarray) -> list[str]:
+    """label_2 lines of the sim's front camera: every 2D box with its 3D box (DontCare for signs and lights).
+    Location = the box's bottom centre in the rectified camera-0 frame (centre + h/2 along its y)."""
     from hydranet.data.reader import box_in_camera, project_box_2d
     from hydranet.geometry import invert_rigid
     by_track = {b["track_id"]: b for b in labels["boxes3d"]}
@@ -168,10 +241,10 @@ def kitti_label_lines(labels: dict, cam, velo2rect: np.ndarray) -> list[str]:
             lines.append(f"DontCare -1 -1 -10 {l_:.2f} {t_:.2f} {r_:.2f} {b_:.2f} -1 -1 -1 -1000 -1000 -1000 -10")
             continue
         L, W, H = b3["size"]
-        c = velo2rect[:3, :3] @ np.asarray(b3["center"]) + velo2rect[:3, 3]
+        c = ego2rect[:3, :3] @ np.asarray(b3["center"]) + ego2rect[:3, 3]
         x, y, z = c[0], c[1] + H / 2, c[2]
         yaw = b3["yaw"]
-        h = velo2rect[:3, :3] @ np.array([np.cos(yaw), np.sin(yaw), 0.0])
+        h = ego2rect[:3, :3] @ np.array([np.cos(yaw), np.sin(yaw), 0.0])
         ry = float(np.arctan2(-h[2], h[0]))
         alpha = (ry - np.arctan2(x, z) + np.pi) % (2 * np.pi) - np.pi
         res = project_box_2d(box_in_camera(b3["center"], b3["size"], yaw, invert_rigid(cam.cam2ego)), cam.K,
@@ -185,7 +258,8 @@ def kitti_label_lines(labels: dict, cam, velo2rect: np.ndarray) -> list[str]:
 
 
 def write_kitti(sim_root, out, camera: str = "CAM_FRONT", val_every: int = 4) -> Path:
-    """KITTI object layout from every frame of a sim dataset's `camera` (velo = the sim's ego frame).
+    """KITTI object layout from every frame of a sim dataset's `camera` (the ego frame = the road below
+    the Velodyne, as the reader's). A sim from `make_kitti_sim` gets KITTI's real calibration files.
     Frame k is `training/*/{k:06d}.*`; ImageSets/val.txt takes every `val_every`-th frame."""
     ds = SimDataset(sim_root, cameras=[camera], channels=("images",))
     cam = ds.rig.cameras[0]
@@ -193,7 +267,7 @@ def write_kitti(sim_root, out, camera: str = "CAM_FRONT", val_every: int = 4) ->
     for sub in ("image_2", "label_2", "calib"):
         (out / "training" / sub).mkdir(parents=True, exist_ok=True)
     (out / "ImageSets").mkdir(parents=True, exist_ok=True)
-    calib, velo2rect, _ = _kitti_calib(cam)
+    calib, ego2rect = _kitti_calib(cam)
     ids = []
     for k in range(len(ds)):
         s = ds.load(k)
@@ -202,7 +276,7 @@ def write_kitti(sim_root, out, camera: str = "CAM_FRONT", val_every: int = 4) ->
         cv2.imwrite(str(out / "training" / "image_2" / f"{fid}.png"), cv2.cvtColor(s["images"][0], cv2.COLOR_RGB2BGR))
         (out / "training" / "calib" / f"{fid}.txt").write_text(calib)
         (out / "training" / "label_2" / f"{fid}.txt").write_text(
-            "".join(f"{ln}\n" for ln in kitti_label_lines(s["labels"], cam, velo2rect)))
+            "".join(f"{ln}\n" for ln in kitti_label_lines(s["labels"], cam, ego2rect)))
     val = ids[val_every - 1::val_every]
     (out / "ImageSets" / "val.txt").write_text("".join(f"{i}\n" for i in val))
     (out / "ImageSets" / "train.txt").write_text("".join(f"{i}\n" for i in ids if i not in val))

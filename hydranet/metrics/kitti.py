@@ -104,10 +104,17 @@ def _convex_intersection(a: np.ndarray, b: np.ndarray) -> float:
 def bev_overlap(a: np.ndarray, b: np.ndarray, intersection_only: bool = False) -> np.ndarray:
     """(N, 5) x (K, 5) boxes (x, z, l, w, ry) -> (N, K) rotated IoU (or intersection area)."""
     out = np.zeros((len(a), len(b)))
+    if len(a) == 0 or len(b) == 0:
+        return out
+    # boxes farther apart than their half-diagonals overlap nowhere: only the other pairs are clipped
+    reach = np.hypot(a[:, None, 2], a[:, None, 3]) / 2 + np.hypot(b[None, :, 2], b[None, :, 3]) / 2  # (N, K)
+    near = np.hypot(a[:, None, 0] - b[None, :, 0], a[:, None, 1] - b[None, :, 1]) < reach
+    fb = [_footprint(*q) for q in b]
     for n, p in enumerate(a):
         fp = _footprint(*p)
-        for k, q in enumerate(b):
-            inter = _convex_intersection(fp, _footprint(*q))
+        for k in np.flatnonzero(near[n]):
+            q = b[k]
+            inter = _convex_intersection(fp, fb[k])
             out[n, k] = inter if intersection_only else inter / (p[2] * p[3] + q[2] * q[3] - inter)
     return out
 
