@@ -82,10 +82,22 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def _check_finite(value: Any, key: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key '{key}': expected a finite number, got {value!r}; give a number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{key}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{key}[{i}]")
+
+
 def _convert(value: Any, tp: Any, key: str) -> Any:
     """Check `value` against annotation `tp`; returns the value (tuples for sequences)."""
     origin = get_origin(tp)
-    if tp is Any:
+    if tp is Any:  # free-form (a task's options): still no NaN or infinity anywhere inside
+        _check_finite(value, key)
         return value
     if origin in (typing.Union, types.UnionType):
         args = get_args(tp)

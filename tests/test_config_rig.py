@@ -3,7 +3,7 @@ invalid rig a one-line RigError) and the CLI's one-line errors."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -326,3 +326,13 @@ def test_rig_files_read_scientific_numbers(tmp_path):
     path.write_text("cameras:\n  - {name: A, width: 320, height: 192, K: [[2.5e2, 0, 159.5], [0, 2.5e2, 95.5], [0, 0, 1]],"
                     " translation: [1.5, 0, 1.5], ypr_deg: [0, 0, 0]}\n")
     assert load_rig(str(path)).cameras[0].K[0, 0] == 250.0
+
+
+def test_non_finite_numbers_inside_free_form_options_are_refused():
+    @dataclass(frozen=True)
+    class Task:
+        options: dict[str, Any] = field(default_factory=dict)
+
+    assert from_dict(Task, {"options": {"a": [1.0, {"b": 2}]}}).options == {"a": [1.0, {"b": 2}]}
+    with pytest.raises(ConfigError, match=r"'options.a\[1\].b': expected a finite number, got nan"):
+        from_dict(Task, {"options": {"a": [1.0, {"b": float("nan")}]}})

@@ -200,12 +200,12 @@ KEY_CASES = [
 
 
 # -- non-finite config numbers: refused by the config loader, naming the key (never in config.json) -----
-def train_nan(key):
-    """`hydranet train` of a 1-step tiny run on the session dataset with `key` set to NaN."""
+def train_nan(key, value=".nan"):
+    """`hydranet train` of a 1-step tiny run on the session dataset with `key` set to NaN (or `value`)."""
     def build(tmp, env):
         argv = ["train", "--config", "tiny", "--out", tmp / "out", "--quiet"]
         for s in (f"data.root={env.dataset}", "data.cameras=[CAM_FRONT]", "data.image_size=[32,64]", "steps=1",
-                  "batch_size=1", "num_workers=0", "device=cpu", f"{key}=.nan"):
+                  "batch_size=1", "num_workers=0", "device=cpu", f"{key}={value}"):
             argv += ["--set", s]
         return argv
     return build
@@ -214,6 +214,8 @@ def train_nan(key):
 CONFIG_CASES = [
     Case("train-lr-nan", train_nan("optim.lr"), 2, ("'optim.lr'", "finite"), check=nothing_written),
     Case("train-grad-clip-nan", train_nan("optim.grad_clip"), 2, ("'optim.grad_clip'", "finite"), check=nothing_written),
+    Case("train-task-option-nan", train_nan("model.tasks", "[{name: det2d, options: {score_threshold: .nan}}]"), 2,
+         ("'model.tasks[0].options.score_threshold'", "finite"), check=nothing_written),  # was: never a detection
 ]
 
 
