@@ -20,7 +20,7 @@ from hydranet.checkpoint import load_checkpoint, model_from_checkpoint
 from hydranet.train import train
 from deploy.export import ExportError, export_checkpoint, export_model
 from deploy.metadata import read_metadata, set_metadata
-from deploy.runtime import DeployError, HydraRuntime
+from deploy.runtime import DeployError, HydraRuntime, NonFiniteOutput
 from deploy.trt_check import check_tensorrt
 from deploy.tensorrt import tensorrt_available
 from hydranet.tasks import BEV_TASKS, TASKS
@@ -141,6 +141,10 @@ def test_dynamic_batch_runs_two_frames_at_once(run, tmp_path):
     f0, f1 = _frame(run["data"], 0), _frame(run["data"], 1)
     out = rt(np.stack([f0, f1]))  # (B=2, N, H, W, 3)
     assert len(out["det2d"]) == 4 and len(out["depth"]) == 4
+    raw = rt.run(rt.feeds(rt.preprocess(np.stack([f0, f1]))))
+    raw["lanes.logits"][3, 0, 2, 2] = np.nan  # row b*N + n = 3: camera 1 of frame 1
+    with pytest.raises(NonFiniteOutput, match=r"output lanes\.logits is non-finite \(NaN at camera CAM_BACK of batch frame 1\)"):
+        rt.decode(raw)
 
 
 # -- runtime --------------------------------------------------------------------------------------
@@ -190,6 +194,53 @@ def test_runtime_bad_input_says_what_it_expected(run, tmp_path):
         HydraRuntime(tmp_path / "cut.onnx")
     with pytest.raises(DeployError, match="does not exist"):
         HydraRuntime(tmp_path / "none.onnx")
+
+
+def test_non_finite_outputs_are_never_decoded_and_name_the_camera(run):
+    """A NaN or Inf in any output (head, embedding) is a DeployError naming the output and the camera of
+    its row, raised by `run` (and by `decode` for outputs that did not come from `run`), never results."""
+    rt = HydraRuntime(run["onnx"])
+    feeds = rt.feeds(rt.preprocess(list(_frame(run["data"]))))
+    raw = rt.run(feeds)
+    for name, row, value, camera in [("depth.logits", 1, np.inf, "CAM_BACK"), ("det2d.box", 0, np.nan, "CAM_FRONT"),
+                                     ("embedding", 1, -np.inf, "CAM_BACK")]:
+        bad = {k: v.copy() for k, v in raw.items()}
+        bad[name][row].flat[7] = value
+        what = "NaN" if np.isnan(value) else "Inf"
+        with pytest.raises(NonFiniteOutput, match=rf"model\.onnx: output {name} is non-finite \({what} at camera {camera}\)"
+                                                  ".*export it again") as e:
+            rt.check_finite(bad)
+        assert (e.value.output, e.value.camera, e.value.item) == (name, camera, 0)
+        if name != "embedding":  # a head's output: decode refuses it too
+            with pytest.raises(NonFiniteOutput, match=name):
+                rt.decode(bad)
+    rt.check_finite(raw)  # the control: the model's own outputs are finite
+    assert set(rt.decode(raw, checked=True)) == set(rt.heads)
+
+
+def test_a_model_whose_metadata_does_not_fit_its_graph_is_refused_at_load(run, tmp_path):
+    """No heads, a head without outputs, another image size or camera count than the graph's input: one
+    DeployError at load naming the file and `re-export`, not a raw onnxruntime error at the first frame."""
+    def edited(name, edit):
+        m = onnx.load(str(run["onnx"]))
+        md = read_metadata(m)
+        edit(md)
+        set_metadata(m, {"hydranet." + k: json.dumps(v) for k, v in md.items()})
+        onnx.save(m, str(tmp_path / name))
+        return tmp_path / name
+
+    def one_camera(md):
+        for key in ("names", "K", "cam2ego", "source_sizes"):
+            md["rig"][key] = md["rig"][key][:1]
+
+    cases = [("noheads.onnx", lambda md: md.update(heads={}), "lists no heads"),
+             ("nooutputs.onnx", lambda md: md["heads"]["det2d"].update(outputs=[]), "head 'det2d' lists no outputs"),
+             ("size.onnx", lambda md: md["rig"].update(image_size=[64, 160]), r"2 camera\(s\) at 160x64 .*\[1, 2, 3, 96, 160\]"),
+             ("cams.onnx", one_camera, r"1 camera\(s\) at 160x96 .*\[1, 2, 3, 96, 160\]"),
+             ("badsize.onnx", lambda md: md["rig"].update(image_size=[96]), "image_size")]
+    for name, edit, words in cases:
+        with pytest.raises(DeployError, match=rf"{name}: .*{words}.*re-export"):
+            HydraRuntime(edited(name, edit))
 
 
 def test_numpy_nms_equals_torchvision():

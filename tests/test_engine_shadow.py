@@ -180,6 +180,49 @@ def test_corrupt_frame_is_recorded_and_skipped(env, tmp_path):
         assert len(c.table(c.latest_run())["frame_id"]) == 8
 
 
+def _with_nan_weight(src: Path, dst: Path, head: str) -> Path:
+    """A copy of the ONNX model whose last bias of `head`'s heatmap branch is NaN (set after the export's
+    parity check, as a broken file would carry it)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(src))
+    init = [i for i in m.graph.initializer if f"heads.{head}." in i.name and "heatmap." in i.name and i.name.endswith(".bias")][-1]
+    init.CopyFrom(numpy_helper.from_array(np.full_like(numpy_helper.to_array(init), np.nan), init.name))
+    onnx.save(m, str(dst))
+    return dst
+
+
+@pytest.mark.parametrize("head, where, workers", [("det2d", "at frame 0, camera CAM_FRONT of --model", 1),
+                                                  ("det3d", "at frame 0 of --model", 2)])
+def test_a_nan_model_marks_every_clip_bad_and_stores_no_signals(env, tmp_path, head, where, workers):
+    """Shadow of a model with a NaN weight stored signals of 0.0 marked ok ("9 frames, 0 corrupt"). Now
+    every clip is bad (status 'bad', the error naming the output; no signals, predictions, embeddings),
+    the run ends with BadClipsError naming the output after writing every clip, and a rerun says it
+    again without shadowing anything. A camera head's error names the camera, a BEV head's does not."""
+    from data_engine.shadow import BadClipsError
+
+    bad = _with_nan_weight(env["model"], tmp_path / "nan.onnx", head)
+    cat = tmp_path / "c.db"
+    with pytest.raises(BadClipsError, match=rf"3 of 3 clip\(s\) bad: output {head}\.heatmap non-finite \(NaN\) {where} "
+                                            r".*nan\.onnx \(clip clip_00000, the first\).*export it again") as e:
+        run_shadow(bad, env["fleet"], cat, workers=workers, progress=False)
+    st = e.value.stats
+    assert (st["frames"], st["corrupt"], st["bad_clips"]) == (9, 0, 3)
+    with Catalog(cat) as c:
+        run = c.latest_run()
+        assert len(c.table(run)["frame_id"]) == 0  # nothing for triggers or mining to read
+        everything = c.table(run, status=None)
+        assert list(everything["status"]) == ["bad"] * 9
+        assert all(np.isnan(everything[s]).all() for s in SIGNALS)
+        assert c.db.execute("SELECT count(*) FROM embeddings").fetchone() == (0,)
+        assert c.db.execute("SELECT count(*) FROM signals WHERE predictions != '{}' OR error NOT LIKE ?",
+                            (f"output {head}.heatmap non-finite%",)).fetchone() == (0,)
+    with pytest.raises(BadClipsError, match=r"3 of 3 clip\(s\) bad") as e:
+        run_shadow(bad, env["fleet"], cat, workers=1, progress=False)
+    assert (e.value.stats["done_before"], e.value.stats["frames"]) == (3, 0)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("unit", ["frame", "clip"])
 def test_mining_respects_the_budget_without_repeats(env, tmp_path, strategy, unit):
