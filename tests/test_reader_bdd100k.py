@@ -122,3 +122,28 @@ def test_drivable_iou_and_lane_fscore_by_hand():
     f.update([lane[0] + [0, 3]], lane, (100, 100))  # 3 px off: outside 1 and 2 px, inside 5 and 10
     r = f.compute()
     assert (r["F@1px"], r["F@2px"], r["F@5px"], r["F@10px"], r["F"]) == (0.0, 0.0, 1.0, 1.0, 0.5)
+
+
+def test_boxes_are_checked_against_the_real_image_size(fixture, tmp_path):
+    """The fixture's images are 160x96 (not BDD100K's 1280x720): the rig says so, and a box at x
+    1500-1600 (inside 1280x720) is refused naming the frame; under skip its frame is skipped once."""
+    import cv2
+
+    from hydranet.data.bdd100k import image_size
+
+    _, src = fixture
+    root = shutil.copytree(src, tmp_path / "bdd")
+    ds = BDD100KDataset(root, "val")
+    assert (ds.rig.cameras[0].width, ds.rig.cameras[0].height) == (160, 96)
+    for ext in (".jpg", ".png"):
+        cv2.imwrite(str(tmp_path / f"x{ext}"), np.zeros((37, 53, 3), np.uint8))
+        assert image_size(tmp_path / f"x{ext}") == (53, 37)
+    path = root / "labels" / "det_20" / "det_val.json"
+    frames = json.loads(path.read_text())
+    frames[0]["labels"][0]["box2d"] = {"x1": 1500.0, "y1": 10.0, "x2": 1600.0, "y2": 20.0}
+    path.write_text(json.dumps(frames))
+    with pytest.raises(DatasetError, match=f"frame {frames[0]['name']} label 0 .*box2d.*outside the 160x96 image"):
+        BDD100KDataset(root, "val")[0]
+    skip = BDD100KDataset(root, "val", on_bad_frame="skip")
+    assert [skip[i]["scene"] for i in range(len(skip))].count(frames[0]["name"][:-4]) == 0
+    assert len(skip.skipped) == 1

@@ -213,3 +213,30 @@ def test_batched_projection_equals_one_by_one():
             assert g[1] == pytest.approx(want[1], abs=1e-6)
             kinds.add(g[1] == 1.0)
     assert kinds == {True, False} and any(g is None for g in got)
+
+
+def test_a_bad_annotation_fails_its_frame_only_and_is_skipped_once(fixture, tmp_path):
+    """A NaN size is a one-line error naming table, token and field; under skip only its sample is
+    skipped (counted once), the others read; a dangling calibrated_sensor is fatal (table level)."""
+    root = _copy(fixture, tmp_path)
+    path = root / "v1.0-mini" / "sample_annotation.json"
+    anns = json.loads(path.read_text())
+    ds = NuScenesDataset(root)
+    victim = next(a for a in anns if CATEGORY_MAP[ds._inst_cat[a["instance_token"]]] is not None)
+    victim["size"] = [float("nan"), 1.0, 2.0]
+    path.write_text(json.dumps(anns))
+    ds = NuScenesDataset(root)
+    bad = next(i for i in range(len(ds)) if ds.sample_token(i) == victim["sample_token"])
+    with pytest.raises(DatasetError, match=f"sample_annotation {victim['token']}: field 'size' must be 3 positive "
+                                           r"finite numbers, got \[nan, 1.0, 2.0\]") as e:
+        ds.load(bad)
+    assert "\n" not in str(e.value) and "on_bad_frame=skip" in str(e.value)
+    skip = NuScenesDataset(root, on_bad_frame="skip")
+    got = [skip[i]["sample_token"] for i in range(len(skip))]
+    assert victim["sample_token"] not in got and len(skip.skipped) == 1 and victim["token"] in skip.skipped[0]
+    sd_path = root / "v1.0-mini" / "sample_data.json"
+    rows = json.loads(sd_path.read_text())
+    rows[0]["calibrated_sensor_token"] = "f" * 32
+    sd_path.write_text(json.dumps(rows))
+    with pytest.raises(DatasetError, match=f"sample_data {rows[0]['token']}: field 'calibrated_sensor_token'.*dangling"):
+        NuScenesDataset(root, on_bad_frame="skip")
