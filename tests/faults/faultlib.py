@@ -21,6 +21,10 @@ from pathlib import Path
 import pytest
 
 
+ENGINE: dict = {}  # conftest's engine_env: {"model", "noemb", "catalog"} (an untrained export, shadowed over the dataset)
+RUNS: dict = {}  # conftest's two_runs: {"a", "b"} 1-step run folders (seeds 0, 1), "a.onnx" the export of a
+
+
 @dataclass
 class Env:
     """What the rows build on: a tiny sim dataset and its nuScenes export with a valid submission."""
@@ -128,3 +132,13 @@ def foreign_sqlite(tmp: Path) -> Path:
     db.execute("CREATE TABLE t (x)")
     db.close()
     return tmp / "foreign.db"
+
+
+def cat_copy(tmp: Path) -> Path:
+    """A copy of the engine_env catalog (one shadow run over the fault dataset) at tmp/c.db."""
+    shutil.copy(ENGINE["catalog"], tmp / "c.db")
+    return tmp / "c.db"
+
+
+def mine(tmp: Path, catalog: Path, *extra) -> list:
+    return ["engine", "mine", "--catalog", catalog, "--out", tmp / "sel.json", *extra]

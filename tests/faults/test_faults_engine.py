@@ -9,57 +9,18 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from faultlib import Case, Env, foreign_sqlite, junk, params, run_case
+from faultlib import ENGINE, Case, Env, cat_copy, foreign_sqlite, junk, mine, params, run_case
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def engine_env(fault_env: Env, tmp_path_factory) -> dict:
-    """An untrained tiny model (CAM_FRONT, 64x64) exported from the fault dataset, shadowed over it."""
-    import onnx
-
-    from deploy.export import export_model, sim_frames
-    from deploy.metadata import PREFIX, read_metadata, set_metadata
-    from data_engine.shadow import run_shadow
-    from hydranet.experiment import load_experiment
-    from hydranet.models import build_model
-
-    root = tmp_path_factory.mktemp("engine_faults")
-    cfg = load_experiment(REPO / "configs" / "tiny.yaml", [f"data.root={fault_env.dataset}", "data.cameras=[CAM_FRONT]",
-                                                          "data.image_size=[64,64]", "device=cpu"])
-    meta = json.loads((fault_env.dataset / "dataset.json").read_text())
-    model = build_model(cfg.model, meta)
-    export_model(model, cfg, meta, root / "model.onnx", sim_frames(cfg, fault_env.dataset, 1), verbose=False)
-    m = onnx.load(str(root / "model.onnx"))  # the same model without its embedding output (an older export)
-    md = read_metadata(m)
-    keep = [o for o in m.graph.output if o.name != "embedding"]
-    del m.graph.output[:]
-    m.graph.output.extend(keep)
-    md["outputs"].pop("embedding")
-    md["embedding"] = None
-    set_metadata(m, {PREFIX + k: json.dumps(v) for k, v in md.items()})
-    onnx.save(m, str(root / "noemb.onnx"))
-    run_shadow(root / "model.onnx", fault_env.dataset, root / "cat.db", workers=1, progress=False)
-    return {"model": root / "model.onnx", "noemb": root / "noemb.onnx", "catalog": root / "cat.db"}
-
-
-ENV: dict = {}
-
-
-@pytest.fixture(autouse=True)
-def _engine(engine_env):
-    ENV.update(engine_env)
+ENV = ENGINE  # filled by conftest's engine_env (an untrained exported model, shadowed over the fault dataset)
+pytestmark = pytest.mark.usefixtures("engine_env")
 
 
 def shadow(tmp: Path, env: Env, model=None, fleet=None, *extra) -> list:
     return ["engine", "shadow", "--model", model or ENV["model"], "--fleet", fleet or env.dataset, "--catalog", tmp / "c.db",
             "--quiet", *extra]
-
-
-def cat_copy(tmp: Path) -> Path:
-    shutil.copy(ENV["catalog"], tmp / "c.db")
-    return tmp / "c.db"
 
 
 def newer(tmp: Path) -> Path:
@@ -90,11 +51,42 @@ def other_rig_fleet(tmp: Path, env: Env) -> Path:
     return dst
 
 
-def mine(tmp: Path, catalog: Path, *extra) -> list:
-    return ["engine", "mine", "--catalog", catalog, "--out", tmp / "sel.json", *extra]
+def labelled_selection_then_remine(tmp: Path, env) -> list:
+    """Selection 'sel' holds frame Q with a label job; re-mining 'sel' now picks only the other frame P."""
+    from data_engine.catalog import Catalog
+    from data_engine.labels import create_jobs, open_catalog
+    from hydranet.cli import main
+
+    cat = cat_copy(tmp)
+    assert main([str(a) for a in mine(tmp, cat, "--budget", "1", "--strategy", "uncertainty", "--name", "probe")]) == 0
+    picked = {it["frame_id"] for it in json.loads((tmp / "sel.json").read_text())["items"]}
+    with Catalog(cat) as c:
+        rows = c.db.execute("SELECT f.id, c.name, f.idx FROM frames f JOIN clips c ON f.clip_id = c.id").fetchall()
+    other = next(r for r in rows if r[0] not in picked)
+    (tmp / "labelled.json").write_text(json.dumps({"name": "sel", "frames": [{"clip": other[1], "frame": other[2]}]}))
+    with open_catalog(cat) as c:
+        assert create_jobs(c, tmp / "labelled.json", "oracle")["created"] == 1
+    return mine(tmp, cat, "--budget", "1", "--strategy", "uncertainty", "--name", "sel")
+
+
+def job_kept(tmp: Path) -> None:
+    from data_engine.catalog import Catalog
+
+    with Catalog(tmp / "c.db") as c:
+        n = c.db.execute("SELECT count(*) FROM selection_items i JOIN selections s ON i.selection_id = s.id "
+                         "WHERE s.name = 'sel'").fetchone()[0]
+    assert n == 0, "the labelled selection was replaced"
 
 
 CASES = [
+    Case("trigger-threshold-nan", lambda t, e: mine(t, cat_copy(t), "--budget", "1", "--strategy", "triggers", "--set",
+                                                    "triggers.det2d_uncertain.threshold=.nan"),
+         words=("det2d_uncertain", "threshold")),
+    Case("trigger-threshold-string", lambda t, e: mine(t, cat_copy(t), "--budget", "1", "--strategy", "triggers", "--set",
+                                                       "triggers.det2d_uncertain.threshold=high"),
+         words=("det2d_uncertain", "threshold")),
+    Case("remine-labelled-selection", labelled_selection_then_remine, words=("'sel'", "label jobs", "new --name"),
+         check=job_kept),
     Case("shadow-missing-fleet", lambda t, e: shadow(t, e, fleet=t / "nope"), words=("nope", "does not exist", "engine fleet")),
     Case("shadow-fleet-not-a-dataset", lambda t, e: (t / "empty").mkdir() or shadow(t, e, fleet=t / "empty"),
          words=("dataset.json", "missing")),

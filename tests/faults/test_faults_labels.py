@@ -79,6 +79,11 @@ def _first_box(d):
 
 
 FILE_CASES = [
+    file_case("labels-coco-duplicate-annotation-id", "coco",
+              _coco(lambda d: d["annotations"][1].update(id=d["annotations"][0]["id"])),
+              ("team.json", "annotations[1]", "appears twice")),
+    file_case("labels-coco-annotation-without-id", "coco", _coco(lambda d: d["annotations"][0].pop("id")),
+              ("team.json", "annotations[0]", "integer 'id'")),
     file_case("labels-coco-ok", "coco", None, (), status=0, n=2),
     file_case("labels-cvat-ok", "cvat", None, (), status=0, n=2),
     file_case("labels-coco-not-json", "coco", lambda s: s[:-30], ("team.json", "not valid coco json")),

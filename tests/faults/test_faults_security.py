@@ -14,30 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
-from faultlib import Case, copy_dataset, edit_json, params, run_case
-from test_faults_engine import ENV, _engine, engine_env  # noqa: F401 - the exported model and its catalog
+from faultlib import ENGINE as ENV
+from faultlib import RUNS, Case, copy_dataset, edit_json, params, run_case
 
-REPO = Path(__file__).resolve().parents[2]
-RUNS: dict = {}
+pytestmark = pytest.mark.usefixtures("engine_env", "two_runs")
 HELD: list = []  # lock files held open by a row's patch (another holder of the lock, as a second process would be)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def two_runs(fault_env, tmp_path_factory):
-    """Two real 1-step checkpoints (seeds 0 and 1) and the ONNX export of the first."""
-    from deploy.export import export_checkpoint
-    from hydranet.experiment import load_experiment
-    from hydranet.train import train
-
-    root = tmp_path_factory.mktemp("security_faults")
-    for name, seed in (("a", 0), ("b", 1)):
-        train(load_experiment(REPO / "configs" / "tiny.yaml", [f"data.root={fault_env.dataset}", "data.cameras=[CAM_FRONT]",
-                                                              "data.image_size=[64,64]", "device=cpu", "steps=1", f"seed={seed}",
-                                                              "checkpoint_every=1", "batch_size=1", "optim.warmup_steps=1"]),
-              root / name, progress=False)
-        RUNS[name] = root / name
-    export_checkpoint(root / "a", root / "a.onnx", fault_env.dataset, frames=1, verbose=False)
-    RUNS["a.onnx"] = root / "a.onnx"
+def _release_held_locks():
     yield
     for f in HELD:
         f.close()

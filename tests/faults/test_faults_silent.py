@@ -1,45 +1,18 @@
-"""Fault rows of results that were silent (exit 0, wrong output): a trigger threshold of NaN, re-mining a
-selection that already has label jobs, a COCO file with duplicate annotation ids, a dataset with no scenes,
-a PNG named .jpg (training, evaluation and shadow mode share one decoder), `data check` of a bad file."""
+"""Fault rows of results that were silent (exit 0, wrong output): a dataset with no scenes, a PNG named .jpg
+(training, evaluation and shadow mode share one decoder), `data check` of a bad file; and a trigger threshold
+that is not a finite number below the config. (The same round's engine rows are in test_faults_engine.py,
+its label-file rows in test_faults_labels.py.)"""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-from faultlib import Case, copy_dataset, edit_json, frame_dir, params, run_case
-from test_faults_engine import ENV, _engine, cat_copy, engine_env, mine  # noqa: F401 - the shadowed catalog
-from test_faults_labels import _coco, file_case
-from test_faults_security import RUNS, two_runs  # noqa: F401 - real 1-step checkpoints
+from faultlib import ENGINE as ENV
+from faultlib import RUNS, Case, copy_dataset, edit_json, frame_dir, params, run_case
 
-
-def labelled_selection_then_remine(tmp: Path, env) -> list:
-    """Selection 'sel' holds frame Q with a label job; re-mining 'sel' now picks only the other frame P."""
-    from data_engine.catalog import Catalog
-    from data_engine.labels import create_jobs, open_catalog
-    from hydranet.cli import main
-
-    cat = cat_copy(tmp)
-    assert main([str(a) for a in mine(tmp, cat, "--budget", "1", "--strategy", "uncertainty", "--name", "probe")]) == 0
-    picked = {it["frame_id"] for it in json.loads((tmp / "sel.json").read_text())["items"]}
-    with Catalog(cat) as c:
-        rows = c.db.execute("SELECT f.id, c.name, f.idx FROM frames f JOIN clips c ON f.clip_id = c.id").fetchall()
-    other = next(r for r in rows if r[0] not in picked)
-    (tmp / "labelled.json").write_text(json.dumps({"name": "sel", "frames": [{"clip": other[1], "frame": other[2]}]}))
-    with open_catalog(cat) as c:
-        assert create_jobs(c, tmp / "labelled.json", "oracle")["created"] == 1
-    return mine(tmp, cat, "--budget", "1", "--strategy", "uncertainty", "--name", "sel")
-
-
-def job_kept(tmp: Path) -> None:
-    from data_engine.catalog import Catalog
-
-    with Catalog(tmp / "c.db") as c:
-        n = c.db.execute("SELECT count(*) FROM selection_items i JOIN selections s ON i.selection_id = s.id "
-                         "WHERE s.name = 'sel'").fetchone()[0]
-    assert n == 0, "the labelled selection was replaced"
+pytestmark = pytest.mark.usefixtures("engine_env", "two_runs")
 
 
 def png_named_jpg(root: Path) -> None:
@@ -65,19 +38,6 @@ def no_metrics(tmp: Path) -> None:
 
 
 CASES = [
-    Case("trigger-threshold-nan", lambda t, e: mine(t, cat_copy(t), "--budget", "1", "--strategy", "triggers", "--set",
-                                                    "triggers.det2d_uncertain.threshold=.nan"),
-         words=("det2d_uncertain", "threshold")),
-    Case("trigger-threshold-string", lambda t, e: mine(t, cat_copy(t), "--budget", "1", "--strategy", "triggers", "--set",
-                                                       "triggers.det2d_uncertain.threshold=high"),
-         words=("det2d_uncertain", "threshold")),
-    Case("remine-labelled-selection", labelled_selection_then_remine, words=("'sel'", "label jobs", "new --name"),
-         check=job_kept),
-    file_case("labels-coco-duplicate-annotation-id", "coco",
-              _coco(lambda d: d["annotations"][1].update(id=d["annotations"][0]["id"])),
-              ("team.json", "annotations[1]", "appears twice")),
-    file_case("labels-coco-annotation-without-id", "coco", _coco(lambda d: d["annotations"][0].pop("id")),
-              ("team.json", "annotations[0]", "integer 'id'")),
     Case("eval-dataset-without-scenes", lambda t, e: ["eval", "--checkpoint", RUNS["a"], "--data", no_scenes(t, e), "--out",
                                                       t / "m.json", "--quiet"],
          words=("dataset.json", "'scenes'", "empty"), check=no_metrics),
