@@ -65,7 +65,8 @@ class FrameReader:
 
         def step(f, prev_bev, ego_motion):
             feeds = rt.feeds(rt.preprocess(f["images"]), prev_bev, ego_motion)
-            return feeds, (rt.state_output(rt.run(feeds)) if rt.state_spec else None)
+            raw = rt.run(feeds)  # NonFiniteOutput (a DeployError naming the output) for a NaN model: never calibrated
+            return feeds, (rt.state_output(raw) if rt.state_spec else None)
 
         frames = dataset_frames(self.data, rt.camera_names, self.frames)
         for _, feeds in stream(frames, step, video=bool(rt.state_spec)):

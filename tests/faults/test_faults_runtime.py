@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultlib import Case, Env, params, run_case
+from faultlib import Case, Env, no_temp_left, params, run_case
 
 REPO = Path(__file__).resolve().parents[2]
 ENV: dict = {}
@@ -109,6 +109,11 @@ def clip_marked_bad(tmp: Path) -> None:
         db.close()
 
 
+def no_quantized_model(tmp: Path) -> None:
+    assert not (tmp / "q.onnx").exists(), "a NaN model was quantized"
+    no_temp_left(tmp)
+
+
 def nothing_written(tmp: Path) -> None:
     assert not (tmp / "m.json").exists(), "metrics written for a refused model"
 
@@ -137,6 +142,10 @@ CASES = [
     Case("shadow-no-heads", lambda t, e: shadow(t, e, "noheads"), 2, ("noheads.onnx", "lists no heads", "re-export")),
     Case("shadow-image-size-not-the-graphs", lambda t, e: shadow(t, e, "size"), 2, ("size.onnx", "64x48", "re-export")),
     Case("eval-onnx-control", eval_onnx("model"), 0),
+    # (before: onnxruntime's quantizer stopped with a raw "AssertionError: scale issue")
+    Case("quantize-nan-model", lambda t, e: ["quantize", "--model", ENV["nan"], "--data", e.dataset, "--out",
+                                             t / "q.onnx"], 2,
+         ("nan.onnx", "det2d.heatmap", "non-finite"), check=no_quantized_model),
 ]
 
 
