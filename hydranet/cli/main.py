@@ -6,7 +6,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from hydranet.cli_engine import add_engine
+from hydranet.cli.engine import add_engine
 from hydranet.config import ConfigError, add_override_option, load_config
 from hydranet.rig import RigError
 
@@ -81,7 +81,7 @@ def cmd_demo(args) -> None:
     import time
 
     from data_engine.demo import engine_round
-    from hydranet.demo import run_demo
+    from hydranet.cli.demo import run_demo
 
     t0 = time.perf_counter()
     out = Path(args.out)
@@ -332,6 +332,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """`hydranet engine <command>`: the data engine's half of the CLI (docs/data_engine.md,
-docs/engine_loop.md). Parses arguments and calls into `data_engine`, nothing more; `hydranet.cli`
-adds these subcommands to its parser. With `hydranet.cli`, the only module outside `data_engine`
-that may import it (tests/test_layering.py).
+docs/engine_loop.md). Parses arguments and calls into `data_engine`, nothing more; `hydranet.cli.main`
+adds these subcommands to its parser. The application package (hydranet/cli/) is the only code outside
+`data_engine` that may import it (tests/test_layering.py).
 """
 from __future__ import annotations
 
