@@ -192,7 +192,7 @@ def test_gt_as_prediction_scores_perfectly_with_the_kitti_metric(real):
 def test_det2d_and_det3d_train_on_the_real_calibration(real, tmp_path):
     """`hydranet train` with det2d + det3d on KITTI frames of the real calibration: no mounting error (the old
     Velodyne ego frame put the camera at z = -0.07 m)."""
-    from hydranet.app.cli import main
+    from hydranet.cli import main
 
     _, root = real
     sets = [f"data.root={root}", "data.format=kitti", "data.cameras=[CAM_FRONT]", "data.image_size=[32,96]", "steps=2",

@@ -36,6 +36,7 @@ import numpy as np
 from hydranet.data.dataset import BBOX_SLACK_PX, DatasetError
 from hydranet.data.dataset import FrameReader
 from hydranet.data.reader import decode_image, make_rig, read_json
+from hydranet.io import check_name, path_inside
 
 FORMAT = "bdd100k"
 CAMERA = "CAM_FRONT"
@@ -188,6 +189,11 @@ class BDD100KDataset(FrameReader):
                                            "fix the label or add it to hydranet.data.bdd100k.CATEGORY_MAP", self.det_path)
         if not frames:
             raise DatasetError(f"{self.det_path if split != 'test' else self.image_dir}: split {split!r} has no images; {_FIX}")
+        for k, fr in enumerate(frames):  # an image name is one file of images/100k/<split>/: never '../x' or '/x'
+            where = f"{self.det_path}: frames[{k}].name"
+            if not isinstance(fr, dict):
+                raise DatasetError(f"{self.det_path}: frames[{k}] is not an object; {_FIX}", self.det_path)
+            check_name(fr.get("name"), "image", where, DatasetError)
         self.frames = frames
         self.mask_dir = self.root / "labels" / "drivable" / "masks" / split
         self.has_drivable = split != "test" and self.mask_dir.is_dir()
@@ -212,7 +218,7 @@ class BDD100KDataset(FrameReader):
         nan = np.full((3, 3), np.nan)
         # the rig's size is the first image's (BDD100K's are 1280x720; read from its header, never assumed
         # when the file is there); each frame's boxes are checked against its own image
-        w, h = image_size(self.image_dir / frames[0]["name"]) or (WIDTH, HEIGHT)
+        w, h = image_size(self.image_path(frames[0]["name"])) or (WIDTH, HEIGHT)
         self.rig = make_rig("bdd100k", [(CAMERA, nan, np.full((4, 4), np.nan), w, h)])
         self.camera_names = [CAMERA]
         sup = set() if split == "test" else {"det2d", "signs_lights"}
@@ -252,9 +258,13 @@ class BDD100KDataset(FrameReader):
             out.append(entry)
         return out
 
+    def image_path(self, name: str) -> Path:
+        """images/100k/<split>/<name>, refused when it resolves outside that folder (a symlink out)."""
+        return path_inside(self.image_dir, name, f"{self.det_path}: image {name!r}", DatasetError)
+
     def image_size(self, name: str) -> tuple[int, int]:
         """(width, height) of image `name` from its header; DatasetError when it cannot be read."""
-        path = self.image_dir / name
+        path = self.image_path(name)
         size = image_size(path)
         if size is None:
             img = decode_image(path, f"{_FIX} or use on_bad_frame='skip'")  # raises naming what is wrong
@@ -277,7 +287,7 @@ class BDD100KDataset(FrameReader):
         name = fr["name"]
         image = None
         if "images" in self.channels:
-            image = decode_image(self.image_dir / name, f"{_FIX} or use on_bad_frame='skip'")
+            image = decode_image(self.image_path(name), f"{_FIX} or use on_bad_frame='skip'")
         all_boxes = self.boxes2d(fr, None if image is None else (image.shape[1], image.shape[0]))
         boxes = [b for b in all_boxes if not b.get("ignore")]
         ignore = [b["bbox"] for b in all_boxes if b.get("ignore")]

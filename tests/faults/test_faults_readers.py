@@ -189,6 +189,26 @@ def bdd_resize_second(root):
     return name
 
 
+def bdd_name(new):
+    """Frame 0 of det_val.json is named `new` (a name that would leave images/100k/val/)."""
+    def edit(root):
+        path = root / "labels" / "det_20" / "det_val.json"
+        frames = json.loads(path.read_text())
+        frames[0]["name"] = new
+        path.write_text(json.dumps(frames))
+        return new
+    return edit
+
+
+def bdd_image_symlink_out(root):
+    """Frame 0's image is a symlink to a file outside the dataset."""
+    frames = json.loads((root / "labels" / "det_20" / "det_val.json").read_text())
+    img = root / "images" / "100k" / "val" / frames[0]["name"]
+    shutil.move(img, root.parent / "outside.jpg")
+    img.symlink_to(root.parent / "outside.jpg")
+    return frames[0]["name"]
+
+
 def bdd_case(id, words, edit, command="eval", status=2, policy="raise", stdout=()):
     case = Case(id, None, status, words, stdout=stdout)
 
@@ -267,6 +287,9 @@ CASES = [
     bdd_case("bdd-box-outside-skipped", (), bdd_box({"x1": 1500.0, "y1": 10.0, "x2": 1600.0, "y2": 20.0}),
              status=0, policy="skip", stdout=("SKIPPED 1 bad frame", TOKEN, "outside the 64x48 image")),
     # item 3: data check reports each camera's size range when frames differ
+    bdd_case("bdd-name-dotdot", ("det_val.json", "frames[0].name", "'../../../x.jpg'"), bdd_name("../../../x.jpg"), "check"),
+    bdd_case("bdd-name-absolute", ("det_val.json", "frames[0].name", "'/etc/x.jpg'"), bdd_name("/etc/x.jpg"), "check"),
+    bdd_case("bdd-image-symlink-out", (TOKEN, "leaves"), bdd_image_symlink_out),
     bdd_case("check-size-range", (), bdd_resize_second, "check", status=0,
              stdout=("CAM_FRONT: 64-70 x 48-50", "every checked frame is readable")),
     bdd_case("check-size-fixed", (), None, "check", status=0, stdout=("cameras: CAM_FRONT 64x48",)),
