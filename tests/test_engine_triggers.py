@@ -1,0 +1,128 @@
+"""The trigger table on a fixture catalog: the same hits, names, versions, thresholds and quotas as the
+13 trigger modules gave (values below computed with those modules, before they became one table)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data_engine.catalog import Catalog
+from data_engine.triggers import build_triggers, fire_all, registry
+
+# name -> (version, signal column, threshold, quota), as the trigger modules declared them
+DECLARED = {
+    "det2d_uncertain": (1, "det2d_uncertain", 3, 50), "det3d_uncertain": (1, "det3d_uncertain", 2, 50),
+    "signs_uncertain": (1, "signs_lights_entropy", 0.45, 50), "dense_entropy": (1, "drivable_entropy_p95", 0.6, 50),
+    "flicker": (1, "flicker", 1, 50), "jitter": (1, "jitter", 0.08, 50), "cross_camera": (1, "cross_camera", 0.5, 50),
+    "box2d_vs_3d": (1, "box2d_vs_3d", 0.8, 50), "depth_vs_3d": (1, "depth_vs_3d", 0.5, 50),
+    "speed": (1, "speed_excess", 1.0, 50), "accel": (1, "accel", 15.0, 50),
+    "model_disagreement": (1, "disagree_det2d", 0.5, 50), "novelty": (1, "embedding", 0.05, 50),
+}
+# the scale of each column in the fixture: values drawn around the trigger's threshold
+SCALE = {"det2d_uncertain": 6, "det3d_uncertain": 4, "signs_lights_entropy": 0.9, "drivable_entropy_p95": 1.2, "flicker": 3,
+         "jitter": 0.16, "cross_camera": 1.0, "box2d_vs_3d": 1.0, "depth_vs_3d": 1.0, "speed_excess": 2.0, "accel": 30.0,
+         "disagree_det2d": 1.0}
+
+
+def write_fixture_catalog(path: Path, clips: int = 4, frames: int = 10, seed: int = 3) -> Path:
+    """A catalog with one shadow run of clips x frames ok frames (+ one corrupt frame), seeded signals
+    (integers for the count signals, ~10% NaN) and 2-camera embeddings, written through SQL and
+    Catalog.write_clip only (no model, no fleet on disk)."""
+    rng = np.random.default_rng(seed)
+    with Catalog(path, create=True) as cat:
+        db = cat.db
+        with cat.transaction():
+            db.execute("INSERT INTO models (sha256, path, embedding_dim, meta, added) VALUES ('m', 'm.onnx', 8, '{}', 0)")
+            db.execute("INSERT INTO fleets (root, rig, cameras, added) VALUES ('/fleet', 'rig', '[]', 0)")
+            for c in range(clips):
+                db.execute("INSERT INTO clips (fleet_id, name, num_frames) VALUES (1, ?, ?)", (f"clip_{c:05d}", frames))
+                db.executemany("INSERT INTO frames (clip_id, idx, dir, timestamp_us) VALUES (?, ?, ?, ?)",
+                               [(c + 1, i, f"scenes/clip_{c:05d}/{i:06d}", i * 100_000) for i in range(frames)])
+            db.execute("INSERT INTO shadow_runs (model_id, candidate_id, fleet_id, started) VALUES (1, 0, 1, 0)")
+        centres = rng.normal(size=(2, 2, 8))  # clips 0, 2, ... look alike, as do 1, 3, ...: novelty fires on outliers
+        for c in range(clips):
+            rows = []
+            for i in range(frames):
+                sig = {}
+                for col, s in SCALE.items():
+                    v = rng.uniform(0, s)
+                    sig[col] = float(np.round(v)) if col in ("det2d_uncertain", "det3d_uncertain", "flicker") else v
+                    if rng.random() < 0.1:
+                        sig[col] = float("nan")
+                emb = centres[c % 2] + rng.normal(scale=1.0 if i == frames - 1 else 0.1, size=(2, 8))
+                bad = c == 1 and i == 4
+                rows.append({"frame_id": c * frames + i + 1, "status": "corrupt" if bad else "ok",
+                             "error": "truncated JPEG" if bad else None, "signals": {} if bad else sig,
+                             "embedding": None if bad else emb})
+            cat.write_clip(1, c + 1, rows)
+    return path
+
+
+def digest(hits: dict[str, list[tuple[int, float]]]) -> str:
+    """sha256 of the hits with scores rounded to 9 digits (stable across platforms)."""
+    canon = {k: [[int(f), round(float(s), 9)] for f, s in v] for k, v in sorted(hits.items())}
+    return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()
+
+
+# computed with the 13 trigger modules (data_engine/triggers/*.py) on write_fixture_catalog's catalog
+EXPECTED_COUNTS = {"accel": 12, "box2d_vs_3d": 11, "cross_camera": 25, "dense_entropy": 15, "depth_vs_3d": 14,
+                   "det2d_uncertain": 15, "det3d_uncertain": 14, "flicker": 26, "jitter": 19, "model_disagreement": 11,
+                   "novelty": 4, "signs_uncertain": 17, "speed": 21}
+EXPECTED_FIRST = {"det2d_uncertain": 1, "det3d_uncertain": 3, "signs_uncertain": 9, "dense_entropy": 40, "flicker": 2,
+                  "jitter": 30, "cross_camera": 22, "box2d_vs_3d": 31, "depth_vs_3d": 38, "speed": 20, "accel": 16,
+                  "model_disagreement": 22, "novelty": 40}
+EXPECTED_DIGEST = "1c14ae280b1d4ac1d13cd9a160a4bd4c99c826270a0b737cbb8797a0608af7a5"
+EXPECTED_QUOTA_DIGEST = "16094005af521f93c62c95e5750cc723e50070ae00b4e3f173b519abf29738cf"
+QUOTAS = {"flicker": {"quota": 3}, "novelty": {"threshold": 0.001, "quota": 5}, "accel": {"threshold": 25.0},
+          "jitter": {"enabled": False}}
+
+
+def test_the_table_declares_what_the_modules_did():
+    got = {n: (t.version, t.signal, t.threshold, t.quota) for n, t in registry().items()}
+    assert got == DECLARED
+    assert [t.name for t in build_triggers()] == list(DECLARED)  # the modules' order
+    assert all(t.description for t in registry().values())
+
+
+def test_the_table_gives_the_same_hits_as_the_modules(tmp_path):
+    cat = write_fixture_catalog(tmp_path / "c.db")
+    run, hits = fire_all(cat, build_triggers())
+    assert run == 1
+    assert {k: len(v) for k, v in hits.items()} == EXPECTED_COUNTS
+    assert {k: v[0][0] for k, v in hits.items() if v} == EXPECTED_FIRST
+    assert digest(hits) == EXPECTED_DIGEST
+    with Catalog(cat) as c:  # stored per (trigger, version)
+        stored = c.db.execute("SELECT trigger, version, count(*) FROM trigger_hits GROUP BY trigger, version").fetchall()
+        assert digest(c.hits(run)) == EXPECTED_DIGEST
+    assert sorted(stored) == sorted((n, 1, k) for n, k in EXPECTED_COUNTS.items() if k)
+    _, again = fire_all(cat, build_triggers())  # idempotent
+    assert digest(again) == EXPECTED_DIGEST
+    with Catalog(cat) as c:
+        assert digest(c.hits(run)) == EXPECTED_DIGEST
+
+
+def test_config_parameters_give_the_same_hits_as_the_modules(tmp_path):
+    cat = write_fixture_catalog(tmp_path / "c.db")
+    triggers = build_triggers(QUOTAS)
+    assert [t.name for t in triggers] == ["flicker", "novelty", "accel"]
+    _, hits = fire_all(cat, triggers)
+    assert len(hits["flicker"]) == 3 and len(hits["novelty"]) == 5
+    assert digest(hits) == EXPECTED_QUOTA_DIGEST
+
+
+def test_unknown_trigger_lists_the_known_ones():
+    with pytest.raises(ValueError, match=r"unknown trigger 'sparkle'; known triggers: \['accel', 'box2d_vs_3d'"):
+        build_triggers({"sparkle": {"threshold": 1}})
+    with pytest.raises(ValueError, match="unknown parameter 'signal'"):
+        build_triggers({"flicker": {"signal": "jitter"}})
+
+
+def test_fixture_catalog_is_a_plain_catalog(tmp_path):
+    p = write_fixture_catalog(tmp_path / "c.db")
+    db = sqlite3.connect(str(p))
+    assert db.execute("SELECT count(*) FROM signals WHERE status = 'ok'").fetchone()[0] == 39
+    db.close()
