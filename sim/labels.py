@@ -12,7 +12,8 @@ import numpy as np
 from hydranet.geometry import Camera, box_corners, invert_rigid, transform_points
 from sim.classes import BOX3D_CLASSES, OBJECT_CLASSES, SEMANTIC_ID
 from sim.lens import lens_view
-from sim.render import NEAR, CameraImages
+from sim.render import CameraImages
+from sim.silhouette import exact_lens_channels, silhouette_pixels, silhouette_polygons  # noqa: F401 - re-exported
 from sim.world import World
 
 LANE_STEP = 1.0  # metres between lane label points
@@ -25,89 +26,6 @@ def labelled_objects(world: World) -> dict[int, tuple[str, list, np.ndarray, dic
         if p.track_id:
             out[p.track_id] = (p.semantic, p.parts, p.pose(), p.attributes)
     return out
-
-
-def _clip_near(poly: np.ndarray, near: float) -> np.ndarray:
-    """Sutherland-Hodgman clip of a camera-frame polygon (K, 3) to z >= near."""
-    out = []
-    for i in range(len(poly)):
-        a, b = poly[i], poly[(i + 1) % len(poly)]
-        ina, inb = a[2] >= near, b[2] >= near
-        if ina:
-            out.append(a)
-        if ina != inb:
-            t = (near - a[2]) / (b[2] - a[2])
-            out.append(a + t * (b - a))
-    return np.asarray(out)
-
-
-def silhouette_polygons(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarray) -> list[np.ndarray]:
-    """Convex image polygons (K, 2) whose union is the object's unoccluded silhouette in the
-    pinhole `cam` (a distorted camera's source pinhole, `sim.lens`; parts clipped to the near
-    plane as the rasterizer clips them; poles are not the object).
-    Every part is convex (`sim.shapes`): wholly in front of the near plane its silhouette is the
-    hull of its projected corners; across it, each triangle is clipped."""
-    body = [p for p in parts if p.semantic != "pole"]
-    if not body:
-        return []
-    T = world2cam @ pose
-    K2, c2 = cam.K[:2, :2].T, cam.K[:2, 2]
-    out = []
-    for p in body:
-        corners = p.points() @ T[:3, :3].T + T[:3, 3]  # (K, 3) camera frame
-        f = corners[:, 2] >= NEAR
-        if not f.any():
-            continue
-        if f.all():
-            uv = corners[:, :2] / corners[:, 2:3] @ K2 + c2
-            out.append(cv2.convexHull(uv.astype(np.float32))[:, 0].astype(np.float64))
-            continue
-        for tri in p.triangles() @ T[:3, :3].T + T[:3, 3]:
-            poly = _clip_near(tri, NEAR)
-            if len(poly) >= 3:
-                out.append(np.clip(poly[:, :2] / poly[:, 2:3] @ K2 + c2, -1e5, 1e5))
-    return out
-
-
-def _coverage(polys: list[np.ndarray], width: int, height: int) -> tuple[np.ndarray, int, int] | None:
-    """Pixel centres of a width x height image inside any of `polys`, as the rasterizer counts
-    them (scanline spans of each polygon, united): (window mask (R, C) bool, x0, y0) or None."""
-    allp = np.concatenate(polys)
-    x0, y0 = max(int(np.ceil(allp[:, 0].min())), 0), max(int(np.ceil(allp[:, 1].min())), 0)
-    x1, y1 = min(int(np.floor(allp[:, 0].max())), width - 1), min(int(np.floor(allp[:, 1].max())), height - 1)
-    if x1 < x0 or y1 < y0:
-        return None
-    k = max(len(p) for p in polys)
-    A = np.stack([np.concatenate([p, np.repeat(p[-1:], k - len(p), 0)]) for p in polys])  # (P, K, 2), padded
-    B = np.roll(A, -1, 1)
-    dy = B[..., 1] - A[..., 1]  # (P, K); 0 for horizontal and padding edges, which add nothing
-    dy = np.where(dy == 0, np.nan, dy)
-    rows = np.arange(y0, y1 + 1, dtype=np.float64)[None, :, None]  # (1, R, 1)
-    t = (rows - A[:, None, :, 1]) / dy[:, None, :]  # (P, R, K) position of each row along each edge
-    xs = A[:, None, :, 0] + t * (B - A)[:, None, :, 0]
-    ok = (t >= 0) & (t <= 1)
-    lo = np.ceil(np.where(ok, xs, np.inf).min(2))[..., None]  # (P, R, 1) first covered column
-    hi = np.floor(np.where(ok, xs, -np.inf).max(2))[..., None]
-    cols = np.arange(x0, x1 + 1, dtype=np.float64)
-    return ((cols >= lo) & (cols <= hi)).any(0), x0, y0
-
-
-def silhouette_pixels(parts, pose: np.ndarray, cam: Camera, world2cam: np.ndarray) -> int:
-    """Pixels the object's parts would cover in `cam` with nothing in front of them, counted
-    by pixel centres as the rasterizer counts them. A distorted camera counts its pixels whose
-    source pixel (`sim.lens`, the look-up its instance channel went through) is covered."""
-    lens = lens_view(cam)
-    polys = silhouette_polygons(parts, pose, lens.source, world2cam)
-    cover = _coverage(polys, lens.source.width, lens.source.height) if polys else None
-    if cover is None:
-        return 0
-    mask, x0, y0 = cover
-    if not lens.distorted:
-        return int(mask.sum())
-    iy, ix = lens.nearest_index()
-    iy, ix = iy - y0, ix - x0
-    inside = (iy >= 0) & (iy < mask.shape[0]) & (ix >= 0) & (ix < mask.shape[1])
-    return int(mask[iy[inside], ix[inside]].sum())
 
 
 VIEW_CLASSES = ("traffic_sign", "traffic_light")  # have a front (+x of the object frame) that shows the class
@@ -132,8 +50,10 @@ def view_attributes(cls: str, attrs: dict, parts, pose: np.ndarray, world2cam: n
     return {k: v for k, v in attrs.items() if k not in ("sign_class", "light_state")} | {"view": "back"}
 
 
-def boxes_2d(img: CameraImages, cam: Camera, world2cam: np.ndarray, objects: dict) -> tuple[list[dict], dict[int, int]]:
-    """2D boxes of every object visible in one camera, and its visible pixel counts."""
+def boxes_2d(img: CameraImages, cam: Camera, world2cam: np.ndarray, objects: dict,
+             full: dict[int, int] | None = None) -> tuple[list[dict], dict[int, int]]:
+    """2D boxes of every object visible in one camera, and its visible pixel counts. `full`:
+    silhouette pixel counts already known (a distorted camera's, from `exact_lens_channels`)."""
     ids, counts = np.unique(img.instance, return_counts=True)
     boxes, pixels = [], {}
     for tid, n in zip(ids.tolist(), counts.tolist()):
@@ -143,12 +63,12 @@ def boxes_2d(img: CameraImages, cam: Camera, world2cam: np.ndarray, objects: dic
         pixels[tid] = n
         rows = np.flatnonzero((img.instance == tid).any(1))
         cols = np.flatnonzero((img.instance == tid).any(0))
-        full = silhouette_pixels(parts, pose, cam, world2cam)
+        whole = full[tid] if full is not None and tid in full else silhouette_pixels(parts, pose, cam, world2cam)
         boxes.append({
             "bbox": [int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1],
             "class": cls,
             "track_id": tid,
-            "visible_fraction": round(min(1.0, n / max(full, n)), 4),
+            "visible_fraction": round(min(1.0, n / max(whole, n)), 4),
             "attributes": view_attributes(cls, attrs, parts, pose, world2cam),
         })
     return boxes, pixels
@@ -251,7 +171,8 @@ def bev_raster(world: World, world2ego: np.ndarray, boxes: list[dict], lanes_ego
 
 def frame_labels(world: World, rig_cams: list[Camera], images: list[CameraImages], ego2world: np.ndarray,
                  label_range: float, bev_range: float, bev_res: float) -> tuple[dict, np.ndarray]:
-    """labels.json content and the BEV raster of one frame."""
+    """labels.json content and the BEV raster of one frame. A distorted camera's label channels
+    are first made exact at each pixel's ray (`sim.silhouette.exact_lens_channels`, in place)."""
     world2ego = invert_rigid(ego2world)
     objects = labelled_objects(world)
     lanes_w = lane_lines_world(world, ego2world[:2, 3], label_range)
@@ -259,7 +180,11 @@ def frame_labels(world: World, rig_cams: list[Camera], images: list[CameraImages
     cams, pixels = {}, {}
     for cam, img in zip(rig_cams, images):
         world2cam = cam.ego2cam @ world2ego
-        b2d, pix = boxes_2d(img, cam, world2cam, objects)
+        full = None
+        if img.source is not None and lens_view(cam).distorted:
+            full = exact_lens_channels(img, cam, world2cam, objects)
+            img.source = None  # done: the images are written as they are now
+        b2d, pix = boxes_2d(img, cam, world2cam, objects, full)
         for k, v in pix.items():
             pixels[k] = pixels.get(k, 0) + v
         cams[cam.name] = {"boxes2d": b2d, "lanes2d": lanes_2d(lanes_ego, cam, img)}

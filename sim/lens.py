@@ -6,12 +6,13 @@ OpenGL projects straight lines to straight lines, so a camera with a lens model
 distorted image, then resampled once per pixel along the exact inverse lens mapping (the
 approach of CARLA's and AirSim's fisheye cameras; the same per-pixel look-up as
 `cv2.initUndistortRectifyMap` run the other way). The colour is bilinear; every label channel
-takes its nearest source pixel, so labels stay exactly those of the pixel's ray (to half a
-source pixel) and `visible_fraction`'s silhouette goes through the same look-up.
+takes its nearest source pixel (depth, normals, and the background), and `sim.silhouette` then
+makes the object masks exact at each pixel's own ray (`exact_lens_channels`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import cv2
 import numpy as np
@@ -36,6 +37,7 @@ class LensView:
     source: Camera
     map_x: np.ndarray | None = None
     map_y: np.ndarray | None = None
+    q: np.ndarray | None = None  # (H*W, 2) float64: the exact source point of every camera pixel's ray, row-major
 
     @property
     def distorted(self) -> bool:
@@ -51,6 +53,30 @@ class LensView:
             return src
         iy, ix = self.nearest_index()
         return np.ascontiguousarray(src[iy, ix])
+
+    @cached_property
+    def by_x(self) -> tuple[np.ndarray, np.ndarray]:
+        """Camera pixels (flat) sorted by their source x, and those x: a band of source columns
+        is a slice (`sim.silhouette.lens_coverage`)."""
+        order = np.argsort(self.q[:, 0], kind="stable")
+        return order, self.q[order, 0]
+
+    @cached_property
+    def neighbours(self) -> np.ndarray:
+        """(H*W, 9) flat source pixels of the 3x3 around each pixel's q, nearest to q first."""
+        return self.neighbours_at(np.arange(len(self.q)), 1)
+
+    def neighbours_at(self, pixels: np.ndarray, r: int) -> np.ndarray:
+        """(K, (2r+1)^2) flat source pixels within r of the nearest one to q of camera pixels
+        `pixels` (flat), nearest to q first (clipped to the source image)."""
+        q = self.q[pixels]
+        d = np.arange(-r, r + 1)
+        dx, dy = np.meshgrid(d, d)
+        x = np.clip(np.rint(q[:, :1]) + dx.ravel(), 0, self.source.width - 1)  # (K, N)
+        y = np.clip(np.rint(q[:, 1:]) + dy.ravel(), 0, self.source.height - 1)
+        order = np.argsort((x - q[:, :1]) ** 2 + (y - q[:, 1:]) ** 2, axis=1, kind="stable")
+        flat = (y * self.source.width + x).astype(np.intp)
+        return np.take_along_axis(flat, order, 1)
 
     def bilinear(self, src: np.ndarray) -> np.ndarray:
         """The colour image (Hs, Ws, 3) of the source -> (H, W, 3) of the camera (bilinear)."""
@@ -89,4 +115,4 @@ def _build(cam: Camera) -> LensView:
     K = np.array([[fx, cam.K[0, 1], SOURCE_MARGIN - lo[0] * fx], [0.0, fy, SOURCE_MARGIN - lo[1] * fy], [0, 0, 1]])
     src = xy @ K[:2, :2].T + K[:2, 2]  # (H, W, 2) source pixel of each camera pixel
     source = Camera(cam.name, K, cam.cam2ego, ws, hs)
-    return LensView(source, src[..., 0].astype(np.float32), src[..., 1].astype(np.float32))
+    return LensView(source, src[..., 0].astype(np.float32), src[..., 1].astype(np.float32), src.reshape(-1, 2))

@@ -10,7 +10,8 @@ frame. Passes (sim.config.LookConfig switches them):
 3. post, per camera: sky behind partly covered pixels, glare, exposure, vignetting, sensor
    noise, tone curve and gamma into the 8-bit RGB image;
 4. lens: a camera with a distortion model is drawn through its source pinhole (`sim.lens`) and
-   resampled on read-back (colour bilinear, labels nearest).
+   resampled on read-back (colour bilinear, labels nearest; `sim.labels` then makes the object
+   masks exact at each pixel's ray from the source channels kept in `CameraImages.source`).
 """
 from __future__ import annotations
 
@@ -146,6 +147,9 @@ class CameraImages:
     depth: np.ndarray  # (H, W) float32 z-depth metres, 0 for sky
     semantic: np.ndarray  # (H, W) uint8
     instance: np.ndarray  # (H, W) int32
+    # a distorted camera's source pinhole channels (label semantic<<16|instance (Hs, Ws) uint32, z-depth
+    # (Hs, Ws) float32, normal (Hs, Ws, 3) uint8), until `sim.labels` has made its label channels exact
+    source: tuple | None = None
 
 
 _OUTSIDE = np.zeros((4, 4))  # no sun: every point maps outside the shadow map (lit; the sun term is ~0 anyway)
@@ -555,5 +559,6 @@ class Renderer:
                 depth=np.ascontiguousarray(d),
                 semantic=(lab >> 16).astype(np.uint8),
                 instance=(lab & 0xFFFF).astype(np.int32),
+                source=(label[sl], depth[sl], normal[sl]) if lens.distorted else None,
             ))
         return out
