@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from data_engine.catalog import Catalog
-from data_engine.config import STRATEGIES, UNITS, EngineConfig, MiningConfig
+from data_engine.config import UNITS, EngineConfig, MiningConfig
 from data_engine.triggers import build_triggers
 
 UNCERTAINTY_SIGNALS = ("det2d_entropy", "det2d_uncertain", "signs_lights_entropy", "det3d_entropy", "det3d_uncertain",
@@ -144,8 +144,7 @@ def mine(catalog: str | Path, budget: int, strategy: str, cfg: EngineConfig | No
          run: int | None = None, name: str | None = None) -> dict[str, Any]:
     """Select `budget` items of a shadow run; recorded in the catalog (selection `name`) and returned."""
     cfg = cfg or EngineConfig()
-    if strategy not in STRATEGIES:
-        raise MiningError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
+    strategy_fn(strategy)
     if unit not in UNITS:
         raise MiningError(f"unknown unit {unit!r}; choose one of {list(UNITS)}")
     if budget <= 0:
@@ -171,46 +170,75 @@ def mine(catalog: str | Path, budget: int, strategy: str, cfg: EngineConfig | No
 def select(pool: Mapping[str, Any], budget: int, strategy: str, cfg: EngineConfig, cat: Catalog | None = None,
            run_id: int | None = None) -> list[tuple[int, dict]]:
     """(row index, reason) of the picks, in order."""
-    n = len(pool["frame_id"])
-    m = cfg.mining
-    if strategy == "random":
-        idx = np.random.default_rng(m.seed).choice(n, budget, replace=False)
-        return [(int(i), {"strategy": "random", "score": None}) for i in idx]
+    return strategy_fn(strategy)(pool, budget, cfg)
+
+
+def strategy_fn(name: str) -> Callable[[Mapping[str, Any], int, EngineConfig], list[tuple[int, dict]]]:
+    """The strategy function of `name`; MiningError listing the known ones for any other name."""
+    if name not in STRATEGIES:
+        raise MiningError(f"unknown strategy {name!r}; choose one of {list(STRATEGIES)}")
+    return STRATEGIES[name]
+
+
+def _random(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tuple[int, dict]]:
+    idx = np.random.default_rng(cfg.mining.seed).choice(len(pool["frame_id"]), budget, replace=False)
+    return [(int(i), {"strategy": "random", "score": None}) for i in idx]
+
+
+def _diversity(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tuple[int, dict]]:
+    picks, dist = k_center_greedy(pool["embedding"], budget)
+    return [(i, {"strategy": "diversity", "score": round(d, 6)}) for i, d in zip(picks, dist)]
+
+
+def _hybrid(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tuple[int, dict]]:
     u = uncertainty_score(pool)
-    emb = pool["embedding"]
-    if strategy == "diversity":
-        picks, dist = k_center_greedy(emb, budget)
-        return [(i, {"strategy": "diversity", "score": round(d, 6)}) for i, d in zip(picks, dist)]
-    if strategy == "hybrid":
-        size = min(n, max(budget, int(math.ceil(m.pool_factor * budget))))
-        top = np.lexsort((np.asarray(pool["frame_id"]), -u))[:size]
-        picks, dist = k_center_greedy(emb, budget, top)
-        return [(i, {"strategy": "hybrid", "score": round(float(u[i]), 6), "distance": round(d, 6)}) for i, d in zip(picks, dist)]
+    size = min(len(pool["frame_id"]), max(budget, int(math.ceil(cfg.mining.pool_factor * budget))))
+    top = np.lexsort((np.asarray(pool["frame_id"]), -u))[:size]
+    picks, dist = k_center_greedy(pool["embedding"], budget, top)
+    return [(i, {"strategy": "hybrid", "score": round(float(u[i]), 6), "distance": round(d, 6)}) for i, d in zip(picks, dist)]
+
+
+def _uncertainty(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tuple[int, dict]]:
+    return _ranked(pool, budget, cfg, [], "uncertainty")
+
+
+def _triggers(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tuple[int, dict]]:
+    """Round-robin over the triggers' hits (each best first), then filled by uncertainty."""
     ranked: list[tuple[int, dict]] = []
-    if strategy == "triggers":
-        triggers = build_triggers(cfg.trigger_params() or None)
-        fired: dict[int, list[str]] = {}
-        queues = []
-        for t in triggers:
-            hits = t.fire(pool)
-            row = {int(f): i for i, f in enumerate(pool["frame_id"])}
-            queues.append((t.name, [(row[f], s) for f, s in hits]))
-            for f, _ in hits:
-                fired.setdefault(row[f], []).append(t.name)
-        seen = set()
-        while any(q for _, q in queues):
-            for name, q in queues:
-                while q:
-                    i, s = q.pop(0)
-                    if i not in seen:
-                        seen.add(i)
-                        ranked.append((i, {"strategy": "triggers", "trigger": name, "score": round(float(s), 6),
-                                           "triggers": sorted(fired[i])}))
-                        break
-    rest = [int(i) for i in np.lexsort((np.asarray(pool["frame_id"]), -u)) if int(i) not in {r for r, _ in ranked}]
-    ranked += [(i, {"strategy": "uncertainty" if strategy == "uncertainty" else "uncertainty (fill)",
-                    "score": round(float(u[i]), 6)}) for i in rest]
-    return _dedup_class_aware(ranked, emb, pool["dominant"], budget, m)
+    fired: dict[int, list[str]] = {}
+    queues = []
+    row = {int(f): i for i, f in enumerate(pool["frame_id"])}
+    for t in build_triggers(cfg.trigger_params() or None):
+        hits = t.fire(pool)
+        queues.append((t.name, [(row[f], s) for f, s in hits]))
+        for f, _ in hits:
+            fired.setdefault(row[f], []).append(t.name)
+    seen = set()
+    while any(q for _, q in queues):
+        for name, q in queues:
+            while q:
+                i, s = q.pop(0)
+                if i not in seen:
+                    seen.add(i)
+                    ranked.append((i, {"strategy": "triggers", "trigger": name, "score": round(float(s), 6),
+                                       "triggers": sorted(fired[i])}))
+                    break
+    return _ranked(pool, budget, cfg, ranked, "uncertainty (fill)")
+
+
+def _ranked(pool: Mapping[str, Any], budget: int, cfg: EngineConfig, ranked: list[tuple[int, dict]],
+            fill: str) -> list[tuple[int, dict]]:
+    """`ranked`, then every other item by uncertainty (reason strategy `fill`), de-duplicated and class-aware."""
+    u = uncertainty_score(pool)
+    taken = {r for r, _ in ranked}
+    rest = [int(i) for i in np.lexsort((np.asarray(pool["frame_id"]), -u)) if int(i) not in taken]
+    ranked = ranked + [(i, {"strategy": fill, "score": round(float(u[i]), 6)}) for i in rest]
+    return _dedup_class_aware(ranked, pool["embedding"], pool["dominant"], budget, cfg.mining)
+
+
+# the miner's strategies by name (configs/engine.yaml loop.strategy, `hydranet engine mine --strategy`)
+STRATEGIES: dict[str, Callable[[Mapping[str, Any], int, EngineConfig], list[tuple[int, dict]]]] = {
+    "random": _random, "uncertainty": _uncertainty, "diversity": _diversity, "hybrid": _hybrid, "triggers": _triggers}
 
 
 def _dedup_class_aware(ranked: list[tuple[int, dict]], emb: np.ndarray, dominant: np.ndarray, budget: int,
