@@ -9,12 +9,14 @@ DEMO_OUT ?= out/demo
 
 install: $(STAMP)
 
+# `pip install .` alone is the car side (no torch: README "Installing"); the demo and the tests need
+# every extra: [all] (train, sim, engine), [dev] (pytest, ruff, ray) and [nuscenes].
 # nuscenes-devkit pins numpy<2: its real needs come from the [nuscenes] extra, the devkit itself
 # is installed without dependencies (used by tests and cross-checks only).
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,nuscenes]'
+	$(PY) -m pip install -q -e '.[all,dev,nuscenes]'
 	$(PY) -m pip install -q --no-deps 'nuscenes-devkit>=1.1'
 	touch $(STAMP)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -18,6 +19,42 @@ OUR_PACKAGES = ("hydranet", "sim", "deploy", "data_engine")
 
 def _is_user_error(e: BaseException) -> bool:
     return isinstance(e, USER_ERRORS) or (isinstance(e, RuntimeError) and type(e).__module__.split(".")[0] in OUR_PACKAGES)
+
+
+# `pip install .` is the car side (numpy, onnxruntime, OpenCV, PyYAML, tqdm: README "Installing"); the rest
+# comes with extras. A command whose extra is missing says which, in one line: top-level module -> extra.
+MODULE_EXTRAS = {"torch": "train", "torchvision": "train", "albumentations": "train", "onnx": "train", "onnxslim": "train",
+                 "pycocotools": "train", "tensorboard": "train", "moderngl": "sim", "ray": "ray", "pyarrow": "ray",
+                 "pandas": "ray", "av": "engine", "tensorrt": "tensorrt"}
+COMMAND_EXTRAS = {"demo": "all", "engine": "engine"}  # commands that need several extras name the one holding them all
+
+
+def command_name(args) -> str:
+    """'train', 'sim preview', 'engine run': the words of the command line that chose `args.func`."""
+    sub = getattr(args, f"{args.command.replace('-', '_')}_command", None)
+    return f"{args.command} {sub}" if sub else args.command
+
+
+def missing_extra(e: BaseException, command: str) -> str | None:
+    """The one-line message for an optional dependency that is not installed, or None (a broken
+    install of a package that is there, or a module no extra brings, keeps its traceback). An error
+    of ours raised while handling the import (sim's RenderError for moderngl) counts as the import."""
+    for _ in range(3):
+        if isinstance(e, ModuleNotFoundError) or e is None:
+            break
+        e = e.__cause__ or e.__context__
+    if not isinstance(e, ModuleNotFoundError) or not e.name:
+        return None
+    top = e.name.split(".")[0]
+    if top not in MODULE_EXTRAS or (e.name != top and importlib.util.find_spec(top) is not None):
+        return None
+    extra = MODULE_EXTRAS[top]
+    whole = COMMAND_EXTRAS.get(command.split()[0])
+    if whole and extra in ("train", "sim"):
+        extra = whole
+    jetson = "; on a Jetson install JetPack's torch and torchvision first" if extra in ("train", "engine", "all") else ""
+    return (f"`hydranet {command}` needs the {extra} extra ({top} is not installed): pip install 'hydranet-stack[{extra}]' "
+            f"(from a checkout: pip install '.[{extra}]'){jetson}")
 
 
 def _sim_config(args):
@@ -326,9 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - sorted below: actionable errors become one line, bugs re-raise
-        if not _is_user_error(e):
+        extra = missing_extra(e, command_name(args))
+        if extra is None and not _is_user_error(e):
             raise
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {extra or e}", file=sys.stderr)
         return 2
     return 0
 
