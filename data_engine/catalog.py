@@ -11,7 +11,11 @@ Guarantees:
   transaction: a process killed at any moment leaves whole clips or nothing, and a rerun skips the
   clips marked done (idempotent: primary keys forbid a frame twice);
 - the file carries `PRAGMA application_id` (HYD1) and `user_version` = SCHEMA_VERSION: a foreign
-  SQLite file, a file that is not SQLite, or a newer schema is a one-line `CatalogError`.
+  SQLite file, a file that is not SQLite, or a newer schema is a one-line `CatalogError`; an older
+  schema is upgraded on open, in one transaction, keeping every row (MIGRATIONS).
+
+Every table and index is defined here (TABLES, INDEXES) and nowhere else: registry.py, labels.py and
+gate.py read and write their tables but never create or alter them.
 
 Tables: models, fleets, clips, frames, shadow_runs, shadow_clips (done markers), signals (one
 column per `data_engine.signals.SIGNALS`), embeddings, trigger_hits, selections, selection_items;
@@ -22,7 +26,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,46 +36,65 @@ from data_engine.signals import SIGNALS
 from hydranet.io import file_sha256
 
 APPLICATION_ID = 0x48594431  # "HYD1"
-SCHEMA_VERSION = 1
+# The schema's version: bump it whenever a table or index below changes, and add the step from the
+# version before to MIGRATIONS. 1: registry and label tables were placeholders that registry.py and
+# labels.py rewrote on first use; 2: every table in its final layout, defined here only.
+SCHEMA_VERSION = 2
 
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS models (id INTEGER PRIMARY KEY, sha256 TEXT UNIQUE NOT NULL, path TEXT, embedding_dim INTEGER,
-    meta TEXT, added REAL);
-CREATE TABLE IF NOT EXISTS fleets (id INTEGER PRIMARY KEY, root TEXT UNIQUE NOT NULL, rig TEXT, cameras TEXT, added REAL);
-CREATE TABLE IF NOT EXISTS clips (id INTEGER PRIMARY KEY, fleet_id INTEGER NOT NULL REFERENCES fleets(id), name TEXT NOT NULL,
-    num_frames INTEGER, UNIQUE(fleet_id, name));
-CREATE TABLE IF NOT EXISTS frames (id INTEGER PRIMARY KEY, clip_id INTEGER NOT NULL REFERENCES clips(id), idx INTEGER NOT NULL,
-    dir TEXT NOT NULL, timestamp_us INTEGER, UNIQUE(clip_id, idx));
-CREATE TABLE IF NOT EXISTS shadow_runs (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL REFERENCES models(id),
-    candidate_id INTEGER NOT NULL DEFAULT 0, fleet_id INTEGER NOT NULL REFERENCES fleets(id), started REAL,
-    UNIQUE(model_id, candidate_id, fleet_id));
-CREATE TABLE IF NOT EXISTS shadow_clips (run_id INTEGER NOT NULL REFERENCES shadow_runs(id), clip_id INTEGER NOT NULL,
-    frames INTEGER, corrupt INTEGER, finished REAL, PRIMARY KEY(run_id, clip_id));
-CREATE TABLE IF NOT EXISTS signals (run_id INTEGER NOT NULL, frame_id INTEGER NOT NULL REFERENCES frames(id),
-    status TEXT NOT NULL, error TEXT, {", ".join(f"{s} REAL" for s in SIGNALS)}, per_camera TEXT, predictions TEXT,
-    PRIMARY KEY(run_id, frame_id));
-CREATE TABLE IF NOT EXISTS embeddings (run_id INTEGER NOT NULL, frame_id INTEGER NOT NULL, cameras INTEGER, dim INTEGER,
-    vec BLOB NOT NULL, PRIMARY KEY(run_id, frame_id));
-CREATE TABLE IF NOT EXISTS trigger_hits (trigger TEXT NOT NULL, version INTEGER NOT NULL, run_id INTEGER NOT NULL,
-    frame_id INTEGER NOT NULL, score REAL, PRIMARY KEY(trigger, version, run_id, frame_id));
-CREATE TABLE IF NOT EXISTS selections (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, run_id INTEGER, strategy TEXT,
-    budget INTEGER, unit TEXT, params TEXT, created REAL);
-CREATE TABLE IF NOT EXISTS selection_items (selection_id INTEGER NOT NULL REFERENCES selections(id), rank INTEGER NOT NULL,
-    frame_id INTEGER NOT NULL, reason TEXT, PRIMARY KEY(selection_id, rank), UNIQUE(selection_id, frame_id));
-CREATE TABLE IF NOT EXISTS label_jobs (id INTEGER PRIMARY KEY, selection TEXT NOT NULL, frame_id INTEGER NOT NULL
-    REFERENCES frames(id), state TEXT NOT NULL, backend TEXT NOT NULL, model_id INTEGER, external_id TEXT, label_id INTEGER,
-    created REAL, updated REAL, UNIQUE(selection, frame_id));
-CREATE TABLE IF NOT EXISTS labels (id INTEGER PRIMARY KEY, frame_id INTEGER NOT NULL REFERENCES frames(id), version INTEGER NOT NULL,
-    job_id INTEGER NOT NULL REFERENCES label_jobs(id), source TEXT NOT NULL, labeller TEXT, model_id INTEGER, payload TEXT NOT NULL,
-    digest TEXT NOT NULL, created REAL, UNIQUE(frame_id, version), UNIQUE(job_id, source, digest));
-CREATE TABLE IF NOT EXISTS registry (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, role TEXT NOT NULL,
-    previous_id INTEGER, promoted REAL);
-CREATE TABLE IF NOT EXISTS gate_results (id INTEGER PRIMARY KEY, candidate_id INTEGER, production_id INTEGER, suite TEXT,
-    metrics TEXT, verdict TEXT, created REAL);
-CREATE INDEX IF NOT EXISTS frames_clip ON frames(clip_id);
-""" + "".join(f"CREATE INDEX IF NOT EXISTS signals_{s} ON signals(run_id, {s} DESC, frame_id);\n" for s in SIGNALS)
-# one index per signal column, in `Catalog.top` order: a top-k query reads k index entries instead of
-# scanning every row (1e6 frames: ~2.5 s -> a few ms); ingest is ~3x slower, still far above shadow's rate
+TABLES: dict[str, str] = {  # table -> its CREATE statement (the one definition of each table)
+    "models": "CREATE TABLE IF NOT EXISTS models (id INTEGER PRIMARY KEY, sha256 TEXT UNIQUE NOT NULL, path TEXT, "
+              "embedding_dim INTEGER, meta TEXT, added REAL)",
+    "fleets": "CREATE TABLE IF NOT EXISTS fleets (id INTEGER PRIMARY KEY, root TEXT UNIQUE NOT NULL, rig TEXT, cameras TEXT, "
+              "added REAL)",
+    "clips": "CREATE TABLE IF NOT EXISTS clips (id INTEGER PRIMARY KEY, fleet_id INTEGER NOT NULL REFERENCES fleets(id), "
+             "name TEXT NOT NULL, num_frames INTEGER, UNIQUE(fleet_id, name))",
+    "frames": "CREATE TABLE IF NOT EXISTS frames (id INTEGER PRIMARY KEY, clip_id INTEGER NOT NULL REFERENCES clips(id), "
+              "idx INTEGER NOT NULL, dir TEXT NOT NULL, timestamp_us INTEGER, UNIQUE(clip_id, idx))",
+    "shadow_runs": "CREATE TABLE IF NOT EXISTS shadow_runs (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL REFERENCES "
+                   "models(id), candidate_id INTEGER NOT NULL DEFAULT 0, fleet_id INTEGER NOT NULL REFERENCES fleets(id), "
+                   "started REAL, UNIQUE(model_id, candidate_id, fleet_id))",
+    "shadow_clips": "CREATE TABLE IF NOT EXISTS shadow_clips (run_id INTEGER NOT NULL REFERENCES shadow_runs(id), clip_id "
+                    "INTEGER NOT NULL, frames INTEGER, corrupt INTEGER, finished REAL, PRIMARY KEY(run_id, clip_id))",
+    "signals": "CREATE TABLE IF NOT EXISTS signals (run_id INTEGER NOT NULL, frame_id INTEGER NOT NULL REFERENCES frames(id), "
+               f"status TEXT NOT NULL, error TEXT, {', '.join(f'{s} REAL' for s in SIGNALS)}, per_camera TEXT, "
+               "predictions TEXT, PRIMARY KEY(run_id, frame_id))",
+    "embeddings": "CREATE TABLE IF NOT EXISTS embeddings (run_id INTEGER NOT NULL, frame_id INTEGER NOT NULL, cameras INTEGER, "
+                  "dim INTEGER, vec BLOB NOT NULL, PRIMARY KEY(run_id, frame_id))",
+    "trigger_hits": "CREATE TABLE IF NOT EXISTS trigger_hits (trigger TEXT NOT NULL, version INTEGER NOT NULL, run_id INTEGER "
+                    "NOT NULL, frame_id INTEGER NOT NULL, score REAL, PRIMARY KEY(trigger, version, run_id, frame_id))",
+    "selections": "CREATE TABLE IF NOT EXISTS selections (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, run_id INTEGER, "
+                  "strategy TEXT, budget INTEGER, unit TEXT, params TEXT, created REAL)",
+    "selection_items": "CREATE TABLE IF NOT EXISTS selection_items (selection_id INTEGER NOT NULL REFERENCES selections(id), "
+                       "rank INTEGER NOT NULL, frame_id INTEGER NOT NULL, reason TEXT, PRIMARY KEY(selection_id, rank), "
+                       "UNIQUE(selection_id, frame_id))",
+    # the relabel queue and the versioned label store (data_engine/labels.py)
+    "label_jobs": "CREATE TABLE IF NOT EXISTS label_jobs (id INTEGER PRIMARY KEY, selection TEXT NOT NULL, frame_id INTEGER "
+                  "NOT NULL REFERENCES frames(id), state TEXT NOT NULL, backend TEXT NOT NULL, model_id INTEGER, external_id "
+                  "TEXT, label_id INTEGER, created REAL, updated REAL, UNIQUE(selection, frame_id))",
+    "labels": "CREATE TABLE IF NOT EXISTS labels (id INTEGER PRIMARY KEY, frame_id INTEGER NOT NULL REFERENCES frames(id), "
+              "version INTEGER NOT NULL, job_id INTEGER NOT NULL REFERENCES label_jobs(id), source TEXT NOT NULL, labeller TEXT, "
+              "model_id INTEGER, payload TEXT NOT NULL, digest TEXT NOT NULL, created REAL, UNIQUE(frame_id, version), "
+              "UNIQUE(job_id, source, digest))",
+    # the model registry (data_engine/registry.py): an append-only log, one production entry
+    "registry": "CREATE TABLE IF NOT EXISTS registry (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL REFERENCES models(id), "
+                "role TEXT NOT NULL, previous_id INTEGER REFERENCES registry(id), promoted REAL NOT NULL, action TEXT NOT NULL, "
+                "checkpoint TEXT NOT NULL, sha256 TEXT NOT NULL, onnx TEXT, onnx_sha256 TEXT, note TEXT)",
+    # suite metrics and gate decisions (data_engine/gate.py)
+    "gate_results": "CREATE TABLE IF NOT EXISTS gate_results (id INTEGER PRIMARY KEY, candidate_id INTEGER, production_id "
+                    "INTEGER, suite TEXT, metrics TEXT, verdict TEXT, created REAL)",
+}
+INDEXES: tuple[str, ...] = (
+    "CREATE INDEX IF NOT EXISTS frames_clip ON frames(clip_id)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS registry_one_production ON registry(role) WHERE role = 'production'",
+    # one index per signal column, in `Catalog.top` order: a top-k query reads k index entries instead of
+    # scanning every row (1e6 frames: ~2.5 s -> a few ms); ingest is ~3x slower, still far above shadow's rate
+    *(f"CREATE INDEX IF NOT EXISTS signals_{s} ON signals(run_id, {s} DESC, frame_id)" for s in SIGNALS),
+)
+
+
+def schema() -> list[str]:
+    """Every statement of the current schema (idempotent: IF NOT EXISTS), tables then indexes."""
+    return [*TABLES.values(), *INDEXES]
 
 
 class CatalogError(ValueError):
@@ -99,9 +122,8 @@ class Catalog:
                 self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 self.db.execute("PRAGMA journal_mode = WAL")
                 with self.transaction():
-                    for stmt in _SCHEMA.split(";"):
-                        if stmt.strip():
-                            self.db.execute(stmt)
+                    for stmt in schema():
+                        self.db.execute(stmt)
                     self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             elif app != APPLICATION_ID:
                 raise CatalogError(f"{self.path} is an SQLite file but not a hydranet catalog; give another --catalog path")
@@ -109,13 +131,32 @@ class Catalog:
                 raise CatalogError(f"catalog {self.path} has schema version {ver}, newer than this package's {SCHEMA_VERSION}; "
                                    "update the hydranet package")
             elif ver < SCHEMA_VERSION:
-                raise CatalogError(f"catalog {self.path} has schema version {ver}, older than {SCHEMA_VERSION}; recreate it")
+                self._migrate()
             self.db.execute("PRAGMA synchronous = FULL")
             self.db.execute("PRAGMA cache_size = -131072")  # 128 MiB of pages: the signal indexes stay in memory while writing
             self.db.execute("SELECT count(*) FROM signals").fetchone()
         except sqlite3.DatabaseError as e:
             raise CatalogError(f"catalog {self.path} is not a readable catalog ({e}); give another --catalog path or "
                                "delete the corrupt file") from None
+
+    def _migrate(self) -> None:
+        """Upgrade an older catalog to SCHEMA_VERSION in ONE transaction (every step of MIGRATIONS from its
+        version on, then any table or index of the current schema it lacks), keeping every row; a step
+        that cannot keep the rows raises and leaves the file as it was."""
+        with self.transaction():
+            ver = self.db.execute("PRAGMA user_version").fetchone()[0]  # another process may have migrated it meanwhile
+            for v in range(ver, SCHEMA_VERSION):
+                if v not in MIGRATIONS:
+                    raise CatalogError(f"catalog {self.path} has schema version {ver}, which this package cannot upgrade "
+                                       f"(it knows versions {min(MIGRATIONS)}..{SCHEMA_VERSION}); recreate it")
+                MIGRATIONS[v](self)
+            for stmt in schema():
+                self.db.execute(stmt)
+            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def columns(self, table: str) -> list[str]:
+        """The column names of `table` as the file has it ([] when it has no such table)."""
+        return [r[1] for r in self.db.execute(f"PRAGMA table_info({table})")]
 
     def _tables(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
@@ -334,6 +375,34 @@ class Catalog:
             self.db.executemany("INSERT INTO selection_items (selection_id, rank, frame_id, reason) VALUES (?, ?, ?, ?)",
                                 [(sid, i, int(it["frame_id"]), json.dumps(it["reason"])) for i, it in enumerate(items)])
         return int(sid)
+
+
+# -- migrations: MIGRATIONS[v](cat) turns version v into v + 1, inside the migration's transaction ------------
+def _replace_placeholders(cat: Catalog, tables: tuple[str, ...], final_column: str) -> None:
+    """Version-1 catalogs could hold empty placeholders of `tables` (written before those tables took
+    their final layout; the first has no `final_column`): drop and recreate them. A placeholder that
+    holds rows is a CatalogError: nothing holding data is dropped."""
+    cols = cat.columns(tables[0])
+    if not cols or final_column in cols:
+        return  # absent (created by the schema) or already final
+    if sum(cat.db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables if cat.columns(t)):
+        raise CatalogError(f"catalog {cat.path} holds {tables[0]} rows of an older layout; recreate the catalog (rows "
+                           f"without a {final_column} column cannot be upgraded)")
+    for t in reversed(tables):  # labels references label_jobs: drop it first
+        cat.db.execute(f"DROP TABLE IF EXISTS {t}")
+    for t in tables:
+        cat.db.execute(TABLES[t])
+
+
+def _v1_to_v2(cat: Catalog) -> None:
+    """1 -> 2: the `registry` placeholder (id, model_id, role, previous_id, promoted) and the label tables'
+    placeholders take their final layouts (what registry.py and labels.py did on first use in version 1);
+    catalogs where those ran already keep their tables and rows as they are."""
+    _replace_placeholders(cat, ("registry",), "checkpoint")
+    _replace_placeholders(cat, ("label_jobs", "labels"), "selection")
+
+
+MIGRATIONS: dict[int, Callable[[Catalog], None]] = {1: _v1_to_v2}
 
 
 class _Transaction:

@@ -30,46 +30,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_engine.catalog import _SCHEMA, Catalog, CatalogError
+from data_engine.catalog import Catalog
 from data_engine.labeling.base import Backend, FetchedLabel, Job, LabelingError, canonical, check_bbox, compare, digest
 
 STATES = ("queued", "sent", "labelled", "accepted", "rejected")
 TRANSITIONS = {"queued": ("sent",), "sent": ("labelled",), "labelled": ("accepted", "rejected"), "rejected": ("queued",),
                "accepted": ()}
 SOURCES = ("oracle", "label_studio", "file")
-_TABLES = ("label_jobs", "labels")
 
 
 class LabelError(LabelingError):
     """An illegal job transition or an unusable selection; one line naming the job or item."""
 
 
-# -- schema --------------------------------------------------------------------------------------------
-def ensure_schema(cat: Catalog) -> None:
-    """Catalogs written before the label tables took their final form hold empty placeholders: replace
-    them; a placeholder that holds rows is a CatalogError (nothing is dropped that holds data)."""
-    cols = {r[1] for r in cat.db.execute("PRAGMA table_info(label_jobs)")}
-    if "selection" in cols:
-        return
-    rows = sum(cat.db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _TABLES if cols)
-    if rows:
-        raise CatalogError(f"catalog {cat.path} holds label jobs of an older layout; recreate the catalog")
-    stmts = [s for s in _SCHEMA.split(";") if any(f"EXISTS {t} " in s for t in _TABLES)]
-    with cat.transaction():
-        for t in reversed(_TABLES):
-            cat.db.execute(f"DROP TABLE IF EXISTS {t}")
-        for s in stmts:
-            cat.db.execute(s)
-
-
+# -- the catalog (label_jobs and labels are defined in data_engine/catalog.py) ----------------------------
 def open_catalog(path: str | Path) -> Catalog:
-    cat = Catalog(path)
-    try:
-        ensure_schema(cat)
-    except BaseException:
-        cat.close()
-        raise
-    return cat
+    """An existing catalog (older schemas are upgraded by Catalog itself)."""
+    return Catalog(path)
 
 
 # -- selections -> jobs ----------------------------------------------------------------------------------

@@ -25,49 +25,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from data_engine.catalog import Catalog, CatalogError
+from data_engine.catalog import Catalog
 from hydranet.io import file_sha256
 
 _COLUMNS = ("id", "model_id", "role", "previous_id", "promoted", "action", "checkpoint", "sha256", "onnx", "onnx_sha256",
             "note")
-_LAYOUT = ("CREATE TABLE registry (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL REFERENCES models(id), role TEXT NOT "
-           "NULL, previous_id INTEGER REFERENCES registry(id), promoted REAL NOT NULL, action TEXT NOT NULL, checkpoint "
-           "TEXT NOT NULL, sha256 TEXT NOT NULL, onnx TEXT, onnx_sha256 TEXT, note TEXT)",
-           "CREATE UNIQUE INDEX registry_one_production ON registry(role) WHERE role = 'production'")
-
-
 class RegistryError(ValueError):
     """A promotion, rollback or production lookup that cannot be done; one line saying what to do."""
 
 
-# -- schema and catalog handles ---------------------------------------------------------------------------
-def ensure_registry(cat: Catalog) -> None:
-    """Catalogs hold an empty placeholder `registry` table from before the registry existed: give it its
-    layout. A placeholder that holds rows is a CatalogError (nothing holding data is dropped)."""
-    cols = [r[1] for r in cat.db.execute("PRAGMA table_info(registry)")]
-    if "checkpoint" in cols:
-        return
-    with cat.transaction():
-        if cols and cat.db.execute("SELECT count(*) FROM registry").fetchone()[0]:
-            raise CatalogError(f"catalog {cat.path} holds registry rows of an older layout; recreate the catalog")
-        cat.db.execute("DROP TABLE IF EXISTS registry")
-        for stmt in _LAYOUT:
-            cat.db.execute(stmt)
-
-
+# -- catalog handles (the `registry` table is defined in data_engine/catalog.py) ---------------------------
 @contextmanager
 def open_registry(catalog: str | Path | Catalog, create: bool = False) -> Iterator[Catalog]:
-    """The catalog (a path, opened and closed here, or an open Catalog) with the registry layout."""
+    """The catalog: a path, opened (created with `create`) and closed here, or an open Catalog."""
     if isinstance(catalog, Catalog):
-        ensure_registry(catalog)
         yield catalog
         return
-    cat = Catalog(catalog, create=create)
-    try:
-        ensure_registry(cat)
+    with Catalog(catalog, create=create) as cat:
         yield cat
-    finally:
-        cat.close()
 
 
 def model_id(cat: Catalog, path: str | Path, sha: str, kind: str = "checkpoint") -> int:

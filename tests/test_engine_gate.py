@@ -446,13 +446,15 @@ def test_missing_or_changed_production_is_an_error_at_use_time(models, tmp_path)
 
 
 def test_registry_upgrades_the_placeholder_only_when_empty(models, tmp_path):
-    cat = tmp_path / "cat.db"
-    with Catalog(cat, create=True) as c:
-        cols = [r[1] for r in c.db.execute("PRAGMA table_info(registry)")]
-        assert "checkpoint" not in cols  # the catalog's placeholder
-        c.db.execute("INSERT INTO registry (model_id, role) VALUES (1, 'production')")
+    """A version-1 catalog's registry placeholder: upgraded by the catalog's migration when empty (then a
+    promotion works), refused when it holds rows."""
+    from test_engine_catalog import write_v1_catalog
+
+    empty = write_v1_catalog(tmp_path / "empty.db", registry="placeholder", rows=False)
+    assert promote(empty, models["a"])["role"] == "production"
+    full = write_v1_catalog(tmp_path / "full.db", registry="placeholder", rows=True)
     with pytest.raises(CatalogError, match="registry rows of an older layout"):
-        promote(cat, models["a"])
+        promote(full, models["a"])
 
 
 # -- end to end: two trained checkpoints on real suites ------------------------------------------------------

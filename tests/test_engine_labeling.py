@@ -370,6 +370,7 @@ def test_placeholder_label_tables_of_older_catalogs_are_upgraded_only_when_empty
         cat.db.execute("DROP TABLE label_jobs")
         for s in old:
             cat.db.execute(s)
+        cat.db.execute("PRAGMA user_version = 1")  # a version-1 catalog: the migration to 2 upgrades them
     with open_catalog(env["catalog"]) as cat:
         assert create_jobs(cat, env["selection"], "oracle")["created"] == 4
     with Catalog(env["catalog"]) as cat:
@@ -378,5 +379,6 @@ def test_placeholder_label_tables_of_older_catalogs_are_upgraded_only_when_empty
         for s in old:
             cat.db.execute(s)
         cat.db.execute("INSERT INTO label_jobs (frame_id, state) VALUES (1, 'queued')")
+        cat.db.execute("PRAGMA user_version = 1")
     with pytest.raises(CatalogError, match="older layout; recreate"):
         open_catalog(env["catalog"])

@@ -117,8 +117,12 @@ def vanished_previous(tmp: Path, env: Env) -> list:
 def old_layout_registry(tmp: Path) -> Path:
     from data_engine.catalog import Catalog
 
-    with Catalog(tmp / "c.db", create=True) as c:
+    with Catalog(tmp / "c.db", create=True) as c:  # a version-1 catalog whose registry placeholder holds a row
+        c.db.execute("DROP TABLE registry")
+        c.db.execute("CREATE TABLE registry (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, role TEXT NOT NULL, "
+                     "previous_id INTEGER, promoted REAL)")
         c.db.execute("INSERT INTO registry (model_id, role) VALUES (1, 'production')")
+        c.db.execute("PRAGMA user_version = 1")
     return tmp / "c.db"
 
 
