@@ -38,10 +38,12 @@ from hydranet.io import frame_path
 from data_engine.catalog import Catalog
 from hydranet.io import file_sha256
 from data_engine.labels import accepted_versions, open_catalog
+from hydranet.heads import heads_where
 
 RECORD = "retrain.json"
 ACCEPTED = "accepted"  # the run's sub-folder and data source name of the accepted labels
-HUMAN_HEADS = ("det2d", "signs_lights")  # what a person's 2D boxes (Label Studio, COCO/CVAT files) supervise
+# what a person's 2D boxes (Label Studio, COCO/CVAT files) supervise: the heads whose spec says so
+HUMAN_HEADS = heads_where("human_labels")
 _TMP = ".tmp-"
 
 

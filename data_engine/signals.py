@@ -4,12 +4,18 @@ Every signal is a float per frame (NaN where it does not apply: a model without 
 frame without the history or the objects it needs). p = a sigmoid score, H(p) = -p ln p - (1-p)
 ln(1-p) its binary entropy (nats, at most ln 2 = 0.693). Columns (`SIGNALS`):
 
+Per head (declared by each head's spec, `hydranet.heads.HeadSpec.signal_columns`, and computed by
+its `signals`; a new head brings its own):
+
 - `<head>_entropy` (det2d, signs_lights, det3d): mean H(p) over the top-K (K=20) 3x3 heatmap peaks
   above 0.05 of every camera (det3d: of the BEV heatmap); high when peaks sit near p = 0.5.
 - `<head>_uncertain`: number of those peaks in the uncertain band 0.3 <= p < 0.6.
 - `<head>_margin`: mean over the same peaks of 1 - |2p - 1| (1 = a coin flip, 0 = certain).
 - `lanes_entropy`, `drivable_entropy`: mean H(p) over all pixels of every camera;
   `lanes_entropy_p95`, `drivable_entropy_p95`: the 95th percentile (the uncertain tail).
+
+Across heads (`ENGINE_SIGNALS`, computed here):
+
 - `flicker`: per camera, a simple tracker links confident det2d boxes (score >= 0.3) of consecutive
   frames by greedy IoU >= 0.3 (same class). Events at frame t: a box of t-1 linked to neither t-2
   nor t (lived one frame), plus a box of t linked to t-2 but not to t-1 (a one-frame gap);
@@ -47,28 +53,22 @@ from typing import Any
 
 import numpy as np
 
-from hydranet.decoding import NonFiniteError, box_iou, first_non_finite, heatmap_peaks, sigmoid
+from hydranet.decoding import NonFiniteError, box_iou, first_non_finite, sigmoid
+from hydranet.heads import HEADS, PEAK_TOP_K, UNCERTAIN_BAND, signal_columns
+from hydranet.heads import entropy  # noqa: F401 (data_engine.signals.entropy: H(p) of the docstring)
 from hydranet.geometry import Distortion, distortion_from_row
 from hydranet.geometry import project as project_camera
 
-PEAK_HEADS = ("det2d", "signs_lights", "det3d")
-DENSE_HEADS = ("lanes", "drivable")
-SIGNALS = (
-    *[f"{h}_{k}" for h in PEAK_HEADS for k in ("entropy", "uncertain", "margin")],
-    *[f"{h}_{k}" for h in DENSE_HEADS for k in ("entropy", "entropy_p95")],
-    "flicker", "jitter", "cross_camera", "box2d_vs_3d", "depth_vs_3d", "speed_excess", "accel",
-    "disagree_det2d", "disagree_det3d", "disagree_dense", "num_det2d", "num_det3d",
-)
+# signals across heads (temporal, geometric, model disagreement), computed here; every head's own
+# columns come from its spec (`HeadSpec.signal_columns` / `signals`, hydranet/heads.py)
+ENGINE_SIGNALS = ("flicker", "jitter", "cross_camera", "box2d_vs_3d", "depth_vs_3d", "speed_excess", "accel",
+                  "disagree_det2d", "disagree_det3d", "disagree_dense", "num_det2d", "num_det3d")
+SIGNALS = (*signal_columns(), *ENGINE_SIGNALS)  # the catalog's signal columns (data_engine/catalog.py)
 CONFIDENT = 0.3
-BAND = (0.3, 0.6)
-TOP_K = 20
+BAND = UNCERTAIN_BAND
+TOP_K = PEAK_TOP_K
 VMAX = {"pedestrian": 4.0, "cyclist": 15.0, "bicycle": 15.0, "traffic_cone": 1.0, "barrier": 1.0, "debris": 1.0}
 VMAX_DEFAULT = 45.0
-
-
-def entropy(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, np.float64), 1e-7, 1 - 1e-7)
-    return -(p * np.log(p) + (1 - p) * np.log(1 - p))
 
 
 @dataclass
@@ -106,22 +106,6 @@ class ClipState:
 
 
 # -- building blocks ---------------------------------------------------------------------------------
-def peak_scores(logits: np.ndarray) -> list[np.ndarray]:
-    """Per item of heatmaps (B, C, h, w): the scores of its top-K 3x3 peaks above 0.05."""
-    return [p[0] for p in heatmap_peaks(np.asarray(logits, np.float32), 0.05, TOP_K)]
-
-
-def peak_stats(logits: np.ndarray | None = None, scores: list[np.ndarray] | None = None) -> tuple[float, float, float]:
-    """(mean entropy, uncertain count, mean margin) of the top-K peaks of heatmaps (B, C, h, w), all items
-    (or of `scores`, peak_scores' per-item lists, so the peaks are found once per head)."""
-    per_item = peak_scores(logits) if scores is None else scores
-    scores = np.concatenate(per_item or [np.zeros(0)])
-    if scores.size == 0:
-        return 0.0, 0.0, 0.0
-    band = float(((scores >= BAND[0]) & (scores < BAND[1])).sum())
-    return float(entropy(scores).mean()), band, float((1 - np.abs(2 * scores - 1)).mean())
-
-
 def match(a: np.ndarray, la: np.ndarray, b: np.ndarray, lb: np.ndarray, thr: float) -> list[tuple[int, int]]:
     """Greedy one-to-one matching of boxes a (M, 4) to b (K, 4), same label, IoU >= thr, best first."""
     if len(a) == 0 or len(b) == 0:
@@ -174,20 +158,17 @@ def frame_signals(info: ModelInfo, raw: Mapping[str, np.ndarray], decoded: Mappi
         _check_finite(candidate["raw"], "candidate ")
     N = len(info.cameras)
     H, W = info.image_size
-    sig = {name: float("nan") for name in SIGNALS}
+    sig = {name: float("nan") for name in (*signal_columns(), *ENGINE_SIGNALS)}
     per_cam: dict[str, list[float]] = {}
-    for head in PEAK_HEADS:
-        key = f"{head}.heatmap"
-        if key in raw:
-            per_item = peak_scores(raw[key])  # peaks found once: the frame's stats and each camera's
-            sig[f"{head}_entropy"], sig[f"{head}_uncertain"], sig[f"{head}_margin"] = peak_stats(scores=per_item)
-            if head != "det3d":
-                per_cam[f"{head}_entropy"] = [peak_stats(scores=per_item[n:n + 1])[0] for n in range(N)]
-    for head in DENSE_HEADS:
-        key = f"{head}.logits"
-        if key in raw:
-            h = entropy(sigmoid(np.asarray(raw[key], np.float32))).astype(np.float32)
-            sig[f"{head}_entropy"], sig[f"{head}_entropy_p95"] = float(h.mean()), float(np.percentile(h, 95))
+    for spec in HEADS.values():  # each head's own signals, from its spec (hydranet/heads.py)
+        if not spec.signal_columns:
+            continue
+        prefix = spec.name + "."
+        outputs = {k[len(prefix):]: v for k, v in raw.items() if k.startswith(prefix)}
+        if outputs:
+            head_sig, head_cam = spec.signals(outputs, decoded.get(spec.name), N)
+            sig.update({k: float(v) for k, v in head_sig.items() if k in spec.signal_columns})
+            per_cam.update(head_cam)
 
     dets2d = None
     if "det2d" in decoded:
@@ -229,11 +210,13 @@ def frame_signals(info: ModelInfo, raw: Mapping[str, np.ndarray], decoded: Mappi
     return sig, per_cam
 
 
-READ_OUTPUTS = (*[f"{h}.heatmap" for h in PEAK_HEADS], *[f"{h}.logits" for h in DENSE_HEADS])
+def read_outputs() -> tuple[str, ...]:
+    """The raw outputs the signals read: every registered head's `signal_outputs`."""
+    return tuple(f"{s.name}.{o}" for s in HEADS.values() for o in s.signal_outputs)
 
 
 def _check_finite(raw: Mapping[str, np.ndarray], role: str) -> None:
-    bad = first_non_finite({k: raw[k] for k in READ_OUTPUTS if k in raw})
+    bad = first_non_finite({k: raw[k] for k in read_outputs() if k in raw})
     if bad is not None:
         name, what, item = bad
         raise NonFiniteError(f"{role}output {name} holds {what} (item {item}): no signals for it (they would read 0); "

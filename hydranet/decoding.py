@@ -4,7 +4,9 @@ tasks' `decode` (through `.cpu().numpy()`) and by the torch-free runtime in the 
 
 A decoder is `DECODERS[kind](outputs, **params) -> list of per-item results`, `outputs` being the
 head's raw outputs {name: numpy array with a leading batch axis}, `params` what the task records
-in `Task.decoding()` (and the ONNX export in its metadata). Results hold numpy arrays.
+in `Task.decoding()` (and the ONNX export in its metadata). Results hold numpy arrays. A head owns
+its decoder through its numpy side (`hydranet.heads.HeadSpec.decode`); registering a head adds its
+kind to `DECODERS`, so a new head needs no edit here.
 
 - "centernet" (det2d, signs_lights): CenterNet peaks (Zhou et al., "Objects as Points", 2019):
   3x3 local maxima of the sigmoid heatmap, top-k, box from (dx, dy, log w, log h) in stride units,
@@ -200,6 +202,8 @@ def decode_centerpoint(outputs: Mapping[str, np.ndarray], x_range: tuple[float, 
     return results
 
 
+# kind -> decoder: the built-in heads' kinds, and every kind a registered head brings
+# (`hydranet.heads.register_head`: a head's `HeadSpec` owns its decoder; a new head adds its own here)
 DECODERS: dict[str, Callable[..., list]] = {
     "centernet": decode_centernet, "lanes": decode_lanes, "binary_mask": decode_binary_mask,
     "multi_mask": decode_multi_mask, "depth": decode_depth, "normals": decode_normals,
@@ -212,7 +216,8 @@ def decode(kind: str, outputs: Mapping[str, np.ndarray], params: Mapping[str, An
     holding NaN or Inf raise `NonFiniteError` naming the output (they are never decoded). `checked`:
     the caller has just checked these very arrays with `first_non_finite` (the runtime's `run`)."""
     if kind not in DECODERS:
-        raise ValueError(f"no decoder of kind '{kind}'; known kinds: {sorted(DECODERS)}")
+        raise ValueError(f"no decoder of kind '{kind}'; known kinds: {sorted(DECODERS)} (a head's kind is known once "
+                         "its HeadSpec is registered: hydranet.heads.register_head)")
     bad = None if checked else first_non_finite(outputs)
     if bad is not None:
         name, what, item = bad

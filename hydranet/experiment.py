@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hydranet.config import ConfigError, apply_overrides, from_dict, load_config
+from hydranet.heads import heads_where
 from hydranet.models import ModelConfig
 
 
@@ -115,7 +116,7 @@ def check_experiment(cfg: ExperimentConfig) -> None:
     check_data_sources(cfg)
 
 
-GEOMETRY_HEADS = ("det3d", "bevmap", "depth", "normals")  # need camera calibration (or 3D labels only it gives)
+GEOMETRY_HEADS = heads_where("needs_calibration")  # need camera calibration (or 3D labels only it gives)
 
 
 def check_data_sources(cfg: ExperimentConfig) -> None:
@@ -157,7 +158,7 @@ def check_data_sources(cfg: ExperimentConfig) -> None:
 
 def check_heads(heads, formats, bev_only: bool = False, where: str = "data.format") -> None:
     """ConfigError for a head a run's formats cannot feed: on one uncalibrated dataset (BDD100K)
-    every geometry head (GEOMETRY_HEADS); with `bev_only` (a mix, where other sources supervise
+    every geometry head (a registered head whose spec needs calibration); with `bev_only` (a mix, where other sources supervise
     depth/normals, or evaluation) the BEV heads, whose view transform needs each batch's calibration."""
     from hydranet.data.formats import UNCALIBRATED
     from hydranet.tasks import BEV_TASKS
@@ -165,7 +166,7 @@ def check_heads(heads, formats, bev_only: bool = False, where: str = "data.forma
     bad_fmt = next((f for f in formats if f in UNCALIBRATED), None)
     if bad_fmt is None:
         return
-    need = [h for h in heads if h in BEV_TASKS] if bev_only else [h for h in heads if h in GEOMETRY_HEADS]
+    need = [h for h in heads if h in BEV_TASKS] if bev_only else [h for h in heads if h in heads_where("needs_calibration")]
     if need:
         raise ConfigError(f"config key 'model.tasks': head '{need[0]}' needs camera calibration, which {bad_fmt} lacks "
                           f"({where}={bad_fmt}); remove {need} from model.tasks or train on a calibrated dataset")

@@ -26,6 +26,7 @@ from hydranet.bev_augment import rotate_sample
 from hydranet.bevgrid import BevGrid
 from hydranet.data import SimDataset
 from hydranet.geometry import DISTORTION_WIDTH
+from hydranet.heads import HEADS
 from hydranet.tasks import Task
 
 DENSE_KEYS = ("depth", "normals", "semantic", "drivable", "instance")
@@ -266,18 +267,16 @@ def is_supervised(sample: Mapping, objective: str) -> bool:
 
 def blank_sample(sample: Mapping, task: Any) -> dict:
     """The sample with no labels at all and zero dense maps: the shape-keeping stand-in targets
-    of a head the sample does not supervise. The loss never reads them (its per-sample
+    of a head the sample does not supervise, from every registered head's spec (its label keys and
+    `blank`) and the task's own. The loss never reads them (its per-sample
     `supervised` mask drops the sample, hydranet/models/partial.py), nor does a metric."""
-    images = sample["images"]  # (N, H, W, 3) uint8
-    N, H, W = len(images), images.shape[1], images.shape[2]
+    specs = list(dict.fromkeys([*HEADS.values(), *([task.spec] if getattr(task, "spec", None) else [])]))
+    per_camera = dict.fromkeys(k for s in specs for k in s.camera_labels)
     out = dict(sample)
-    out["labels"] = {"cameras": {n: {"boxes2d": [], "lanes2d": []} for n in sample["camera_names"]},
-                     "boxes3d": [], "lanes3d": []}
-    out.update(depth=np.zeros((N, H, W), np.float32), normals=np.zeros((N, H, W, 3), np.float32),
-               drivable=np.zeros((N, H, W), bool))
-    grid = getattr(task, "source_grid", None) or getattr(task, "grid", None)
-    if grid is not None:
-        out["bev"] = np.zeros((3, *grid.shape), np.uint8)
+    out["labels"] = {"cameras": {n: {k: [] for k in per_camera} for n in sample["camera_names"]},
+                     **{k: [] for s in specs for k in s.frame_labels}}
+    for s in specs:  # every head's blank dense maps (each head's spec: hydranet/heads.py)
+        out.update(s.blank(sample, task))
     return out
 
 

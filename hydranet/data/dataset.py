@@ -21,6 +21,7 @@ import cv2
 import numpy as np
 
 from hydranet.data.image import ImageError, decode_bytes
+from hydranet.heads import HEADS, heads_where
 from hydranet.io import frame_path
 from hydranet.rig import Rig, check_name, rig_from_dict
 
@@ -32,9 +33,10 @@ LABEL_CHANNELS = CHANNELS[1:]  # per-pixel truth files; a frame that supervises 
 CHANNEL_SUFFIX = {"images": ".jpg", "depth": ".depth.png", "normals": ".normal.png", "semantic": ".semantic.png",
                   "instance": ".instance.png"}
 BEV_FILE = "bev.png"
-# the heads a sim frame can supervise, and those that read a label channel file (the rest read labels.json)
-SIM_HEADS = ("det2d", "lanes", "drivable", "depth", "normals", "signs_lights", "det3d", "bevmap")
-PIXEL_HEADS = ("drivable", "depth", "normals", "bevmap")
+# the heads a sim frame can supervise (every registered head: the sim has every label), and those that
+# read a dense label channel (the rest read labels.json); derived from the heads' specs (hydranet/heads.py)
+SIM_HEADS = tuple(HEADS)
+PIXEL_HEADS = heads_where("channels")
 DRIVABLE_CLASSES = ("road", "lane_marking", "crosswalk")
 _GENERATE = "generate one with `hydranet sim generate`"
 

@@ -3,7 +3,9 @@
 `meta` is the dataset meta (dataset.json: `classes`, `sign_classes`, `light_states`, ...),
 `in_channels` the neck width, `options` the task's constructor options from the config. Adding a
 task is one new file in this package plus one `register_task` line below (see
-docs/adding_a_head.md).
+docs/adding_a_head.md). Registering a task registers its numpy side (`Task.spec`, a
+`hydranet.heads.HeadSpec`: decoder, label keys, blank labels, engine signals) with
+`hydranet.heads.register_head`, from which every per-head tuple of the stack is derived.
 
 Tasks that read the fused bird's-eye-view features (`space = "bev"`) are registered in
 `BEV_TASKS` (`register_task(..., bev=True)`): their `in_channels` is the BEV feature width and
@@ -16,6 +18,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hydranet.heads import HeadSpec, register_head
 from hydranet.tasks.base import Metric, PrimaryMetric, Task
 from hydranet.tasks.bevmap import BevMapTask
 from hydranet.tasks.depth import DepthTask
@@ -36,7 +39,16 @@ def register_task(name: str, builder: TaskBuilder, bev: bool = False) -> None:
     duplicate name raises."""
     if name in TASKS or name in BEV_TASKS:
         raise ValueError(f"task '{name}' is already registered")
+    spec = _spec_of(builder)
+    if spec is not None:
+        register_head(spec)
     (BEV_TASKS if bev else TASKS)[name] = builder
+
+
+def _spec_of(builder: TaskBuilder) -> type[HeadSpec] | None:
+    """The numpy side of a `Task.from_meta` builder's class (None for other builders)."""
+    owner = getattr(builder, "__self__", None)
+    return getattr(owner, "spec", None) if inspect.isclass(owner) else None
 
 
 register_task("det2d", Det2dTask.from_meta)
@@ -73,6 +85,8 @@ def build_task(name: str, meta: Mapping, in_channels: int, options: Mapping[str,
     task = builder(meta, in_channels, **options)
     if task.name != name:
         raise ValueError(f"task registered as '{name}' builds a task named '{task.name}'; the names must agree")
+    if task.spec is not None:  # a builder put into TASKS directly: its head's numpy side becomes known too
+        register_head(task.spec)
     return task
 
 

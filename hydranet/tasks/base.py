@@ -9,7 +9,7 @@ activation in a head; activations belong to `loss` and `decode`). Around the hea
 - `collate(list of build_targets outputs)`: torch targets of a batch, cameras flattened so index
   b * N + n lines up with the head outputs (arrays are concatenated, per-camera lists flattened).
 - `loss(outputs, targets) -> {component: scalar}`: weights and switches are constructor args.
-- `decode(outputs) -> list` of B*N per-image results.
+- `decode(outputs) -> list` of B*N per-image results (default: the numpy decoder of `spec`).
 - `metric() -> Metric`: a fresh accumulator with `update(decoded, targets)` and `compute()`.
 
 Multi-level merging of dense heads follows the semantic branch of Panoptic FPN (Kirillov et al.,
@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hydranet.heads import HeadSpec
 from hydranet.models.layers import MergeLevels, conv_bn_relu
 
 
@@ -124,7 +125,8 @@ class PrimaryMetric:
 class Task(nn.Module, abc.ABC):
     """Base of every task. Subclasses set `self.head` and implement the abstract methods.
 
-    Attributes: `name` (the registry key), `in_channels` (channels it expects on every pyramid
+    Attributes: `name` (the registry key), `spec` (its numpy side, a `hydranet.heads.HeadSpec`: what
+    the runtime, the readers and the data engine know of the head without torch), `in_channels` (channels it expects on every pyramid
     level), `in_stride` (stride of the finest level it expects), `space` ("image": reads the
     per-camera pyramid; "bev": reads the fused bird's-eye-view features), `primary_metric` (what
     the evaluator judges it by) and `baseline_name` (what `baseline` predicts, for the table).
@@ -134,6 +136,7 @@ class Task(nn.Module, abc.ABC):
     space: str = "image"
     primary_metric: PrimaryMetric | None = None
     baseline_name: str = ""
+    spec: type[HeadSpec] | None = None  # the numpy side: decoder, label keys, calibration, blank labels, signals
 
     def __init__(self, in_channels: int, in_stride: int = 8):
         super().__init__()
@@ -142,6 +145,9 @@ class Task(nn.Module, abc.ABC):
         if not isinstance(self.primary_metric, PrimaryMetric) or not self.baseline_name:
             raise ValueError(f"{type(self).__name__} must set class attributes `primary_metric` (a PrimaryMetric) and "
                              "`baseline_name` (see docs/adding_a_head.md)")
+        if self.spec is not None and (self.spec.name, self.spec.space) != (self.name, self.space):
+            raise ValueError(f"{type(self).__name__}: its spec {self.spec.__qualname__} is head '{self.spec.name}' "
+                             f"({self.spec.space}), the task '{self.name}' ({self.space}); they must agree")
         self.in_channels = in_channels
         self.in_stride = in_stride
 
@@ -174,10 +180,6 @@ class Task(nn.Module, abc.ABC):
         """Named scalar loss components (already weighted by the task's constructor weights)."""
 
     @abc.abstractmethod
-    def decode(self, outputs: Mapping[str, torch.Tensor]) -> list:
-        """Per-image results (B*N items) from raw head outputs."""
-
-    @abc.abstractmethod
     def metric(self) -> Metric:
         """A fresh metric accumulator for this task."""
 
@@ -195,11 +197,27 @@ class Task(nn.Module, abc.ABC):
         ("labels", "bev"). Default: nothing drawn."""
         return []
 
+    def decode(self, outputs: Mapping[str, torch.Tensor]) -> list:
+        """Per-image results (B*N items) from raw head outputs; by default the numpy decoder of the
+        head's `spec` (the one the runtime runs) with `decoder_params()`."""
+        spec = self.decoding()
+        if spec is None:
+            raise NotImplementedError(f"task '{self.name}' has no numpy decoder (`spec.decoder`); define `decode`")
+        with torch.no_grad():
+            return decode_numpy(spec, outputs)
+
+    def decoder_params(self) -> dict[str, Any]:
+        """Keyword arguments of the spec's numpy decoder (thresholds from the constructor)."""
+        return {}
+
     def decoding(self) -> dict[str, Any] | None:
         """{"kind": a `hydranet.decoding.DECODERS` key, "params": its keyword arguments}: how the
-        torch-free runtime decodes this head (deploy writes it into the ONNX metadata). None: no
-        numpy decoder, the runtime hands out the raw outputs."""
-        return None
+        torch-free runtime decodes this head (deploy writes it into the ONNX metadata); by default
+        the spec's `decoder` kind with `decoder_params()`. None: no numpy decoder, the runtime hands
+        out the raw outputs."""
+        if self.spec is None or self.spec.decoder is None:
+            return None
+        return {"kind": self.spec.decoder, "params": self.decoder_params()}
 
 
 def decode_numpy(spec: Mapping[str, Any], outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:

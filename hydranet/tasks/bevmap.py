@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hydranet import heads
 from hydranet.bevgrid import BevGrid, grid_of, resample_raster
 from hydranet.models.layers import conv_bn_relu
 from hydranet.tasks.base import Metric, PrimaryMetric, Task, decode_numpy, masked_mean, require, score_constant
@@ -43,6 +44,7 @@ class BevMapTask(Task):
     channel and their mean."""
 
     name = "bevmap"
+    spec = heads.BevMap  # the numpy side: decoder, label keys, blank labels, engine signals
     space = "bev"
     primary_metric = PrimaryMetric("mIoU")
     baseline_name = "per-cell majority"

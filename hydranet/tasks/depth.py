@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hydranet import heads
 from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, decode_numpy, require, score_constant
 from hydranet.viz import depth_rgb
 
@@ -23,6 +24,7 @@ class DepthTask(Task):
     """Per camera: log-depth logits (B*N, 1, H, W); decode: depth (H, W) metres."""
 
     name = "depth"
+    spec = heads.Depth  # the numpy side: decoder, label keys, blank labels, engine signals
     primary_metric = PrimaryMetric("abs_rel", higher_is_better=False)
     baseline_name = "mean depth"
 

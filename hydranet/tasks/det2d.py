@@ -24,6 +24,7 @@ from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
 
+from hydranet import heads
 from hydranet.models.layers import MergeLevels
 from hydranet.tasks.base import (Metric, PrimaryMetric, Task, camera_labels, decode_numpy, image_hw, no_detections,
                                  score_constant)
@@ -107,6 +108,7 @@ class Det2dTask(Task):
     """
 
     name = "det2d"
+    spec = heads.Det2d  # the numpy side: decoder, label keys, blank labels, engine signals
     primary_metric = PrimaryMetric("mAP50")
     baseline_name = "empty detections"
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hydranet import heads
 from hydranet.bevgrid import BevGrid, grid_of
 from hydranet.metrics import DetectionConfig, evaluate_boxes
 from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
@@ -98,6 +99,7 @@ class Det3dTask(Task):
     vx, vy; "scores" (K,); "labels" (K,)}."""
 
     name = "det3d"
+    spec = heads.Det3d  # the numpy side: decoder, label keys, blank labels, engine signals
     space = "bev"
     primary_metric = PrimaryMetric("nuscenes/NDS")
     baseline_name = "empty detections"

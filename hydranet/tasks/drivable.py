@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hydranet import heads
 from hydranet.viz import draw_camera
 
 from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, decode_numpy, require, score_constant
@@ -24,6 +25,7 @@ class DrivableTask(Task):
     """Per camera: logits (B*N, 1, H, W); decode: bool mask (H, W) per image."""
 
     name = "drivable"
+    spec = heads.Drivable  # the numpy side: decoder, label keys, blank labels, engine signals
     primary_metric = PrimaryMetric("iou")
     baseline_name = "per-pixel majority"
 

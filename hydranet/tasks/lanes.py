@@ -19,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hydranet import heads
 from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, camera_labels, decode_numpy, image_hw, score_constant
 from hydranet.tasks.drivable import BinaryIoU
 
@@ -47,6 +48,7 @@ class LanesTask(Task):
     int32 with 0 = background and 1..K one lane each}."""
 
     name = "lanes"
+    spec = heads.Lanes  # the numpy side: decoder, label keys, blank labels, engine signals
     primary_metric = PrimaryMetric("pixel_iou")
     baseline_name = "no lanes"
 

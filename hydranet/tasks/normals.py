@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hydranet import heads
 from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, decode_numpy, masked_mean, require, score_constant
 from hydranet.viz import normals_rgb
 
@@ -23,6 +24,7 @@ class NormalsTask(Task):
     """Per camera: raw vectors (B*N, 3, H, W); decode: unit normals (H, W, 3)."""
 
     name = "normals"
+    spec = heads.Normals  # the numpy side: decoder, label keys, blank labels, engine signals
     primary_metric = PrimaryMetric("mean_angle_deg", higher_is_better=False, margin=0.5)
     baseline_name = "mean normal"
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torchvision.ops import box_iou
 
+from hydranet import heads
 from hydranet.tasks.base import Metric, PrimaryMetric, score_constant
 from hydranet.tasks.det2d import Det2dTask, meta_list
 
@@ -36,6 +37,7 @@ class SignsLightsTask(Det2dTask):
     """Detect signs by class and lights by state; classes "sign:<c>" then "light:<s>"."""
 
     name = "signs_lights"
+    spec = heads.SignsLights  # the numpy side: decoder, label keys, blank labels, engine signals
     primary_metric = PrimaryMetric("accuracy")
     baseline_name = "GT boxes, majority class"
 
