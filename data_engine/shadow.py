@@ -77,21 +77,15 @@ def check_model(rt, role: str = "--model") -> None:
 
 
 def _predictions(decoded: Mapping[str, list], n_cams: int) -> dict:
+    """What the catalog keeps of a frame's decoded results: each registered head's
+    `HeadSpec.predictions` (det2d per camera, det3d per frame; heads returning None are not kept)."""
+    from hydranet.heads import HEADS
+
     out: dict[str, Any] = {}
-    if "det2d" in decoded:
-        cams = []
-        for r in decoded["det2d"][:n_cams]:
-            keep = np.asarray(r["scores"]) >= 0.1
-            cams.append({"boxes": np.round(np.asarray(r["boxes"])[keep], 1).tolist(),
-                         "scores": np.round(np.asarray(r["scores"])[keep], 3).tolist(),
-                         "labels": np.asarray(r["labels"])[keep].astype(int).tolist()})
-        out["det2d"] = cams
-    if "det3d" in decoded:
-        r = decoded["det3d"][0]
-        keep = np.asarray(r["scores"]) >= 0.1
-        out["det3d"] = {"boxes": np.round(np.asarray(r["boxes"])[keep], 2).tolist(),
-                        "scores": np.round(np.asarray(r["scores"])[keep], 3).tolist(),
-                        "labels": np.asarray(r["labels"])[keep].astype(int).tolist()}
+    for name, spec in HEADS.items():
+        kept = spec.predictions(decoded[name], n_cams) if name in decoded else None
+        if kept is not None:
+            out[name] = kept
     return out
 
 
