@@ -126,16 +126,19 @@ def shadow_clip(task: Mapping[str, Any]) -> dict[str, Any]:
         out = {"raw": raw, "decoded": rt.decode(raw, checked=True)}
         if cand is not None:
             cx = cand.preprocess(frame["images"])
-            cprev, cmotion = cand_video.inputs(frame["ego2world"], frame["scene"]) if cand.state_spec else (None, None)
+            cprev, cmotion = cand_video.inputs(frame["ego2world"], frame["scene"]) if cand.state_spec and posed \
+                else (None, None)
             craw = run(cand, "--candidate", cand.feeds(cx, cprev, cmotion), frame)
-            if cand.state_spec:
+            if cand.state_spec and posed:
                 cand_video.update(cand.state_output(craw), frame["ego2world"], frame["scene"])
             out["candidate"] = {"raw": craw, "decoded": cand.decode(craw, checked=True)}
         return out, rt.state_output(raw)
 
     rows = []
+    # the video memory is aligned by ego motion: a clip recorded without poses runs every frame from an empty queue
+    posed = all(f.get("ego2world") is not None for f in task["frames"])
     try:
-        for frame, out in stream(frames(), step, video=rt.state_spec is not None):
+        for frame, out in stream(frames(), step, video=rt.state_spec is not None and posed):
             row: dict[str, Any] = {"frame_id": frame["frame_id"], "status": "ok", "error": None}
             if out is None:
                 row.update(status="corrupt", error=frame["error"])

@@ -93,6 +93,8 @@ class Vocabulary:
     @classmethod
     def from_dataset(cls, root: str | Path) -> "Vocabulary":
         path = Path(root) / "dataset.json"
+        if not path.is_file() and (Path(root) / "fleet.json").is_file():  # a recorded fleet (engine ingest)
+            path = Path(root) / "fleet.json"
         try:
             meta = json.loads(path.read_text())
             return cls(tuple(meta["classes"]), tuple(meta.get("sign_classes", ())), tuple(meta.get("light_states", ())),

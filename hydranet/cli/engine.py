@@ -17,6 +17,27 @@ def cmd_engine_fleet(args) -> None:
     print(f"wrote {generate_fleet(args.out, cfg, args.clips, args.seed, progress=not args.quiet)}")
 
 
+def cmd_engine_ingest(args) -> None:
+    from data_engine.ingest import IngestError, ingest
+
+    need = {"video": ("videos", "rig"), "images": ("root", "rig"), "dataset": ("root",)}[args.source]
+    allowed = {"video": ("hz", "timestamps", "poses"), "images": ("hz", "poses"),
+               "dataset": ("format", "split", "version", "sweeps")}[args.source]
+    given = [n for n in ("root", "videos", "rig", "hz", "timestamps", "poses", "format", "split", "version", "sweeps")
+             if getattr(args, n) not in (None, 0)]
+    missing = [n for n in need if getattr(args, n) is None]
+    if missing:
+        raise IngestError(f"--source {args.source} needs --{missing[0]} (docs/recordings.md)")
+    extra = [n for n in given if n not in need + allowed]
+    if extra:
+        raise IngestError(f"--{extra[0]} does not go with --source {args.source} (docs/recordings.md)")
+    r = ingest(args.out, args.source, args.overwrite, progress=not args.quiet, videos=args.videos, root=args.root,
+               rig=args.rig, hz=args.hz, timestamps=args.timestamps, poses=args.poses, format=args.format, split=args.split,
+               version=args.version, sweeps=args.sweeps)
+    print(f"ingested {r['clips']} clip(s), {r['frames']} frames of cameras {', '.join(r['cameras'])} ({r['source']}) -> "
+          f"{r['out']}")
+
+
 def cmd_engine_shadow(args) -> None:
     from data_engine.shadow import run_shadow
 
@@ -77,6 +98,28 @@ def cmd_engine_report(args) -> None:
                        args.overwrite)
     print(f"report of selection {rep['selection']} ({rep['shown']} of {rep['items']} frames on the contact sheet), "
           f"shadow run {rep['run']}: {rep['out']}/report.md, contact_sheet.png, signals.png")
+
+
+def cmd_engine_export_fiftyone(args) -> None:
+    from data_engine.fiftyone_export import export_fiftyone
+
+    r = export_fiftyone(args.catalog, args.out, args.selection, args.run, args.overwrite)
+    skipped = f", {len(r['skipped'])} camera images unreadable and left out (first: {r['skipped'][0][2]})" if r["skipped"] else ""
+    print(f"exported {r['frames']} frames ({r['samples']} camera images: {', '.join(r['cameras'])}) of shadow run {r['run']}"
+          + (f", selection {r['selection']}" if r["selection"] else "") + f"{skipped} -> {r['out']} (FiftyOneDataset; open it with "
+          f"fo.Dataset.from_dir('{r['out']}', dataset_type=fo.types.FiftyOneDataset))")
+
+
+def _add_engine_fiftyone(eng) -> None:
+    """`hydranet engine export-fiftyone` (docs/data_engine.md, "Browse in FiftyOne")."""
+    f = eng.add_parser("export-fiftyone", help="a shadow run's frames, predictions, signals, trigger hits and selections "
+                       "as a FiftyOne dataset (fo.types.FiftyOneDataset)")
+    f.add_argument("--catalog", type=Path, required=True)
+    f.add_argument("--out", type=Path, required=True, help="export folder (refused if it exists, unless --overwrite)")
+    f.add_argument("--selection", default=None, help="export only this selection's frames (name in the catalog or selection.json)")
+    f.add_argument("--run", type=int, default=None, help="shadow run id (default: the selection's, else the latest)")
+    f.add_argument("--overwrite", action="store_true", help="replace an existing export folder")
+    f.set_defaults(func=cmd_engine_export_fiftyone)
 
 
 def _label_backend(args):
@@ -156,9 +199,27 @@ def add_engine(sub) -> None:
     add_override_option(f)
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=cmd_engine_fleet)
+    ing = eng.add_parser("ingest", help="register recordings as a fleet: a dataset, camera videos or image sequences, "
+                         "read in place")
+    ing.add_argument("--out", type=Path, required=True, help="the fleet folder to write (FLEET/fleet.json)")
+    ing.add_argument("--source", required=True, choices=["dataset", "video", "images"])
+    ing.add_argument("--root", type=Path, default=None, help="dataset or image-sequence folder")
+    ing.add_argument("--videos", type=Path, default=None, help="video folder: DIR/<clip>/<CAMERA>.mp4|mov|mkv")
+    ing.add_argument("--rig", type=Path, default=None, help="rig file naming the cameras (videos, images)")
+    ing.add_argument("--hz", type=float, default=None, help="frames per second to sample (default: every frame)")
+    ing.add_argument("--timestamps", type=Path, default=None, help="video frame timestamps: CSV clip,camera,frame,"
+                     "timestamp_us or JSON")
+    ing.add_argument("--poses", type=Path, default=None, help="ego poses: CSV clip,timestamp_us,m00..m33 or JSON")
+    ing.add_argument("--format", default=None, help="dataset format: nuscenes, kitti, bdd100k, sim (default: detected)")
+    ing.add_argument("--split", default=None)
+    ing.add_argument("--version", default=None)
+    ing.add_argument("--sweeps", type=int, default=0, help="nuScenes: unlabelled camera sweeps between two keyframes")
+    ing.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    ing.add_argument("--quiet", action="store_true", help="no progress bar")
+    ing.set_defaults(func=cmd_engine_ingest)
     sh = eng.add_parser("shadow", help="run the deployed ONNX model over every fleet clip; per-frame signals into the catalog")
     sh.add_argument("--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
-    sh.add_argument("--fleet", type=Path, required=True, help="a fleet folder (`hydranet engine fleet`)")
+    sh.add_argument("--fleet", type=Path, required=True, help="a fleet folder (`hydranet engine fleet` or `engine ingest`)")
     sh.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing)")
     sh.add_argument("--candidate", type=Path, default=None, help="a candidate model run alongside (it never drives)")
     sh.add_argument("--executor", default="local", help="local (process pool) or ray")
@@ -194,12 +255,13 @@ def add_engine(sub) -> None:
     rep.add_argument("--out", type=Path, required=True, help="report folder (refused if it exists, unless --overwrite)")
     rep.add_argument("--selection", default=None, help="selection name in the catalog or selection.json (default: newest)")
     rep.add_argument("--run", type=int, default=None, help="shadow run id (default: the selection's, else the latest)")
-    rep.add_argument("--camera", default=None, help="camera shown on the contact sheet (default: the model's first)")
+    rep.add_argument("--camera", default=None, help="show only this camera on the contact sheet (default: every camera)")
     rep.add_argument("--max-frames", type=int, default=48, help="frames on the contact sheet (best ranks first)")
     rep.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
     add_override_option(rep)
     rep.add_argument("--overwrite", action="store_true", help="replace an existing report folder")
     rep.set_defaults(func=cmd_engine_report)
+    _add_engine_fiftyone(eng)
     _add_engine_labels(eng)
     _add_engine_retrain(eng)
     _add_engine_gate(eng)
