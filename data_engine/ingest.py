@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from hydranet.io import check_name, path_inside
+from hydranet.io import TMP, check_name, path_inside, pid_alive
 
 FORMAT = "hydranet-fleet"
 VERSION = 1
@@ -50,7 +50,11 @@ def write_fleet(out: Path, fleet: Mapping[str, Any], overwrite: bool = False) ->
     out = Path(out)
     if out.exists() and not overwrite:
         raise IngestError(f"{out} exists; choose a new --out or pass --overwrite to replace it")
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    for stale in out.parent.glob(f"{out.name}{TMP}*"):  # an ingest killed mid-write (kill -9): its temp goes
+        pid = stale.name.rsplit(TMP, 1)[1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = out.with_name(f"{out.name}{TMP}{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
@@ -216,7 +220,8 @@ def _check_hz(hz: float | None) -> None:
 
 
 def _clip_frames(samples, refs: Mapping[str, list], poses, where: str) -> list[dict[str, Any]]:
-    """Fleet frames of one clip; refs: {camera: [where frame i of that camera lives, per i]}."""
+    """Fleet frames of one clip; refs: {camera: [where frame i of that camera lives, per i]}; `where` names the
+    poses file and clip (a pose gap is an error of that file)."""
     frames = []
     for k, (t, picks) in enumerate(samples):
         tol = 50_000 if len(samples) < 2 else max((samples[1][0] - samples[0][0]) // 2, 1)
@@ -291,7 +296,7 @@ def ingest_video(videos: Path, rig_file: Path, hz: float | None = None, timestam
         samples = sample_times(times, hz, where)
         refs = {cam: [{"video": f"{clip}/{files[cam].name}", "frame": i} for i in range(len(times[cam]))]
                 for cam in rig.names}
-        frames = _clip_frames(samples, refs, _clip_poses(pose_table, clip, poses), where)
+        frames = _clip_frames(samples, refs, _clip_poses(pose_table, clip, poses), f"--poses {poses}: clip {clip}")
         clips.append({"name": clip, "tags": [f"folder:{clip}"], "frames": frames})
     options = {"hz": hz, "timestamps": str(timestamps) if timestamps else None, "poses": str(poses) if poses else None,
                "rig_file": str(rig_file)}
@@ -345,7 +350,7 @@ def ingest_images(root: Path, rig_file: Path, hz: float | None = None, poses: Pa
         where = f"clip {clip} ({cdir})"
         samples = sample_times(times, hz, where)
         refs = {cam: [{"file": n} for n in names[cam]] for cam in rig.names}
-        frames = _clip_frames(samples, refs, _clip_poses(pose_table, clip, poses), where)
+        frames = _clip_frames(samples, refs, _clip_poses(pose_table, clip, poses), f"--poses {poses}: clip {clip}")
         clips.append({"name": clip, "tags": [f"folder:{clip}"], "frames": frames})
     options = {"hz": hz, "poses": str(poses) if poses else None, "rig_file": str(rig_file)}
     return fleet_dict("images", root, options, rig, clips)

@@ -123,7 +123,7 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
     "source"}], "copied" (files copied where a hard link was impossible)}."""
     from tqdm import tqdm
 
-    from hydranet.checkpoint import remove_stale_temps
+    from hydranet.io import remove_stale_temps
     from hydranet.data.dataset import BEV_FILE, CHANNEL_SUFFIX, SIM_HEADS, DatasetError, check_labels
     from sim.writer import DatasetWriter
 

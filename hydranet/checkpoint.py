@@ -22,9 +22,10 @@ import torch
 
 from hydranet.experiment import ExperimentConfig, experiment_from_json
 from hydranet.models import HydraNet, build_model
+from hydranet.io import TMP
 
 CHECKPOINT = "checkpoint.pt"
-_TMP = ".tmp-"
+_TMP = TMP
 
 
 def rng_state(model: HydraNet) -> dict[str, Any]:
@@ -52,38 +53,6 @@ def set_rng_state(state: Mapping[str, Any], model: HydraNet) -> None:
     gen = getattr(model.balancer, "generator", None)
     if "balancer" in state and isinstance(gen, torch.Generator):
         gen.set_state(state["balancer"])
-
-
-def remove_stale_temps(folder: Path, dirs: bool = False) -> list[Path]:
-    """Delete `*.tmp-<pid>` files (and with `dirs`, folders) in `folder` whose writing process is
-    gone (killed mid-write)."""
-    import shutil
-
-    removed = []
-    if not folder.is_dir():
-        return removed
-    for p in folder.glob(f"*{_TMP}*"):
-        pid = p.name.rsplit(_TMP, 1)[1]
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
-        if p.is_file():
-            p.unlink(missing_ok=True)
-        elif dirs and p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            continue
-        removed.append(p)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def save_checkpoint(path: Path, state: Mapping[str, Any]) -> None:

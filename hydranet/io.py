@@ -10,13 +10,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from hydranet.rig import check_name
 
-__all__ = ["PathOutsideRoot", "check_name", "exclusive_lock", "file_sha256", "frame_path", "path_inside"]
+__all__ = ["PathOutsideRoot", "check_name", "exclusive_lock", "file_sha256", "frame_path", "path_inside", "pid_alive", "remove_stale_temps"]
 
 
 class PathOutsideRoot(ValueError):
@@ -93,3 +94,36 @@ def exclusive_lock(path: str | Path, what: str, error: type[Exception] = Runtime
     finally:
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
+
+
+TMP = ".tmp-"  # a file or folder being written: NAME.tmp-<pid>, renamed to NAME when complete
+
+
+def remove_stale_temps(folder: Path, dirs: bool = False) -> list[Path]:
+    """Delete `*.tmp-<pid>` files (and with `dirs`, folders) in `folder` whose writing process is
+    gone (killed mid-write)."""
+    removed = []
+    if not folder.is_dir():
+        return removed
+    for p in folder.glob(f"*{TMP}*"):
+        pid = p.name.rsplit(TMP, 1)[1]
+        if not pid.isdigit() or pid_alive(int(pid)):
+            continue
+        if p.is_file():
+            p.unlink(missing_ok=True)
+        elif dirs and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            continue
+        removed.append(p)
+    return removed
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -32,11 +32,12 @@ import torch
 import torch.distributed as dist
 
 from hydranet.bevgrid import BevGrid
-from hydranet.checkpoint import (CHECKPOINT, load_checkpoint, load_init_weights, model_meta, remove_stale_temps, rng_state,
+from hydranet.checkpoint import (CHECKPOINT, load_checkpoint, load_init_weights, model_meta, rng_state,
                                  save_checkpoint, set_rng_state)
 from hydranet.config import ConfigError, to_dict
 from hydranet.data.sources import check_supervision, open_data, open_sources, run_dataset
 from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_json
+from hydranet.io import remove_stale_temps
 from hydranet.loader import Augmenter, Collate, LabelledFrames, SourceBatchSampler, StepBatchSampler, to_device
 from hydranet.models import HydraNet, build_model
 

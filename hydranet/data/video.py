@@ -40,7 +40,8 @@ def _open(path: Path):
     except FileNotFoundError:
         raise VideoError(f"{path}: video is missing") from None
     except (av.error.FFmpegError, OSError, ValueError) as e:
-        raise VideoError(f"{path}: not a readable video ({e}); re-export or re-record it") from None
+        raise VideoError(f"{path}: not a readable video: truncated, damaged or not a video ({e}); re-export or "
+                         "re-record it") from None
     if not container.streams.video:
         container.close()
         raise VideoError(f"{path}: holds no video stream")

@@ -1,0 +1,204 @@
+"""Fault rows of `hydranet engine ingest`: truncated and undecodable videos, a video shorter than its timestamp
+file, dropped frames (variable frame rate) that leave a camera unmatched, a camera video missing from a clip, a rig
+without a camera the videos name, poses that do not cover a clip, image names that are not timestamps, a broken
+nuScenes sweep chain, an existing --out, options of another source; a killed ingest rerun. Recordings are written
+from the fault dataset's frames (tests/recording_fixtures.py)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from faultlib import Case, params, run_case
+from recording_fixtures import sim_rig_file, write_image_sequences, write_videos
+
+
+def videos(tmp: Path, env, cameras=None) -> Path:
+    return write_videos(env.dataset, tmp / "v", cameras=cameras)
+
+
+def rig(tmp: Path, env) -> Path:
+    return sim_rig_file(env.dataset, tmp / "rig.yaml")
+
+
+def ingest_video(tmp: Path, env, *extra, vdir=None) -> list:
+    return ["engine", "ingest", "--out", tmp / "fleet", "--source", "video", "--videos", vdir or videos(tmp, env),
+            "--rig", rig(tmp, env), "--quiet", *extra]
+
+
+def first_video(tmp: Path) -> Path:
+    return sorted((tmp / "v").rglob("*.mp4"))[0]
+
+
+def truncated_video(tmp: Path, env) -> list:
+    argv = ingest_video(tmp, env)
+    v = first_video(tmp)
+    v.write_bytes(v.read_bytes()[: v.stat().st_size // 2])
+    return argv
+
+
+def garbage_video(tmp: Path, env) -> list:
+    argv = ingest_video(tmp, env)
+    first_video(tmp).write_bytes(b"not a video " * 100)
+    return argv
+
+
+def missing_camera_video(tmp: Path, env) -> list:
+    argv = ingest_video(tmp, env)
+    first_video(tmp).unlink()
+    return argv
+
+
+def camera_not_in_rig(tmp: Path, env) -> list:
+    argv = ingest_video(tmp, env)
+    shutil.copy(first_video(tmp), first_video(tmp).with_name("CAM_ROOF.mp4"))
+    return argv
+
+
+def timestamps_longer(tmp: Path, env) -> list:
+    argv = ingest_video(tmp, env)
+    cams = [c["name"] for c in json.loads((env.dataset / "dataset.json").read_text())["rig"]["cameras"]]
+    (tmp / "t.json").write_text(json.dumps({"scene_0000": {c: [0, 500_000, 1_000_000] for c in cams}}))
+    return argv + ["--timestamps", tmp / "t.json"]
+
+
+def dropped_frames(tmp: Path, env) -> list:
+    """One camera's video has frames far apart in time (the others every 0.5 s): no frame near the reference's."""
+    argv = ingest_video(tmp, env)
+    cams = [c["name"] for c in json.loads((env.dataset / "dataset.json").read_text())["rig"]["cameras"]]
+    t = {"scene_0000": {c: [0, 500_000] for c in cams}}
+    t["scene_0000"][cams[-1]] = [0, 2_000_000]  # its second frame is 1.5 s late
+    (tmp / "t.json").write_text(json.dumps(t))
+    return argv + ["--timestamps", tmp / "t.json"]
+
+
+def poses_short(tmp: Path, env) -> list:
+    argv = ingest_video(tmp, env)
+    (tmp / "p.json").write_text(json.dumps({"scene_0000": [{"timestamp_us": 0, "ego2world": np.eye(4).tolist()}]}))
+    return argv + ["--poses", tmp / "p.json"]
+
+
+def poses_not_rigid(tmp: Path, env) -> list:
+    argv = ingest_video(tmp, env)
+    m = (np.eye(4) * 2).tolist()
+    m[3][3] = 1.0
+    (tmp / "p.json").write_text(json.dumps({"scene_0000": [{"timestamp_us": t, "ego2world": m} for t in (0, 500_000)]}))
+    return argv + ["--poses", tmp / "p.json"]
+
+
+def images_argv(tmp: Path, env, edit=None) -> list:
+    root = write_image_sequences(env.dataset, tmp / "imgs")
+    if edit is not None:
+        edit(root)
+    return ["engine", "ingest", "--out", tmp / "fleet", "--source", "images", "--root", root, "--rig", rig(tmp, env),
+            "--quiet"]
+
+
+def rename_first_image(root: Path) -> None:
+    img = sorted(root.rglob("*.jpg"))[0]
+    img.rename(img.with_name("frame_a.jpg"))
+
+
+def broken_sweep_chain(tmp: Path, env) -> list:
+    """A sweep's `next` points at a sample_data record that does not exist."""
+    from hydranet.cli import main
+
+    root = tmp / "nus"
+    assert main(["sim", "export-nuscenes", "--out", str(root), "--scenes", "1", "--seed", "0", "--sweeps", "1",
+                 "--set", "frames_per_scene=2", "--set", "image_width=64", "--set", "image_height=48",
+                 "--set", "frame_rate_hz=2.0"]) == 0
+    path = next(root.glob("v1.0-*/sample_data.json"))
+    sds = json.loads(path.read_text())
+    sweep = next(s for s in sds if not s["is_key_frame"] and s["next"])
+    sweep["next"] = "0" * 32
+    path.write_text(json.dumps(sds))
+    return ["engine", "ingest", "--out", tmp / "fleet", "--source", "dataset", "--root", root, "--sweeps", "2", "--quiet"]
+
+
+def no_fleet(tmp: Path) -> None:
+    assert not (tmp / "fleet").exists(), "a fleet was written for a refused ingest"
+    assert not list(tmp.glob("fleet.tmp-*")), "a temp folder was left behind"
+
+
+def old_fleet_kept(tmp: Path) -> None:
+    assert (tmp / "fleet" / "keep.txt").read_text() == "old", "an existing fleet was replaced without --overwrite"
+
+
+def existing_out(tmp: Path, env) -> list:
+    (tmp / "fleet").mkdir()
+    (tmp / "fleet" / "keep.txt").write_text("old")
+    return ingest_video(tmp, env)
+
+
+CASES = [
+    Case("ingest-video-truncated", truncated_video, words=(".mp4", "truncated"), check=no_fleet),
+    Case("ingest-video-not-a-video", garbage_video, words=(".mp4", "not a readable video"), check=no_fleet),
+    Case("ingest-video-camera-missing", missing_camera_video, words=("no video for camera", "rig"), check=no_fleet),
+    Case("ingest-video-camera-not-in-rig", camera_not_in_rig, words=("CAM_ROOF.mp4", "not in rig"), check=no_fleet),
+    Case("ingest-video-shorter-than-timestamps", timestamps_longer, words=(".mp4", "2 frames", "lists 3", "shorter"),
+         check=no_fleet),
+    Case("ingest-video-dropped-frames", dropped_frames, words=("camera", "no frame within", "variable frame rate"),
+         check=no_fleet),
+    Case("ingest-poses-do-not-cover-clip", poses_short, words=("p.json", "no pose within", "cover"), check=no_fleet),
+    Case("ingest-poses-not-rigid", poses_not_rigid, words=("p.json", "rigid"), check=no_fleet),
+    Case("ingest-hz-zero", lambda t, e: ingest_video(t, e, "--hz", "0"), words=("--hz", "positive"), check=no_fleet),
+    Case("ingest-rig-missing", lambda t, e: ["engine", "ingest", "--out", t / "fleet", "--source", "video", "--videos",
+                                             videos(t, e), "--quiet"], words=("--source video", "--rig"), check=no_fleet),
+    Case("ingest-option-of-another-source", lambda t, e: ingest_video(t, e, "--sweeps", "2"),
+         words=("--sweeps", "--source video"), check=no_fleet),
+    Case("ingest-out-exists", existing_out, words=("fleet", "exists", "--overwrite"), check=old_fleet_kept),
+    Case("ingest-images-name-not-a-timestamp", lambda t, e: images_argv(t, e, rename_first_image),
+         words=("frame_a.jpg", "timestamp"), check=no_fleet),
+    Case("ingest-nuscenes-broken-sweep-chain", broken_sweep_chain, words=("sample_data", "chain"), check=no_fleet),
+    Case("ingest-video-control", lambda t, e: ingest_video(t, e), status=0, stdout=("ingested 1 clip(s), 2 frames",)),
+]
+
+
+@pytest.mark.parametrize("case", params(CASES))
+def test_ingest_fault(case: Case, tmp_path, fault_env, monkeypatch, capsys):
+    run_case(case, tmp_path, fault_env, monkeypatch, capsys)
+
+
+def test_a_killed_ingest_rerun_gives_the_same_fleet(tmp_path, fault_env):
+    """kill -9 mid-write leaves FLEET.tmp-<pid>, never FLEET; the rerun removes it and writes the fleet."""
+    argv = [str(a) for a in ingest_video(tmp_path, fault_env)]
+    code = ("import os, sys\nimport data_engine.ingest as ing\n"
+            "def die(*a, **k): os.kill(os.getpid(), 9)\n"
+            "ing.Path.rename = lambda self, dst: die()\n"
+            "from hydranet.cli import main\nmain(sys.argv[1:])\n")
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert p.returncode == -9, p.stderr
+    assert not (tmp_path / "fleet").exists() and len(list(tmp_path.glob("fleet.tmp-*"))) == 1
+    from hydranet.cli import main
+
+    assert main(argv) == 0
+    assert (tmp_path / "fleet" / "fleet.json").is_file() and not list(tmp_path.glob("fleet.tmp-*"))
+    first = json.loads((tmp_path / "fleet" / "fleet.json").read_text())
+    assert main(argv + ["--overwrite"]) == 0
+    assert json.loads((tmp_path / "fleet" / "fleet.json").read_text()) == first  # deterministic
+
+
+def test_a_corrupt_image_in_a_recorded_fleet_is_a_bad_frame(tmp_path, fault_env):
+    """The one decoder's policy on recorded frames: a damaged JPEG is a corrupt frame (counted), never pixels."""
+    from data_engine.fleet import Fleet
+
+    argv = images_argv(tmp_path, fault_env)
+    from hydranet.cli import main
+
+    assert main([str(a) for a in argv]) == 0
+    img = sorted((tmp_path / "imgs").rglob("*.jpg"))[0]
+    data = bytearray(img.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 200] = os.urandom(200)
+    img.write_bytes(bytes(data))
+    fl = Fleet(tmp_path / "fleet")
+    cam = img.parent.name
+    with pytest.raises(ValueError, match="corrupt"):
+        fl.read("scene_0000", "000000", [cam])
+    ok = fl.read("scene_0000", "000001", [cam])[0]
+    assert ok.shape == (48, 64, 3) and ok.dtype == np.uint8
