@@ -218,10 +218,17 @@ def decode(kind: str, outputs: Mapping[str, np.ndarray], params: Mapping[str, An
     if kind not in DECODERS:
         raise ValueError(f"no decoder of kind '{kind}'; known kinds: {sorted(DECODERS)} (a head's kind is known once "
                          "its HeadSpec is registered: hydranet.heads.register_head)")
+    return run_decoder(kind, DECODERS[kind], outputs, params, checked)
+
+
+def run_decoder(kind: str, decoder: Callable[..., list], outputs: Mapping[str, np.ndarray], params: Mapping[str, Any],
+                checked: bool = False) -> list:
+    """`decoder(outputs, **params)` after the finiteness check of `decode` (a head's own decoder,
+    registered or not: `hydranet.heads.HeadSpec.decode`)."""
     bad = None if checked else first_non_finite(outputs)
     if bad is not None:
         name, what, item = bad
         raise NonFiniteError(f"output '{name}' of a '{kind}' head holds {what} (item {item}): the model is broken (a "
                              "non-finite weight or an overflow) and its results would look valid but are not; they are "
                              "not decoded")
-    return DECODERS[kind](outputs, **params)
+    return decoder(outputs, **params)

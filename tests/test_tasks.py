@@ -309,3 +309,58 @@ def test_tiny_or_hidden_boxes_are_ignore_regions():
     assert coco_map(*coco_dicts([gt], [on_ignored], FAKE_META["classes"]))["mAP"] == pytest.approx(1.0)
     not_ignored = (boxes, np.array([0.9, 0.95, 0.99]), labels)  # the same detections without ignore regions
     assert coco_map(*coco_dicts([gt[:2]], [not_ignored], FAKE_META["classes"]))["mAP"] < 1.0
+
+
+@pytest.fixture
+def doc_head_registered():
+    """The doc's head registered with its one line (`register_task`), every registry restored after."""
+    from hydranet import decoding, heads
+    from hydranet.tasks import register_task
+
+    saved = [(d, dict(d)) for d in (TASKS, heads.HEADS, decoding.DECODERS)]
+    sky = _load_doc_example()
+    register_task("sky", sky.SkyTask.from_meta)
+    yield sky
+    for d, before in saved:
+        d.clear()
+        d.update(before)
+
+
+def test_doc_head_decodes_on_the_runtime_and_signals_in_shadow(doc_head_registered, tmp_path):
+    """The doc's head, defined in its one file: exported, the torch-free runtime decodes it with the
+    spec's numpy decoder (equal to eager `predict`), shadow mode's signals carry its column, and the
+    derived tuples know it, with no edit anywhere else."""
+    from data_engine.signals import ClipState, ModelInfo, frame_signals
+    from deploy.export import export_model
+    from deploy.runtime import HydraRuntime
+    from hydranet.experiment import DataConfig, ExperimentConfig
+    from hydranet.heads import HEADS, heads_where
+
+    sky = doc_head_registered
+    assert HEADS["sky"] is sky.Sky and "sky" in heads_where("channels") and "sky" not in heads_where("human_labels")
+    torch.manual_seed(0)
+    rig = load_rig("nuscenes6").resized(96, 64)
+    mcfg = ModelConfig(backbone="tiny", neck_width=16, neck_repeats=1, tasks=(TaskConfig("det2d"), TaskConfig("sky")))
+    meta = {**FAKE_META, "rig": rig.to_dict()}
+    model = build_model(mcfg, meta).eval()
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 255, (len(rig.cameras), 64, 96, 3), dtype=np.uint8)  # (N, H, W, 3)
+    cfg = ExperimentConfig(data=DataConfig(image_size=(64, 96)), model=mcfg)
+    export_model(model, cfg, meta, tmp_path / "sky.onnx", [{"images": images.transpose(0, 3, 1, 2).copy(), "scene": "s"}],
+                 simplify=False, verbose=False)
+    rt = HydraRuntime(tmp_path / "sky.onnx")
+    assert rt.heads["sky"]["decoding"] == {"kind": "sky_mask", "params": {"threshold": 0.5}}
+    res = rt(list(images))
+    with torch.no_grad():
+        eager = model({"images": torch.from_numpy(images).permute(0, 3, 1, 2)[None].float() / 255}, "predict")["sky"]
+    assert len(res["sky"]) == len(rig.cameras) and res["sky"][0]["mask"].shape == (64, 96)
+    agree = np.mean([(r["mask"] == e["mask"].numpy()).mean() for r, e in zip(res["sky"], eager)])
+    assert agree > 0.999  # ONNX vs eager logits differ by ~1e-5: a pixel at the threshold may flip
+    raw = rt.run(rt.feeds(rt.preprocess(list(images))))
+    sig, per_cam = frame_signals(ModelInfo.from_metadata(rt.meta), raw, rt.decode(raw), None, 0, ClipState())
+    expect = [float(r["mask"].mean()) for r in rt.decode(raw)["sky"]]
+    assert per_cam["sky_fraction"] == pytest.approx(expect) and sig["sky_fraction"] == pytest.approx(np.mean(expect))
+    assert np.isfinite(sig["det2d_entropy"])  # the built-in heads' signals are still there
+    bad = {**raw, "sky.logits": np.full_like(raw["sky.logits"], np.nan)}
+    with pytest.raises(ValueError, match="sky.logits holds NaN"):
+        frame_signals(ModelInfo.from_metadata(rt.meta), bad, rt.decode(raw), None, 0, ClipState())

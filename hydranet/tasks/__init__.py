@@ -85,8 +85,6 @@ def build_task(name: str, meta: Mapping, in_channels: int, options: Mapping[str,
     task = builder(meta, in_channels, **options)
     if task.name != name:
         raise ValueError(f"task registered as '{name}' builds a task named '{task.name}'; the names must agree")
-    if task.spec is not None:  # a builder put into TASKS directly: its head's numpy side becomes known too
-        register_head(task.spec)
     return task
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,7 +204,7 @@ class Task(nn.Module, abc.ABC):
         if spec is None:
             raise NotImplementedError(f"task '{self.name}' has no numpy decoder (`spec.decoder`); define `decode`")
         with torch.no_grad():
-            return decode_numpy(spec, outputs)
+            return decode_numpy(spec, outputs, self.spec.decode)
 
     def decoder_params(self) -> dict[str, Any]:
         """Keyword arguments of the spec's numpy decoder (thresholds from the constructor)."""
@@ -220,14 +220,17 @@ class Task(nn.Module, abc.ABC):
         return {"kind": self.spec.decoder, "params": self.decoder_params()}
 
 
-def decode_numpy(spec: Mapping[str, Any], outputs: Mapping[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-    """A task's `decode` through the one numpy implementation (`hydranet.decoding`) the deployed
-    runtime uses too: outputs -> numpy -> decoder -> tensors on the outputs' device."""
+def decode_numpy(spec: Mapping[str, Any], outputs: Mapping[str, torch.Tensor],
+                 decoder: Callable[..., list] | None = None) -> list[dict[str, torch.Tensor]]:
+    """A task's `decode` through the one numpy implementation the deployed runtime uses too (the
+    `decoder` of the head's spec, else `hydranet.decoding.DECODERS[spec["kind"]]`): outputs -> numpy
+    -> decoder -> tensors on the outputs' device."""
     from hydranet import decoding
 
     device = next(iter(outputs.values())).device
     arrays = {k: v.detach().float().cpu().numpy() for k, v in outputs.items()}
-    results = decoding.decode(spec["kind"], arrays, spec["params"])
+    results = (decoding.decode(spec["kind"], arrays, spec["params"]) if decoder is None else
+               decoding.run_decoder(spec["kind"], decoder, arrays, spec["params"]))
     return [{k: torch.from_numpy(np.ascontiguousarray(v)).to(device) for k, v in r.items()} for r in results]
 
 
