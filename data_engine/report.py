@@ -3,8 +3,10 @@
     hydranet engine report --catalog CAT --out DIR [--selection NAME|FILE] [--run N] [--camera NAME] [--overwrite]
 
 DIR holds:
-- contact_sheet.png: one camera image per selected frame (best rank first), with its rank, clip/frame,
-  the reason it was selected (strategy / trigger) and its score drawn on it;
+- contact_sheet.png: per selected frame (best rank first) every camera of the frame side by side (the
+  model's cameras first, then any other camera of the fleet; `camera` shows one alone) with the model's
+  confident 2D boxes (score >= 0.3) drawn in their class colour, and its rank, clip/frame, the reason it
+  was selected (strategy / trigger) and its score;
 - signals.png: a histogram per signal column over the run's frames (grey), the selected frames'
   counts on top (orange);
 - report.md: the run, the selection, the trigger table (trigger, version, frames fired, and where the
@@ -32,9 +34,11 @@ from data_engine.catalog import Catalog
 from data_engine.evaluation import RunTruth, load_run_truth, trigger_markdown, trigger_rows, truth_summary
 from data_engine.fleet import read_frame
 from data_engine.signals import SIGNALS
-from hydranet.viz import mosaic, write_png
+from hydranet.viz import class_color, mosaic, write_png
 
-TILE_W = 256  # contact sheet tile width (pixels); images are scaled to it
+TILE_W = 256  # contact sheet width of one camera image (pixels); images are scaled to it
+SHEET_CAMERAS = 6  # camera images per contact-sheet row: frames per row = max(1, SHEET_CAMERAS // cameras)
+BOX_SCORE = 0.3  # predicted 2D boxes drawn on the contact sheet: score at least this
 HIST_BINS = 24
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 
@@ -109,34 +113,50 @@ def reason_lines(reason: Mapping[str, Any]) -> list[str]:
     return [head, tail]
 
 
-def frame_tile(image: np.ndarray | None, error: str | None, title: str, reason: Mapping[str, Any]) -> np.ndarray:
-    """One contact-sheet tile (RGB): the image scaled to TILE_W wide with the title, reason and score
-    drawn on it; an unreadable image is a dark tile that says so."""
+def camera_tile(image: np.ndarray | None, error: str | None, camera: str, boxes: Sequence[tuple[Sequence[float], int]] = (),
+                model_size: tuple[int, int] | None = None) -> np.ndarray:
+    """One camera image scaled to TILE_W wide (RGB) with `boxes` [(x1, y1, x2, y2) in model pixels,
+    class index] drawn in `class_color(class)` (the model input is the camera image resized, so a box
+    scales by tile / model size) and the camera's name; an unreadable image is a dark tile that says so."""
     if image is None:
         tile = np.full((TILE_W * 2 // 3, TILE_W, 3), 40, np.uint8)
         for k, chunk in enumerate([error[i:i + 38] for i in range(0, min(len(error or ""), 152), 38)]):
-            _text(tile, chunk, (4, 40 + 14 * k), 0.35, (255, 120, 120))
-        _text(tile, "image unreadable:", (4, 24), 0.4, (255, 120, 120))
+            _text(tile, chunk, (4, 56 + 14 * k), 0.35, (255, 120, 120))
+        _text(tile, "image unreadable:", (4, 40), 0.4, (255, 120, 120))
     else:
         h = max(1, round(image.shape[0] * TILE_W / image.shape[1]))
         tile = cv2.resize(image, (TILE_W, h), interpolation=cv2.INTER_LINEAR)
+        if model_size is not None:
+            sx, sy = TILE_W / model_size[1], h / model_size[0]
+            for (x1, y1, x2, y2), cls in boxes:
+                cv2.rectangle(tile, (round(x1 * sx), round(y1 * sy)), (round(x2 * sx), round(y2 * sy)), class_color(int(cls)), 2)
+    _text(tile, camera, (TILE_W - 7 * len(camera) - 4, 14), 0.35, (200, 200, 200))
+    return tile
+
+
+def frame_tile(cameras: Sequence[np.ndarray], title: str, reason: Mapping[str, Any]) -> np.ndarray:
+    """One contact-sheet tile (RGB): the frame's camera tiles side by side, the title on the first and
+    the reason and score in a strip along the bottom."""
+    h = max(t.shape[0] for t in cameras)
+    tile = np.concatenate([np.pad(t, ((0, h - t.shape[0]), (0, 0), (0, 0))) for t in cameras], 1)
     lines = reason_lines(reason)
-    H = tile.shape[0]
-    cv2.rectangle(tile, (0, H - 34), (TILE_W - 1, H - 1), (0, 0, 0), -1)
-    _text(tile, lines[0][:40], (4, H - 20), 0.4, (255, 210, 0))
-    _text(tile, lines[1][:40], (4, H - 6), 0.4)
+    H, W = tile.shape[:2]
+    cv2.rectangle(tile, (0, H - 34), (W - 1, H - 1), (0, 0, 0), -1)
+    _text(tile, lines[0][:40 * len(cameras)], (4, H - 20), 0.4, (255, 210, 0))
+    _text(tile, lines[1][:40 * len(cameras)], (4, H - 6), 0.4)
     _text(tile, title, (4, 14), 0.4)
     return tile
 
 
 def contact_sheet(tiles: Sequence[np.ndarray], header: str, cols: int = 6) -> np.ndarray:
-    """Tiles in a grid under a header strip (RGB)."""
+    """Tiles (frames) in a grid of `cols` columns under a header strip (RGB)."""
     h = max(t.shape[0] for t in tiles)
     tiles = [np.pad(t, ((0, h - t.shape[0]), (0, 0), (0, 0))) for t in tiles]
     cols = min(cols, len(tiles))
     rows = math.ceil(len(tiles) / cols)
     tiles = tiles + [np.zeros_like(tiles[0])] * (rows * cols - len(tiles))
-    grid = mosaic(tiles, [""] * len(tiles), cols=cols)
+    grid = np.concatenate([np.concatenate(tiles[r * cols:(r + 1) * cols], 1) for r in range(rows)], 0)  # (mosaic() takes
+    # cols only for more than 3 tiles)
     strip = np.full((24, grid.shape[1], 3), 20, np.uint8)
     _text(strip, header[: grid.shape[1] // 8], (6, 17), 0.45)
     return np.concatenate([strip, grid], 0)
@@ -182,6 +202,16 @@ def signal_histograms(table: Mapping[str, np.ndarray], selected_ids: Sequence[in
     cols = min(cols, len(panels))
     panels += [np.full_like(panels[0], 255)] * (-len(panels) % cols)  # white, not black, where the grid has no panel
     return mosaic(panels, [""] * len(panels), cols=cols), empty
+
+
+def _model_size(model: str | Path) -> tuple[int, int] | None:
+    """The model's input (H, W), which its boxes are in; None when its file cannot be read (no boxes drawn)."""
+    from deploy.metadata import MetadataError, read_metadata
+
+    try:
+        return tuple(int(v) for v in read_metadata(model)["rig"]["image_size"])
+    except (OSError, MetadataError, ValueError, KeyError, TypeError):
+        return None
 
 
 # -- markdown ----------------------------------------------------------------------------------------
@@ -252,11 +282,13 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
         if missing:
             raise ReportError(f"selection {name!r} frame id {missing[0]} is not an ok frame of shadow run {run_id} in {cat.path}; "
                               "give --run of the run it was mined from")
-        cams = json.loads(cat.db.execute("SELECT m.meta FROM shadow_runs r JOIN models m ON r.model_id = m.id WHERE r.id = ?",
-                                         (run_id,)).fetchone()[0])["rig"]
-        camera = camera or cams[0]
-        if camera not in cams:
-            raise ReportError(f"--camera {camera} is not a camera of the run's model; choose one of {cams}")
+        meta, fleet_cams = cat.db.execute("SELECT m.meta, fl.cameras FROM shadow_runs r JOIN models m ON r.model_id = m.id "
+                                          "JOIN fleets fl ON r.fleet_id = fl.id WHERE r.id = ?", (run_id,)).fetchone()
+        cams = json.loads(meta)["rig"]
+        every = cams + [c for c in json.loads(fleet_cams or "[]") if c not in cams]  # the model's first, then the fleet's others
+        if camera is not None and camera not in every:
+            raise ReportError(f"--camera {camera} is not a camera of the run's model or fleet; choose one of {every}")
+        shown_cams = [camera] if camera is not None else every
         dirs = dict(cat.db.execute("SELECT f.id, f.dir FROM frames f JOIN clips c ON f.clip_id = c.id JOIN shadow_runs r "
                                    "ON c.fleet_id = r.fleet_id WHERE r.id = ?", (run_id,)).fetchall())
         sel_row = cat.db.execute("SELECT strategy, unit, budget FROM selections WHERE name = ?", (name,)).fetchone()
@@ -269,18 +301,29 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
     rows = trigger_rows(triggers, hits, truth)
 
     shown = items[:max_frames]
+    with Catalog(catalog) as cat:
+        preds = cat.predictions(run_id, [it["frame_id"] for it in shown])
+    model_size = _model_size(info["model"])
     tiles = []
     for it in shown:
         clip, idx = names[it["frame_id"]]
-        try:
-            img, err = read_frame(Path(info["fleet"]), clip, dirs[it["frame_id"]], [camera])[0], None
-        except ValueError as e:
-            img, err = None, str(e)
-        tiles.append(frame_tile(img, err, f"#{it['rank']} {clip}/{idx:06d}", it["reason"]))
+        det2d = (preds.get(it["frame_id"]) or {}).get("det2d") or []
+        cam_tiles = []
+        for cam in shown_cams:
+            try:
+                img, err = read_frame(Path(info["fleet"]), clip, dirs[it["frame_id"]], [cam])[0], None
+            except ValueError as e:
+                img, err = None, str(e)
+            k = cams.index(cam) if cam in cams else len(det2d)
+            p = det2d[k] if k < len(det2d) else {"boxes": [], "scores": [], "labels": []}
+            boxes = [(b, c) for b, s, c in zip(p["boxes"], p["scores"], p["labels"]) if s >= BOX_SCORE]
+            cam_tiles.append(camera_tile(img, err, cam, boxes, model_size))
+        tiles.append(frame_tile(cam_tiles, f"#{it['rank']} {clip}/{idx:06d}", it["reason"]))
     sel_ids = [it["frame_id"] for it in items]
     strategy = sel_row[0] if sel_row else "file"
+    camera = ", ".join(shown_cams) if len(shown_cams) <= 2 else f"all {len(shown_cams)}"
     header = (f"selection {name} ({strategy}, {len(items)} items{'' if len(shown) == len(items) else f', first {len(shown)}'}) "
-              f"- shadow run {run_id} - camera {camera}")
+              f"- shadow run {run_id} - cameras {camera}" + ("" if model_size else " - no boxes (model unreadable)"))
     hist, empty = signal_histograms(table, sel_ids)
 
     md = [f"# Data engine report: {Path(catalog).name}", "",
@@ -288,7 +331,7 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
           f"{n_corrupt} corrupt",
           f"- selection `{name}`: " + (f"strategy {sel_row[0]}, unit {sel_row[1]}, budget {sel_row[2]}, " if sel_row else "from a file, ")
           + f"{len(items)} items", "",
-          "## Mined frames", "", f"![contact sheet](contact_sheet.png) (camera {camera}, "
+          "## Mined frames", "", f"![contact sheet](contact_sheet.png) (cameras {camera}, boxes: det2d score >= {BOX_SCORE}, "
           + (f"all {len(items)} items)" if len(shown) == len(items) else f"the first {len(shown)} of {len(items)} by rank)"), "",
           items_markdown(items, names, truth), "",
           "## Triggers", "", "Fired in memory over the run with the engine config (the hits `hydranet engine triggers` stores).",
@@ -306,7 +349,7 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
     tmp.mkdir(parents=True)
     try:
         if tiles:
-            write_png(tmp / "contact_sheet.png", contact_sheet(tiles, header))
+            write_png(tmp / "contact_sheet.png", contact_sheet(tiles, header, cols=max(1, SHEET_CAMERAS // len(shown_cams))))
         if hist is not None:
             write_png(tmp / "signals.png", hist)
         (tmp / "report.md").write_text("\n".join(md) + "\n")

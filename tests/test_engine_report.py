@@ -79,7 +79,7 @@ def test_report_files_and_tables_equal_the_evaluation(env, tmp_path, capsys):
     assert "report of selection picked" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "report.md", "signals.png"]
     sheet = cv2.imread(str(out / "contact_sheet.png"))
-    assert sheet is not None and sheet.shape[1] == 5 * TILE_W  # 5 items, one row of tiles
+    assert sheet is not None and sheet.shape[1] == 6 * TILE_W  # one frame per row: its six cameras side by side
     assert cv2.imread(str(out / "signals.png")) is not None
     md = (out / "report.md").read_text()
     truth = truth_of(env["catalog"])
@@ -118,7 +118,7 @@ def test_report_refuses_an_existing_folder_and_replaces_it_with_overwrite(env, t
     assert main(["engine", "report", "--catalog", str(env["catalog"]), "--out", str(out), "--overwrite",
                  "--selection", str(env["root"] / "sel.json"), "--max-frames", "2"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "report.md", "signals.png"]
-    assert cv2.imread(str(out / "contact_sheet.png")).shape[1] == 2 * TILE_W
+    assert cv2.imread(str(out / "contact_sheet.png")).shape[1] == 6 * TILE_W
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
     assert "the first 2 of 5" in (out / "report.md").read_text()
 

@@ -1,0 +1,405 @@
+"""`hydranet engine export-fiftyone`: a shadow run as a FiftyOne dataset a curator opens in the App.
+
+    hydranet engine export-fiftyone --catalog CAT --out DIR [--selection S] [--run R] [--overwrite]
+
+DIR is in FiftyOne's own dataset format (`fiftyone.types.FiftyOneDataset`, the format
+`Dataset.export(dataset_type=fo.types.FiftyOneDataset)` writes), readable without this package:
+
+- DIR/metadata.json: the dataset document: a *grouped* dataset (`media_type` "group", one group per
+  catalog frame, one slice per camera, the model's first camera the default slice) and
+  `sample_fields`, the declared schema of every field below;
+- DIR/samples.json: {"samples": [...]}, one sample per camera image, `filepath` relative to DIR;
+- DIR/data/<clip>/<frame dir>/<CAMERA>.jpg: the camera images, hard-linked from the fleet (copied
+  across filesystems; a fleet without the file, such as a video fleet, is read through
+  `data_engine.fleet.read_frame` and written as JPEG). An image that cannot be read is left out and
+  counted (its frame's other cameras stay).
+
+Fields of each sample: `clip`, `frame` (index in the clip), `frame_id` (the catalog's), `camera`,
+`timestamp_us`, `status` (ok, corrupt, bad) and `error`; one FloatField per catalog signal column
+(`det2d_entropy`, ..., None where the catalog holds NULL: not applicable); `predictions`, the model's
+det2d boxes of that camera as `Detections` (relative [x, y, w, h] of the image in [0, 1], class label,
+confidence; the boxes are in model pixels in the catalog and the model input is the camera image
+resized, so dividing by the model's input size places them); `triggers`, the names of the triggers
+whose stored hits (`hydranet engine triggers`, newest version per trigger) hold the frame, and
+`trigger_<name>`, each trigger's score (None where it did not fire); `selections`, the names of the
+run's selections holding the frame, `rank_<name>` its rank in each; with `--selection S` only S's frames
+are exported and `rank` is their rank in S.
+
+The FiftyOne document is written with `version` 1.0.0 (the schema of FiftyOne 1.x; a newer FiftyOne
+migrates it on load, as it does its own older exports). Ids are derived from the catalog (the same
+catalog gives the same files). DIR is written into DIR.tmp-<pid> and renamed: an existing DIR is
+refused without `overwrite`, which swaps the new export in only once it is complete.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from data_engine.catalog import Catalog
+from data_engine.signals import SIGNALS
+
+FORMAT_VERSION = "1.0.0"  # the FiftyOne document version written (see the module docstring)
+_F = "fiftyone.core.fields."
+# the fields FiftyOne declares on every sample (names it owns: never used for ours)
+_RESERVED = {"id", "_id", "filepath", "tags", "metadata", "group", "created_at", "last_modified_at", "_rand",
+             "_media_type", "_dataset_id", "frames"}
+
+
+class FiftyOneExportError(ValueError):
+    """An export that cannot be written as asked; one line saying what to do."""
+
+
+# -- schema ------------------------------------------------------------------------------------------
+def _field(name: str, ftype: str, embedded: str | None = None, subfield: str | None = None,
+           fields: Sequence[dict] = (), db_field: str | None = None) -> dict:
+    return {"name": name, "ftype": _F + ftype, "embedded_doc_type": embedded, "subfield": None if subfield is None else _F + subfield,
+            "fields": list(fields), "db_field": db_field or name, "description": None, "info": None}
+
+
+def _detections_field(name: str) -> dict:
+    det = [_field("id", "ObjectIdField", db_field="_id"), _field("tags", "ListField", subfield="StringField"),
+           _field("attributes", "DictField", "fiftyone.core.labels.Attribute", "EmbeddedDocumentField"),
+           _field("label", "StringField"), _field("bounding_box", "ListField", subfield="FloatField"),
+           _field("mask", "ArrayField"), _field("mask_path", "StringField"), _field("confidence", "FloatField"),
+           _field("index", "IntField")]
+    return _field(name, "EmbeddedDocumentField", "fiftyone.core.labels.Detections", fields=[
+        _field("detections", "ListField", "fiftyone.core.labels.Detection", "EmbeddedDocumentField", det)])
+
+
+def _base_fields(with_size: bool) -> list[dict]:
+    meta = [_field("size_bytes", "IntField"), _field("mime_type", "StringField")]
+    if with_size:
+        meta += [_field("width", "IntField"), _field("height", "IntField"), _field("num_channels", "IntField")]
+    return [_field("id", "ObjectIdField", db_field="_id"), _field("filepath", "StringField"),
+            _field("tags", "ListField", subfield="StringField"),
+            _field("metadata", "EmbeddedDocumentField", "fiftyone.core.metadata.ImageMetadata" if with_size
+                   else "fiftyone.core.metadata.Metadata", fields=meta),
+            _field("_media_type", "StringField"), _field("_rand", "FloatField"), _field("_dataset_id", "ObjectIdField"),
+            _field("created_at", "DateTimeField"), _field("last_modified_at", "DateTimeField"),
+            _field("group", "EmbeddedDocumentField", "fiftyone.core.groups.Group",
+                   fields=[_field("id", "ObjectIdField", db_field="_id"), _field("name", "StringField")])]
+
+
+def field_name(prefix: str, name: str, taken: set[str]) -> str:
+    """`prefix` + `name` made a valid FiftyOne field name (letters, digits, _; no leading _ or dot),
+    unique among `taken` (a suffix _2, _3, ... where two names clean to the same)."""
+    base = prefix + re.sub(r"[^0-9A-Za-z_]", "_", str(name))
+    out, k = base, 2
+    while out in taken or out in _RESERVED:
+        out, k = f"{base}_{k}", k + 1
+    taken.add(out)
+    return out
+
+
+def _oid(*key: Any) -> dict:
+    """A deterministic ObjectId (24 hex digits) in MongoDB extended JSON."""
+    return {"$oid": hashlib.sha1(repr(key).encode()).hexdigest()[:24]}
+
+
+def _rand(*key: Any) -> float:
+    return int(hashlib.sha1(repr(key).encode()).hexdigest()[:13], 16) / 16 ** 13  # FiftyOne's _rand in [0, 1)
+
+
+def relative_box(box: Sequence[float], size: tuple[int, int]) -> list[float] | None:
+    """[x1, y1, x2, y2] in model pixels -> FiftyOne's [x, y, w, h] relative to the image, clipped to
+    [0, 1]; None for a box with no area left inside the image."""
+    H, W = size
+    x1, x2 = (min(max(float(v) / W, 0.0), 1.0) for v in (box[0], box[2]))
+    y1, y2 = (min(max(float(v) / H, 0.0), 1.0) for v in (box[1], box[3]))
+    if x2 <= x1 or y2 <= y1:
+        return None
+    return [round(x1, 6), round(y1, 6), round(x2 - x1, 6), round(y2 - y1, 6)]
+
+
+# -- reading the catalog -----------------------------------------------------------------------------
+def _model_meta(cat: Catalog, run_id: int) -> tuple[str, list[str], tuple[int, int] | None, list[str]]:
+    """(model path, camera names, model input (H, W) or None without det2d, det2d class names)."""
+    from deploy.metadata import MetadataError, read_metadata
+
+    path, meta = cat.db.execute("SELECT m.path, m.meta FROM shadow_runs r JOIN models m ON r.model_id = m.id WHERE r.id = ?",
+                                (run_id,)).fetchone()
+    cams = list(json.loads(meta or "{}").get("rig") or [])
+    try:
+        md = read_metadata(path)
+    except (OSError, MetadataError, ValueError) as e:
+        raise FiftyOneExportError(f"model {path} of shadow run {run_id} cannot be read ({str(e)[:160]}): its input size places "
+                                  "the boxes; put the model file back at that path") from None
+    if "det2d" not in md["heads"]:
+        return path, cams or list(md["rig"]["names"]), None, []
+    classes = list(md["heads"]["det2d"].get("classes") or md.get("classes") or [])
+    return path, cams or list(md["rig"]["names"]), tuple(int(v) for v in md["rig"]["image_size"]), classes
+
+
+def _camera_sizes(root: Path) -> dict[str, tuple[int, int]]:
+    """{camera: (H, W)} of the fleet where its folder says so ({} otherwise: FiftyOne computes metadata itself)."""
+    from data_engine.fleet import Fleet
+
+    try:
+        return dict(Fleet(root).cameras)
+    except (OSError, ValueError):
+        return {}
+
+
+def _frames(cat: Catalog, run_id: int, only: Sequence[int] | None) -> list[dict]:
+    cols = ", ".join(f"s.{s}" for s in SIGNALS)
+    rows = cat.db.execute(f"SELECT s.frame_id, c.name, f.idx, f.dir, f.timestamp_us, s.status, s.error, s.predictions, {cols} "
+                          "FROM signals s JOIN frames f ON s.frame_id = f.id JOIN clips c ON f.clip_id = c.id "
+                          "WHERE s.run_id = ? ORDER BY c.name, f.idx", (run_id,)).fetchall()
+    frames = {r[0]: {"frame_id": int(r[0]), "clip": str(r[1]), "frame": int(r[2]), "dir": str(r[3]),
+                     "timestamp_us": None if r[4] is None else int(r[4]), "status": str(r[5]), "error": r[6],
+                     "predictions": json.loads(r[7] or "{}"), "signals": dict(zip(SIGNALS, r[8:]))} for r in rows}
+    if only is None:
+        return list(frames.values())
+    return [frames[f] for f in only]
+
+
+def _hits(cat: Catalog, run_id: int) -> dict[str, dict[int, float]]:
+    """{trigger: {frame id: score}} of the newest stored version of each trigger on the run."""
+    out: dict[str, dict[int, float]] = {}
+    for t, f, s in cat.db.execute("SELECT trigger, frame_id, score FROM trigger_hits h WHERE run_id = ? AND version = (SELECT "
+                                  "max(version) FROM trigger_hits WHERE run_id = h.run_id AND trigger = h.trigger) "
+                                  "ORDER BY trigger, frame_id", (run_id,)):
+        out.setdefault(str(t), {})[int(f)] = None if s is None else float(s)
+    return out
+
+
+def _selections(cat: Catalog, run_id: int) -> dict[str, dict[int, int]]:
+    """{selection name: {frame id: rank}} of the run's selections, oldest first."""
+    out: dict[str, dict[int, int]] = {}
+    for name, f, rank in cat.db.execute("SELECT s.name, i.frame_id, i.rank FROM selections s JOIN selection_items i ON "
+                                        "i.selection_id = s.id WHERE s.run_id = ? ORDER BY s.id, i.rank", (run_id,)):
+        out.setdefault(str(name), {})[int(f)] = int(rank)
+    return out
+
+
+# -- images ------------------------------------------------------------------------------------------
+def _place_image(root: Path, clip: str, fdir: str, cam: str, dst: Path, check: bool) -> str | None:
+    """Put the camera image at dst (hard link, copy, or decoded and written as JPEG); None, or why not.
+    `check`: decode the image first (a frame shadow found corrupt: only its readable images go in)."""
+    import cv2
+
+    from data_engine.fleet import read_frame
+    from hydranet.io import frame_path
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        src = frame_path(root, clip, fdir, f"{cam}.jpg", where=f"fleet {root}")
+        if check:
+            read_frame(root, clip, fdir, [cam])
+        if src.is_file():
+            try:
+                os.link(src, dst)
+            except OSError:  # another filesystem, or links refused: a copy
+                shutil.copyfile(src, dst)
+            return None
+        img = read_frame(root, clip, fdir, [cam])[0]  # a fleet that is not an image folder
+        if not cv2.imwrite(str(dst), cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95]):
+            return f"could not write {dst}"
+        return None
+    except ValueError as e:  # FleetError, PathOutsideRoot and read_frame's errors are ValueErrors
+        return str(e)
+
+
+# -- the export --------------------------------------------------------------------------------------
+def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path | None = None, run: int | None = None,
+                    overwrite: bool = False) -> dict[str, Any]:
+    """Write DIR (module docstring). Returns {"out", "run", "selection", "frames", "samples", "cameras",
+    "skipped" [(frame id, camera, why)], "triggers", "selections"}."""
+    from data_engine.report import ReportError, resolve_selection
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise FiftyOneExportError(f"--out {out} is a file; give a folder path")
+    if out.exists() and not overwrite:
+        raise FiftyOneExportError(f"export folder {out} exists; give another --out or pass --overwrite to replace it")
+    with Catalog(catalog) as cat:
+        sel_name, sel_rank = None, None
+        if selection is not None:
+            try:
+                sel_name, run_id, items = resolve_selection(cat, selection, run)
+            except ReportError as e:
+                raise FiftyOneExportError(str(e)) from None
+            sel_rank = {int(it["frame_id"]): int(it["rank"]) for it in items}
+        else:
+            run_id = cat.latest_run(run)
+        known = {r[0] for r in cat.db.execute("SELECT frame_id FROM signals WHERE run_id = ?", (run_id,))}
+        if sel_rank is not None:
+            missing = [f for f in sel_rank if f not in known]
+            if missing:
+                raise FiftyOneExportError(f"selection {sel_name!r} frame id {missing[0]} is not a frame of shadow run {run_id} in "
+                                          f"{cat.path}; give --run of the run it was mined from")
+        frames = _frames(cat, run_id, None if sel_rank is None else sorted(sel_rank, key=sel_rank.get))
+        model, cams, model_size, classes = _model_meta(cat, run_id)
+        fleet = Path(cat.run_info(run_id)["fleet"])
+        hits = _hits(cat, run_id)
+        sels = _selections(cat, run_id)
+    if not frames:
+        raise FiftyOneExportError(f"shadow run {run_id} of {catalog} holds no frame; run `hydranet engine shadow` to the end")
+    sizes = _camera_sizes(fleet)
+    with_size = all(c in sizes for c in cams)
+
+    taken = set(_RESERVED) | {"clip", "frame", "frame_id", "camera", "timestamp_us", "status", "error", "predictions",
+                              "triggers", "selections", "rank", *SIGNALS}
+    trig_field = {t: field_name("trigger_", t, taken) for t in sorted(hits)}
+    rank_field = {s: field_name("rank_", s, taken) for s in sels}
+
+    schema = _base_fields(with_size) + [
+        _field("clip", "StringField"), _field("frame", "IntField"), _field("frame_id", "IntField"), _field("camera", "StringField"),
+        _field("timestamp_us", "IntField"), _field("status", "StringField"), _field("error", "StringField"),
+        *[_field(s, "FloatField") for s in SIGNALS], _detections_field("predictions"),
+        _field("triggers", "ListField", subfield="StringField"), *[_field(trig_field[t], "FloatField") for t in sorted(hits)],
+        _field("selections", "ListField", subfield="StringField"), *[_field(rank_field[s], "IntField") for s in sels]]
+    if sel_rank is not None:
+        schema.append(_field("rank", "IntField"))
+
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        samples, skipped, n_frames = [], [], 0
+        for fr in frames:
+            fid = fr["frame_id"]
+            group = _oid("group", str(catalog), run_id, fid)
+            fired = [t for t in sorted(hits) if fid in hits[t]]
+            in_sels = [s for s in sels if fid in sels[s]]
+            common = {"clip": fr["clip"], "frame": fr["frame"], "frame_id": fid, "timestamp_us": fr["timestamp_us"],
+                      "status": fr["status"], "error": fr["error"],
+                      **{s: (None if v is None else float(v)) for s, v in fr["signals"].items()},
+                      "triggers": fired, **{trig_field[t]: hits[t].get(fid) for t in sorted(hits)},
+                      "selections": in_sels, **{rank_field[s]: sels[s].get(fid) for s in sels}}
+            if sel_rank is not None:
+                common["rank"] = sel_rank[fid]
+            det2d = fr["predictions"].get("det2d") or []
+            placed = 0
+            for k, cam in enumerate(cams):
+                rel = Path("data") / fr["clip"] / fr["dir"] / f"{cam}.jpg"
+                why = _place_image(fleet, fr["clip"], fr["dir"], cam, tmp / rel, check=fr["status"] != "ok")
+                if why is not None:
+                    skipped.append((fid, cam, why))
+                    continue
+                placed += 1
+                dets = []
+                p = det2d[k] if k < len(det2d) and model_size is not None else {"boxes": [], "scores": [], "labels": []}
+                for j, (box, score, lab) in enumerate(zip(p["boxes"], p["scores"], p["labels"])):
+                    bb = relative_box(box, model_size)
+                    if bb is None:
+                        continue
+                    dets.append({"_id": _oid("det", str(catalog), run_id, fid, cam, j), "_cls": "Detection", "attributes": {},
+                                 "tags": [], "label": classes[lab] if 0 <= lab < len(classes) else str(lab),
+                                 "bounding_box": bb, "confidence": float(score)})
+                sample = {"_id": _oid("sample", str(catalog), run_id, fid, cam), "filepath": rel.as_posix(), "tags": [],
+                          "_media_type": "image", "_rand": _rand(run_id, fid, cam),
+                          "group": {"_id": group, "_cls": "Group", "name": cam}, "camera": cam, **common,
+                          "predictions": {"_cls": "Detections", "detections": dets}}
+                if with_size:
+                    h, w = sizes[cam]
+                    sample["metadata"] = {"_cls": "ImageMetadata", "size_bytes": (tmp / rel).stat().st_size,
+                                          "mime_type": "image/jpeg", "width": int(w), "height": int(h), "num_channels": 3}
+                samples.append(sample)
+            n_frames += placed > 0
+        if not samples:
+            raise FiftyOneExportError(f"no camera image of shadow run {run_id} can be read from fleet {fleet} "
+                                      f"({skipped[0][2] if skipped else 'no frames'}); restore the fleet folder")
+        doc = {"version": FORMAT_VERSION, "media_type": "group", "group_field": "group",
+               "group_media_types": {c: "image" for c in cams}, "default_group_slice": cams[0], "tags": [],
+               "info": {"hydranet": {"catalog": str(Path(catalog).resolve()), "shadow_run": run_id, "model": model,
+                                     "fleet": str(fleet), "selection": sel_name, "signals": list(SIGNALS),
+                                     "trigger_fields": trig_field, "rank_fields": rank_field}},
+               "app_config": {"media_fields": ["filepath"], "grid_media_field": "filepath", "modal_media_field": "filepath",
+                              "plugins": {}},
+               "classes": {"predictions": classes} if classes else {}, "default_classes": classes, "mask_targets": {},
+               "default_mask_targets": {}, "skeletons": {}, "sample_fields": schema, "frame_fields": [], "saved_views": [],
+               "workspaces": [], "annotation_runs": {}, "brain_methods": {}, "evaluations": {}, "runs": {}}
+        (tmp / "metadata.json").write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        (tmp / "samples.json").write_text(json.dumps({"samples": samples}, allow_nan=False) + "\n")
+        if out.exists():  # --overwrite: the old export goes only once the new one is complete
+            old = out.with_name(f"{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out)
+    except OSError as e:  # a full disk, a folder not writable: nothing half-written stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise FiftyOneExportError(f"cannot write the export {out} ({e.strerror or e}: {e.filename or tmp}); free space or give "
+                                  "another --out") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"out": out, "run": run_id, "selection": sel_name, "frames": n_frames, "samples": len(samples), "cameras": cams,
+            "skipped": skipped, "triggers": sorted(hits), "selections": list(sels)}
+
+
+def check_export(out: str | Path) -> dict[str, Any]:
+    """Validate DIR against the FiftyOneDataset schema it declares (what `Dataset.from_dir` relies on):
+    every sample's file exists inside DIR, every field a sample holds is declared with a matching type,
+    boxes are relative and inside [0, 1], every group has each slice at most once. Returns {"samples",
+    "groups"}; AssertionError naming the first problem. (The tests; a user's check without FiftyOne.)"""
+    out = Path(out)
+    doc = json.loads((out / "metadata.json").read_text())
+    samples = json.loads((out / "samples.json").read_text())["samples"]
+    declared = {f["name"]: f for f in doc["sample_fields"]}
+    by_db = {f["db_field"]: f for f in doc["sample_fields"]}
+    assert doc["media_type"] == "group" and doc["group_field"] in declared, "not a grouped dataset"
+    slices: dict[str, set] = {}
+    for k, s in enumerate(samples):
+        where = f"sample {k} ({s.get('filepath')})"
+        path = out / s["filepath"]
+        assert not Path(s["filepath"]).is_absolute() and path.resolve().is_relative_to(out.resolve()), f"{where}: path outside"
+        assert path.is_file(), f"{where}: no file"
+        for key, v in s.items():
+            assert key in by_db, f"{where}: field {key!r} not declared in metadata.json"
+            _check_value(by_db[key], v, f"{where} field {key}")
+        g = s[doc["group_field"]]
+        assert g["name"] in doc["group_media_types"], f"{where}: slice {g['name']} not in group_media_types"
+        seen = slices.setdefault(g["_id"]["$oid"], set())
+        assert g["name"] not in seen, f"{where}: slice {g['name']} twice in one group"
+        seen.add(g["name"])
+    return {"samples": len(samples), "groups": len(slices)}
+
+
+_PY = {"FloatField": (float, int), "IntField": (int,), "StringField": (str,), "BooleanField": (bool,)}
+
+
+def _check_value(f: Mapping[str, Any], v: Any, where: str) -> None:
+    ftype = f["ftype"].rsplit(".", 1)[1]
+    if v is None:
+        return
+    if ftype in _PY:
+        assert isinstance(v, _PY[ftype]) and not (ftype != "BooleanField" and isinstance(v, bool)), f"{where}: {v!r} not {ftype}"
+        if ftype == "FloatField":
+            assert v == v and abs(v) != float("inf"), f"{where}: {v!r} not finite"
+    elif ftype == "ObjectIdField":
+        assert isinstance(v, dict) and re.fullmatch(r"[0-9a-f]{24}", v.get("$oid", "")), f"{where}: {v!r} not an ObjectId"
+    elif ftype == "ListField":
+        assert isinstance(v, list), f"{where}: {v!r} not a list"
+        sub = (f.get("subfield") or "").rsplit(".", 1)[-1]
+        for x in v:
+            if sub == "EmbeddedDocumentField":
+                _check_doc(f, x, where)
+            elif sub in _PY:
+                _check_value({"ftype": _F + sub}, x, where)
+    elif ftype == "EmbeddedDocumentField":
+        _check_doc(f, v, where)
+
+
+def _check_doc(f: Mapping[str, Any], v: Any, where: str) -> None:
+    cls = f["embedded_doc_type"].rsplit(".", 1)[1]
+    assert isinstance(v, dict) and v.get("_cls") == cls, f"{where}: {v!r:.80} is not a {cls}"
+    sub = {g["db_field"]: g for g in f["fields"]}
+    for key, x in v.items():
+        if key == "_cls":
+            continue
+        assert key in sub or cls in ("Metadata", "ImageMetadata"), f"{where}: {cls}.{key} not declared"
+        if key in sub:
+            _check_value(sub[key], x, f"{where}.{key}")
+    if cls == "Detection":
+        bb = v["bounding_box"]
+        assert len(bb) == 4 and all(0.0 <= x <= 1.0 for x in bb) and bb[0] + bb[2] <= 1.0 + 1e-6 and bb[1] + bb[3] <= 1.0 + 1e-6, \
+            f"{where}: bounding_box {bb} not relative [x, y, w, h] inside the image"

@@ -1,0 +1,252 @@
+"""`hydranet engine export-fiftyone` and the report's contact sheet on a 2-camera fleet (CAM_FRONT and
+CAM_BACK of nuscenes6 at 96x64, 2 clips x 2 frames) shadowed by an untrained configs/tiny.yaml export.
+
+The export is checked against the schema it declares (data_engine.fiftyone_export.check_export: every
+file there, every field declared with its type, boxes relative and inside the image) and against the
+catalog (signals, trigger hits, selections, boxes placed from known predictions). Where FiftyOne is
+installed (in this interpreter, or a Python given by $FIFTYONE_PYTHON: it is not a dependency of this
+project, its App needs MongoDB) the export is also loaded with `fo.Dataset.from_dir` and filtered by a
+signal."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+from engine_fixtures import REPO, make_fleet
+
+from data_engine.catalog import Catalog
+from data_engine.fiftyone_export import check_export, export_fiftyone, relative_box
+from data_engine.mining import mine
+from data_engine.report import TILE_W, write_report
+from data_engine.shadow import run_shadow
+from data_engine.signals import SIGNALS
+from data_engine.triggers import build_triggers, fire_all
+from hydranet.cli import main
+from hydranet.viz import class_color
+
+CAMS = ["CAM_FRONT", "CAM_BACK"]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict:
+    from deploy.export import export_model, sim_frames
+    from deploy.metadata import read_metadata
+    from hydranet.experiment import load_experiment
+    from hydranet.models import build_model
+
+    root = tmp_path_factory.mktemp("engine_fiftyone")
+    rig = yaml.safe_load((REPO / "hydranet" / "rigs" / "nuscenes6.yaml").read_text())
+    rig["name"] = "front_back"
+    rig["cameras"] = [c for c in rig["cameras"] if c["name"] in CAMS]
+    (root / "rig2.yaml").write_text(yaml.safe_dump(rig))
+    fleet = make_fleet(root / "fleet", clips=2, frames=2, seed=5, extra=("--set", f"sim.rig={root / 'rig2.yaml'}"))
+    cfg = load_experiment(REPO / "configs" / "tiny.yaml", [f"data.root={fleet}", f"data.cameras=[{','.join(CAMS)}]",
+                                                          "data.image_size=[64,96]", "device=cpu"])
+    meta = json.loads((fleet / "dataset.json").read_text())
+    export_model(build_model(cfg.model, meta), cfg, meta, root / "model.onnx", sim_frames(cfg, fleet, 1), verbose=False)
+    cat = root / "cat.db"
+    run_shadow(root / "model.onnx", fleet, cat, workers=1, progress=False)
+    fire_all(cat, build_triggers())
+    mine(cat, 2, "random", name="picked")
+    mine(cat, 1, "uncertainty", name="one")
+    classes = read_metadata(root / "model.onnx")["heads"]["det2d"]["classes"]
+    return {"root": root, "fleet": fleet, "model": root / "model.onnx", "catalog": cat, "classes": classes}
+
+
+def catalog_rows(cat_path: Path) -> dict[int, dict]:
+    db = sqlite3.connect(str(cat_path))
+    rows = db.execute(f"SELECT s.frame_id, c.name, f.idx, f.dir, {', '.join(SIGNALS)} FROM signals s JOIN frames f ON "
+                      "s.frame_id = f.id JOIN clips c ON f.clip_id = c.id").fetchall()
+    db.close()
+    return {r[0]: {"clip": r[1], "frame": r[2], "dir": r[3], **dict(zip(SIGNALS, r[4:]))} for r in rows}
+
+
+def with_predictions(env: dict, tmp: Path, det2d: list[dict], frame_id: int | None = None) -> tuple[Path, int]:
+    """A copy of the catalog whose frame `frame_id` (default: rank 0 of selection 'one') has these det2d
+    predictions (one entry per model camera, model pixels 96x64)."""
+    cat = tmp / "c.db"
+    shutil.copy(env["catalog"], cat)
+    db = sqlite3.connect(str(cat))
+    if frame_id is None:
+        frame_id = db.execute("SELECT i.frame_id FROM selection_items i JOIN selections s ON i.selection_id = s.id "
+                              "WHERE s.name = 'one' AND i.rank = 0").fetchone()[0]
+    db.execute("UPDATE signals SET predictions = ? WHERE frame_id = ?", (json.dumps({"det2d": det2d}), frame_id))
+    db.commit()
+    db.close()
+    return cat, frame_id
+
+
+def load(out: Path) -> tuple[dict, list[dict]]:
+    return json.loads((out / "metadata.json").read_text()), json.loads((out / "samples.json").read_text())["samples"]
+
+
+def test_export_holds_every_frame_camera_signal_hit_and_selection(env, tmp_path, capsys):
+    out = tmp_path / "fo"
+    assert main(["engine", "export-fiftyone", "--catalog", str(env["catalog"]), "--out", str(out)]) == 0
+    assert "exported 4 frames (8 camera images: CAM_FRONT, CAM_BACK)" in capsys.readouterr().out
+    assert check_export(out) == {"samples": 8, "groups": 4}
+    doc, samples = load(out)
+    assert doc["group_media_types"] == {"CAM_FRONT": "image", "CAM_BACK": "image"} and doc["default_group_slice"] == "CAM_FRONT"
+    declared = {f["name"]: f["ftype"].rsplit(".", 1)[1] for f in doc["sample_fields"]}
+    assert all(declared[s] == "FloatField" for s in SIGNALS)  # one float field per signal column, even all-None ones
+    assert declared["predictions"] == "EmbeddedDocumentField" and declared["triggers"] == declared["selections"] == "ListField"
+    assert declared["rank_picked"] == declared["rank_one"] == "IntField" and "rank" not in declared
+    rows = catalog_rows(env["catalog"])
+    with Catalog(env["catalog"]) as cat:
+        hits = cat.hits(cat.latest_run())
+        sels = {n: dict(cat.db.execute("SELECT i.frame_id, i.rank FROM selection_items i JOIN selections s ON i.selection_id = "
+                                       "s.id WHERE s.name = ?", (n,)).fetchall()) for n in ("picked", "one")}
+    assert any(hits.values()), "the fixture should fire some trigger"
+    for s in samples:
+        fid, row = s["frame_id"], rows[s["frame_id"]]
+        assert (s["clip"], s["frame"], s["group"]["name"]) == (row["clip"], row["frame"], s["camera"])
+        assert s["filepath"] == f"data/{row['clip']}/{row['dir']}/{s['camera']}.jpg"
+        src = env["fleet"] / "scenes" / row["clip"] / row["dir"] / f"{s['camera']}.jpg"
+        assert (out / s["filepath"]).read_bytes() == src.read_bytes()
+        assert os.path.samefile(out / s["filepath"], src)  # hard-linked: the export costs no image bytes
+        for sig in SIGNALS:  # NULL (NaN, not applicable) stays None, never 0
+            assert s[sig] == row[sig] and (row[sig] is None or math.isfinite(s[sig]))
+        assert s["triggers"] == sorted(t for t, h in hits.items() if fid in dict(h))
+        for t, h in hits.items():
+            assert s[f"trigger_{t}"] == dict(h).get(fid)
+        assert s["selections"] == [n for n in ("picked", "one") if fid in sels[n]]
+        assert s["rank_picked"] == sels["picked"].get(fid) and s["rank_one"] == sels["one"].get(fid)
+    assert sum(s[SIGNALS[0]] is None for s in samples) < len(samples)
+    assert {s["group"]["_id"]["$oid"] for s in samples if s["frame_id"] == samples[0]["frame_id"]} == \
+        {samples[0]["group"]["_id"]["$oid"]}
+    again = tmp_path / "fo2"
+    export_fiftyone(env["catalog"], again)  # the same catalog gives the same files
+    assert (again / "samples.json").read_bytes() == (out / "samples.json").read_bytes()
+    assert (again / "metadata.json").read_bytes() == (out / "metadata.json").read_bytes()
+
+
+def test_boxes_are_relative_to_the_image_with_class_names(env, tmp_path):
+    det2d = [{"boxes": [[9.6, 6.4, 48.0, 32.0], [-10.0, -10.0, 200.0, 20.0], [120.0, 0.0, 130.0, 10.0]],
+              "scores": [0.9, 0.5, 0.4], "labels": [1, 0, 2]},
+             {"boxes": [[0.0, 32.0, 96.0, 64.0]], "scores": [0.25], "labels": [0]}]
+    cat, fid = with_predictions(env, tmp_path, det2d)
+    out = tmp_path / "fo"
+    export_fiftyone(cat, out, selection="one")
+    check_export(out)
+    _, samples = load(out)
+    assert [s["camera"] for s in samples] == CAMS and all(s["frame_id"] == fid and s["rank"] == 0 for s in samples)
+    front, back = (s["predictions"]["detections"] for s in samples)
+    assert len(front) == 2  # the box entirely right of the image has no area inside it: left out
+    assert front[0]["bounding_box"] == pytest.approx([0.1, 0.1, 0.4, 0.4])
+    assert front[1]["bounding_box"] == pytest.approx([0.0, 0.0, 1.0, 20 / 64])  # clipped to the image
+    assert [d["label"] for d in front] == [env["classes"][1], env["classes"][0]]
+    assert [d["confidence"] for d in front] == [0.9, 0.5]
+    assert back[0]["bounding_box"] == pytest.approx([0.0, 0.5, 1.0, 0.5]) and back[0]["_cls"] == "Detection"
+    assert relative_box([5, 5, 5, 9], (64, 96)) is None
+
+
+def test_selection_export_holds_only_its_frames_in_rank_order(env, tmp_path):
+    out = tmp_path / "fo"
+    r = export_fiftyone(env["catalog"], out, selection="picked")
+    _, samples = load(out)
+    with Catalog(env["catalog"]) as cat:
+        order = [f for f, in cat.db.execute("SELECT i.frame_id FROM selection_items i JOIN selections s ON i.selection_id = s.id "
+                                            "WHERE s.name = 'picked' ORDER BY i.rank")]
+    assert r["frames"] == 2 and [s["frame_id"] for s in samples[::2]] == order
+    assert [s["rank"] for s in samples[::2]] == [0, 1] and all("picked" in s["selections"] for s in samples)
+
+
+def test_a_fleet_without_image_files_is_read_through_read_frame(env, tmp_path, monkeypatch):
+    """A fleet whose frames are not JPEG files (videos, later): read_frame gives the pixels, written as JPEG."""
+    import data_engine.fleet as fleet_mod
+
+    fleet = tmp_path / "fleet"
+    shutil.copytree(env["fleet"], fleet)
+    cat = tmp_path / "c.db"
+    run_shadow(env["model"], fleet, cat, workers=1, progress=False)
+    for jpg in fleet.rglob("CAM_BACK.jpg"):
+        jpg.unlink()
+    calls = []
+
+    def fake_read_frame(root, clip, frame_dir, cameras):
+        calls.append(cameras)
+        return [np.full((64, 96, 3), (10, 200, 30), np.uint8) for _ in cameras]
+
+    monkeypatch.setattr(fleet_mod, "read_frame", fake_read_frame)
+    out = tmp_path / "fo"
+    r = export_fiftyone(cat, out)
+    assert r["samples"] == 8 and not r["skipped"] and calls == [["CAM_BACK"]] * 4
+    check_export(out)
+    img = cv2.imread(str(next(out.rglob("CAM_BACK.jpg"))))
+    assert img.shape == (64, 96, 3) and abs(int(img[32, 48, 1]) - 200) < 8
+
+
+def test_contact_sheet_shows_every_camera_with_the_predicted_boxes(env, tmp_path):
+    """Frame tile = CAM_FRONT | CAM_BACK, each TILE_W wide; a box of class 2 on CAM_BACK at model pixels
+    (30, 20)-(70, 50) is drawn in class_color(2) on the second camera's tile."""
+    box, cls = [30.0, 20.0, 70.0, 50.0], 2
+    cat, _ = with_predictions(env, tmp_path, [{"boxes": [], "scores": [], "labels": []},
+                                              {"boxes": [box], "scores": [0.8], "labels": [cls]}])
+    rep = write_report(cat, tmp_path / "rep", selection="one")
+    assert rep["shown"] == 1
+    sheet = cv2.imread(str(tmp_path / "rep" / "contact_sheet.png"))  # BGR
+    assert sheet.shape[1] == 2 * TILE_W  # two camera tiles for the one frame
+    h = round(64 * TILE_W / 96)  # the 96x64 camera scaled to TILE_W wide
+    sx, sy = TILE_W / 96, h / 64
+    header = 24
+    x_left, y_mid = TILE_W + round(box[0] * sx), header + round((box[1] + box[3]) / 2 * sy)
+    x_mid, y_top = TILE_W + round((box[0] + box[2]) / 2 * sx), header + round(box[1] * sy)
+    color = np.array(class_color(cls)[::-1])
+    for y, x in ((y_mid, x_left), (y_top, x_mid), (y_mid, TILE_W + round(box[2] * sx))):
+        assert np.abs(sheet[y, x].astype(int) - color).max() <= 2, (y, x, sheet[y, x], color)
+    inside = sheet[y_mid, x_left + 10].astype(int)
+    assert np.abs(inside - color).max() > 20  # the box is an outline, not a fill
+    # and a 2-frame selection: one row of two frames, each two cameras wide
+    write_report(env["catalog"], tmp_path / "rep2", selection="picked")
+    assert cv2.imread(str(tmp_path / "rep2" / "contact_sheet.png")).shape[1] == 2 * 2 * TILE_W
+
+
+FIFTYONE_PYTHON = os.environ.get("FIFTYONE_PYTHON") or (sys.executable if __import__("importlib").util.find_spec("fiftyone")
+                                                        else None)
+
+
+@pytest.mark.skipif(FIFTYONE_PYTHON is None, reason="fiftyone is not installed (set FIFTYONE_PYTHON to a Python that has it)")
+def test_fiftyone_loads_the_export_and_filters_by_signal(env, tmp_path):
+    det2d = [{"boxes": [[9.6, 6.4, 48.0, 32.0]], "scores": [0.9], "labels": [1]}, {"boxes": [], "scores": [], "labels": []}]
+    cat, fid = with_predictions(env, tmp_path, det2d)
+    out = tmp_path / "fo"
+    export_fiftyone(cat, out)
+    rows = catalog_rows(cat)
+    sig = next(s for s in SIGNALS if sum(r[s] is not None for r in rows.values()) >= 2)
+    vals = sorted(r[sig] for r in rows.values() if r[sig] is not None)
+    thr = vals[len(vals) // 2 - 1]
+    expect = {"samples": 8, "groups": 4, "above": sum(v > thr for v in vals), "box": [0.1, 0.1, 0.4, 0.4], "fid": fid}
+    script = f"""
+import json, fiftyone as fo
+from fiftyone import ViewField as F
+ds = fo.Dataset.from_dir({str(out)!r}, dataset_type=fo.types.FiftyOneDataset)
+groups = len(ds.distinct("group.id"))
+ds.group_slice = "CAM_FRONT"
+above = len(ds.match(F({sig!r}) > {thr!r}))
+s = ds.match(F("frame_id") == {fid}).first()
+box = s.predictions.detections[0].bounding_box
+allv = ds.select_group_slices(media_type="image")
+schema = allv.get_field_schema()
+print(json.dumps({{"samples": len(allv), "groups": groups, "above": above, "box": box, "fid": s.frame_id,
+                   "slices": sorted(ds.group_slices), "signal_type": type(schema[{sig!r}]).__name__,
+                   "exists": all(__import__("os").path.isfile(p) for p in allv.values("filepath"))}}))
+ds.delete()
+"""
+    env_vars = {**os.environ, "FIFTYONE_DO_NOT_TRACK": "true", "FIFTYONE_DATABASE_VALIDATION": "false"}
+    env_vars.setdefault("FIFTYONE_DATABASE_DIR", str(tmp_path / "fo_db"))
+    res = subprocess.run([FIFTYONE_PYTHON, "-c", script], capture_output=True, text=True, timeout=300, env=env_vars)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["slices"] == sorted(CAMS) and got["exists"] and got["signal_type"] == "FloatField"
+    assert {k: got[k] for k in ("samples", "groups", "above", "fid")} == {k: expect[k] for k in ("samples", "groups", "above", "fid")}
+    assert got["box"] == pytest.approx(expect["box"])
