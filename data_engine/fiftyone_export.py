@@ -15,7 +15,8 @@ DIR is in FiftyOne's own dataset format (`fiftyone.types.FiftyOneDataset`, the f
   counted (its frame's other cameras stay).
 
 Fields of each sample: `clip`, `frame` (index in the clip), `frame_id` (the catalog's), `camera`,
-`timestamp_us`, `status` (ok, corrupt, bad) and `error`; one FloatField per catalog signal column
+`timestamp_us`, `status` (ok, corrupt, bad) and `error`; every camera of the fleet is a slice (the model's
+first; cameras the model does not see have no predictions); one FloatField per catalog signal column
 (`det2d_entropy`, ..., None where the catalog holds NULL: not applicable); `predictions`, the model's
 det2d boxes of that camera as `Detections` (relative [x, y, w, h] of the image in [0, 1], class label,
 confidence; the boxes are in model pixels in the catalog and the model input is the camera image
@@ -235,7 +236,10 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
                 raise FiftyOneExportError(f"selection {sel_name!r} frame id {missing[0]} is not a frame of shadow run {run_id} in "
                                           f"{cat.path}; give --run of the run it was mined from")
         frames = _frames(cat, run_id, None if sel_rank is None else sorted(sel_rank, key=sel_rank.get))
-        model, cams, model_size, classes = _model_meta(cat, run_id)
+        model, model_cams, model_size, classes = _model_meta(cat, run_id)
+        fleet_cams = json.loads(cat.db.execute("SELECT fl.cameras FROM shadow_runs r JOIN fleets fl ON r.fleet_id = fl.id "
+                                               "WHERE r.id = ?", (run_id,)).fetchone()[0] or "[]")
+        cams = model_cams + [c for c in fleet_cams if c not in model_cams]  # every camera: the model's first
         fleet = Path(cat.run_info(run_id)["fleet"])
         hits = _hits(cat, run_id)
         sels = _selections(cat, run_id)
@@ -285,7 +289,8 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
                     continue
                 placed += 1
                 dets = []
-                p = det2d[k] if k < len(det2d) and model_size is not None else {"boxes": [], "scores": [], "labels": []}
+                seen = k < len(model_cams) and k < len(det2d) and model_size is not None
+                p = det2d[k] if seen else {"boxes": [], "scores": [], "labels": []}
                 for j, (box, score, lab) in enumerate(zip(p["boxes"], p["scores"], p["labels"])):
                     bb = relative_box(box, model_size)
                     if bb is None:
