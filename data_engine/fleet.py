@@ -345,3 +345,41 @@ def _recorded(root) -> RecordedFleet:
     if key not in _RECORDED:
         _RECORDED[key] = RecordedFleet(root)
     return _RECORDED[key]
+
+
+def frame_image(root: str | Path, clip: str, frame_dir: str, camera: str) -> tuple[bytes, str]:
+    """(bytes, suffix) of one camera image of a frame, as a labelling tool receives it: the file itself where the
+    fleet has one (sim fleets, image sequences; after the one decoder's check), else the decoded frame encoded as
+    PNG (videos, dataset readers: lossless and deterministic, so a resend is bit-identical)."""
+    import cv2
+
+    from hydranet.data.image import ImageError, decode_bytes
+
+    if (Path(root) / RECORDED_FILE).is_file():
+        fl = _recorded(root)
+        ref = fl.frame_refs(clip, frame_dir).get(camera)
+        if fl.kind == "images" and ref is not None:
+            path = path_inside(fl.source_root, ref["file"], f"fleet {root} clip {clip} frame {frame_dir} camera {camera}")
+        else:
+            rgb = fl.read(clip, frame_dir, [camera])[0]
+            ok, png = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+            return png.tobytes(), ".png"
+    else:
+        path = frame_path(root, clip, frame_dir, f"{camera}.jpg", where=f"fleet {root}")
+    try:
+        data = path.read_bytes()
+        decode_bytes(data, path)
+    except OSError as e:
+        raise ValueError(f"{path}: {e.strerror or e}") from None
+    except ImageError as e:
+        raise ValueError(f"{path}: image {e}") from None
+    return data, path.suffix.lower()
+
+
+def image_suffix(root: str | Path, clip: str, frame_dir: str, camera: str) -> str:
+    """The suffix `frame_image` gives that image (".jpg" or ".png"), without reading it."""
+    if not (Path(root) / RECORDED_FILE).is_file():
+        return ".jpg"
+    fl = _recorded(root)
+    ref = fl.frame_refs(clip, frame_dir).get(camera)
+    return Path(ref["file"]).suffix.lower() if fl.kind == "images" and ref is not None else ".png"

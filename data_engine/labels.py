@@ -103,6 +103,13 @@ def create_jobs(cat: Catalog, selection: str | Path, backend: str) -> dict[str, 
     row = cat.db.execute("SELECT r.model_id FROM selections s JOIN shadow_runs r ON s.run_id = r.id WHERE s.name = ?",
                          (name,)).fetchone()
     model_id = row[0] if row else None
+    if backend == "oracle" and ids:  # checked before any job is queued: a refused backend leaves nothing behind
+        q = f"SELECT DISTINCT fl.root FROM frames f JOIN clips c ON f.clip_id = c.id JOIN fleets fl ON c.fleet_id = fl.id " \
+            f"WHERE f.id IN ({', '.join('?' * len(ids))})"
+        recorded = [r[0] for r in cat.db.execute(q, ids) if (Path(r[0]) / "fleet.json").is_file()]
+        if recorded:
+            raise LabelError(f"the oracle answers from the sim's exact labels; fleet {recorded[0]} is recorded data "
+                             "(engine ingest): label it with --backend files or --backend label_studio")
     now = time.time()
     with cat.transaction():
         before = cat.db.execute("SELECT count(*) FROM label_jobs WHERE selection = ?", (name,)).fetchone()[0]
@@ -122,13 +129,15 @@ _RIGS: dict[str, tuple[tuple[str, ...], tuple[tuple[int, int], ...]]] = {}
 
 
 def _rig(root: str) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
+    """(camera names, (H, W) each) of a fleet (a sim fleet or a recorded one)."""
+    from data_engine.fleet import Fleet, FleetError
+
     if root not in _RIGS:
-        path = Path(root) / "dataset.json"
         try:
-            cams = json.loads(path.read_text())["rig"]["cameras"]
-            _RIGS[root] = (tuple(str(c["name"]) for c in cams), tuple((int(c["height"]), int(c["width"])) for c in cams))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise LabelError(f"{path}: cannot read the fleet's cameras ({type(e).__name__}: {e}); the fleet moved or is damaged") from None
+            cams = Fleet(root).cameras
+        except FleetError as e:
+            raise LabelError(f"{e} (the fleet moved or is damaged)") from None
+        _RIGS[root] = (tuple(cams), tuple(cams.values()))
     return _RIGS[root]
 
 

@@ -140,3 +140,48 @@ def test_shadow_runs_on_a_video_fleet_and_reingest_adds_no_frames(world, tmp_pat
     with Catalog(cat) as c:
         c.add_fleet(Fleet(tmp_path / "f"))
         assert c.db.execute("SELECT count(*) FROM frames").fetchone()[0] == 8  # the same fleet: nothing duplicated
+
+
+def test_recorded_frames_go_to_labelling_files_as_png_bit_identical_on_resend(world, tmp_path):
+    """mine -> label (files backend) on a video fleet: every camera image exported as the decoded frame (PNG, the same
+    bytes on a resend), the team's COCO file imported as label versions; the oracle refuses recorded data."""
+    from data_engine.fleet import Fleet
+
+    assert ingest("--out", tmp_path / "f", "--source", "video", "--videos", world["videos"], "--rig", world["rig"]) == 0
+    cat = tmp_path / "c.db"
+    assert main(["engine", "shadow", "--model", str(world["model"]), "--fleet", str(tmp_path / "f"), "--catalog",
+                 str(cat), "--quiet", "--workers", "1"]) == 0
+    assert main(["engine", "mine", "--catalog", str(cat), "--budget", "2", "--strategy", "random", "--out",
+                 str(tmp_path / "sel.json")]) == 0
+    assert main(["engine", "label", "--catalog", str(cat), "--selection", str(tmp_path / "sel.json"), "--backend",
+                 "oracle"]) == 2
+    assert main(["engine", "label", "--catalog", str(cat), "--selection", str(tmp_path / "sel.json"), "--backend",
+                 "files", "--out", str(tmp_path / "export")]) == 0
+    coco = json.loads(next((tmp_path / "export").glob("*.coco.json")).read_text())
+    assert len(coco["images"]) == 2 * 6 and all(im["file_name"].endswith(".png") for im in coco["images"])
+    fl = Fleet(tmp_path / "f")
+    first = {}
+    for im in coco["images"]:
+        clip, fdir, name = im["file_name"].split("/")
+        png = tmp_path / "export" / "images" / im["file_name"]
+        first[im["file_name"]] = png.read_bytes()
+        decoded = cv2.cvtColor(cv2.imread(str(png)), cv2.COLOR_BGR2RGB)
+        assert np.array_equal(decoded, fl.read(clip, fdir, [name[:-4]])[0])  # lossless: the frame shadow mode saw
+    import shutil
+
+    shutil.rmtree(tmp_path / "export" / "images")
+    from data_engine.labeling.files import FilesBackend
+    from data_engine.labels import load_jobs, open_catalog
+
+    with open_catalog(cat) as c:
+        FilesBackend(out=tmp_path / "export").send(load_jobs(c))
+    for name, data in first.items():
+        assert (tmp_path / "export" / "images" / name).read_bytes() == data  # a resend is bit-identical
+    coco["annotations"] = [{"id": k + 1, "image_id": im["id"], "category_id": coco["categories"][0]["id"],
+                            "bbox": [10, 10, 20, 15], "area": 300, "iscrowd": 0} for k, im in enumerate(coco["images"])]
+    (tmp_path / "team.json").write_text(json.dumps(coco))
+    assert main(["engine", "import-labels", "--catalog", str(cat), "--backend", "files", "--file",
+                 str(tmp_path / "team.json"), "--quiet"]) == 0
+    db = sqlite3.connect(str(cat))
+    assert db.execute("SELECT count(*) FROM labels").fetchone()[0] == 2
+    db.close()

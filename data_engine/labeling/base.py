@@ -56,13 +56,22 @@ class Job:
     def folder(self) -> Path:
         return frame_path(self.root, self.clip, self.dir, where=f"label job {self.id}", error=LabelingError)
 
-    def image(self, camera: str) -> Path:
-        return frame_path(self.root, self.clip, self.dir, f"{camera}.jpg", where=f"label job {self.id}",
-                          error=LabelingError)
+    def image(self, camera: str) -> tuple[bytes, str]:
+        """(bytes, suffix) of the camera image as a labelling tool gets it (data_engine.fleet.frame_image: the file of
+        a sim fleet or image sequence, a PNG of a video or dataset frame); LabelingError naming the job."""
+        from data_engine.fleet import frame_image
+
+        frame_path(self.root, self.clip, self.dir, where=f"label job {self.id}", error=LabelingError)
+        try:
+            return frame_image(self.root, self.clip, self.dir, camera)
+        except ValueError as e:
+            raise LabelingError(f"label job {self.id}: {e}") from None
 
     def image_name(self, camera: str) -> str:
-        """The image's name in exported files and tools: clip/frame dir/camera.jpg (unique in a fleet)."""
-        return f"{self.clip}/{self.dir}/{camera}.jpg"
+        """The image's name in exported files and tools: clip/frame dir/camera.jpg|png (unique in a fleet)."""
+        from data_engine.fleet import image_suffix
+
+        return f"{self.clip}/{self.dir}/{camera}{image_suffix(self.root, self.clip, self.dir, camera)}"
 
 
 @dataclass(frozen=True)

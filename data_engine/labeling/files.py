@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -307,7 +306,7 @@ class FilesBackend:
                     if not dst.exists():
                         dst.parent.mkdir(parents=True, exist_ok=True)
                         tmp = dst.with_name(f"{dst.name}.tmp-{os.getpid()}")
-                        shutil.copyfile(e["job"].image(e["camera"]), tmp)
+                        tmp.write_bytes(e["job"].image(e["camera"])[0])
                         tmp.replace(dst)
             stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in sel)
             write_coco(self.out / f"{stem}.coco.json", entries, vocab, f"hydranet selection {sel}")

@@ -212,7 +212,8 @@ class LabelStudioBackend:
                 for cam, size in zip(j.cameras, j.sizes):
                     if (j.id, cam) in have:
                         continue
-                    url = self.client.upload(pid, f"j{j.id}_{j.clip}_{j.dir}_{cam}.jpg", j.image(cam).read_bytes())
+                    data, suffix = j.image(cam)
+                    url = self.client.upload(pid, f"j{j.id}_{j.clip}_{j.dir}_{cam}{suffix}", data)
                     task: dict[str, Any] = {"data": {"image": url, "job_id": j.id, "frame_id": j.frame_id, "camera": cam,
                                                      "frame": f"{j.clip}/{j.dir}", "selection": sel}}
                     preds = [p for p in j.predictions.get(cam, []) if p["label"] in vocab.names]

@@ -16,6 +16,8 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from pathlib import Path
+
 import numpy as np
 
 from data_engine.labeling.base import FetchedLabel, Job, LabelingError, Vocabulary
@@ -54,6 +56,10 @@ class OracleBackend:
             f"seed={self.noise.seed})")
 
     def send(self, jobs: Sequence[Job]) -> dict[int, str]:
+        recorded = next((j for j in jobs if (Path(j.root) / "fleet.json").is_file()), None)
+        if recorded is not None:  # recorded frames carry no sim truth to answer with
+            raise LabelingError(f"the oracle answers from the sim's exact labels; fleet {recorded.root} is recorded data "
+                                "(engine ingest): label it with --backend files or --backend label_studio")
         return {j.id: "oracle" for j in jobs}
 
     def fetch(self, jobs: Sequence[Job]) -> Iterator[FetchedLabel]:
