@@ -190,10 +190,13 @@ def _place_image(root: Path, clip: str, fdir: str, cam: str, dst: Path, check: b
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
-        src = frame_path(root, clip, fdir, f"{cam}.jpg", where=f"fleet {root}")
+        try:
+            src = frame_path(root, clip, fdir, f"{cam}.jpg", where=f"fleet {root}")
+        except ValueError:  # not a path of an image folder (a recorded fleet): read_frame knows the frame
+            src = None
         if check:
             read_frame(root, clip, fdir, [cam])
-        if src.is_file():
+        if src is not None and src.is_file():
             try:
                 os.link(src, dst)
             except OSError:  # another filesystem, or links refused: a copy
