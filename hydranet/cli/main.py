@@ -97,6 +97,20 @@ def cmd_sim_export_nuscenes(args) -> None:
     print(f"wrote {out}")
 
 
+def cmd_sim_export_videos(args) -> None:
+    from hydranet.data import SimDataset
+    from sim.recordings import write_image_sequences, write_rig, write_videos
+
+    SimDataset(args.data)  # a readable sim dataset, or a one-line error naming the file
+    if args.out.exists():
+        raise ValueError(f"{args.out} exists; choose a new --out")
+    if args.fps is not None and not args.fps > 0:
+        raise ValueError(f"--fps must be positive, got {args.fps}")
+    out = write_image_sequences(args.data, args.out) if args.images else write_videos(args.data, args.out, args.fps)
+    rig = write_rig(args.data, args.out / "rig.yaml")  # inside --out: ingest reads only its clip folders
+    print(f"wrote {out} ({'image sequences' if args.images else 'videos'}) and its rig file {rig}")
+
+
 def cmd_sim_stats(args) -> None:
     from sim.stats import dataset_stats, format_stats
 
@@ -258,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "rendered at the intermediate times (default 0: keyframes only)")
     _add_sim_args(e)
     e.set_defaults(func=cmd_sim_export_nuscenes)
+
+    ev = sim.add_parser("export-videos", help="a sim dataset as camera videos (or image sequences) plus its rig file, "
+                        "the layout `hydranet engine ingest` reads (docs/recordings.md)")
+    ev.add_argument("--data", type=Path, required=True, help="a generated sim dataset")
+    ev.add_argument("--out", type=Path, required=True, help="folder for <clip>/<CAMERA>.mp4 (refused if it exists)")
+    ev.add_argument("--fps", type=float, default=None, help="video frame rate (default: the dataset's)")
+    ev.add_argument("--images", action="store_true", help="write <clip>/<CAMERA>/<timestamp_us>.jpg instead of videos")
+    ev.set_defaults(func=cmd_sim_export_videos)
 
     st = sim.add_parser("stats", help="content statistics of a sim dataset next to nuScenes' (docs/sim_look.md)")
     st.add_argument("--data", type=Path, required=True, help="a generated sim dataset")
