@@ -63,6 +63,7 @@ def train_model(out: Path, data: Path, steps: int, seed: int, init_from: Path | 
 def run(args) -> dict:
     from data_engine.config import EngineConfig
     from data_engine.gate import format_gate, gate, write_gate
+    from data_engine.loop import fleet_config
     from data_engine.suites import generate_suites
     from hydranet.config import load_config
 
@@ -71,7 +72,7 @@ def run(args) -> dict:
     cfg = load_config(EngineConfig, "engine", [f"loop.fleet_set=[{','.join(SIZE)}]", f"suites.clips={args.suite_clips}"])
     suites = Path(args.suites) if args.suites else out / "suites"
     if not (suites / "suites.json").exists():
-        generate_suites(suites, cfg.suites, cfg.loop.fleet(), progress=False)
+        generate_suites(suites, cfg.suites, fleet_config(cfg.loop), progress=False)
     t0 = time.time()
     mixed = fleet(out / "fleet_mixed", args.clips, args.fleet_seed, args.night)
     day = fleet(out / "fleet_day", args.clips, args.fleet_seed, 0.0)

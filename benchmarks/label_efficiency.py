@@ -153,7 +153,7 @@ def plot(results: dict, strategies: list[str], path: Path, head: str) -> None:
 
 def run(args) -> None:
     from data_engine.config import EngineConfig
-    from data_engine.loop import Loop
+    from data_engine.loop import Loop, fleet_config
     from data_engine.suites import generate_suites
     from hydranet.config import load_config
 
@@ -165,7 +165,7 @@ def run(args) -> None:
     suites = out / "suites"
     if not (suites / "suites.json").exists():
         base_cfg = load_config(EngineConfig, "engine", sets)
-        generate_suites(suites, base_cfg.suites, base_cfg.loop.fleet(), progress=False)
+        generate_suites(suites, base_cfg.suites, fleet_config(base_cfg.loop), progress=False)
     results: dict[str, list] = {s: [] for s in args.strategies}
     timings = {}
     for seed in args.seeds:

@@ -1,23 +1,32 @@
 """The data engine's configuration (configs/engine.yaml): one section per stage of the loop.
 
-    triggers: which triggers run, with which threshold and quota      (data_engine/triggers/)
+    triggers: which triggers run, with which threshold and quota      (data_engine/triggers.py)
     mining:   the miner's knobs                                        (data_engine/mining.py)
     retrain:  fine-tuning from production on the accepted labels      (data_engine/retrain.py)
     suites:   the frozen scenario suites                               (data_engine/suites.py)
     gate:     the promotion rule                                       (data_engine/gate.py)
     loop:     what one round of `hydranet engine run` does             (data_engine/loop.py)
+
+A leaf: plain frozen dataclasses that check their own values, importing no stage of the engine. What
+only a stage knows is checked where the stage is built: trigger names by `triggers.build_triggers`,
+the loop's strategy by `mining.strategy_fn` (when the loop starts), the fleet config by the loop.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
-from data_engine.gate import GateRule
-from data_engine.retrain import RetrainConfig
-from data_engine.suites import SuitesConfig
+from hydranet.config import ConfigError
+from sim.config import RareConfig
 
-STRATEGIES = ("random", "uncertainty", "diversity", "hybrid", "triggers")  # data_engine/mining.py
 UNITS = ("frame", "clip")
 LABELLERS = ("oracle",)  # the loop labels without a person; people label through `hydranet engine label`
+RARE_SCENARIOS = tuple(f.name for f in dataclasses.fields(RareConfig))  # the sim's rare scenarios (as data_engine.fleet)
+UNIT_TESTS = "unit_tests"  # the suites' folder of unit tests (never a slice name)
+TIMES_OF_DAY = ("day", "dusk", "night")
+WEATHERS = ("clear", "rain", "fog")
+
 
 @dataclass(frozen=True)
 class TriggerParams:
@@ -35,13 +44,106 @@ class MiningConfig:
 
 
 @dataclass(frozen=True)
+class RetrainConfig:
+    """configs/engine.yaml `retrain:` (data_engine/retrain.py): fine-tuning from production."""
+    steps: int = 100  # fine-tuning steps
+    mix: float = 0.5  # fraction of batches drawn from the accepted labels (the rest: the base training set)
+    lr: float | None = None  # peak learning rate (None: the production run's optim.lr)
+
+    def __post_init__(self):
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ConfigError(f"config key 'retrain.steps' must be an integer >= 1, got {self.steps!r}")
+        if not (isinstance(self.mix, (int, float)) and 0 < self.mix < 1):
+            raise ConfigError(f"config key 'retrain.mix' is the fraction of batches from accepted labels, in (0, 1); "
+                              f"got {self.mix!r}")
+        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"config key 'retrain.lr' must be a finite number > 0 (or null), got {self.lr!r}")
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    """The conditions every clip of a slice is rendered under."""
+
+    time_of_day: str = "day"
+    weather: str = "clear"
+    rare: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.time_of_day not in TIMES_OF_DAY:
+            raise ConfigError(f"suites slice time_of_day {self.time_of_day!r} is not one of {list(TIMES_OF_DAY)}")
+        if self.weather not in WEATHERS:
+            raise ConfigError(f"suites slice weather {self.weather!r} is not one of {list(WEATHERS)}")
+        bad = [r for r in self.rare if r not in RARE_SCENARIOS]
+        if bad:
+            raise ConfigError(f"suites slice rare scenario {bad[0]!r} is not one of {list(RARE_SCENARIOS)}")
+        if "night_pedestrian_crossing" in self.rare and self.time_of_day != "night":
+            raise ConfigError("suites slice with night_pedestrian_crossing needs time_of_day: night (the sim forces it)")
+
+
+def _default_slices() -> dict[str, SliceSpec]:
+    out = {"day": SliceSpec("day", "clear"), "night": SliceSpec("night", "clear"), "rain": SliceSpec("day", "rain"),
+           "fog": SliceSpec("day", "fog")}
+    for r in RARE_SCENARIOS:
+        out[r] = SliceSpec("night" if r == "night_pedestrian_crossing" else "day", "clear", (r,))
+    return out
+
+
+@dataclass(frozen=True)
+class SuitesConfig:
+    """configs/engine.yaml `suites:` (data_engine/suites.py). Rig, frame rate and (unless set here) image
+    size and frames per clip are the fleet config's."""
+
+    clips: int = 2  # clips per slice
+    seed: int = 7_000_000
+    frames: int = 0  # frames per clip; 0: the fleet's frames_per_scene
+    image_width: int = 0  # 0: the fleet's
+    image_height: int = 0
+    slices: dict[str, SliceSpec] = field(default_factory=_default_slices)
+
+    def __post_init__(self):
+        if self.clips < 1:
+            raise ConfigError(f"suites.clips must be at least 1, got {self.clips}")
+        if self.frames < 0 or self.image_width < 0 or self.image_height < 0:
+            raise ConfigError("suites.frames, suites.image_width and suites.image_height must be >= 0 (0: the fleet's)")
+        if (self.image_width > 0) != (self.image_height > 0):
+            raise ConfigError("set both suites.image_width and suites.image_height (or neither)")
+        if not self.slices:
+            raise ConfigError("suites.slices is empty; give at least one slice")
+        for name in self.slices:
+            if name == UNIT_TESTS or not name.replace("_", "").replace("-", "").isalnum():
+                raise ConfigError(f"suites slice name {name!r}: use letters, digits, '_' or '-' (and not {UNIT_TESTS!r})")
+
+
+@dataclass(frozen=True)
+class GateRule:
+    """configs/engine.yaml `gate:` (data_engine/gate.py): what a candidate must do on the suites to be promoted."""
+
+    tolerance: float = 0.02  # largest allowed loss per (slice, head), absolute, in the head's primary metric
+    head_tolerance: dict[str, float] = field(default_factory=dict)  # per-head overrides of `tolerance`
+    targeted: tuple[str, ...] = ()  # slices the candidate was trained to fix: must gain >= min_gain
+    targeted_heads: tuple[str, ...] = ()  # heads judged on targeted slices (empty: every head)
+    min_gain: float = 0.01
+    aggregate_tolerance: float = 0.0  # largest allowed loss of a head's frame-weighted mean over slices
+    summary_head: str = ""  # the head whose value per slice a one-line summary shows ("": the first head)
+
+    def __post_init__(self):
+        for key in ("tolerance", "min_gain", "aggregate_tolerance"):
+            v = getattr(self, key)
+            if not (math.isfinite(v) and v >= 0):
+                raise ConfigError(f"gate.{key} must be a finite number >= 0, got {v!r}")
+        for head, v in self.head_tolerance.items():
+            if not (math.isfinite(v) and v >= 0):
+                raise ConfigError(f"gate.head_tolerance.{head} must be a finite number >= 0, got {v!r}")
+
+
+@dataclass(frozen=True)
 class LoopConfig:
     """configs/engine.yaml `loop:`: what one round does."""
 
     fleet_clips: int = 40  # a new fleet each round (the cars keep driving)
     fleet_seed: int = 1000  # round r drives fleet seed fleet_seed + r
     budget: int = 16  # frames labelled per round
-    strategy: str = "hybrid"  # STRATEGIES
+    strategy: str = "hybrid"  # a key of data_engine.mining.STRATEGIES (checked when the loop is built)
     unit: str = "frame"
     labeller: str = "oracle"  # the loop labels without a person: oracle (the sim's exact labels)
     fleet_config: str = "fleet"  # the fleet's YAML (a file or a shipped name); the suites share its rig and size
@@ -50,20 +152,12 @@ class LoopConfig:
     workers: int | None = None  # shadow workers (None: one per CPU)
 
     def __post_init__(self):
-        from hydranet.config import ConfigError
-
         for key in ("fleet_clips", "budget"):
             if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
                 raise ConfigError(f"config key 'loop.{key}' must be an integer >= 1, got {getattr(self, key)!r}")
-        for key, allowed in (("strategy", STRATEGIES), ("unit", UNITS), ("labeller", LABELLERS)):
+        for key, allowed in (("unit", UNITS), ("labeller", LABELLERS)):
             if getattr(self, key) not in allowed:
                 raise ConfigError(f"config key 'loop.{key}' is {getattr(self, key)!r}; choose one of {list(allowed)}")
-
-    def fleet(self):
-        from data_engine.fleet import FleetConfig
-        from hydranet.config import load_config
-
-        return load_config(FleetConfig, self.fleet_config, list(self.fleet_set))
 
 
 @dataclass(frozen=True)

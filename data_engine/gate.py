@@ -28,15 +28,15 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from data_engine.catalog import Catalog
 from hydranet.io import file_sha256
 from data_engine.registry import checkpoint_file, model_id, open_registry
+from data_engine.config import GateRule
 from data_engine.suites import load_suites
-from hydranet.config import ConfigError
 
 AGGREGATE = "aggregate"
 _EPS = 1e-9  # float slack on the comparisons (a gain of exactly -tolerance passes)
@@ -44,28 +44,6 @@ _EPS = 1e-9  # float slack on the comparisons (a gain of exactly -tolerance pass
 
 class GateError(ValueError):
     """A gate that cannot decide (a NaN metric, models of different heads, a bad rule); one line."""
-
-
-@dataclass(frozen=True)
-class GateRule:
-    """configs/engine.yaml `gate:`: what a candidate must do on the suites to be promoted."""
-
-    tolerance: float = 0.02  # largest allowed loss per (slice, head), absolute, in the head's primary metric
-    head_tolerance: dict[str, float] = field(default_factory=dict)  # per-head overrides of `tolerance`
-    targeted: tuple[str, ...] = ()  # slices the candidate was trained to fix: must gain >= min_gain
-    targeted_heads: tuple[str, ...] = ()  # heads judged on targeted slices (empty: every head)
-    min_gain: float = 0.01
-    aggregate_tolerance: float = 0.0  # largest allowed loss of a head's frame-weighted mean over slices
-    summary_head: str = ""  # the head whose value per slice a one-line summary shows ("": the first head)
-
-    def __post_init__(self):
-        for key in ("tolerance", "min_gain", "aggregate_tolerance"):
-            v = getattr(self, key)
-            if not (math.isfinite(v) and v >= 0):
-                raise ConfigError(f"gate.{key} must be a finite number >= 0, got {v!r}")
-        for head, v in self.head_tolerance.items():
-            if not (math.isfinite(v) and v >= 0):
-                raise ConfigError(f"gate.head_tolerance.{head} must be a finite number >= 0, got {v!r}")
 
 
 # -- evaluation with its cache ------------------------------------------------------------------------------

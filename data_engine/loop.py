@@ -84,6 +84,14 @@ def _round_dir(out: Path, r: int) -> Path:
     return out / "rounds" / f"r{r:03d}"
 
 
+def fleet_config(loop_cfg):
+    """The FleetConfig a loop drives: its `fleet_config` YAML with its `fleet_set` overrides."""
+    from data_engine.fleet import FleetConfig
+    from hydranet.config import load_config
+
+    return load_config(FleetConfig, loop_cfg.fleet_config, list(loop_cfg.fleet_set))
+
+
 class Loop:
     """One loop run folder. `run(rounds)` drives each round's stages in order, skipping those the
     journal marks done; `stages` maps a stage name to its method (round, folder) -> result dict."""
@@ -93,8 +101,14 @@ class Loop:
         """`suites`: a suites folder to gate on (default: generated once into out/suites). `fleets`: a folder
         of fleets already rendered, one per round (fleets/rNNN; benchmarks share them between strategies)."""
         from data_engine.config import EngineConfig
+        from data_engine.mining import MiningError, strategy_fn
+        from hydranet.config import ConfigError
 
         self.out, self.cfg, self.progress, self.log = Path(out), cfg or EngineConfig(), progress, log
+        try:
+            strategy_fn(self.cfg.loop.strategy)  # the config names it; only the miner knows its strategies
+        except MiningError as e:
+            raise ConfigError(f"config key 'loop.strategy': {e}") from None
         self.catalog = self.out / "catalog.sqlite"
         self.suites = Path(suites) if suites is not None else self.out / "suites"
         self.fleets = Path(fleets) if fleets is not None else None
@@ -115,7 +129,7 @@ class Loop:
         self.out.mkdir(parents=True, exist_ok=True)
         with self.locked():
             self.journal = Journal(self.out, identity)
-        self.fleet = self.cfg.loop.fleet()
+        self.fleet = fleet_config(self.cfg.loop)
         self.initial = identity["production"]
 
     # -- set-up: the frozen suites and the first production model, once per run folder ---------------

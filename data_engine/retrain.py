@@ -26,16 +26,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hydranet.io import frame_path
 from data_engine.catalog import Catalog
+from data_engine.config import RetrainConfig
 from hydranet.io import file_sha256
 from data_engine.labels import accepted_versions, open_catalog
 from hydranet.heads import heads_where
@@ -49,25 +48,6 @@ _TMP = ".tmp-"
 
 class RetrainError(ValueError):
     """A retrain that cannot run as asked; one line saying what to do."""
-
-
-@dataclass(frozen=True)
-class RetrainConfig:
-    """configs/engine.yaml `retrain:` (data_engine/retrain.py): fine-tuning from production."""
-    steps: int = 100  # fine-tuning steps
-    mix: float = 0.5  # fraction of batches drawn from the accepted labels (the rest: the base training set)
-    lr: float | None = None  # peak learning rate (None: the production run's optim.lr)
-
-    def __post_init__(self):
-        from hydranet.config import ConfigError
-
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ConfigError(f"config key 'retrain.steps' must be an integer >= 1, got {self.steps!r}")
-        if not (isinstance(self.mix, (int, float)) and 0 < self.mix < 1):
-            raise ConfigError(f"config key 'retrain.mix' is the fraction of batches from accepted labels, in (0, 1); "
-                              f"got {self.mix!r}")
-        if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"config key 'retrain.lr' must be a finite number > 0 (or null), got {self.lr!r}")
 
 
 # -- the accepted labels as a dataset -------------------------------------------------------------

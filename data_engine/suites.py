@@ -31,82 +31,24 @@ import shutil
 import zlib
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hydranet.io import file_sha256
-from data_engine.fleet import RARE_SCENARIOS, FleetConfig, clip_config
-from hydranet.config import ConfigError
+from data_engine.fleet import FleetConfig, clip_config
+from data_engine.config import UNIT_TESTS, SliceSpec, SuitesConfig  # noqa: F401 (SliceSpec: the suites' API too)
 from hydranet.io import frame_path, path_inside
 
 SUITES_FILE = "suites.json"
 FORMAT = "hydranet-suites"
 VERSION = 1
-UNIT_TESTS = "unit_tests"
-TIMES_OF_DAY = ("day", "dusk", "night")
-WEATHERS = ("clear", "rain", "fog")
 _SEED_TAG = 0x5017E5  # in every suite seed, in no fleet seed (fleet.clip_seed, sim.generate.scene_seed)
 
 
 class SuiteError(ValueError):
     """A suites folder that cannot be used as asked; one line naming the folder or slice and what to do."""
-
-
-@dataclass(frozen=True)
-class SliceSpec:
-    """The conditions every clip of a slice is rendered under."""
-
-    time_of_day: str = "day"
-    weather: str = "clear"
-    rare: tuple[str, ...] = ()
-
-    def __post_init__(self):
-        if self.time_of_day not in TIMES_OF_DAY:
-            raise ConfigError(f"suites slice time_of_day {self.time_of_day!r} is not one of {list(TIMES_OF_DAY)}")
-        if self.weather not in WEATHERS:
-            raise ConfigError(f"suites slice weather {self.weather!r} is not one of {list(WEATHERS)}")
-        bad = [r for r in self.rare if r not in RARE_SCENARIOS]
-        if bad:
-            raise ConfigError(f"suites slice rare scenario {bad[0]!r} is not one of {list(RARE_SCENARIOS)}")
-        if "night_pedestrian_crossing" in self.rare and self.time_of_day != "night":
-            raise ConfigError("suites slice with night_pedestrian_crossing needs time_of_day: night (the sim forces it)")
-
-
-def _default_slices() -> dict[str, SliceSpec]:
-    out = {"day": SliceSpec("day", "clear"), "night": SliceSpec("night", "clear"), "rain": SliceSpec("day", "rain"),
-           "fog": SliceSpec("day", "fog")}
-    for r in RARE_SCENARIOS:
-        out[r] = SliceSpec("night" if r == "night_pedestrian_crossing" else "day", "clear", (r,))
-    return out
-
-
-@dataclass(frozen=True)
-class SuitesConfig:
-    """configs/engine.yaml `suites:`. Rig, frame rate and (unless set here) image size and frames per clip
-    are the fleet config's."""
-
-    clips: int = 2  # clips per slice
-    seed: int = 7_000_000
-    frames: int = 0  # frames per clip; 0: the fleet's frames_per_scene
-    image_width: int = 0  # 0: the fleet's
-    image_height: int = 0
-    slices: dict[str, SliceSpec] = field(default_factory=_default_slices)
-
-    def __post_init__(self):
-        if self.clips < 1:
-            raise ConfigError(f"suites.clips must be at least 1, got {self.clips}")
-        if self.frames < 0 or self.image_width < 0 or self.image_height < 0:
-            raise ConfigError("suites.frames, suites.image_width and suites.image_height must be >= 0 (0: the fleet's)")
-        if (self.image_width > 0) != (self.image_height > 0):
-            raise ConfigError("set both suites.image_width and suites.image_height (or neither)")
-        if not self.slices:
-            raise ConfigError("suites.slices is empty; give at least one slice")
-        for name in self.slices:
-            if name == UNIT_TESTS or not name.replace("_", "").replace("-", "").isalnum():
-                raise ConfigError(f"suites slice name {name!r}: use letters, digits, '_' or '-' (and not {UNIT_TESTS!r})")
 
 
 def suite_seed(seed: int, slice_name: str, index: int) -> int:

@@ -448,7 +448,7 @@ def test_missing_or_changed_production_is_an_error_at_use_time(models, tmp_path)
 def test_registry_upgrades_the_placeholder_only_when_empty(models, tmp_path):
     """A version-1 catalog's registry placeholder: upgraded by the catalog's migration when empty (then a
     promotion works), refused when it holds rows."""
-    from test_engine_catalog import write_v1_catalog
+    from engine_catalogs import write_v1_catalog
 
     empty = write_v1_catalog(tmp_path / "empty.db", registry="placeholder", rows=False)
     assert promote(empty, models["a"])["role"] == "production"

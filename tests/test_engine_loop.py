@@ -22,6 +22,7 @@ SETS = ["loop.budget=2", "loop.workers=1", "retrain.steps=2", "suites.clips=1", 
 def world(tmp_path_factory) -> dict:
     """A 2-step production run, one pre-rendered fleet per round (2 rounds) and the frozen suites."""
     from data_engine.config import EngineConfig
+    from data_engine.loop import fleet_config
     from data_engine.suites import generate_suites
     from hydranet.config import load_config
     from hydranet.experiment import load_experiment
@@ -36,7 +37,7 @@ def world(tmp_path_factory) -> dict:
     for r in range(2):
         make_fleet(tmp / "fleets" / f"r{r:03d}", clips=2, frames=2, seed=40 + r)
     cfg = load_config(EngineConfig, "engine", SETS)
-    generate_suites(tmp / "suites", cfg.suites, cfg.loop.fleet(), progress=False)
+    generate_suites(tmp / "suites", cfg.suites, fleet_config(cfg.loop), progress=False)
     return {"tmp": tmp, "prod": prod, "fleets": tmp / "fleets", "suites": tmp / "suites"}
 
 

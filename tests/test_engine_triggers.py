@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from pathlib import Path
 
-import numpy as np
 import pytest
+from engine_catalogs import write_fixture_catalog
 
 from data_engine.catalog import Catalog
 from data_engine.triggers import build_triggers, fire_all, registry
@@ -22,46 +21,6 @@ DECLARED = {
     "speed": (1, "speed_excess", 1.0, 50), "accel": (1, "accel", 15.0, 50),
     "model_disagreement": (1, "disagree_det2d", 0.5, 50), "novelty": (1, "embedding", 0.05, 50),
 }
-# the scale of each column in the fixture: values drawn around the trigger's threshold
-SCALE = {"det2d_uncertain": 6, "det3d_uncertain": 4, "signs_lights_entropy": 0.9, "drivable_entropy_p95": 1.2, "flicker": 3,
-         "jitter": 0.16, "cross_camera": 1.0, "box2d_vs_3d": 1.0, "depth_vs_3d": 1.0, "speed_excess": 2.0, "accel": 30.0,
-         "disagree_det2d": 1.0}
-
-
-def write_fixture_catalog(path: Path, clips: int = 4, frames: int = 10, seed: int = 3) -> Path:
-    """A catalog with one shadow run of clips x frames ok frames (+ one corrupt frame), seeded signals
-    (integers for the count signals, ~10% NaN) and 2-camera embeddings, written through SQL and
-    Catalog.write_clip only (no model, no fleet on disk)."""
-    rng = np.random.default_rng(seed)
-    with Catalog(path, create=True) as cat:
-        db = cat.db
-        with cat.transaction():
-            db.execute("INSERT INTO models (sha256, path, embedding_dim, meta, added) VALUES ('m', 'm.onnx', 8, '{}', 0)")
-            db.execute("INSERT INTO fleets (root, rig, cameras, added) VALUES ('/fleet', 'rig', '[]', 0)")
-            for c in range(clips):
-                db.execute("INSERT INTO clips (fleet_id, name, num_frames) VALUES (1, ?, ?)", (f"clip_{c:05d}", frames))
-                db.executemany("INSERT INTO frames (clip_id, idx, dir, timestamp_us) VALUES (?, ?, ?, ?)",
-                               [(c + 1, i, f"scenes/clip_{c:05d}/{i:06d}", i * 100_000) for i in range(frames)])
-            db.execute("INSERT INTO shadow_runs (model_id, candidate_id, fleet_id, started) VALUES (1, 0, 1, 0)")
-        centres = rng.normal(size=(2, 2, 8))  # clips 0, 2, ... look alike, as do 1, 3, ...: novelty fires on outliers
-        for c in range(clips):
-            rows = []
-            for i in range(frames):
-                sig = {}
-                for col, s in SCALE.items():
-                    v = rng.uniform(0, s)
-                    sig[col] = float(np.round(v)) if col in ("det2d_uncertain", "det3d_uncertain", "flicker") else v
-                    if rng.random() < 0.1:
-                        sig[col] = float("nan")
-                emb = centres[c % 2] + rng.normal(scale=1.0 if i == frames - 1 else 0.1, size=(2, 8))
-                bad = c == 1 and i == 4
-                rows.append({"frame_id": c * frames + i + 1, "status": "corrupt" if bad else "ok",
-                             "error": "truncated JPEG" if bad else None, "signals": {} if bad else sig,
-                             "embedding": None if bad else emb})
-            cat.write_clip(1, c + 1, rows)
-    return path
-
-
 def digest(hits: dict[str, list[tuple[int, float]]]) -> str:
     """sha256 of the hits with scores rounded to 9 digits (stable across platforms)."""
     canon = {k: [[int(f), round(float(s), 9)] for f, s in v] for k, v in sorted(hits.items())}
