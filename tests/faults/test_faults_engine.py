@@ -31,6 +31,35 @@ def newer(tmp: Path) -> Path:
     return p
 
 
+def version_1(tmp: Path, placeholder_row: bool = False, version: int = 1) -> Path:
+    """The engine catalog as schema version 1 left it: the registry an (empty) 5-column placeholder."""
+    p = cat_copy(tmp)
+    db = sqlite3.connect(str(p))
+    db.execute("DROP TABLE registry")
+    db.execute("CREATE TABLE registry (id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, role TEXT NOT NULL, "
+               "previous_id INTEGER, promoted REAL)")
+    if placeholder_row:
+        db.execute("INSERT INTO registry (model_id, role) VALUES (1, 'production')")
+    db.execute(f"PRAGMA user_version = {version}")
+    db.commit()
+    db.close()
+    return p
+
+
+def upgraded(tmp: Path) -> None:
+    db = sqlite3.connect(str(tmp / "c.db"))
+    version, cols = db.execute("PRAGMA user_version").fetchone()[0], [r[1] for r in db.execute("PRAGMA table_info(registry)")]
+    db.close()
+    assert version == 2 and "checkpoint" in cols, (version, cols)
+    assert json.loads((tmp / "sel.json").read_text())["items"], "nothing mined from the upgraded catalog"
+
+
+def left_as_version_1(tmp: Path) -> None:
+    db = sqlite3.connect(str(tmp / "c.db"))
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 1 and db.execute("SELECT count(*) FROM registry").fetchone()[0]
+    db.close()
+
+
 def no_metadata_onnx(tmp: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper
@@ -106,6 +135,11 @@ CASES = [
     Case("mine-corrupt-catalog", lambda t, e: mine(t, junk(t, "bad.db"), "--budget", "1"), words=("bad.db", "not a readable")),
     Case("mine-foreign-sqlite", lambda t, e: mine(t, foreign_sqlite(t), "--budget", "1"), words=("not a hydranet catalog",)),
     Case("mine-newer-schema", lambda t, e: mine(t, newer(t), "--budget", "1"), words=("schema version 7", "newer")),
+    Case("mine-version-1-catalog-upgraded", lambda t, e: mine(t, version_1(t), "--budget", "1"), status=0, check=upgraded),
+    Case("mine-version-1-placeholder-rows", lambda t, e: mine(t, version_1(t, placeholder_row=True), "--budget", "1"),
+         words=("c.db", "registry rows of an older layout", "recreate"), check=left_as_version_1),
+    Case("mine-schema-version-0", lambda t, e: mine(t, version_1(t, version=0), "--budget", "1"),
+         words=("schema version 0", "cannot upgrade", "recreate")),
     Case("mine-budget-zero", lambda t, e: mine(t, cat_copy(t), "--budget", "0"), words=("--budget", "at least 1")),
     Case("mine-budget-negative", lambda t, e: mine(t, cat_copy(t), "--budget", "-3"), words=("--budget", "at least 1")),
     Case("mine-budget-above-pool", lambda t, e: mine(t, cat_copy(t), "--budget", "500"), words=("500", "larger than the pool")),
