@@ -53,8 +53,9 @@ def missing_extra(e: BaseException, command: str) -> str | None:
     if whole and extra in ("train", "sim"):
         extra = whole
     jetson = "; on a Jetson install JetPack's torch and torchvision first" if extra in ("train", "engine", "all") else ""
+    other = "; or run without it: --executor local" if top == "ray" else ""
     return (f"`hydranet {command}` needs the {extra} extra ({top} is not installed): pip install 'hydranet-stack[{extra}]' "
-            f"(from a checkout: pip install '.[{extra}]'){jetson}")
+            f"(from a checkout: pip install '.[{extra}]'){jetson}{other}")
 
 
 def _sim_config(args):

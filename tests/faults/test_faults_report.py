@@ -214,7 +214,7 @@ CASES = [
     Case("similar-image-ok", lambda t, e: similar(t, e, front(e), "--k", "1"), status=0, stdout=("1.0000",)),
     # shadow on Ray
     Case("shadow-ray-not-installed", lambda t, e: shadow(t, e, "--executor", "ray"), patch=no_ray,
-         words=("ray[data]", "pip install", "--executor local")),
+         words=("ray extra", "pip install", "--executor local")),
     Case("shadow-ray-address-without-ray", lambda t, e: shadow(t, e, "--ray-address", "ray://head:10001"),
          words=("--ray-address", "--executor ray")),
 ]
