@@ -16,7 +16,10 @@ Strategies (the miner reads signals and embeddings only, never the fleet's scena
 Ranked strategies (uncertainty, triggers) drop near-duplicates (cosine distance to a selected item
 below `dedup` x the pool's median nearest-neighbour distance) and are class-aware: no dominant
 predicted class may take more than `class_cap` of the budget while items of other classes remain.
-Every item carries why it was chosen: {"strategy", "score", "triggers"}.
+Every item carries why it was chosen, whatever the strategy: {"strategy", "score" (the strategy's own),
+"rank" (in the selection), "triggers" (every trigger that fires on the item, by name) and "trigger_scores"
+({trigger: score})}; the triggers strategy adds "trigger", the one that chose it. The triggers are fired
+in memory over the pool with the engine config (the hits `hydranet engine triggers` stores for the run).
 """
 from __future__ import annotations
 
@@ -157,14 +160,32 @@ def mine(catalog: str | Path, budget: int, strategy: str, cfg: EngineConfig | No
             raise MiningError(f"--budget {budget} is larger than the pool of {n} {unit}s of shadow run {run_id} in {cat.path}; "
                               "ask for fewer or shadow more clips")
         picks = select(pool, budget, strategy, cfg, cat, run_id)
+        fired = trigger_hits(pool, cfg)
         items = [{"rank": r, "frame_id": int(pool["frame_id"][i]), "clip": str(pool["clip"][i]), "frame": int(pool["idx"][i]),
-                  "frame_ids": list(pool["frame_ids"][i]), "reason": reason} for r, (i, reason) in enumerate(picks)]
+                  "frame_ids": list(pool["frame_ids"][i]), "reason": with_triggers(reason, r, fired.get(i, {}))}
+                 for r, (i, reason) in enumerate(picks)]
         name = name or f"{strategy}-{unit}-{budget}"
         params = {"unit": unit, "mining": {"pool_factor": cfg.mining.pool_factor, "dedup": cfg.mining.dedup,
                                            "class_cap": cfg.mining.class_cap, "seed": cfg.mining.seed}}
         cat.write_selection(name, run_id, strategy, budget, unit, params, items)
         info = cat.run_info(run_id)
     return {"name": name, "strategy": strategy, "budget": budget, "unit": unit, "run": info, "pool": n, "items": items}
+
+
+def trigger_hits(pool: Mapping[str, Any], cfg: EngineConfig) -> dict[int, dict[str, float]]:
+    """{pool row: {trigger: score}} of every configured trigger fired over the pool (in memory, quotas applied:
+    the hits `hydranet engine triggers` stores for the run)."""
+    row = {int(f): i for i, f in enumerate(pool["frame_id"])}
+    out: dict[int, dict[str, float]] = {}
+    for t in build_triggers(cfg.trigger_params() or None):
+        for f, s in t.fire(pool):
+            out.setdefault(row[f], {})[t.name] = round(float(s), 6)
+    return out
+
+
+def with_triggers(reason: Mapping[str, Any], rank: int, hits: Mapping[str, float]) -> dict[str, Any]:
+    """The strategy's reason with the item's rank and every trigger that fired on it (names sorted, and scores)."""
+    return {**reason, "rank": rank, "triggers": sorted(hits), "trigger_scores": {k: hits[k] for k in sorted(hits)}}
 
 
 def select(pool: Mapping[str, Any], budget: int, strategy: str, cfg: EngineConfig, cat: Catalog | None = None,
