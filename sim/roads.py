@@ -6,7 +6,12 @@ lanes, painted markings, crosswalks, stop lines and sidewalks, in one of three l
   line and sidewalk run on across the mouth, a crosswalk and a stop line on the side street);
 - `arterial`: a multi-lane road (at least 2 lanes per direction) that narrows by one lane per
   direction over a linear taper: forward traffic loses its kerb lane (the dashed line to it ends
-  where the taper starts, the edge line and kerb follow the taper), reverse traffic gains one.
+  where the taper starts, the edge line, parking lane and kerb follow the taper), reverse traffic
+  gains one.
+
+The main road has a parking lane (PARKING_WIDTH) on either side, between the travel lanes' outer
+edge (the solid edge line) and the kerb: parked vehicles stand there (`sim.world`), moving traffic
+keeps to the travel lanes.
 
 The world is flat (no grade: the dataset's boxes and ego frame are gravity-aligned).
 
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 LANE_WIDTH = 3.5
+PARKING_WIDTH = 2.8  # the main road's parking lane, each side: a truck (2.6 m) parks 0.1 m off the kerb and the edge line
 SIDEWALK_WIDTH = 3.0
 CURB_HEIGHT = 0.15
 TERRAIN_Z = -0.03  # off-road terrain sits just under the road surface
@@ -128,23 +134,42 @@ class RoadNetwork:
     sidewalks: list[tuple[Path, float]]  # (inner edge path, +1 if it extends to the path's left)
     layout: str = "cross"
     taper: tuple[float, float] | None = None  # main arclengths where the arterial's narrowing starts and ends
-    hw_profile: np.ndarray = field(init=False)  # (M,) half width of the main road at each sample of `main`
+    parking: float = PARKING_WIDTH  # the main road's parking lane, each side (0: none)
+    edge_profile: np.ndarray = field(init=False)  # (M,) the travel lanes' outer edge (the edge line) at each sample of `main`
+    hw_profile: np.ndarray = field(init=False)  # (M,) half width of the main road (kerb to centreline) at each sample
 
     def __post_init__(self):
-        self.hw_profile = np.full(len(self.main.s), self.lanes * LANE_WIDTH)
+        self.edge_profile = np.full(len(self.main.s), self.lanes * LANE_WIDTH)
         if self.taper is not None:
             a, b = self.taper
-            self.hw_profile -= LANE_WIDTH * np.clip((self.main.s - a) / (b - a), 0.0, 1.0)
+            self.edge_profile -= LANE_WIDTH * np.clip((self.main.s - a) / (b - a), 0.0, 1.0)
+        self.hw_profile = self.edge_profile + self.parking
 
     @property
     def half_width(self) -> float:
-        """Half width where the main road starts (everywhere but past an arterial's taper)."""
-        return self.lanes * LANE_WIDTH
+        """Half width (kerb to centreline) where the main road starts (everywhere but past an
+        arterial's taper)."""
+        return self.lanes * LANE_WIDTH + self.parking
 
     def half_width_at(self, s):
-        """Half width of the main road at main arclength(s) `s`."""
+        """Half width of the main road (kerb to centreline) at main arclength(s) `s`."""
         out = np.interp(s, self.main.s, self.hw_profile)
         return float(out) if np.ndim(out) == 0 else out
+
+    def lane_edge_at(self, s):
+        """Distance of the travel lanes' outer edge (the edge line; the parking lane lies beyond
+        it) from the main centreline at main arclength(s) `s`."""
+        out = np.interp(s, self.main.s, self.edge_profile)
+        return float(out) if np.ndim(out) == 0 else out
+
+    def lateral(self, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(main arclength (K,), signed offset left of the main centreline (K,)) of points (K, 2),
+        from the nearest sample of the centreline."""
+        xy = np.atleast_2d(np.asarray(xy, float))
+        i = ((xy[:, None, :] - self.main.points[None]) ** 2).sum(-1).argmin(1)
+        h = self.main.heading[i]
+        rel = xy - self.main.points[i]
+        return self.main.s[i], rel[:, 1] * np.cos(h) - rel[:, 0] * np.sin(h)
 
     @property
     def merge_latest(self) -> float | None:
@@ -199,13 +224,14 @@ class RoadNetwork:
         return d < margin
 
     def lane_path(self, k: int, forward: bool) -> Path:
-        """Centre of lane `k` (0 = rightmost, the kerb lane; lanes-1 next to the centre line).
-        On the arterial, forward lane 0 is the dropped lane: its centre until the kerb squeezes
-        it, then 1.4 m inside the kerb (a vehicle changes lane before: `sim.world`); reverse lane
-        0 is the added one: on lane 1 before the taper, then out into the new lane over it."""
+        """Centre of lane `k` (0 = rightmost, next to the parking lane; lanes-1 next to the centre
+        line). On the arterial, forward lane 0 is the dropped lane: its centre until the lane edge
+        squeezes it, then 1.4 m inside the edge (a vehicle changes lane before: `sim.world`);
+        reverse lane 0 is the added one: on lane 1 before the taper, then out into the new lane
+        over it."""
         off = np.asarray((self.lanes - k - 0.5) * LANE_WIDTH)
         if k == 0 and self.taper is not None:
-            off = np.minimum(off, self.hw_profile - 1.4) if forward else self.hw_profile - LANE_WIDTH / 2
+            off = np.minimum(off, self.edge_profile - 1.4) if forward else self.edge_profile - LANE_WIDTH / 2
         return self.main.offset(-off) if forward else self.main.offset(off).reversed()
 
 
@@ -221,11 +247,12 @@ def strip_quads(left: np.ndarray, right: np.ndarray) -> np.ndarray:
 
 
 def _in_quads(xy: np.ndarray, quads: np.ndarray) -> np.ndarray:
-    """(K,) bool: points (K, 2) inside any of the convex quads (Q, 4, 2), either winding."""
+    """(K,) bool: points (K, 2) inside any of the convex quads (Q, 4, 2), either winding; a point
+    on an edge (within rounding: two neighbouring quads share it) counts as inside."""
     e = np.roll(quads, -1, 1) - quads  # (Q, 4, 2) edges
     d = xy[:, None, None, :] - quads[None]  # (K, Q, 4, 2)
     c = e[None, ..., 0] * d[..., 1] - e[None, ..., 1] * d[..., 0]  # (K, Q, 4)
-    return (((c >= 0).all(-1)) | ((c <= 0).all(-1))).any(-1)
+    return (((c >= -1e-6).all(-1)) | ((c <= 1e-6).all(-1))).any(-1)
 
 
 def _dist_to_path(xy: np.ndarray, path: Path, half_width=0.0) -> np.ndarray:
@@ -320,7 +347,7 @@ def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420
     if layout == "arterial":  # ahead of the ego's start (45 m), within the labels' 60 m range
         s_a = float(rng.uniform(75.0, 95.0))
         taper = (s_a, s_a + taper_length)
-    hw = lanes * LANE_WIDTH
+    lanes_w = lanes * LANE_WIDTH  # the travel lanes of one direction, where the road starts
     intersections: list[Intersection] = []
     for j, (a, b) in enumerate(straights):
         lo, hi = a + 30, b - 30
@@ -338,7 +365,8 @@ def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420
         arms = (-1, 1) if layout != "t_junction" else (int(rng.choice([-1, 1])),)
         intersections.append(Intersection(s, c, h, cross, 1, signalized, arms))
     road = RoadNetwork(main, lanes, intersections, [], [], [], layout, taper)
-    hwp = road.hw_profile
+    hwp, edge = road.hw_profile, road.edge_profile
+    kerb = road.half_width  # at every junction (none is near the arterial's taper)
 
     gaps = [(it.s - it.cross_half_width - 5.0, it.s + it.cross_half_width + 5.0) for it in intersections]
     markings, stripes, sidewalks = road.markings, road.stripes, road.sidewalks
@@ -364,7 +392,7 @@ def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420
             # the dashed line to the arterial's dropped (added) kerb lane ends where the taper starts
             ends = [(taper[0], np.inf)] if taper is not None and k == lanes - 1 else []
             add(main.offset(side * k * LANE_WIDTH), "dashed_white", side_cut + ends, main.s)
-        add(main.offset(side * (hwp - 0.3)), "solid_white", side_cut, main.s)
+        add(main.offset(side * edge), "solid_white", side_cut, main.s)  # the travel lanes' edge
     side_gaps = [(it.s - it.cross_half_width, it.s + it.cross_half_width) for it in intersections]
     for side in (-1, 1):
         for piece in _split(main.offset(side * hwp), [g for g, it in zip(side_gaps, intersections) if side in it.arms],
@@ -374,11 +402,11 @@ def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420
     for it in intersections:
         wc = it.cross_half_width
         if it.is_t:  # the street runs from the main centreline out: its lines start past the crosswalk
-            t_cut = [(-1.0, hw + 5.0)]
-            walk_cut = [(-1.0, hw + SIDEWALK_WIDTH)]
+            t_cut = [(-1.0, kerb + 5.0)]
+            walk_cut = [(-1.0, kerb + SIDEWALK_WIDTH)]
         else:
-            t_cut = [(CROSS_LENGTH - hw - 5.0, CROSS_LENGTH + hw + 5.0)]
-            walk_cut = [(CROSS_LENGTH - hw - SIDEWALK_WIDTH, CROSS_LENGTH + hw + SIDEWALK_WIDTH)]
+            t_cut = [(CROSS_LENGTH - kerb - 5.0, CROSS_LENGTH + kerb + 5.0)]
+            walk_cut = [(CROSS_LENGTH - kerb - SIDEWALK_WIDTH, CROSS_LENGTH + kerb + SIDEWALK_WIDTH)]
         for side in (-1, 1):
             add(it.street.offset(side * 0.15), "solid_yellow", t_cut)
             add(it.street.offset(side * (wc - 0.3)), "solid_white", t_cut)
@@ -388,20 +416,20 @@ def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420
             s_cw = it.s + side * (wc + 2.5)
             c, h = main.at(s_cw)
             n = _dir(h + np.pi / 2)
-            for t in np.arange(-hw + 0.6, hw - 0.3, 1.2):
+            for t in np.arange(-kerb + 0.6, kerb - 0.3, 1.2):  # kerb to kerb
                 stripes.append(_rect(c + n * t, h, 3.0, 0.6))
-            # stop line before the crosswalk for the lanes approaching it (a T's main road stops
-            # only at a signal: it has the right of way)
+            # stop line before the crosswalk across the travel lanes approaching it (a T's main
+            # road stops only at a signal: it has the right of way)
             if not it.is_t or it.signalized:
                 c2, _ = main.at(it.s + side * (wc + 5.0))
-                stripes.append(_rect(c2 + side * n * hw / 2, h, 0.4, hw))
+                stripes.append(_rect(c2 + side * n * lanes_w / 2, h, 0.4, lanes_w))
         if it.is_t:
             # a crosswalk across the side street's mouth where the main road's sidewalk meets it,
             # and the side street's stop line before it, across its inbound lane (to the street's left)
-            c, h = it.street.at(hw + SIDEWALK_WIDTH / 2)
+            c, h = it.street.at(kerb + SIDEWALK_WIDTH / 2)
             n = _dir(h + np.pi / 2)
             for t in np.arange(-wc + 0.6, wc - 0.3, 1.2):
                 stripes.append(_rect(c + n * t, h, SIDEWALK_WIDTH, 0.6))
-            c, h = it.street.at(hw + SIDEWALK_WIDTH + 1.0)
+            c, h = it.street.at(kerb + SIDEWALK_WIDTH + 1.0)
             stripes.append(_rect(c + n * wc / 2, h, 0.4, wc))
     return road

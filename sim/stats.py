@@ -130,3 +130,39 @@ def format_stats(stats: dict) -> str:
     rows.append(f"* nuScenes: all {ref['annotations']:,} v1.0-trainval annotations / {NUSCENES_KEYFRAMES:,} keyframes; "
                 "shares from the devkit's list_categories (see sim/stats.py)")
     return "\n".join(rows)
+
+
+def parking_stats(seeds, cfg=None) -> dict:
+    """Where the parked vehicles and the car boxes stand (issue 21, item 8), over worlds at t = 0
+    (no rendering): parked vehicles whose footprint leaves the road surface, and car boxes (all
+    cars, parked or moving) within RANGE_M of the ego whose centre stands on the terrain."""
+    from sim.config import SimConfig
+    from sim.roads import TERRAIN_Z
+    from sim.traffic import footprint
+    from sim.world import World
+
+    out = {"parked": 0, "parked_off_road": 0, "cars": 0, "cars_on_terrain": 0}
+    for seed in seeds:
+        w = World(cfg or SimConfig(), seed)
+        for a in w.agents:
+            if a.attributes.get("parked"):
+                out["parked"] += 1
+                fp = footprint(a.pos, a.heading, a.box_center, a.box_size, 0.0)
+                out["parked_off_road"] += bool((w.road.surface_z(fp) != 0).any())
+            if a.cls == "car" and np.linalg.norm(a.pos - w.ego.pos) <= RANGE_M:
+                out["cars"] += 1
+                out["cars_on_terrain"] += bool(w.road.surface_z(a.pos[None])[0] == TERRAIN_Z)
+    return out
+
+
+if __name__ == "__main__":  # python -m sim.stats --parking 8: parking_stats over seeds 0-7
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parking", type=int, metavar="SEEDS", required=True,
+                    help="where parked vehicles and cars stand, over worlds of seeds 0..SEEDS-1")
+    n = ap.parse_args().parking
+    st = parking_stats(range(n))
+    print(f"seeds 0-{n - 1}: parked vehicles {st['parked']}, footprint off the road surface {st['parked_off_road']} "
+          f"({st['parked_off_road'] / max(st['parked'], 1):.0%}); car boxes within {RANGE_M:.0f} m {st['cars']}, "
+          f"on the terrain {st['cars_on_terrain']} ({st['cars_on_terrain'] / max(st['cars'], 1):.0%})")

@@ -116,7 +116,7 @@ class TrafficRules:
     def _try_merge(self, a: Agent, everyone: list[Agent]) -> None:
         """A vehicle in the arterial's dropped lane changes into the next lane once it is near
         the taper and there is a gap: a new path from where it is, blending over 10-30 m (by its
-        speed) into lane 1, finished before the taper ends and never past the kerb."""
+        speed) into lane 1, finished before the taper ends and never past the travel lanes' edge."""
         road, main = self.road, self.road.main
         s_a, s_b = road.taper
         ms = main.nearest_s(a.pos)
@@ -130,7 +130,7 @@ class TrafficRules:
         length = min(float(np.clip(8.0 + 2.0 * a.speed, 10.0, 30.0)), max(s_b - 2.0 - ms, 8.0))
         i = int(np.searchsorted(main.s, ms, side="right"))
         u = np.clip((main.s[i:] - ms) / length, 0.0, 1.0)
-        off = np.maximum(now + (target - now) * u * u * (3 - 2 * u), -(road.hw_profile[i:] - 1.4))
+        off = np.maximum(now + (target - now) * u * u * (3 - 2 * u), -(road.edge_profile[i:] - 1.4))
         normal = np.stack([-np.sin(main.heading[i:]), np.cos(main.heading[i:])], 1)
         a.path, a.s = Path(np.concatenate([a.pos[None], main.points[i:] + off[:, None] * normal])), 0.0
         self._cleared = {key for key in self._cleared if key[0] != id(a)}

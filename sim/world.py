@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.agents import (CLASS_SIZES, Agent, Part, body_bounds, leader_gap, make_body,
+from sim.agents import (Agent, Part, body_bounds, leader_gap, make_body,
                         safe_speed)
 from sim.config import SimConfig
 from sim.roads import CROSS_LENGTH, LANE_WIDTH, LAYOUTS, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network
@@ -20,6 +20,9 @@ from sim.traffic import SIGNAL_CYCLE, TrafficRules, footprint, polygons_overlap
 SIGN_CLASSES = ("stop", "yield", "speed_limit", "no_entry", "pedestrian_crossing")
 LIGHT_STATES = ("red", "yellow", "green")
 EGO_START_S = 45.0
+PARK_KERB_GAP = (0.1, 0.3)  # a parked vehicle's side off the kerb, metres
+PARK_EDGE_CLEAR = 0.1  # and at least this off the edge line (the travel lanes' edge)
+PARK_JUNCTION_CLEAR = 10.0  # no parking within this of a junction's roadway (its crosswalks, stop lines, turns)
 SIGN_BACK = (0.45, 0.45, 0.46)  # galvanised grey of a sign plate's back
 
 
@@ -319,7 +322,7 @@ class World(TrafficRules):
                 if self._lane_free(lane, s, 9.0):
                     self.agents.append(self._vehicle("car", lane, s, rng.uniform(3, 9)))
         for _ in range(self._n(tc.cyclists)):
-            path = road.main.offset(-(road.hw_profile - 0.9))
+            path = road.main.offset(-(road.edge_profile - 0.9))  # at the right of the kerb lane, by the edge line
             s = road.main.nearest_s(self.ego.pos) + rng.uniform(-20, 80)
             if self._lane_free(path, s, 5.0):
                 a = Agent(self.new_id(), "cyclist", self._body("cyclist"), path, s, rng.uniform(3, 6), rng.uniform(4, 6.5),
@@ -411,7 +414,7 @@ class World(TrafficRules):
             for _ in range(int(rng.integers(1, 4))):
                 s_d = ego_s + rng.uniform(20, 50)
                 xy, h = road.main.at(s_d)
-                off = rng.uniform(-road.half_width_at(s_d) + 0.5, road.half_width_at(s_d) - 0.5)
+                off = rng.uniform(-road.lane_edge_at(s_d) + 0.5, road.lane_edge_at(s_d) - 0.5)
                 self._static("debris", xy + np.array([-np.sin(h), np.cos(h)]) * off, rng.uniform(0, np.pi))
         if "night_pedestrian_crossing" in rare:
             s = ego_s + rng.uniform(18, 28)
@@ -474,7 +477,8 @@ class World(TrafficRules):
                 placed += 1
 
     def _place_roadside(self):
-        """Parked vehicles and trailers beside the sidewalks; barriers and cones along kerbs."""
+        """Parked vehicles and trailers in the main road's parking lanes; barriers and cones along
+        kerbs."""
         rng, road, rc = self.rng, self.road, self.cfg.roadside
         main = road.main
         ego_s = main.nearest_s(self.ego.pos)
@@ -491,7 +495,7 @@ class World(TrafficRules):
             return not road.on_street(footprint(xy, h, c, size, 0.0), margin).any()
 
         left = self._n(rc.parked_vehicles)
-        while left > 0:  # rows of up to parked_row vehicles end to end, beside the sidewalk
+        while left > 0:  # rows of up to parked_row vehicles end to end, in a parking lane
             side, s = int(rng.choice([-1, 1])), ego_s + rng.uniform(-40, 110)
             for _ in range(min(left, int(rng.integers(1, rc.parked_row + 1)))):
                 u = rng.random()
@@ -500,10 +504,11 @@ class World(TrafficRules):
                 parts = self._body(cls)
                 length = body_bounds(parts)[1][0]
                 flip = np.pi if rng.random() < 0.5 else 0.0
-                for _ in range(6):  # a tree or pole in the way: move up the kerb
-                    xy, h = spot(s + length / 2, side, SIDEWALK_WIDTH + 0.8 + CLASS_SIZES[cls][1][1] / 2)
-                    if off_street(cls, xy, h, parts, SIDEWALK_WIDTH + 0.3) and \
-                            self._static(cls, xy, h + flip, {"parked": True}, check=True, parts=parts) is not None:
+                kerb_gap = float(rng.uniform(PARK_KERB_GAP[0], PARK_KERB_GAP[1]))
+                for _ in range(6):  # a junction or a car in the way: move up the kerb
+                    pose = self._parking_pose(parts, s, side, kerb_gap)
+                    if pose is not None and \
+                            self._static(cls, pose[0], pose[1] + flip, {"parked": True}, check=True, parts=parts) is not None:
                         break
                     s += 2.0
                 s += length + rng.uniform(0.8, 2.5)
@@ -524,8 +529,39 @@ class World(TrafficRules):
             side, s = int(rng.choice([-1, 1])), ego_s + rng.uniform(-20, 100)
             for i in range(int(rng.integers(2, 5))):
                 xy, h = spot(s + 1.5 * i, side, 0.3)
-                if not road.on_street(xy[None], 0.5).any():
-                    self._static("traffic_cone", xy, h, check=True)
+                if not road.on_street(xy[None], 0.5).any():  # on the sidewalk, maybe beside a parked car
+                    self._static("traffic_cone", xy, h, check=True, margin=0.05)
+
+    def _parking_pose(self, parts: list, s: float, side: int, kerb_gap: float) -> tuple[np.ndarray, float] | None:
+        """Pose (position (2,), heading) of a vehicle of `parts` parked in the main road's parking
+        lane on `side` (+1: left of the main road's direction), its rear at main arclength `s`, its
+        side `kerb_gap` metres off the kerb (less for a vehicle too wide for that, so it keeps
+        PARK_EDGE_CLEAR off the edge line), aligned with the kerb (its chord, round an arc or
+        along the arterial's taper); None where its footprint would leave the parking lane or come
+        within PARK_JUNCTION_CLEAR of a junction's roadway."""
+        road, main = self.road, self.road.main
+        c, size = body_bounds(parts)
+        gap = min(kerb_gap, road.parking - PARK_EDGE_CLEAR - size[1])
+        if gap < 0.0:
+            return None
+        # the vehicle's centreline, parallel to the kerb
+        line = main.offset(side * (road.hw_profile - gap - size[1] / 2))
+        t = float(line.s[min(int(np.searchsorted(main.s, s)), len(main.s) - 1)])
+        if not 0.0 < t < line.length - size[0]:
+            return None
+        back, front = line.at(t)[0], line.at(t + size[0])[0]
+        h = float(np.arctan2(*(front - back)[::-1]))
+        R = np.array([[np.cos(h), -np.sin(h)], [np.sin(h), np.cos(h)]])
+        pos = (back + front) / 2 - R @ c[:2]
+        fp = footprint(pos, h, c, size, 0.0)
+        ms, lat = road.lateral(fp)
+        inside = (side * lat >= road.lane_edge_at(ms) + PARK_EDGE_CLEAR - 0.01) & \
+                 (side * lat <= road.half_width_at(ms) - 0.05)
+        near_junction = any((np.abs(ms - it.s) < it.cross_half_width + PARK_JUNCTION_CLEAR).any()
+                            for it in road.intersections)
+        if not inside.all() or near_junction or road.on_street(fp, PARK_JUNCTION_CLEAR).any():
+            return None
+        return pos, h
 
     def _settle_speeds(self):
         """Cap initial speeds so nobody starts closer to a leader or a red light than it can stop."""

@@ -20,8 +20,8 @@ from hydranet.geometry import invert_rigid
 from sim.agents import Agent, body_bounds, make_body
 from sim.config import LayoutMix, RareConfig, RoadsConfig, SimConfig
 from sim.labels import bev_raster, lane_lines_world
-from sim.roads import (CROSS_LENGTH, CURB_HEIGHT, LANE_WIDTH, MARKING_WIDTH, SIDEWALK_WIDTH, TERRAIN_Z, _in_quads,
-                       marking_pieces, strip_quads)
+from sim.roads import (CROSS_LENGTH, CURB_HEIGHT, LANE_WIDTH, MARKING_WIDTH, PARKING_WIDTH, SIDEWALK_WIDTH, TERRAIN_Z,
+                       _in_quads, marking_pieces, strip_quads)
 from sim.traffic import footprint as _footprint
 from sim.traffic import polygons_overlap as _polygons_overlap
 from sim.world import World, draw_layout
@@ -87,8 +87,10 @@ def test_layouts_have_their_pieces():
         assert t.intersections and all(it.is_t for it in t.intersections)
         assert art.taper is not None and art.lanes >= 2
         assert all(it.s < art.taper[0] - 40 or it.s > art.taper[1] + 30 for it in art.intersections)
-        assert np.isclose(art.half_width_at(art.taper[0] - 1), art.lanes * LANE_WIDTH)
-        assert np.isclose(art.half_width_at(art.taper[1] + 1), (art.lanes - 1) * LANE_WIDTH)
+        assert np.isclose(art.lane_edge_at(art.taper[0] - 1), art.lanes * LANE_WIDTH)
+        assert np.isclose(art.lane_edge_at(art.taper[1] + 1), (art.lanes - 1) * LANE_WIDTH)
+        for road in (cross, t, art):  # a parking lane each side, between the travel lanes and the kerb
+            assert np.allclose(road.hw_profile - road.edge_profile, PARKING_WIDTH)
 
 
 def test_same_seed_same_world():
@@ -168,7 +170,7 @@ def test_t_junction_markings_across_the_mouth():
                 ms, lat = lateral(road, xy)
                 if abs(ms - it.s) < wc and abs(lat) < hw:  # on the main road in front of the mouth
                     assert np.sign(lat) == -arm and lane["type"] != "solid_yellow", (seed, lane["type"], lat)
-                    far_edge += lane["type"] == "solid_white" and abs(abs(lat) - (hw - 0.3)) < 0.02
+                    far_edge += lane["type"] == "solid_white" and abs(abs(lat) - road.lane_edge_at(ms)) < 0.02
                 if abs(lat) > hw:  # on the side street: past the crosswalk and the stop line
                     assert abs(lat) > hw + SIDEWALK_WIDTH + 1.2, (seed, lat)
                     mouth += 1
@@ -182,7 +184,7 @@ def test_t_junction_markings_across_the_mouth():
 
 def test_arterial_markings_follow_the_taper():
     """The dashed line to the dropped (added) kerb lane ends where the taper starts; the edge
-    line follows the taper 0.3 m inside the kerb, on both sides."""
+    line follows the taper on the travel lanes' edge (the parking lane beyond it), on both sides."""
     for seed in SEEDS:
         w = built("arterial", seed)
         road = w.road
@@ -194,7 +196,7 @@ def test_arterial_markings_follow_the_taper():
                 if lane["type"] == "dashed_white" and abs(abs(lat) - (road.lanes - 1) * LANE_WIDTH) < 0.05:
                     last_dash = max(last_dash, ms)
                 if lane["type"] == "solid_white" and s_a - 5 < ms < s_b + 5:
-                    edge.append(abs(lat) - (road.half_width_at(ms) - 0.3))
+                    edge.append(abs(lat) - road.lane_edge_at(ms))
         assert s_a - 10 < last_dash <= s_a + 0.5, (seed, s_a, last_dash)
         assert len(edge) > 100 and np.abs(edge).max() < 0.02, (seed, len(edge), np.abs(edge).max())
 
@@ -236,9 +238,10 @@ def test_drivable_raster_covers_the_new_pieces_and_not_the_sidewalks():
         s_a, s_b = road.taper
         c, h = road.main.at((s_a + s_b) / 2)
         kerb_lane = road.lanes * LANE_WIDTH - LANE_WIDTH / 2
-        before = [road.main.offset(side * kerb_lane).at(s_a - 8)[0] for side in (-1, 1)]
-        after = [road.main.offset(side * kerb_lane).at(s_b + 8)[0] for side in (-1, 1)]
-        assert (_raster_at(w, c, h, np.array(before)) == 255).all(), seed  # the extra lane before the taper
+        walk = road.half_width_at(s_b + 8) + SIDEWALK_WIDTH / 2  # the middle of the sidewalk past the taper
+        before = [road.main.offset(side * d).at(s_a - 8)[0] for side in (-1, 1) for d in (kerb_lane, walk)]
+        after = [road.main.offset(side * walk).at(s_b + 8)[0] for side in (-1, 1)]
+        assert (_raster_at(w, c, h, np.array(before)) == 255).all(), seed  # the extra lane (and its parking lane) before the taper
         assert (_raster_at(w, c, h, np.array(after)) == 0).all(), seed  # past it: the sidewalk
         assert (road.surface_z(np.array(after)) == CURB_HEIGHT).all()
         walks = _sidewalk_samples(road, c, 45.0)
@@ -248,8 +251,8 @@ def test_drivable_raster_covers_the_new_pieces_and_not_the_sidewalks():
 @pytest.mark.parametrize("layout", ["t_junction", "arterial"])
 def test_nothing_placed_on_the_road(layout):
     """Buildings and tree trunks stand off the road and sidewalks, poles, signs and lights on the
-    sidewalk or beyond, parked vehicles wholly off the road (not in a side street's mouth),
-    barriers and roadside cones on the sidewalk."""
+    sidewalk or beyond, parked vehicles in a parking lane (below), barriers and roadside cones on
+    the sidewalk."""
     for seed in SEEDS:
         w = built(layout, seed, rare=False)
         road = w.road
@@ -264,12 +267,75 @@ def test_nothing_placed_on_the_road(layout):
                 assert road.surface_z(p.pos[None])[0] != 0, (seed, p.semantic, p.pos)
         for a in w.agents:
             if a.attributes.get("parked"):
-                fp = _footprint(a.pos, a.heading, a.box_center, a.box_size, 0.0)
-                assert (road.surface_z(fp) == TERRAIN_Z).all(), (seed, a.cls, a.pos)
-            elif a.path is None:  # barriers and cones along the kerb
+                continue
+            if a.path is None:  # barriers and cones along the kerb
                 assert road.surface_z(a.pos[None])[0] == CURB_HEIGHT, (seed, a.cls, a.pos)
             elif a.cls == "pedestrian":
                 assert a.z == road.surface_z(a.pos[None])[0]
+
+
+def parked(w: World) -> list[tuple[Agent, np.ndarray]]:
+    """The parked vehicles of `w` with their footprints (4, 2)."""
+    return [(a, _footprint(a.pos, a.heading, a.box_center, a.box_size, 0.0)) for a in w.agents if a.attributes.get("parked")]
+
+
+@pytest.mark.parametrize("layout", ["cross", "t_junction", "arterial"])
+def test_parked_vehicles_stand_in_the_parking_lane(layout):
+    """Parked vehicles (issue 21, item 8) stand wholly on the road surface, between the travel
+    lanes' edge (the edge line, 0.1 m clear of it) and the kerb, their side 0.1-0.3 m off the
+    kerb, aligned with it, at least 10 m from a junction's roadway, none overlapping another; at
+    the kerb height of the sidewalk or the terrain none of them."""
+    count = 0
+    for seed in SEEDS:
+        w = built(layout, seed, rare=False)
+        road = w.road
+        cars = parked(w)
+        count += len(cars)
+        for a, fp in cars:
+            assert (road.surface_z(np.vstack([fp, a.pos])) == 0).all() and a.z == 0, (seed, a.cls, a.pos)
+            ms, lat = road.lateral(fp)
+            side = np.sign(lat.mean())
+            assert (side * lat >= road.lane_edge_at(ms) + 0.09).all(), (seed, a.cls, side * lat - road.lane_edge_at(ms))
+            kerb_gap = road.half_width_at(ms) - side * lat
+            assert 0.05 <= kerb_gap.min() < 0.31, (seed, a.cls, kerb_gap)  # 0.1-0.3 m, less a chord's sagitta round an arc
+            # aligned with the kerb: its two kerb-side corners equally far from it
+            assert np.ptp(np.sort(kerb_gap)[:2]) < 0.1, (seed, a.cls, kerb_gap)
+            for it in road.intersections:
+                assert (np.abs(ms - it.s) >= it.cross_half_width + 10.0).all(), (seed, a.cls, ms, it.s)
+        for i, (a, fa) in enumerate(cars):
+            for b, fb in cars[i + 1:]:
+                assert not _polygons_overlap(fa, fb), (seed, a.track_id, b.track_id)
+    assert count >= 10 * len(SEEDS), count
+
+
+@pytest.mark.parametrize("layout", ["cross", "t_junction", "arterial"])
+def test_no_moving_path_crosses_a_parked_vehicle(layout):
+    """No moving road user's path (every lane, a merge's new path, turns in and out of side
+    streets, cyclists) comes within its half width of a parked vehicle, at the start and through
+    a 15 s clip, and no footprint overlaps one."""
+    for seed in SEEDS[:2]:
+        w = World(only(layout, rare=NO_RARE), seed)
+        cars = parked(w)
+        assert cars, seed
+        grown = {}  # (parked id, mover half width) -> the parked footprint grown by it
+        for step in range(151):
+            movers = [a for a in w.agents + [w.ego] if a.path is not None and a.cls != "pedestrian"]
+            if step % 25 == 0:
+                for m in movers:
+                    half = round(float(m.box_size[1]) / 2 + 0.05, 2)
+                    for p, _ in cars:
+                        key = (p.track_id, half)
+                        if key not in grown:
+                            grown[key] = _footprint(p.pos, p.heading, p.box_center, p.box_size, half)[None]
+                        near = np.linalg.norm(m.path.points - p.pos, axis=1) < 20.0
+                        hit = _in_quads(m.path.points[near], grown[key])
+                        assert not hit.any(), (layout, seed, w.t, m.cls, m.track_id, p.track_id)
+            for m in movers:
+                fm = _footprint(m.pos, m.heading, m.box_center, m.box_size, 0.0)
+                for p, fp in cars:
+                    if np.linalg.norm(m.pos - p.pos) < 15.0:
+                        assert not _polygons_overlap(fm, fp), (layout, seed, w.t, m.track_id, p.track_id)
+            w.step(0.1)
 
 
 # --- traffic -----------------------------------------------------------------------------------
@@ -304,7 +370,8 @@ def test_vehicles_never_overlap(layout):
 
 def test_dropped_lane_merges_before_the_taper_ends():
     """Every vehicle in the arterial's dropped lane either is still before the latest point to
-    begin its merge or has changed into the next lane; none leaves the road on the kerb side,
+    begin its merge or has changed into the next lane; none leaves the travel lanes on the kerb
+    side (into the parking lane),
     and each one past the taper's end is on lane 1's centre; nobody overlaps. Most of them do
     merge in 15 s."""
     merged = tracked = 0
@@ -321,7 +388,7 @@ def test_dropped_lane_merges_before_the_taper_ends():
                 if a.track_id in w._merge_end:  # not yet changing lane
                     assert ms + a.box_size[0] / 2 <= road.merge_latest + 0.5, (seed, a.track_id, ms)
                     assert abs(lat + (road.lanes - 0.5) * LANE_WIDTH) < LANE_WIDTH / 2, (seed, a.track_id, lat)
-                assert -lat + a.box_size[1] / 2 <= road.half_width_at(ms), (seed, a.track_id, ms, lat)
+                assert -lat + a.box_size[1] / 2 <= road.lane_edge_at(ms), (seed, a.track_id, ms, lat)
                 if ms > s_b:
                     assert abs(lat - lane1) < 0.05, (seed, a.track_id, ms, lat)
             bad = overlapping(w)  # a merge cuts in only where there is room
