@@ -337,11 +337,11 @@ class World(TrafficRules):
                 self.agents.append(self._crossing_pedestrian(it.s + rng.choice([-1, 1]) * (it.cross_half_width + 2.5), rng.uniform(-8, 0)))
                 placed += 1
                 continue
-            side, d = rng.choice([-1, 1]), rng.uniform(0.8, 2.2)  # metres into the sidewalk
+            side, d = rng.choice([-1, 1]), rng.uniform(1.0, 2.2)  # metres into the sidewalk, clear of the barrier rows at its kerb
             pair = rng.random() < tc.pair_share
             speed = 0.0 if rng.random() < tc.standing_share else rng.uniform(0.9, 1.6)
             back, s0 = rng.random() < 0.5, rng.uniform(-40, 70)
-            for dd, ds in ((d, 0.0), (d + 0.8 if d < 1.5 else d - 0.8, rng.uniform(-0.6, 0.6)))[:1 + pair]:
+            for dd, ds in ((d, 0.0), (d + 0.8 if d < 1.8 else d - 0.8, rng.uniform(-0.6, 0.6)))[:1 + pair]:
                 path = road.main.offset(side * (road.hw_profile + dd))  # a companion walks 0.8 m beside
                 path = path.reversed() if back else path
                 s = path.nearest_s(self.ego.pos) + s0 + ds

@@ -33,7 +33,7 @@ def test_density_scales_every_count():
     none = _near(SimConfig(density=0.0, rare=NO_RARE), seeds=range(2), radius=1e9)
     assert sum(none.values()) == 0, none  # no traffic, no pedestrians, no roadside objects
     one, two = _near(SimConfig(), seeds=range(8)), _near(SimConfig(density=2.0), seeds=range(8))
-    # over 48 seeds doubling the density gives 1.51x the road users within 50 m (1.52x before the
+    # over 48 seeds doubling the density gives 1.52x the road users within 50 m (1.52x before the
     # parking lanes); over these 8 seeds it spreads by about +-0.1 (barrier rows come in clumps,
     # moving traffic fills its lanes, parked vehicles their parking lanes), so the bar sits below that
     assert sum(two.values()) > 1.3 * sum(one.values()), (one, two)
