@@ -18,6 +18,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from sim.config import RareConfig, SimConfig, _need, _weights
 
 TRUTH_FILE = "truth/scenarios.json"
 RECORDED_FILE = "fleet.json"  # a recorded fleet (data_engine/ingest.py)
+CALIB_TOLERANCE = (1.0, 0.02, 0.2)  # a BEV model's camera vs the fleet's: px (at the model's size), m, degrees
 RARE_SCENARIOS = tuple(f.name for f in dataclasses.fields(RareConfig))
 
 
@@ -169,17 +171,49 @@ class Fleet:
             frame_path(self.root, name, f["dir"], where=f"{path}: frame {f['index']}", error=FleetError)
         return Clip(name, sorted(frames, key=lambda f: f["index"]))
 
-    def check_rig(self, names: list[str], sizes: list[tuple[int, int]], image_size: tuple[int, int], model: str) -> None:
-        """FleetError unless every camera of the model is in this fleet at its calibrated or model size."""
+    @property
+    def rig(self):
+        """The fleet's Rig (cameras with K, camera-to-ego pose and size)."""
+        from hydranet.rig import RigError, rig_from_dict
+
+        if getattr(self, "_rig", None) is None:
+            try:
+                self._rig = rig_from_dict(self.meta.get("rig"), f"{self.root / 'dataset.json'} rig")
+            except (RigError, ValueError, TypeError, KeyError) as e:
+                raise FleetError(f"{self.root / 'dataset.json'}: bad rig ({e}); regenerate the fleet") from None
+        return self._rig
+
+    def check_rig(self, model_rig: Mapping[str, Any], model: str, bev: bool) -> None:
+        """FleetError unless every camera of the model is in this fleet and, for a BEV model (its view transform
+        is bound to its calibration), each camera's calibration is the model's: intrinsics equal once scaled to
+        the model's input size (the same rig recorded at another resolution is the same calibration), the
+        camera-to-ego pose within CALIB_TOLERANCE. A camera-only model takes any resolution (resized by name)."""
+        names = list(model_rig["names"])
         missing = [n for n in names if n not in self.cameras]
         if missing:
             raise FleetError(f"fleet {self.root} (rig {self.rig_name}, cameras {sorted(self.cameras)}) lacks camera "
                              f"{missing[0]} of model {model}; run the model on a fleet of its own rig")
-        for n, size in zip(names, sizes):
-            if self.cameras[n] not in (tuple(size), tuple(image_size)):
-                raise FleetError(f"fleet {self.root} camera {n} is {self.cameras[n][1]}x{self.cameras[n][0]}, model {model} "
-                                 f"takes {size[1]}x{size[0]}: another rig; run the model on a fleet of its own rig")
-
+        if not bev:
+            return
+        H, W = (int(v) for v in model_rig["image_size"])
+        K_model, T_model = np.asarray(model_rig["K"], np.float64), np.asarray(model_rig["cam2ego"], np.float64)
+        cams = {c.name: c for c in self.rig.cameras}
+        fix = f"export the model for this rig (`hydranet export --checkpoint RUN --rig {self.root}`), or run it on a fleet of its own rig"
+        for i, n in enumerate(names):
+            c = cams[n]
+            K = np.diag([W / c.width, H / c.height, 1.0]) @ np.asarray(c.K, np.float64)  # the fleet's K at the model's size
+            dk = float(np.abs(K - K_model[i]).max())
+            dt = float(np.linalg.norm(np.asarray(c.cam2ego)[:3, 3] - T_model[i][:3, 3]))
+            cos = (np.trace(np.asarray(c.cam2ego)[:3, :3].T @ T_model[i][:3, :3]) - 1) / 2
+            da = float(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))))
+            tol_px, tol_m, tol_deg = CALIB_TOLERANCE
+            if dk > tol_px:
+                raise FleetError(f"fleet {self.root} camera {n}: intrinsics differ from model {model}'s by {dk:.2f} px at its "
+                                 f"{W}x{H} input (fx {K[0, 0]:.1f} vs {K_model[i][0, 0]:.1f}; tolerance {tol_px} px): another "
+                                 f"calibration, and a BEV model's view transform is bound to its own; {fix}")
+            if dt > tol_m or da > tol_deg:
+                raise FleetError(f"fleet {self.root} camera {n}: mounted {dt * 100:.1f} cm and {da:.2f} deg away from model "
+                                 f"{model}'s (tolerance {tol_m * 100:.0f} cm, {tol_deg} deg): another calibration; {fix}")
 
     def read(self, clip: str, frame_dir: str, cameras: list[str]) -> list[np.ndarray]:
         return read_frame(self.root, clip, frame_dir, cameras)
@@ -214,7 +248,7 @@ class RecordedFleet(Fleet):
         from hydranet.rig import RigError, rig_from_dict
 
         try:
-            self.rig = rig_from_dict(meta.get("rig"), f"{path} rig")
+            self._rig = rig_from_dict(meta.get("rig"), f"{path} rig")
         except (RigError, ValueError, TypeError, KeyError) as e:
             raise FleetError(f"{path}: bad rig ({e}); ingest the recordings again") from None
         self.rig_name = self.rig.name

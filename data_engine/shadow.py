@@ -70,6 +70,11 @@ def load_runtime(path: str | Path, threads: int | None = None):
     return _RUNTIMES[key]
 
 
+def uses_calibration(rt) -> bool:
+    """A model whose view transform into BEV is built from its cameras' calibration (metadata "bev")."""
+    return bool(rt.meta.get("bev"))
+
+
 def check_model(rt, role: str = "--model") -> None:
     if not (rt.meta.get("embedding") or {}).get("output") or "embedding" not in rt.output_names:
         raise ShadowError(f"{role} {rt.path} has no 'embedding' output; re-export it with `hydranet export` (metadata "
@@ -97,6 +102,9 @@ def shadow_clip(task: Mapping[str, Any]) -> dict[str, Any]:
 
     rt = load_runtime(task["model"], task.get("threads"))
     cand = load_runtime(task["candidate"], task.get("threads")) if task.get("candidate") else None
+    for r in (rt, cand):  # the fleet's camera sizes, checked by Fleet.check_rig to be each model's calibration
+        if r is not None:
+            r.allow_sizes(task.get("sizes") or {})
     info = ModelInfo.from_metadata(rt.meta)
     cams = rt.camera_names
     state, cand_video = ClipState(), VideoState()
@@ -197,12 +205,12 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
     candidate = Path(candidate).resolve() if candidate is not None else None
     rt = load_runtime(str(model))
     check_model(rt)
-    fl.check_rig(rt.camera_names, rt.source_sizes, rt.image_size, str(model))
+    fl.check_rig(rt.meta["rig"], str(model), bev=uses_calibration(rt))
     cand = None
     if candidate is not None:
         cand = load_runtime(str(candidate))
         check_model(cand, "--candidate")
-        fl.check_rig(cand.camera_names, cand.source_sizes, cand.image_size, str(candidate))
+        fl.check_rig(cand.meta["rig"], str(candidate), bev=uses_calibration(cand))
     workers = workers or max(1, os.cpu_count() or 1)
     threads = max(1, (os.cpu_count() or 1) // workers)
     with Catalog(catalog, create=True) as cat:
@@ -217,6 +225,7 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
                 continue
             clip = fl.clip(name)
             tasks.append({"root": str(fl.root.resolve()), "clip": name, "clip_id": clip_ids[name], "model": str(model),
+                          "sizes": fl.cameras,
                           "candidate": str(candidate) if candidate else None, "threads": threads,
                           "frames": [{**f, "frame_id": frame_ids[(name, f["index"])]} for f in clip.frames]})
         stats = {"run_id": run_id, "clips": len(fl.clip_names), "done_before": len(done), "frames": 0, "corrupt": 0,

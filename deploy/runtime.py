@@ -92,6 +92,7 @@ class HydraRuntime:
         self.camera_names: list[str] = list(rig["names"])
         self.image_size: tuple[int, int] = tuple(rig["image_size"])
         self.source_sizes = [tuple(s) for s in rig["source_sizes"]]
+        self.checked_sizes: dict[str, tuple[int, int]] = {}  # allow_sizes: a fleet's sizes checked to be this calibration
         self.input_dtype = self.meta["normalization"]["input_dtype"]
         self.heads: dict[str, dict] = self.meta["heads"]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -106,6 +107,12 @@ class HydraRuntime:
     @property
     def num_cameras(self) -> int:
         return len(self.camera_names)
+
+    def allow_sizes(self, sizes: dict[str, tuple[int, int]]) -> None:
+        """Also take these (H, W) camera sizes, resized to the model's input: sizes the caller has checked to be
+        this model's calibration at another resolution (or any size, for a model without a BEV view transform);
+        data_engine.fleet.Fleet.check_rig does that for shadow mode."""
+        self.checked_sizes = {str(k): (int(v[0]), int(v[1])) for k, v in sizes.items()}
 
     def _expect(self) -> str:
         H, W = self.image_size
@@ -124,7 +131,7 @@ class HydraRuntime:
         H, W = self.image_size
         if img.shape[:2] == (H, W):
             return img
-        if img.shape[:2] == self.source_sizes[n]:
+        if img.shape[:2] == self.source_sizes[n] or img.shape[:2] == self.checked_sizes.get(name):
             return cv2.resize(img, (W, H), interpolation=cv2.INTER_LINEAR)
         sh, sw = self.source_sizes[n]
         raise DeployError(f"camera {name}: image is {img.shape[1]}x{img.shape[0]}; the model takes {W}x{H} or the "

@@ -185,3 +185,22 @@ def test_recorded_frames_go_to_labelling_files_as_png_bit_identical_on_resend(wo
     db = sqlite3.connect(str(cat))
     assert db.execute("SELECT count(*) FROM labels").fetchone()[0] == 2
     db.close()
+
+
+def test_a_bev_model_runs_on_its_rig_at_another_resolution_and_refuses_another_calibration(world, tmp_path):
+    """The same nuscenes6 rig rendered at 192x128 (intrinsics scaled with the image) is the model's calibration;
+    a fleet whose CAM_FRONT is mounted 0.5 m further forward is refused, naming the camera and the difference."""
+    fleet = make_fleet(tmp_path / "big", clips=1, frames=2,
+                       extra=("--set", "sim.image_width=192", "--set", "sim.image_height=128"))
+    argv = ["engine", "shadow", "--model", str(world["model"]), "--catalog", str(tmp_path / "c.db"), "--quiet",
+            "--workers", "1", "--fleet"]
+    assert main(argv + [str(fleet)]) == 0
+    moved = tmp_path / "moved"
+    import shutil
+
+    shutil.copytree(world["sim"], moved)
+    meta = json.loads((moved / "dataset.json").read_text())
+    cam = next(c for c in meta["rig"]["cameras"] if c["name"] == "CAM_FRONT")
+    cam["cam2ego"][0][3] += 0.5
+    (moved / "dataset.json").write_text(json.dumps(meta))
+    assert main(argv[:5] + [str(tmp_path / "d.db")] + argv[6:] + [str(moved)]) == 2

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("hydranet", "sim", "deploy", "data_engine")
 CAR_SIDE = ("sim", "deploy.runtime", "deploy.metadata", "hydranet.stream", "hydranet.decoding",
             "data_engine.fleet", "data_engine.shadow", "data_engine.signals")
-SIM_MAY_USE = ("hydranet.geometry", "hydranet.rig", "hydranet.config", "hydranet.data")  # the shared vocabulary
+SIM_MAY_USE = ("hydranet.geometry", "hydranet.rig", "hydranet.config", "hydranet.data", "hydranet.io")  # the shared vocabulary
 
 
 def _modules() -> dict[str, Path]:
