@@ -198,7 +198,7 @@ class Fleet:
         H, W = (int(v) for v in model_rig["image_size"])
         K_model, T_model = np.asarray(model_rig["K"], np.float64), np.asarray(model_rig["cam2ego"], np.float64)
         cams = {c.name: c for c in self.rig.cameras}
-        fix = f"export the model for this rig (`hydranet export --checkpoint RUN --rig {self.root}`), or run it on a fleet of its own rig"
+        fix = "run it on a fleet of its own rig, or train a model on this rig's calibration"
         for i, n in enumerate(names):
             c = cams[n]
             K = np.diag([W / c.width, H / c.height, 1.0]) @ np.asarray(c.K, np.float64)  # the fleet's K at the model's size
