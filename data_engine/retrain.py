@@ -32,11 +32,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hydranet.io import frame_path
+import numpy as np
+
 from data_engine.catalog import Catalog
 from data_engine.config import RetrainConfig
-from hydranet.io import file_sha256
+from data_engine.fleet import RECORDED_FILE, Fleet
 from data_engine.labels import accepted_versions, open_catalog
+from hydranet.io import file_sha256, frame_path, path_inside
 from hydranet.heads import heads_where
 
 RECORD = "retrain.json"
@@ -72,9 +74,51 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def _fleet_meta(root: str) -> dict[str, Any]:
-    """The fleet's dataset.json without what describes only its own scenes and render."""
+    """The fleet's dataset.json without what describes only its own scenes and render; for a recorded fleet
+    (engine ingest) the same keys from its fleet.json: its rig and label vocabulary, with the sim's BEV grid and
+    semantic classes (human labels supervise no BEV or pixel head, so these only make the set readable)."""
+    if (Path(root) / RECORDED_FILE).is_file():
+        from sim.config import SimConfig
+        from sim.generate import dataset_meta
+
+        fl = Fleet(root)
+        base = dataset_meta(SimConfig(), fl.rig, 0)
+        vocab = {k: fl.meta[k] for k in ("classes", "sign_classes", "light_states", "lane_types") if k in fl.meta}
+        return {k: v for k, v in {**base, **vocab}.items() if k not in ("scenes", "seed", "sim_config")}
     meta = _read_json(Path(root) / "dataset.json", "fleet")
     return {k: v for k, v in meta.items() if k not in ("scenes", "seed", "sim_config")}
+
+
+def _clip_poses(root: Path, clip: str) -> dict[str, Any]:
+    """{frame dir: ego2world (4x4 list) or None} of a fleet clip (scene.json of a sim fleet, fleet.json of a recorded one)."""
+    if (root / RECORDED_FILE).is_file():
+        return {f["dir"]: None if f["ego2world"] is None else f["ego2world"].tolist() for f in Fleet(root).clip(clip).frames}
+    scene = _read_json(frame_path(root, clip, file="scene.json", where=f"catalog clip {clip!r} of fleet {root}",
+                                  error=RetrainError), "fleet")
+    return {str(f.get("dir")): f.get("ego2world") for f in scene.get("frames", []) if isinstance(f, dict)}
+
+
+def _recorded_images(root: Path, clip: str, fdir: str, cameras: list[str], tmp: Path) -> dict[str, Path]:
+    """{CAM.jpg: file} of a recorded frame for the accepted set: an image sequence's own JPEG (hard-linked), else the
+    decoded frame (the pixels the labeller saw) written as JPEG into `tmp`."""
+    import cv2
+
+    fl = Fleet(root)
+    out = {}
+    for cam in cameras:
+        ref = fl.frame_refs(clip, fdir).get(cam) or {}
+        if fl.kind == "images" and Path(ref.get("file", "")).suffix.lower() in (".jpg", ".jpeg"):
+            out[f"{cam}.jpg"] = path_inside(fl.source_root, ref["file"], f"fleet {root} clip {clip} frame {fdir}")
+            continue
+        try:
+            rgb = fl.read(clip, fdir, [cam])[0]
+        except ValueError as e:
+            raise RetrainError(f"accepted frame {clip}/{fdir} of fleet {root}: {e}") from None
+        path = tmp / f"{clip}_{fdir}_{cam}.jpg"
+        if not cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95]):
+            raise RetrainError(f"{path}: could not write the frame image (disk full?)")
+        out[f"{cam}.jpg"] = path
+    return out
 
 
 def _labels_file(payload: Mapping[str, Any], source: str, cameras: list[str], where: str) -> dict[str, Any]:
@@ -149,9 +193,8 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
                                                            unit="frame", disable=not progress) as bar:
         for (fid, clip), frame_ids in clips.items():
             root = Path(dict(fleets)[fid])
-            scene = _read_json(frame_path(root, clip, file="scene.json", where=f"catalog clip {clip!r} of fleet {root}",
-                                          error=RetrainError), "fleet")
-            poses = {str(f.get("dir")): f.get("ego2world") for f in scene.get("frames", []) if isinstance(f, dict)}
+            recorded = (root / RECORDED_FILE).is_file()
+            poses = _clip_poses(root, clip)
             name = f"fleet{fid}_{clip}"
             frames = []
             for f in frame_ids:
@@ -159,13 +202,19 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
                 lab = accepted[f]
                 src = lab["source"]
                 if fdir not in poses:
-                    raise RetrainError(f"{root / 'scenes' / clip / 'scene.json'} has no frame {fdir}; the fleet changed "
-                                       "since it was shadowed: regenerate it and shadow it again")
+                    raise RetrainError(f"fleet {root} clip {clip} has no frame {fdir}; the fleet changed since it was "
+                                       "shadowed: regenerate or ingest it again and shadow it again")
                 heads = list(SIM_HEADS) if src == "oracle" else list(HUMAN_HEADS)
                 frames.append({"index": int(idx), "dir": fdir, "timestamp_us": int(ts), "ego2world": poses[fdir],
                                "supervises": heads, "label": {k: lab[k] for k in ("label_id", "version", "job_id", "source")}
                                | {"frame_id": f}})
-            writer.write_scene({"name": name, "clip": {"fleet": str(root), "name": clip}, "frames": frames})
+            if all(fr["ego2world"] is not None for fr in frames):
+                scenes = [(name, frames)]
+            else:  # recorded without poses: each frame its own scene, its ego frame the world's (no motion to align)
+                scenes = [(f"{name}_{fr['dir']}", [{**fr, "ego2world": np.eye(4).tolist()}]) for fr in frames]
+            for scene_name, scene_frames in scenes:
+                writer.write_scene({"name": scene_name, "clip": {"fleet": str(root), "name": clip}, "frames": scene_frames})
+            scene_of = {fr["dir"]: sn for sn, sfs in scenes for fr in sfs}
             for f, fr in zip(frame_ids, frames):
                 lab, fdir = accepted[f], fr["dir"]
                 where = f"accepted label {lab['label_id']} (v{lab['version']}, {lab['source']}) of frame {clip}/{fdir}"
@@ -174,13 +223,19 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
                     check_labels(labels, Path(where), sizes, meta["classes"])
                 except DatasetError as e:
                     raise RetrainError(str(e).replace("; fix or regenerate the file", "; reject the job and label it again")) from None
-                folder = frame_path(root, clip, fdir, where=f"catalog frame {clip}/{fdir!r} of fleet {root}",
-                                    error=RetrainError)
-                chans = list(CHANNEL_SUFFIX) if lab["source"] == "oracle" else ["images"]
-                files = {f"{c}{CHANNEL_SUFFIX[ch]}": folder / f"{c}{CHANNEL_SUFFIX[ch]}" for c in cameras for ch in chans}
-                if lab["source"] == "oracle":
-                    files[BEV_FILE] = folder / BEV_FILE
-                summary["copied"] += writer.add_frame_files(name, fdir, files, labels)
+                if recorded:
+                    files = _recorded_images(root, clip, fdir, cameras, writer.tmp)
+                else:
+                    folder = frame_path(root, clip, fdir, where=f"catalog frame {clip}/{fdir!r} of fleet {root}",
+                                        error=RetrainError)
+                    chans = list(CHANNEL_SUFFIX) if lab["source"] == "oracle" else ["images"]
+                    files = {f"{c}{CHANNEL_SUFFIX[ch]}": folder / f"{c}{CHANNEL_SUFFIX[ch]}" for c in cameras for ch in chans}
+                    if lab["source"] == "oracle":
+                        files[BEV_FILE] = folder / BEV_FILE
+                summary["copied"] += writer.add_frame_files(scene_of[fdir], fdir, files, labels)
+                for p in files.values():  # frames decoded for the set were written next to it: drop the temp copy
+                    if p.parent == writer.tmp:
+                        p.unlink()
                 summary["by_source"][lab["source"]] = summary["by_source"].get(lab["source"], 0) + 1
                 summary["labels"].append({"frame_id": f, **{k: lab[k] for k in ("label_id", "version", "job_id", "source")}})
                 bar.update(1)
