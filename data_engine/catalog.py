@@ -19,7 +19,8 @@ gate.py read and write their tables but never create or alter them.
 
 Tables: models, fleets, clips, frames, shadow_runs, shadow_clips (done markers), signals (one
 column per `data_engine.signals.SIGNALS`), embeddings, trigger_hits, selections, selection_items;
-and, for the labelling loop, label_jobs, labels (versioned, never overwritten), registry, gate_results.
+and, for the labelling loop, label_jobs, labels (versioned, never overwritten), label_events (the review
+history), registry, gate_results.
 """
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ from hydranet.io import file_sha256
 APPLICATION_ID = 0x48594431  # "HYD1"
 # The schema's version: bump it whenever a table or index below changes, and add the step from the
 # version before to MIGRATIONS. 1: registry and label tables were placeholders that registry.py and
-# labels.py rewrote on first use; 2: every table in its final layout, defined here only.
-SCHEMA_VERSION = 2
+# labels.py rewrote on first use; 2: every table in its final layout, defined here only; 3: label_jobs.note
+# (why a sent job waits: a quarantined task, a partly done frame) and label_events (the review history).
+SCHEMA_VERSION = 3
 
 TABLES: dict[str, str] = {  # table -> its CREATE statement (the one definition of each table)
     "models": "CREATE TABLE IF NOT EXISTS models (id INTEGER PRIMARY KEY, sha256 TEXT UNIQUE NOT NULL, path TEXT, "
@@ -70,7 +72,11 @@ TABLES: dict[str, str] = {  # table -> its CREATE statement (the one definition 
     # the relabel queue and the versioned label store (data_engine/labels.py)
     "label_jobs": "CREATE TABLE IF NOT EXISTS label_jobs (id INTEGER PRIMARY KEY, selection TEXT NOT NULL, frame_id INTEGER "
                   "NOT NULL REFERENCES frames(id), state TEXT NOT NULL, backend TEXT NOT NULL, model_id INTEGER, external_id "
-                  "TEXT, label_id INTEGER, created REAL, updated REAL, UNIQUE(selection, frame_id))",
+                  "TEXT, label_id INTEGER, created REAL, updated REAL, note TEXT, UNIQUE(selection, frame_id))",
+    # the review history of the jobs (accept, reject, requeue, reopen, re-pin, quarantine): who, when, the old pin
+    "label_events": "CREATE TABLE IF NOT EXISTS label_events (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES "
+                    "label_jobs(id), action TEXT NOT NULL, from_state TEXT, to_state TEXT, old_label_id INTEGER, new_label_id "
+                    "INTEGER, by TEXT, at REAL NOT NULL, note TEXT)",
     "labels": "CREATE TABLE IF NOT EXISTS labels (id INTEGER PRIMARY KEY, frame_id INTEGER NOT NULL REFERENCES frames(id), "
               "version INTEGER NOT NULL, job_id INTEGER NOT NULL REFERENCES label_jobs(id), source TEXT NOT NULL, labeller TEXT, "
               "model_id INTEGER, payload TEXT NOT NULL, digest TEXT NOT NULL, created REAL, UNIQUE(frame_id, version), "
@@ -85,6 +91,7 @@ TABLES: dict[str, str] = {  # table -> its CREATE statement (the one definition 
 }
 INDEXES: tuple[str, ...] = (
     "CREATE INDEX IF NOT EXISTS frames_clip ON frames(clip_id)",
+    "CREATE INDEX IF NOT EXISTS label_events_job ON label_events(job_id, id)",
     "CREATE UNIQUE INDEX IF NOT EXISTS registry_one_production ON registry(role) WHERE role = 'production'",
     # one index per signal column, in `Catalog.top` order: a top-k query reads k index entries instead of
     # scanning every row (1e6 frames: ~2.5 s -> a few ms); ingest is ~3x slower, still far above shadow's rate
@@ -402,7 +409,14 @@ def _v1_to_v2(cat: Catalog) -> None:
     _replace_placeholders(cat, ("label_jobs", "labels"), "selection")
 
 
-MIGRATIONS: dict[int, Callable[[Catalog], None]] = {1: _v1_to_v2}
+def _v2_to_v3(cat: Catalog) -> None:
+    """2 -> 3: label_jobs gains `note` (NULL for every existing job); label_events (the review history, empty)
+    is created by the schema after the steps. A label_jobs table that 1 -> 2 just created has the column already."""
+    if "note" not in cat.columns("label_jobs"):
+        cat.db.execute("ALTER TABLE label_jobs ADD COLUMN note TEXT")
+
+
+MIGRATIONS: dict[int, Callable[[Catalog], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 class _Transaction:

@@ -2,6 +2,7 @@
 
     selection.json --create_jobs--> label_jobs (queued) --send--> sent --import_labels--> labelled
                                                            --accept--> accepted | --reject--> rejected (--requeue--> queued)
+    accepted --reopen--> labelled (the pin dropped, kept in the history) | accepted --accept --version N--> accepted (re-pin)
 
 A selection is the miner's output ({"name", "items": [{"frame_id", "clip", "frame", "frame_ids"}]}) or
 the minimal hand-written form {"name": optional, "frames": [{"clip": "clip_00003", "frame": 2}]}; each
@@ -19,7 +20,13 @@ digest of its content. Guarantees, each tested with kill -9 (tests/test_engine_l
 - two versions of a frame that disagree (a box unmatched, a class changed, a corner moved more than
   0.5 px) are a conflict: reported by import and `conflicts`, and `accept` refuses to pick one
   unless told which version;
-- training reads `accepted_labels` only: a label exists for training once its job is accepted.
+- training reads `accepted_labels` only: a label exists for training once its job is accepted;
+- every review move (accept, reject, requeue, reopen, re-pin) and every quarantine is a row of
+  label_events (who, when, the pin before and after) written in the move's transaction: a correction
+  after acceptance reaches training by a re-pin or a reopen + accept, and the old pin stays in the history;
+- one bad task never blocks an import: a backend yields `Held` for a job it cannot read (a box outside
+  the image: quarantined) or that is partly done ("3 of 6 cameras done"); the job keeps its state, its
+  `note` says why (listed by `engine jobs`), and every other label is recorded.
 """
 from __future__ import annotations
 
@@ -31,11 +38,18 @@ from pathlib import Path
 from typing import Any
 
 from data_engine.catalog import Catalog
-from data_engine.labeling.base import Backend, FetchedLabel, Job, LabelingError, canonical, check_bbox, compare, digest
+from data_engine.labeling.base import (Backend, FetchedLabel, Held, Job, LabelingError, canonical, check_bbox, compare,
+                                      describe_changes, digest)
 
 STATES = ("queued", "sent", "labelled", "accepted", "rejected")
 TRANSITIONS = {"queued": ("sent",), "sent": ("labelled",), "labelled": ("accepted", "rejected"), "rejected": ("queued",),
-               "accepted": ()}
+               "accepted": ("labelled", "accepted")}
+# how each move is asked for (in the one-line refusals)
+MOVES = {("queued", "sent"): "sent", ("sent", "labelled"): "labelled (by an import)", ("labelled", "accepted"): "accepted",
+         ("labelled", "rejected"): "rejected", ("rejected", "queued"): "queued", ("accepted", "labelled"): "labelled (--reopen)",
+         ("accepted", "accepted"): "accepted again on another version (re-pin: --accept ID --version N)"}
+ACTIONS = {("labelled", "accepted"): "accept", ("labelled", "rejected"): "reject", ("rejected", "queued"): "requeue",
+           ("accepted", "labelled"): "reopen", ("accepted", "accepted"): "repin"}
 SOURCES = ("oracle", "label_studio", "file")
 
 
@@ -181,13 +195,14 @@ def with_predictions(cat: Catalog, jobs: Sequence[Job], min_score: float = 0.1) 
     out = []
     meta: dict[int, Any] = {}
     for j in jobs:
-        row = cat.db.execute("SELECT s.predictions, r.model_id, m.path FROM selections sel JOIN shadow_runs r ON sel.run_id = r.id "
+        row = cat.db.execute("SELECT s.predictions, r.model_id, m.path, m.sha256 FROM selections sel JOIN shadow_runs r ON "
+                             "sel.run_id = r.id "
                              "JOIN models m ON r.model_id = m.id JOIN signals s ON s.run_id = r.id AND s.frame_id = ? "
                              "WHERE sel.name = ?", (j.frame_id, j.selection)).fetchone()
         if row is None or not row[0]:
             out.append(j)
             continue
-        preds, mid, path = json.loads(row[0]), row[1], row[2]
+        preds, mid, path, sha = json.loads(row[0]), row[1], row[2], row[3]
         if mid not in meta:
             try:
                 meta[mid] = read_metadata(path)
@@ -207,7 +222,7 @@ def with_predictions(cat: Catalog, jobs: Sequence[Job], min_score: float = 0.1) 
             sx, sy = w / W, h / H
             cams[cam] = [{"bbox": [b[0] * sx, b[1] * sy, b[2] * sx, b[3] * sy], "label": classes[lab] if lab < len(classes) else str(lab),
                           "score": float(s)} for b, s, lab in zip(p["boxes"], p["scores"], p["labels"]) if s >= min_score]
-        out.append(dataclasses.replace(j, predictions=cams, model_version=Path(path).name))
+        out.append(dataclasses.replace(j, predictions=cams, model_version=sha))  # the model's sha256: a file name says nothing
     return out
 
 
@@ -219,30 +234,88 @@ def _move(cat: Catalog, job: Job | tuple[int, str], to: str, **cols: Any) -> Non
         raise LabelError(f"unknown job state {to!r}; states are {list(STATES)}")
     if to not in TRANSITIONS[state]:
         raise LabelError(f"job {jid} is {state}: it cannot become {to} (from {state} only to "
-                         f"{' or '.join(TRANSITIONS[state]) or 'nothing: final'})")
+                         f"{' or '.join(MOVES[(state, t)] for t in TRANSITIONS[state]) or 'nothing: final'})")
     sets = ", ".join(f"{k} = ?" for k in ["state", "updated", *cols])
     cur = cat.db.execute(f"UPDATE label_jobs SET {sets} WHERE id = ? AND state = ?", (to, time.time(), *cols.values(), jid, state))
     if cur.rowcount != 1:
         raise LabelError(f"job {jid} changed state while being moved to {to}; rerun the command")
 
 
-def transition(cat: Catalog, job_ids: Iterable[int], to: str, version: int | None = None) -> list[int]:
-    """Move jobs to `to` in one transaction (all or none). Accepting pins a label version: the one
-    given, else the latest, refused when the frame's versions disagree (a conflict is never settled
-    silently)."""
+def who(by: str | None = None) -> str:
+    """The reviewer's name: `by`, else the login name."""
+    if by:
+        return str(by)
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name (a container): say so rather than guess
+        return "unknown"
+
+
+def _event(cat: Catalog, job_id: int, action: str, from_state: str | None, to_state: str | None, old: int | None = None,
+           new: int | None = None, by: str | None = None, note: str | None = None) -> None:
+    cat.db.execute("INSERT INTO label_events (job_id, action, from_state, to_state, old_label_id, new_label_id, by, at, note) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (job_id, action, from_state, to_state, old, new, who(by), time.time(), note))
+
+
+def transition(cat: Catalog, job_ids: Iterable[int], to: str, version: int | None = None, by: str | None = None) -> list[int]:
+    """Move jobs to `to` in one transaction (all or none), each move a row of label_events (who, when, the pin
+    before and after). Accepting pins a label version: the one given, else the latest, refused when the frame's
+    versions disagree (a conflict is never settled silently). An accepted job is re-opened (to "labelled": the
+    pin is dropped, kept in the history) or re-pinned (to "accepted" again with `version`: a newer version, or any
+    other one of the frame); re-pinning to the version it holds changes nothing."""
     ids = [int(i) for i in job_ids]
     with cat.transaction():
-        states = dict(cat.db.execute(f"SELECT id, state FROM label_jobs WHERE id IN ({', '.join('?' * len(ids))})", ids).fetchall())
+        rows = cat.db.execute(f"SELECT id, state, label_id FROM label_jobs WHERE id IN ({', '.join('?' * len(ids))})", ids)
+        states = {r[0]: (r[1], r[2]) for r in rows.fetchall()}
         for jid in ids:
             if jid not in states:
                 raise LabelError(f"job {jid} is not in catalog {cat.path}; `hydranet engine jobs` lists them")
+            state, pinned = states[jid]
             cols: dict[str, Any] = {}
-            if to == "accepted" and states[jid] == "labelled":
+            if to == "labelled" and state == "sent":
+                raise LabelError(f"job {jid} is sent: it becomes labelled when its label is imported (`hydranet engine "
+                                 "import-labels`)")
+            if to == "accepted" and state == "accepted":
+                if version is None:
+                    raise LabelError(f"job {jid} is accepted (pinned to v{_version_of(cat, pinned)}): re-pin it with --accept "
+                                     f"{jid} --version N, or re-open it with --reopen {jid}")
                 cols["label_id"] = _pick_version(cat, jid, version)
+                if cols["label_id"] == pinned:
+                    continue  # already pinned there: nothing to do (a rerun after kill -9)
+            elif to == "accepted" and state == "labelled":
+                cols["label_id"] = _pick_version(cat, jid, version)
+            if to == "labelled" and state == "accepted":
+                cols["label_id"] = None
             if to == "queued":
                 cols["external_id"] = None
-            _move(cat, (jid, states[jid]), to, **cols)
+            _move(cat, (jid, state), to, **cols)
+            _event(cat, jid, ACTIONS.get((state, to), to), state, to, pinned, cols.get("label_id", pinned), by)
     return ids
+
+
+def _version_of(cat: Catalog, label_id: int | None) -> int | None:
+    row = cat.db.execute("SELECT version FROM labels WHERE id = ?", (label_id,)).fetchone() if label_id is not None else None
+    return row[0] if row else None
+
+
+def history(cat: Catalog, job_id: int | None = None, selection: str | None = None) -> list[dict[str, Any]]:
+    """The review history: one dict per event {"job", "action", "from", "to", "old_version", "new_version", "by", "at",
+    "note"}, oldest first."""
+    where, args = [], []
+    if job_id is not None:
+        where.append("e.job_id = ?")
+        args.append(int(job_id))
+    if selection is not None:
+        where.append("j.selection = ?")
+        args.append(selection)
+    rows = cat.db.execute("SELECT e.job_id, e.action, e.from_state, e.to_state, lo.version, ln.version, e.by, e.at, e.note "
+                          "FROM label_events e JOIN label_jobs j ON e.job_id = j.id LEFT JOIN labels lo ON e.old_label_id = lo.id "
+                          f"LEFT JOIN labels ln ON e.new_label_id = ln.id {'WHERE ' + ' AND '.join(where) if where else ''} "
+                          "ORDER BY e.id", args).fetchall()
+    return [{"job": r[0], "action": r[1], "from": r[2], "to": r[3], "old_version": r[4], "new_version": r[5], "by": r[6],
+             "at": r[7], "note": r[8]} for r in rows]
 
 
 def _pick_version(cat: Catalog, job_id: int, version: int | None) -> int:
@@ -259,14 +332,18 @@ def _pick_version(cat: Catalog, job_id: int, version: int | None) -> int:
     if bad:
         v, c = bad[0]
         raise LabelError(f"job {job_id}: frame {fid} has label versions that disagree (v{v['version']} {v['source']} by "
-                         f"{v['labeller']} vs v{latest['version']} {latest['source']} by {latest['labeller']}: {_describe(c)}); "
+                         f"{v['labeller']} vs v{latest['version']} {latest['source']} by {latest['labeller']}: "
+                         f"{_describe(c, v['version'], latest['version'])}); "
                          "accept one with --version V")
     return latest["id"]
 
 
-def _describe(c: Mapping[str, Any]) -> str:
-    return (f"{c['boxes'][0]} vs {c['boxes'][1]} boxes, {c['unmatched']} unmatched, {c['class_changes']} class changes, "
-            f"corners up to {c['max_px']} px apart")
+def _describe(c: Mapping[str, Any], a: int | None = None, b: int | None = None) -> str:
+    """What changed between two versions: each box named by camera, box and change (class, corners, missing), then
+    the counts."""
+    what = describe_changes(c, f"v{a}" if a is not None else "the first", f"v{b}" if b is not None else "the second")
+    return (f"{what} ({c['boxes'][0]} vs {c['boxes'][1]} boxes, {c['unmatched']} unmatched, {c['class_changes']} class "
+            f"changes, corners up to {c['max_px']} px apart)")
 
 
 # -- send / import --------------------------------------------------------------------------------------
@@ -295,25 +372,60 @@ def send(cat: Catalog, backend: Backend, selection: str | None = None, batch: in
 
 def import_labels(cat: Catalog, backend: Backend, selection: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Fetch finished labels and record each as a version (one transaction per label, with its job's
-    move to labelled). Returns {"new", "duplicate", "conflicts": [...], "waiting": jobs still without a label}."""
+    move to labelled). A job the backend holds back (`Held`: a quarantined task, a partly done frame) keeps its
+    state and gets its reason as its note (a new quarantine is a label_events row too); a label recorded clears
+    its job's note. Returns {"new", "duplicate", "conflicts": [...], "waiting": jobs still without a label,
+    "quarantined": [{"job", "frame", "reason", "new"}], "partial": [{"job", "frame", "reason"}]}."""
     from tqdm import tqdm
 
     jobs = load_jobs(cat, selection, ("sent", "labelled", "accepted", "rejected"), backend=backend.name)
     by_id = {j.id: j for j in jobs}
     new = dup = 0
     conflicts: list[dict[str, Any]] = []
+    quarantined: list[dict[str, Any]] = []
+    partial: list[dict[str, Any]] = []
     for lab in tqdm(backend.fetch(jobs), desc=f"import from {backend.name}", unit="label", disable=not progress):
         job = by_id.get(lab.job_id)
         if job is None:
             raise LabelError(f"{backend.name} returned a label for job {lab.job_id}, which is not a sent job of backend "
                              f"{backend.name!r}{f' in selection {selection!r}' if selection else ''} in {cat.path}")
-        _, created, conf = record_label(cat, job, lab)
+        if isinstance(lab, Held):
+            fresh = hold(cat, job, lab.reason, lab.quarantine)
+            entry = {"job": job.id, "frame": f"{job.clip}/{job.dir}", "reason": lab.reason}
+            (quarantined if lab.quarantine else partial).append({**entry, "new": fresh} if lab.quarantine else entry)
+            continue
+        try:
+            _, created, conf = record_label(cat, job, lab)
+        except LabelingError as e:  # a label the backend could read but the store cannot take: this job only
+            if isinstance(e, LabelError) or lab.source == "oracle":  # the sim's truth broken: the fleet is, not one task
+                raise
+            fresh = hold(cat, job, str(e), True)
+            quarantined.append({"job": job.id, "frame": f"{job.clip}/{job.dir}", "reason": str(e), "new": fresh})
+            continue
         new, dup = new + created, dup + (not created)
         conflicts += conf
     waiting = cat.db.execute(f"SELECT count(*) FROM label_jobs WHERE state = 'sent' AND backend = ?"
                              f"{' AND selection = ?' if selection else ''}",
                              (backend.name, selection) if selection else (backend.name,)).fetchone()[0]
-    return {"new": new, "duplicate": dup, "conflicts": conflicts, "waiting": waiting}
+    return {"new": new, "duplicate": dup, "conflicts": conflicts, "waiting": waiting, "quarantined": quarantined,
+            "partial": partial}
+
+
+QUARANTINE = "quarantined: "
+
+
+def hold(cat: Catalog, job: Job, reason: str, quarantine: bool) -> bool:
+    """Record why `job` has no new label (its note; a quarantine also as a label_events row), in one transaction.
+    True when the note is new (a quarantine is printed once: when it first appears or its reason changes)."""
+    note = (QUARANTINE if quarantine else "") + reason
+    with cat.transaction():
+        row = cat.db.execute("SELECT state, note FROM label_jobs WHERE id = ?", (job.id,)).fetchone()
+        if row[1] == note:
+            return False
+        cat.db.execute("UPDATE label_jobs SET note = ? WHERE id = ?", (note, job.id))
+        if quarantine:
+            _event(cat, job.id, "quarantine", row[0], row[0], by="import", note=reason)
+    return True
 
 
 def check_payload(job: Job, payload: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -338,6 +450,7 @@ def record_label(cat: Catalog, job: Job, lab: FetchedLabel) -> tuple[int, bool, 
     with cat.transaction():
         row = cat.db.execute("SELECT id FROM labels WHERE job_id = ? AND source = ? AND digest = ?", (job.id, lab.source, dg)).fetchone()
         if row:
+            cat.db.execute("UPDATE label_jobs SET note = NULL WHERE id = ? AND note IS NOT NULL", (job.id,))
             return int(row[0]), False, []
         state = cat.db.execute("SELECT state FROM label_jobs WHERE id = ?", (job.id,)).fetchone()[0]
         if state == "queued":
@@ -348,13 +461,14 @@ def record_label(cat: Catalog, job: Job, lab: FetchedLabel) -> tuple[int, bool, 
                                                                     job.model_id, json.dumps(payload), dg, time.time()))
         if state == "sent":
             _move(cat, (job.id, state), "labelled")
+        cat.db.execute("UPDATE label_jobs SET note = NULL WHERE id = ?", (job.id,))
     conf = []
     for v in versions(cat, job.frame_id):
         if v["version"] != version:
             c = compare(v["payload"], payload)
             if not c["agree"]:
                 conf.append({"frame_id": job.frame_id, "frame": f"{job.clip}/{job.dir}", "versions": [v["version"], version],
-                             "sources": [v["source"], lab.source], "detail": _describe(c)})
+                             "sources": [v["source"], lab.source], "detail": _describe(c, v["version"], version)})
     return int(cur.lastrowid), True, conf
 
 
@@ -377,7 +491,8 @@ def conflicts(cat: Catalog, selection: str | None = None) -> list[dict[str, Any]
                 c = compare(vers[a]["payload"], vers[b]["payload"])
                 if not c["agree"]:
                     out.append({"frame_id": fid, "versions": [vers[a]["version"], vers[b]["version"]],
-                                "sources": [vers[a]["source"], vers[b]["source"]], "detail": _describe(c)})
+                                "sources": [vers[a]["source"], vers[b]["source"]],
+                                "detail": _describe(c, vers[a]["version"], vers[b]["version"])})
     return out
 
 
@@ -397,8 +512,9 @@ def accepted_versions(cat: Catalog) -> dict[int, dict[str, Any]]:
 
 def job_table(cat: Catalog, selection: str | None = None) -> list[dict[str, Any]]:
     rows = cat.db.execute("SELECT j.id, j.selection, j.frame_id, c.name, f.idx, j.state, j.backend, "
-                          "(SELECT count(*) FROM labels l WHERE l.frame_id = j.frame_id) FROM label_jobs j JOIN frames f ON "
+                          "(SELECT count(*) FROM labels l WHERE l.frame_id = j.frame_id), "
+                          "(SELECT version FROM labels l WHERE l.id = j.label_id), j.note FROM label_jobs j JOIN frames f ON "
                           f"j.frame_id = f.id JOIN clips c ON f.clip_id = c.id {'WHERE j.selection = ?' if selection else ''} "
                           "ORDER BY j.id", (selection,) if selection else ()).fetchall()
     return [{"job": r[0], "selection": r[1], "frame_id": r[2], "frame": f"{r[3]}/{r[4]}", "state": r[5], "backend": r[6],
-             "versions": r[7]} for r in rows]
+             "versions": r[7], "pinned": r[8], "note": r[9]} for r in rows]

@@ -58,8 +58,13 @@ def test_selection_becomes_jobs_once(env):
 @pytest.mark.parametrize("path, to, words", [
     ([], "accepted", "job 1 is queued: it cannot become accepted (from queued only to sent)"),
     ([], "labelled", "cannot become labelled"),
-    (["sent"], "accepted", "job 1 is sent: it cannot become accepted (from sent only to labelled)"),
-    (["sent", "labelled", "accepted"], "rejected", "job 1 is accepted: it cannot become rejected (from accepted only to nothing: final)"),
+    (["sent"], "accepted", "job 1 is sent: it cannot become accepted (from sent only to labelled (by an import))"),
+    (["sent"], "labelled", "job 1 is sent: it becomes labelled when its label is imported"),
+    (["sent", "labelled", "accepted"], "rejected", "job 1 is accepted: it cannot become rejected (from accepted only to "
+     "labelled (--reopen) or accepted again on another version (re-pin: --accept ID --version N))"),
+    (["sent", "labelled", "accepted"], "accepted", "job 1 is accepted (pinned to v1): re-pin it with --accept 1 --version N, "
+     "or re-open it with --reopen 1"),
+    (["sent", "labelled", "accepted"], "queued", "job 1 is accepted: it cannot become queued"),
     (["sent", "labelled", "rejected"], "accepted", "from rejected only to queued"),
     ([], "done", "unknown job state 'done'"),
 ])
@@ -298,7 +303,7 @@ def _coco_bad(d, how):
 
 
 @pytest.mark.parametrize("how, words", [("bbox-negative-width", "annotations[0]"), ("unknown-category", "unknown label 'spaceship'"),
-                                        ("image-unknown", "clip_00042"), ("camera-missing", "lacks camera image"),
+                                        ("image-unknown", "clip_00042"),
                                         ("no-annotations", "'annotations' is missing"), ("not-json", "not valid COCO JSON")])
 def test_malformed_coco_is_refused_and_records_nothing(env, how, words):
     cat, out = _sent_to_files(env)
@@ -319,8 +324,7 @@ def test_malformed_coco_is_refused_and_records_nothing(env, how, words):
 
 @pytest.mark.parametrize("how, words", [
     ("truncated", "not valid XML"), ("root", "root element is <root>"),
-    ("box-nan", "xtl='nan'"), ("box-outside", "outside the"), ("label", "unknown label 'ufo'"),
-    ("polyline", "points 'x'"), ("size", "the camera's images are")])
+    ("box-nan", "xtl='nan'"), ("label", "unknown label 'ufo'"), ("polyline", "points 'x'")])
 def test_malformed_cvat_is_refused_and_records_nothing(env, how, words):
     cat, out = _sent_to_files(env)
     with cat:
@@ -342,6 +346,44 @@ def test_malformed_cvat_is_refused_and_records_nothing(env, how, words):
         assert cat.db.execute("SELECT count(*) FROM labels").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize("fmt, how, quarantine, words", [
+    ("coco", "camera-missing", False, "cameras in team.json, camera CAM_FRONT missing"),
+    ("coco", "box-outside", True, "outside the 96x64 image"),
+    ("cvat", "box-outside", True, "outside the 96x64 image"),
+    ("cvat", "box-inverted", True, "has no area"),
+    ("cvat", "size", True, "is 97x64, the camera's images are 96x64")])
+def test_one_bad_image_holds_its_job_back_and_the_rest_import(env, fmt, how, quarantine, words):
+    """Issue 24.3: a bad box, a wrong image size (quarantined) or a camera missing (waiting) holds back the job of
+    that image only; every other job of the file is imported; the reason is the job's note."""
+    cat, out = _sent_to_files(env)
+    with cat:
+        jobs = load_jobs(cat, "sel")
+        team = out / f"team.{'json' if fmt == 'coco' else 'xml'}"
+        (write_coco if fmt == "coco" else write_cvat)(team, image_entries(jobs, {j.id: truth(j) for j in jobs}),
+                                                      Vocabulary.from_dataset(env["fleet"]), "team")
+        s = team.read_text()
+        if fmt == "coco":
+            d = json.loads(s)
+            if how == "camera-missing":
+                d = _coco_bad(d, how)
+            else:
+                a = next(a for a in d["annotations"] if a["image_id"] == 1)
+                a["bbox"] = [10, 10, 500, 5]
+            s = json.dumps(d)
+        else:  # the first <image> is job 1's first camera
+            s = {"box-outside": lambda: s.replace('xbr="', 'xbr="9999" x="', 1),
+                 "box-inverted": lambda: s.replace('xbr="', 'xbr="0" x="', 1),
+                 "size": lambda: s.replace('width="96"', 'width="97"', 1)}[how]()
+        team.write_text(s)
+        got = import_labels(cat, build_backend("files", files=[team]), "sel")
+        assert got["new"] == 3 and got["waiting"] == 1
+        held = got["quarantined"] if quarantine else got["partial"]
+        assert [h["job"] for h in held] == [1] and words in held[0]["reason"] and "\n" not in held[0]["reason"]
+        assert [j.state for j in load_jobs(cat, "sel")] == ["sent", "labelled", "labelled", "labelled"]
+        note = cat.db.execute("SELECT note FROM label_jobs WHERE id = 1").fetchone()[0]
+        assert words in note and note.startswith("quarantined: ") == quarantine
+
+
 def test_cli_label_import_accept(env, capsys):
     from hydranet.cli import main
 
@@ -352,10 +394,10 @@ def test_cli_label_import_accept(env, capsys):
     assert "4 new label versions (0 already recorded), 0 sent jobs still waiting, 0 conflicts" in capsys.readouterr().out
     assert main(["engine", "jobs", "--catalog", cat, "--accept", "all"]) == 0
     out = capsys.readouterr().out
-    assert "4 jobs -> accepted" in out and out.count("| accepted | oracle | 1 |") == 4
+    assert "4 jobs -> accepted" in out and out.count("| accepted | oracle | 1 | v1 | - |") == 4
     assert main(["engine", "jobs", "--catalog", cat, "--accept", "1"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: job 1 is accepted: it cannot become accepted (from accepted only to "
-                                               "nothing: final)")
+    assert capsys.readouterr().err.strip() == ("error: job 1 is accepted (pinned to v1): re-pin it with --accept 1 --version N, "
+                                               "or re-open it with --reopen 1")
 
 
 def test_placeholder_label_tables_of_older_catalogs_are_upgraded_only_when_empty(env):

@@ -3,12 +3,13 @@ oracle (the sim's exact labels, default, offline), files (COCO JSON and CVAT for
 real Label Studio server. docs/labeling.md."""
 from __future__ import annotations
 
-from data_engine.labeling.base import Backend, FetchedLabel, Job, LabelingError, Vocabulary
+from data_engine.labeling.base import Backend, FetchedLabel, Held, Job, LabelingError, Vocabulary
 
 BACKENDS = ("oracle", "files", "label-studio")
 
 
-def build_backend(name: str, *, noise=None, out=None, files=(), labeller=None, url=None, token=None, project=None) -> Backend:
+def build_backend(name: str, *, noise=None, out=None, files=(), labeller=None, url=None, token=None, project=None,
+                  accept_predictions: bool = False) -> Backend:
     """The backend named `name` (one of BACKENDS; "label_studio" is accepted too) with its own options."""
     key = name.replace("_", "-")
     if key == "oracle":
@@ -18,7 +19,7 @@ def build_backend(name: str, *, noise=None, out=None, files=(), labeller=None, u
     if key == "files":
         from data_engine.labeling.files import FilesBackend
 
-        return FilesBackend(out, files, labeller)
+        return FilesBackend(out, files, labeller, accept_predictions=accept_predictions)
     if key == "label-studio":
         from data_engine.labeling.label_studio import LabelStudioBackend
 
@@ -26,4 +27,4 @@ def build_backend(name: str, *, noise=None, out=None, files=(), labeller=None, u
     raise LabelingError(f"unknown labelling backend {name!r}; choose one of {list(BACKENDS)}")
 
 
-__all__ = ["BACKENDS", "Backend", "FetchedLabel", "Job", "LabelingError", "Vocabulary", "build_backend"]
+__all__ = ["BACKENDS", "Backend", "FetchedLabel", "Held", "Job", "LabelingError", "Vocabulary", "build_backend"]

@@ -3,7 +3,8 @@
 A backend takes label jobs and gives labels back:
 
     backend.send(jobs)  -> {job id: external id}   # idempotent: sending a job twice creates nothing twice
-    backend.fetch(jobs) -> iterable of FetchedLabel  # finished labels of the sent jobs, in any order
+    backend.fetch(jobs) -> iterable of FetchedLabel | Held  # finished labels of the sent jobs, in any order; Held: a
+                                                             # job with no label yet and why (quarantined, partly done)
 
 `data_engine.labels` owns the jobs' states and the versioned label store; a backend never writes
 the catalog. A label's payload is the frame's labels in the dataset format (docs/dataset_format.md,
@@ -80,6 +81,16 @@ class FetchedLabel:
     payload: Mapping[str, Any]
     source: str  # oracle | label_studio | file
     labeller: str
+
+
+@dataclass(frozen=True)
+class Held:
+    """A job the backend cannot hand a label for, and why: `quarantine` for a task it cannot read (a box outside
+    the image: the job waits until the task is fixed, the rest of the import goes on), else a partly done frame
+    ("3 of 6 cameras done", "camera CAM_BACK skipped")."""
+    job_id: int
+    reason: str
+    quarantine: bool = False
 
 
 class Backend(Protocol):
@@ -187,11 +198,13 @@ def iou(a: Sequence[float], b: Sequence[float]) -> float:
 
 def compare(a: Mapping[str, Any], b: Mapping[str, Any], vocab_name=None, tol_px: float = 0.5) -> dict[str, Any]:
     """How two payloads' 2D boxes differ: per camera greedy IoU matching; {"agree": bool, "boxes": (na, nb),
-    "unmatched": n, "class_changes": n, "max_px": largest corner deviation of a matched pair}."""
+    "unmatched": n, "class_changes": n, "max_px": largest corner deviation of a matched pair, "changes": [{"camera",
+    "box" (a's box, or b's for one only in b), "what": "class", "corners" or "missing", "a", "b"}] box by box}."""
     name = vocab_name or (lambda box: (box["class"], json.dumps(box.get("attributes") or {}, sort_keys=True)))
     ca, cb = a.get("cameras") or {}, b.get("cameras") or {}
     na = nb = unmatched = changes = 0
     max_px = 0.0
+    detail: list[dict[str, Any]] = []
     for cam in sorted(set(ca) | set(cb)):
         ba = list((ca.get(cam) or {}).get("boxes2d") or [])
         bb = list((cb.get(cam) or {}).get("boxes2d") or [])
@@ -204,10 +217,46 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any], vocab_name=None, tol_px:
             used_a.add(i)
             used_b.add(j)
             changes += name(ba[i]) != name(bb[j])
-            max_px = max(max_px, max(abs(p - q) for p, q in zip(ba[i]["bbox"], bb[j]["bbox"])))
+            px = max(abs(p - q) for p, q in zip(ba[i]["bbox"], bb[j]["bbox"]))
+            max_px = max(max_px, px)
+            if name(ba[i]) != name(bb[j]):
+                detail.append({"camera": cam, "box": _r(ba[i]["bbox"]), "what": "class", "a": _label(ba[i]), "b": _label(bb[j])})
+            if px > tol_px:
+                detail.append({"camera": cam, "box": _r(ba[i]["bbox"]), "what": "corners", "a": _r(ba[i]["bbox"]),
+                               "b": _r(bb[j]["bbox"]), "px": round(px, 3)})
+        detail += [{"camera": cam, "box": _r(ba[i]["bbox"]), "what": "missing", "a": _label(ba[i]), "b": None}
+                   for i in range(len(ba)) if i not in used_a]
+        detail += [{"camera": cam, "box": _r(bb[j]["bbox"]), "what": "missing", "a": None, "b": _label(bb[j])}
+                   for j in range(len(bb)) if j not in used_b]
         unmatched += (len(ba) - len(used_a)) + (len(bb) - len(used_b))
     return {"agree": unmatched == 0 and changes == 0 and max_px <= tol_px, "boxes": (na, nb), "unmatched": unmatched,
-            "class_changes": changes, "max_px": round(max_px, 3)}
+            "class_changes": changes, "max_px": round(max_px, 3), "changes": detail}
+
+
+def _r(bbox: Sequence[float]) -> list[float]:
+    return [round(float(v), 1) for v in bbox]
+
+
+def _label(box: Mapping[str, Any]) -> str:
+    att = box.get("attributes") or {}
+    extra = att.get("sign_class") or att.get("light_state") or ("back" if att.get("view") == BACK else None)
+    return f"{box['class']}:{extra}" if extra else str(box["class"])
+
+
+def describe_changes(c: Mapping[str, Any], a: str = "the first", b: str = "the second", limit: int = 4) -> str:
+    """The changes of `compare` box by box, e.g. "CAM_FRONT box [10.0, 12.0, 40.0, 30.0]: class car -> truck;
+    CAM_BACK box [...]: missing in v2 (pedestrian)"; the first `limit`, then how many more."""
+    out = []
+    for d in c.get("changes") or []:
+        head = f"{d['camera']} box {d['box']}"
+        if d["what"] == "class":
+            out.append(f"{head}: class {d['a']} -> {d['b']}")
+        elif d["what"] == "corners":
+            out.append(f"{head}: corners moved {d['px']} px to {d['b']}")
+        else:
+            out.append(f"{head}: missing in {b if d['b'] is None else a} ({d['a'] or d['b']})")
+    more = f"; and {len(out) - limit} more" if len(out) > limit else ""
+    return "; ".join(out[:limit]) + more if out else "no box-level change"
 
 
 def two_d(payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,9 +7,12 @@ source="auto" and a "score" attribute). A team labels the images in its tool, ex
 images, and fetch() reads the files back: images are matched to jobs by the last three parts of their
 name, labels by name (categories' ids may change in a tool), boxes are [x0, y0, x1, y1] in pixels
 (COCO [x, y, w, h]; CVAT xtl/ytl/xbr/ybr). CVAT polylines labelled "lane:<type>" become lanes2d;
-COCO has no polylines. A job is read only when the file holds every camera of its frame; a file
-holding some cameras of a frame but not all, an image or label the selection does not know, or a
-malformed element is a one-line LabelingError naming the file and the element: never a skip.
+COCO has no polylines. A job is read only when the file holds every camera of its frame (else it waits,
+saying which cameras are missing); a bad box (outside the image, no area) or an image size that is not
+the camera's quarantines that image's job and the others are imported. An image or label the selection
+does not know, or a malformed element is a one-line LabelingError naming the file and the element:
+never a skip. Boxes that carry a score (COCO "score", CVAT source="auto") are the model's pre-annotations
+exported back untouched: refused unless the import says --accept-predictions.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hydranet.io import path_inside
-from data_engine.labeling.base import FetchedLabel, Job, LabelingError, Vocabulary, check_bbox
+from data_engine.labeling.base import FetchedLabel, Held, Job, LabelingError, Vocabulary, check_bbox
 
 LANE = "lane:"
 
@@ -135,8 +138,15 @@ def read_coco(path: str | Path, vocab: Vocabulary) -> list[dict[str, Any]]:
             raise LabelingError(f"{where}: bbox {bb!r} needs finite values and a positive width and height")
         im = images[a["image_id"]]
         box = [float(bb[0]), float(bb[1]), float(bb[0]) + float(bb[2]), float(bb[1]) + float(bb[3])]
-        check_bbox(box, im["size"], f"{where} ({im['name']})")
-        im["boxes"].append({"name": name, "bbox": box})
+        try:
+            check_bbox(box, im["size"], f"{where} ({im['name']})")
+        except LabelingError as e:  # one bad box quarantines its image's job, not the file
+            im.setdefault("bad", str(e))
+            continue
+        b = {"name": name, "bbox": box}
+        if "score" in a:  # a model's pre-annotation exported back untouched
+            b["score"] = a["score"]
+        im["boxes"].append(b)
     return list(images.values())
 
 
@@ -224,7 +234,15 @@ def read_cvat(path: str | Path, vocab: Vocabulary) -> list[dict[str, Any]]:
                 if label not in vocab.names:
                     raise LabelingError(f"{ew}: unknown label {label!r}; the project's labels are {vocab.names}")
                 box = [_num(el, a, ew) for a in ("xtl", "ytl", "xbr", "ybr")]
-                entry["boxes"].append({"name": label, "bbox": check_bbox(box, entry["size"], ew)})
+                try:
+                    b = {"name": label, "bbox": check_bbox(box, entry["size"], ew)}
+                except LabelingError as e:  # one bad box quarantines its image's job, not the file
+                    entry.setdefault("bad", str(e))
+                    continue
+                if el.get("source") == "auto":  # a model's pre-annotation no person touched (CVAT: "semi-auto" once edited)
+                    b["score"] = next((float(x.text) for x in el.iter("attribute") if x.get("name") == "score" and x.text),
+                                      None)
+                entry["boxes"].append(b)
             elif el.tag == "polyline":
                 if label not in lanes:
                     raise LabelingError(f"{ew}: polyline label {label!r} is not a lane type ({sorted(lanes)})")
@@ -242,39 +260,60 @@ def read_cvat(path: str | Path, vocab: Vocabulary) -> list[dict[str, Any]]:
 
 
 # -- the backend ------------------------------------------------------------------------------------------
-def payloads_from_entries(entries: Sequence[Mapping], jobs: Sequence[Job], where: str) -> dict[int, dict[str, Any]]:
-    """{job id: payload} of the jobs whose every camera is in the entries; LabelingError for an image no job
-    knows, an image twice, a size that is not the camera's, or a frame with some cameras missing."""
+def payloads_from_entries(entries: Sequence[Mapping], jobs: Sequence[Job], where: str,
+                          predictions: bool = False) -> tuple[dict[int, dict[str, Any]], dict[int, Held]]:
+    """({job id: payload} of the jobs whose every camera is in the entries, {job id: Held} of the others the file
+    names). LabelingError for what spoils the whole file: an image no job knows, an image twice, model
+    pre-annotations (boxes with a score, CVAT source="auto") unless `predictions`. A job is held back, the
+    others imported, for a bad box in one of its images or an image size that is not the camera's (quarantined),
+    or cameras the file lacks (waiting)."""
     index = {}
     for j in jobs:
         for cam, size in zip(j.cameras, j.sizes):
             index[j.image_name(cam)] = (j, cam, size)
     seen: dict[int, dict[str, Any]] = {}
+    bad: dict[int, str] = {}
+    preds = sum(1 for e in entries for b in e["boxes"] if "score" in b)
+    if preds and not predictions:
+        total = sum(len(e["boxes"]) for e in entries)
+        marker = "source=\"auto\"" if str(where).lower().endswith(".xml") else "a 'score'"
+        raise LabelingError(f"{where}: {preds} of {total} boxes are the model's pre-annotations ({marker}), not labels a "
+                            "person made; label them in the tool, or import them as labels with --accept-predictions")
     for e in entries:
         key = "/".join(Path(e["name"]).parts[-3:])
         if key not in index:
             raise LabelingError(f"{where}: image {e['name']!r} is not a camera image of a sent job; was the file exported "
                                 "from another selection?")
         j, cam, size = index[key]
-        if tuple(e["size"]) != tuple(size):
-            raise LabelingError(f"{where}: image {e['name']!r} is {e['size'][1]}x{e['size'][0]}, the camera's images are "
-                                f"{size[1]}x{size[0]}")
-        vocab = Vocabulary.from_dataset(j.root)
         cams = seen.setdefault(j.id, {})
         if cam in cams:
             raise LabelingError(f"{where}: image {e['name']!r} appears twice")
+        cams[cam] = None
+        if tuple(e["size"]) != tuple(size):
+            bad.setdefault(j.id, f"{where}: image {e['name']!r} is {e['size'][1]}x{e['size'][0]}, the camera's images are "
+                                 f"{size[1]}x{size[0]}")
+            continue
+        if e.get("bad"):
+            bad.setdefault(j.id, e["bad"])
+            continue
+        vocab = Vocabulary.from_dataset(j.root)
         cams[cam] = {"boxes2d": [vocab.box_of(b["name"], b["bbox"], f"{where} image {e['name']!r}") for b in e["boxes"]],
                      "lanes2d": [{"points": ln["points"], "type": ln["type"]} for ln in e["lanes"]]}
-    out = {}
+    out: dict[int, dict[str, Any]] = {}
+    held: dict[int, Held] = {}
     jobs_by_id = {j.id: j for j in jobs}
     for jid, cams in seen.items():
         j = jobs_by_id[jid]
+        if jid in bad:
+            held[jid] = Held(jid, bad[jid], quarantine=True)
+            continue
         missing = [c for c in j.cameras if c not in cams]
         if missing:
-            raise LabelingError(f"{where}: frame {j.clip}/{j.dir} (job {jid}) lacks camera image {j.image_name(missing[0])}; "
-                                "export every camera of a frame")
+            held[jid] = Held(jid, f"{len(j.cameras) - len(missing)} of {len(j.cameras)} cameras in {Path(where).name}, "
+                                  f"camera {', '.join(missing)} missing (export every camera of a frame)")
+            continue
         out[jid] = {"cameras": {c: cams[c] for c in j.cameras}}
-    return out
+    return out, held
 
 
 class FilesBackend:
@@ -284,11 +323,12 @@ class FilesBackend:
     wants_predictions = True
 
     def __init__(self, out: str | Path | None = None, files: Sequence[str | Path] = (), labeller: str | None = None,
-                 copy_images: bool = True):
+                 copy_images: bool = True, accept_predictions: bool = False):
         self.out = None if out is None else Path(out)
         self.files = [Path(f) for f in files]
         self.labeller = labeller
         self.copy_images = copy_images
+        self.accept_predictions = accept_predictions
 
     def send(self, jobs: Sequence[Job]) -> dict[int, str]:
         if self.out is None:
@@ -314,13 +354,18 @@ class FilesBackend:
             ext.update({j.id: str(cvat.with_suffix("")) for j in js})
         return ext
 
-    def fetch(self, jobs: Sequence[Job]) -> Iterator[FetchedLabel]:
+    def fetch(self, jobs: Sequence[Job]) -> Iterator[FetchedLabel | Held]:
         if not self.files:
             raise LabelingError("the files backend needs --file F (COCO .json or CVAT .xml) to import")
         if not jobs:
             return
         vocab = Vocabulary.from_dataset(jobs[0].root)
+        read = []  # every file is read and checked before any label is handed over: a spoiled file records nothing
         for f in self.files:
             entries = read_cvat(f, vocab) if f.suffix.lower() == ".xml" else read_coco(f, vocab)
-            for jid, payload in payloads_from_entries(entries, jobs, str(f)).items():
-                yield FetchedLabel(jid, payload, "file", self.labeller or f"file:{f.name}")
+            read.append((f, *payloads_from_entries(entries, jobs, str(f), self.accept_predictions)))
+        for f, payloads, held in read:
+            yield from held.values()
+            for jid, payload in payloads.items():
+                who = self.labeller or f"file:{f.name}"
+                yield FetchedLabel(jid, payload, "file", who + ("+predictions" if self.accept_predictions else ""))

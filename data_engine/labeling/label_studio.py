@@ -10,9 +10,11 @@ first and a (job, camera) that has a task already is not created again (kill -9 
 tasks and recording them sent, rerun: nothing twice).
 
 fetch(jobs): the project's tasks with their annotations (the latest not cancelled per task); a job
-is labelled once every camera image of its frame has one. Boxes come back from Label Studio's percent
-coordinates to pixels ([x0, y0, x1, y1]); a rotated box, an unknown label, an image size that is
-not the camera's are one-line LabelingErrors naming the task and annotation.
+is labelled once every camera image of its frame has one; a job partly done is held back saying how far
+it is ("3 of 6 cameras done, camera CAM_BACK skipped"). Boxes come back from Label Studio's percent
+coordinates to pixels ([x0, y0, x1, y1]); a box outside the image, a rotated box, an unknown label, an
+image size that is not the camera's quarantine that job (held back with a one-line reason naming the
+task and annotation) and the rest of the project is imported.
 
 Label Studio has no open polyline tool (only closed polygons), so lanes are not asked for here; use
 the files backend (CVAT polylines) for lanes.
@@ -32,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from data_engine.labeling.base import FetchedLabel, Job, LabelingError, Vocabulary, check_bbox
+from data_engine.labeling.base import FetchedLabel, Held, Job, LabelingError, Vocabulary, check_bbox
 
 URL_ENV, TOKEN_ENV = "HYDRANET_LABEL_STUDIO_URL", "HYDRANET_LABEL_STUDIO_TOKEN"
 FROM, TO = "label", "image"
@@ -239,7 +241,7 @@ class LabelStudioBackend:
             have.add((jid, d.get("camera")))
         return have
 
-    def fetch(self, jobs: Sequence[Job]) -> Iterator[FetchedLabel]:
+    def fetch(self, jobs: Sequence[Job]) -> Iterator[FetchedLabel | Held]:
         by_project: dict[str, list[Job]] = {}
         for j in jobs:
             if j.external_id:
@@ -251,26 +253,45 @@ class LabelStudioBackend:
                 d = t.get("data") or {}
                 tasks[(d.get("job_id"), d.get("camera"))] = t
             for j in js:
-                vocab = Vocabulary.from_dataset(j.root)
-                cams, who = {}, set()
-                for cam, size in zip(j.cameras, j.sizes):
-                    t = tasks.get((j.id, cam))
-                    if t is None:
-                        raise LabelingError(f"Label Studio project {pid} lost the task of job {j.id} camera {cam}; requeue the job "
-                                            f"(`hydranet engine jobs --reject/--requeue`)")
-                    done = [a for a in t.get("annotations") or [] if not a.get("was_cancelled") and a.get("result") is not None]
-                    if not done:
-                        break
-                    a = max(done, key=lambda a: (str(a.get("updated_at") or ""), int(a.get("id") or 0)))
-                    where = f"Label Studio project {pid} task {t.get('id')} annotation {a.get('id')}"
-                    boxes = []
-                    for k, r in enumerate(a["result"]):
-                        got = result_box(r, size, f"{where} result {k}")
-                        if got is not None:
-                            boxes.append(vocab.box_of(got[0], got[1], f"{where} result {k}"))
-                    cams[cam] = {"boxes2d": boxes}
-                    by = a.get("completed_by")
-                    by = by.get("email") or by.get("id") if isinstance(by, dict) else by
-                    who.add(users.get(by, str(by)) if isinstance(by, int) else str(by))
-                if len(cams) == len(j.cameras):
-                    yield FetchedLabel(j.id, {"cameras": cams}, "label_studio", ",".join(sorted(who)))
+                try:
+                    got = self._job_label(pid, j, tasks, users)
+                except LabelingError as e:  # one bad task holds its job back, never the rest of the import
+                    yield Held(j.id, str(e), quarantine=True)
+                    continue
+                if got is not None:
+                    yield got
+
+    def _job_label(self, pid: str, j: Job, tasks: Mapping[tuple[int, str], dict], users: Mapping[int, str]) -> FetchedLabel | Held | None:
+        """The job's label once every camera task has an annotation; else Held saying how far it is ("3 of 6 cameras
+        done", "camera CAM_BACK skipped"), None when nothing was started; LabelingError for a task it cannot read."""
+        vocab = Vocabulary.from_dataset(j.root)
+        cams, who, skipped = {}, set(), []
+        for cam, size in zip(j.cameras, j.sizes):
+            t = tasks.get((j.id, cam))
+            if t is None:
+                raise LabelingError(f"Label Studio project {pid} lost the task of job {j.id} camera {cam}; requeue the job "
+                                    f"(`hydranet engine jobs --reject/--requeue`)")
+            anns = t.get("annotations") or []
+            done = [a for a in anns if not a.get("was_cancelled") and a.get("result") is not None]
+            if not done:
+                if any(a.get("was_cancelled") for a in anns):
+                    skipped.append(cam)
+                continue
+            a = max(done, key=lambda a: (str(a.get("updated_at") or ""), int(a.get("id") or 0)))
+            where = f"Label Studio project {pid} task {t.get('id')} ({j.clip}/{j.dir} {cam}) annotation {a.get('id')}"
+            boxes = []
+            for k, r in enumerate(a["result"]):
+                got = result_box(r, size, f"{where} result {k}")
+                if got is not None:
+                    boxes.append(vocab.box_of(got[0], got[1], f"{where} result {k}"))
+            cams[cam] = {"boxes2d": boxes}
+            by = a.get("completed_by")
+            by = by.get("email") or by.get("id") if isinstance(by, dict) else by
+            who.add(users.get(by, str(by)) if isinstance(by, int) else str(by))
+        if len(cams) == len(j.cameras):
+            return FetchedLabel(j.id, {"cameras": cams}, "label_studio", ",".join(sorted(who)))
+        if not cams and not skipped:
+            return None
+        why = [f"{len(cams)} of {len(j.cameras)} cameras done"]
+        why += [f"camera {c} skipped" for c in skipped]
+        return Held(j.id, ", ".join(why))

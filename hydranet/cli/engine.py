@@ -129,7 +129,8 @@ def _label_backend(args):
     noise = OracleNoise(getattr(args, "jitter_px", 0.0), getattr(args, "miss_small", 0.0), getattr(args, "small_area", 256.0),
                         getattr(args, "confusion", 0.0), getattr(args, "noise_seed", 0))
     return build_backend(args.backend, noise=noise, out=getattr(args, "out", None), files=getattr(args, "file", None) or (),
-                         labeller=getattr(args, "labeller", None), url=args.ls_url, token=args.ls_token, project=args.ls_project)
+                         labeller=getattr(args, "labeller", None), url=args.ls_url, token=args.ls_token, project=args.ls_project,
+                         accept_predictions=getattr(args, "accept_predictions", False))
 
 
 def _selection_name(sel):
@@ -154,37 +155,61 @@ def cmd_engine_import_labels(args) -> None:
 
     with open_catalog(args.catalog) as cat:
         got = import_labels(cat, _label_backend(args), _selection_name(args.selection), progress=not args.quiet)
+    old_q = [q for q in got["quarantined"] if not q["new"]]
     print(f"{got['new']} new label versions ({got['duplicate']} already recorded), {got['waiting']} sent jobs still waiting, "
-          f"{len(got['conflicts'])} conflicts")
+          f"{len(got['conflicts'])} conflicts, {len(got['quarantined'])} tasks quarantined"
+          + (f" ({len(old_q)} as before: `hydranet engine jobs` lists why)" if old_q else ""))
+    for q in got["quarantined"]:
+        if q["new"]:  # printed once: when it first appears (or its reason changes); `engine jobs` keeps listing it
+            print(f"  quarantined: job {q['job']} frame {q['frame']}: {q['reason']}")
+    for w in got["partial"]:
+        print(f"  waiting: job {w['job']} frame {w['frame']}: {w['reason']}")
     for c in got["conflicts"]:
         print(f"  conflict: frame {c['frame']} (id {c['frame_id']}) versions {c['versions']} ({' vs '.join(c['sources'])}): {c['detail']}")
 
 
+def _job_ids(cat, sel, flag: str, ids: str, source: tuple[str, ...]) -> list[int]:
+    from data_engine.labels import job_table
+
+    if ids == "all":
+        return [r["job"] for r in job_table(cat, sel) if r["state"] in source]
+    try:
+        return [int(i) for i in ids.split(",") if i.strip()]
+    except ValueError:
+        raise ValueError(f"--{flag} takes job ids like 3,4,7 or 'all', got {ids!r}") from None
+
+
 def cmd_engine_jobs(args) -> None:
-    from data_engine.labels import conflicts, job_table, open_catalog, transition
+    import datetime
+
+    from data_engine.labels import conflicts, history, job_table, open_catalog, transition
 
     sel = _selection_name(args.selection)
     with open_catalog(args.catalog) as cat:
-        for flag, to, source in (("requeue", "queued", "rejected"), ("reject", "rejected", "labelled"),
-                                 ("accept", "accepted", "labelled")):
+        # --accept on an accepted job with --version re-pins it; 'all' means the labelled jobs only
+        for flag, to, source in (("requeue", "queued", ("rejected",)), ("reject", "rejected", ("labelled",)),
+                                 ("reopen", "labelled", ("accepted",)), ("accept", "accepted", ("labelled",))):
             ids = getattr(args, flag)
             if ids is None:
                 continue
-            if ids == "all":
-                jobs = [r["job"] for r in job_table(cat, sel) if r["state"] == source]
-            else:
-                try:
-                    jobs = [int(i) for i in ids.split(",") if i.strip()]
-                except ValueError:
-                    raise ValueError(f"--{flag} takes job ids like 3,4,7 or 'all', got {ids!r}") from None
-            transition(cat, jobs, to, args.version)
-            print(f"{len(jobs)} jobs -> {to}")
+            jobs = _job_ids(cat, sel, flag, ids, source)
+            transition(cat, jobs, to, args.version, by=args.by)
+            print(f"{len(jobs)} jobs -> {to}" + (" (re-opened: no longer read by training until accepted again)"
+                                                 if flag == "reopen" else ""))
         rows = job_table(cat, sel)
-        print("| job | selection | frame | state | backend | label versions |\n|---:|---|---|---|---|---:|")
-        print("\n".join(f"| {r['job']} | {r['selection']} | {r['frame']} | {r['state']} | {r['backend']} | {r['versions']} |"
-                        for r in rows))
+        print("| job | selection | frame | state | backend | label versions | pinned | why waiting |\n"
+              "|---:|---|---|---|---|---:|---:|---|")
+        print("\n".join(f"| {r['job']} | {r['selection']} | {r['frame']} | {r['state']} | {r['backend']} | {r['versions']} | "
+                        f"{'v' + str(r['pinned']) if r['pinned'] else '-'} | {r['note'] or '-'} |" for r in rows))
         for c in conflicts(cat, sel):
             print(f"conflict: frame id {c['frame_id']} versions {c['versions']} ({' vs '.join(c['sources'])}): {c['detail']}")
+        if args.history:
+            for e in history(cat, selection=sel):
+                when = datetime.datetime.fromtimestamp(e["at"], datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+                pins = (f" v{e['old_version'] or '-'} -> v{e['new_version'] or '-'}" if e["action"] in ("accept", "repin", "reopen")
+                        else "")
+                print(f"history: job {e['job']} {e['action']}{pins} by {e['by']} at {when}"
+                      + (f": {e['note']}" if e["note"] else ""))
 
 
 def add_engine(sub) -> None:
@@ -336,6 +361,9 @@ def _add_engine_labels(eng) -> None:
             c.add_argument("--selection", default=None, help="selection name or file (default: every sent job of the backend)")
             c.add_argument("--file", type=Path, action="append", default=[], help="files: a COCO .json or CVAT .xml to import")
             c.add_argument("--labeller", default=None, help="files: who labelled them (default: file:<name>)")
+            c.add_argument("--accept-predictions", action="store_true",
+                           help="files: import boxes that are still the model's pre-annotations (a score, CVAT source=auto) "
+                                "as labels (refused by default: predictions are not labels)")
             c.add_argument("--jitter-px", type=float, default=0.0, help="oracle noise: box edge jitter sigma, pixels")
             c.add_argument("--miss-small", type=float, default=0.0, help="oracle noise: rate of missed small boxes")
             c.add_argument("--small-area", type=float, default=256.0, help="oracle noise: a small box is under this many px^2")
@@ -350,13 +378,20 @@ def _add_engine_labels(eng) -> None:
     imp = eng.add_parser("import-labels", help="fetch finished labels from a backend into the catalog as new label versions")
     backend_args(imp, importing=True)
     imp.set_defaults(func=cmd_engine_import_labels)
-    jobs = eng.add_parser("jobs", help="list label jobs and conflicts; accept, reject or requeue jobs")
+    jobs = eng.add_parser("jobs", help="list label jobs, why they wait, conflicts; accept, reject, requeue, reopen or re-pin jobs")
     jobs.add_argument("--catalog", type=Path, required=True)
     jobs.add_argument("--selection", default=None, help="selection name or file (default: all)")
-    jobs.add_argument("--accept", default=None, metavar="IDS", help="job ids (3,4) or 'all' labelled jobs")
+    jobs.add_argument("--accept", default=None, metavar="IDS",
+                      help="job ids (3,4) or 'all' labelled jobs; an accepted job with --version N is re-pinned to version N")
     jobs.add_argument("--reject", default=None, metavar="IDS", help="job ids or 'all' labelled jobs")
     jobs.add_argument("--requeue", default=None, metavar="IDS", help="job ids or 'all' rejected jobs")
-    jobs.add_argument("--version", type=int, default=None, help="accept this label version of the frame (needed on a conflict)")
+    jobs.add_argument("--reopen", default=None, metavar="IDS",
+                      help="job ids or 'all' accepted jobs: back to labelled, the pin kept in the history (training stops "
+                           "reading it until it is accepted again)")
+    jobs.add_argument("--version", type=int, default=None,
+                      help="accept (or re-pin) this label version of the frame (needed on a conflict)")
+    jobs.add_argument("--by", default=None, metavar="NAME", help="who decides (recorded in the history; default: login name)")
+    jobs.add_argument("--history", action="store_true", help="print the review history (who, when, old and new pin)")
     jobs.set_defaults(func=cmd_engine_jobs)
 
 

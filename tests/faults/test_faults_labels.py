@@ -58,12 +58,29 @@ def labels_recorded(n: int):
     return check
 
 
-def file_case(id, fmt, edit, words, status=2, n=0):
+def file_case(id, fmt, edit, words, status=2, n=0, stdout=(), extra=(), team=None):
     def build(tmp, env):
         _setup(tmp, env.dataset)
         return ["engine", "import-labels", "--catalog", tmp / "cat.db", "--backend", "files", "--quiet",
-                "--file", _team_file(tmp, fmt, edit)]
-    return Case(id, build, status, words, check=labels_recorded(n))
+                "--file", (team or _team_file)(tmp, fmt, edit), *extra]
+    return Case(id, build, status, words, stdout=stdout, check=labels_recorded(n))
+
+
+def _predictions_file(tmp: Path, fmt: str, edit=None) -> Path:
+    """What `engine label --backend files` wrote (the model's pre-annotations), sent back untouched."""
+    from data_engine.labeling.base import Vocabulary
+    from data_engine.labeling.files import image_entries, write_coco, write_cvat
+    from data_engine.labels import load_jobs, open_catalog
+
+    with open_catalog(tmp / "cat.db") as c:
+        jobs = load_jobs(c, "sel")
+    exact = {j.id: json.loads((j.folder / "labels.json").read_text()) for j in jobs}
+    entries = image_entries(jobs, exact)
+    for e in entries:  # as a model's boxes: each with a score
+        e["boxes"] = [{**b, "score": 0.8} for b in e["boxes"]]
+    path = tmp / f"team.{'json' if fmt == 'coco' else 'xml'}"
+    (write_coco if fmt == "coco" else write_cvat)(path, entries, Vocabulary.from_dataset(jobs[0].root), "team")
+    return path
 
 
 def _coco(fn):
@@ -92,8 +109,9 @@ FILE_CASES = [
               ("team.json", "annotations[0]", "positive width")),
     file_case("labels-coco-bbox-short", "coco", _coco(lambda d: _first_box(d).update(bbox=[1, 2, 3])),
               ("team.json", "annotations[0]", "[x, y, width, height]")),
-    file_case("labels-coco-bbox-outside", "coco", _coco(lambda d: _first_box(d).update(bbox=[10, 10, 500, 5])),
-              ("team.json", "annotations[0]", "outside the 64x48 image")),
+    # one bad image entry holds back its job (quarantined, listed by `engine jobs`), the other job is imported
+    file_case("labels-coco-bbox-outside", "coco", _coco(lambda d: _first_box(d).update(bbox=[10, 10, 500, 5])), (),
+              status=0, n=1, stdout=("1 tasks quarantined", "quarantined: job", "annotations[0]", "outside the 64x48 image")),
     file_case("labels-coco-unknown-label", "coco", _coco(lambda d: d["categories"][0].update(name="ufo")),
               ("team.json", "unknown label 'ufo'")),
     file_case("labels-coco-dangling-image-id", "coco", _coco(lambda d: _first_box(d).update(image_id=999)),
@@ -102,13 +120,21 @@ FILE_CASES = [
               ("team.json", "appears twice")),
     file_case("labels-coco-camera-missing", "coco",
               _coco(lambda d: d.update(images=d["images"][1:], annotations=[a for a in d["annotations"] if a["image_id"] != 1])),
-              ("team.json", "lacks camera image")),
-    file_case("labels-coco-wrong-size", "coco", _coco(lambda d: d["images"][0].update(width=65)),
-              ("team.json", "65x48", "64x48")),
+              (), status=0, n=1, stdout=("1 sent jobs still waiting", "waiting: job 1", "cameras in team.json", "missing")),
+    file_case("labels-coco-wrong-size", "coco", _coco(lambda d: d["images"][0].update(width=65)), (), status=0, n=1,
+              stdout=("quarantined: job 1", "65x48", "64x48")),
     file_case("labels-cvat-truncated", "cvat", lambda s: s[:len(s) // 2], ("team.xml", "not valid xml")),
     file_case("labels-cvat-root", "cvat", lambda s: s.replace("annotations>", "dataset>"), ("team.xml", "<dataset>")),
     file_case("labels-cvat-box-nan", "cvat", lambda s: s.replace('xtl="', 'xtl="nan" a="', 1), ("team.xml", "<box>", "xtl='nan'")),
-    file_case("labels-cvat-box-inverted", "cvat", lambda s: s.replace('xbr="', 'xbr="0" a="', 1), ("team.xml", "<box>", "no area")),
+    file_case("labels-cvat-box-inverted", "cvat", lambda s: s.replace('xbr="', 'xbr="0" a="', 1), (), status=0, n=1,
+              stdout=("quarantined: job 1", "team.xml", "<box>", "no area")),
+    # predictions are not labels: an untouched pre-annotation export is refused unless asked for
+    file_case("labels-coco-untouched-predictions", "coco", None, ("team.json", "pre-annotations", "a 'score'",
+                                                                  "--accept-predictions"), team=_predictions_file),
+    file_case("labels-cvat-untouched-predictions", "cvat", None, ("team.xml", "pre-annotations", 'source="auto"',
+                                                                  "--accept-predictions"), team=_predictions_file),
+    file_case("labels-coco-predictions-accepted", "coco", None, (), status=0, n=2, stdout=("2 new label versions",),
+              extra=("--accept-predictions",), team=_predictions_file),
     file_case("labels-cvat-unknown-label", "cvat", lambda s: s.replace('<box label="', '<box label="ufo" a="', 1),
               ("team.xml", "unknown label 'ufo'")),
     file_case("labels-cvat-video-track", "cvat", lambda s: s.replace("</annotations>", "<track id=\"0\"/></annotations>"),
@@ -121,13 +147,13 @@ FILE_CASES = [
 ]
 
 
-def _jobs(id, argv, words, status=2, prepare=None, n=0):
+def _jobs(id, argv, words, status=2, prepare=None, n=0, stdout=()):
     def build(tmp, env):
         cat = _setup(tmp, env.dataset, backend="oracle", send=False)
         if prepare:
             prepare(cat)
         return ["engine", "jobs", "--catalog", cat, *argv]
-    return Case(id, build, status, words, check=labels_recorded(n))
+    return Case(id, build, status, words, stdout=stdout, check=labels_recorded(n))
 
 
 def _label_all(cat):
@@ -152,10 +178,24 @@ JOB_CASES = [
     _jobs("labels-job-reject-queued", ["--reject", "all"], (), status=0),  # 'all' = every labelled job: none, nothing moves
     _jobs("labels-job-unknown", ["--accept", "99"], ("job 99 is not in catalog",)),
     _jobs("labels-job-bad-ids", ["--accept", "1;2"], ("--accept", "job ids")),
-    _jobs("labels-job-accepted-is-final", ["--reject", "1"], ("job 1 is accepted", "final"), prepare=_accepted, n=2),
+    _jobs("labels-job-accepted-is-final", ["--reject", "1"], ("job 1 is accepted", "only to labelled (--reopen)", "re-pin"),
+          prepare=_accepted, n=2),
     _jobs("labels-job-requeue-labelled", ["--requeue", "1"], ("job 1 is labelled", "cannot become queued"), prepare=_label_all, n=2),
     _jobs("labels-job-accept-missing-version", ["--accept", "1", "--version", "7"], ("no label version 7",),
           prepare=_label_all, n=2),
+    # the review moves after acceptance (issue 24.2)
+    _jobs("labels-job-repin-without-version", ["--accept", "1"], ("job 1 is accepted (pinned to v1)", "--version N",
+                                                                   "--reopen 1"), prepare=_accepted, n=2),
+    _jobs("labels-job-repin-missing-version", ["--accept", "1", "--version", "5"], ("job 1", "no label version 5"),
+          prepare=_accepted, n=2),
+    _jobs("labels-job-repin-same-version", ["--accept", "1", "--version", "1", "--by", "lead", "--history"], (), status=0,
+          prepare=_accepted, n=2, stdout=("| accepted | oracle | 1 | v1 |",), ),
+    _jobs("labels-job-reopen-queued", ["--reopen", "1"], ("job 1 is queued", "cannot become labelled", "only to sent")),
+    _jobs("labels-job-reopen-labelled", ["--reopen", "1", "--by", "lead"], ("job 1 is labelled", "cannot become labelled"),
+          prepare=_label_all, n=2),
+    _jobs("labels-job-reopen-accepted", ["--reopen", "1", "--by", "lead", "--history"], (), status=0, prepare=_accepted, n=2,
+          stdout=("1 jobs -> labelled", "| labelled | oracle | 1 | - |", "history: job 1 reopen v1 -> v- by lead")),
+    _jobs("labels-job-reopen-bad-ids", ["--reopen", "one"], ("--reopen", "job ids")),
 ]
 
 
