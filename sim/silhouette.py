@@ -8,13 +8,14 @@ and resampled (`sim.lens`); its pixel's ray meets the source image at a non-inte
 the silhouette is tested at q itself (`lens_coverage`), not at the nearest source pixel.
 
 `exact_lens_channels` makes the resampled label channels exact for the objects: each pixel
-takes its labels from the nearest source pixel (3x3, then 5x5 around q) covered by exactly the
-same set of object silhouettes as q. So a pixel shows an object iff its own ray meets the object's
+takes its labels from the source pixel nearest to q (within the 5x5 around it) covered by exactly
+the same set of object silhouettes as q. So a pixel shows an object iff its own ray meets the object's
 silhouette (and the object is in front there), as a pinhole's pixel does; ground and background
 around an object keep their look-up. Only where a static occluder (a pole, a tree) crosses an
 object, or where an object is thinner than a source pixel, does the label come from a sample up
 to a source pixel away (see docs/sim_look.md "Lens distortion"). Depth at q is extrapolated on the
-sample's surface plane (its normal), so depth stays on the surface the pixel's ray meets.
+sample's surface plane (its normal), so depth stays on the surface the pixel's ray meets; on the
+road's surface (road, markings, crosswalks) it is the ray's own hit on the flat world's plane.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import numpy as np
 from hydranet.geometry import Camera
 from sim.classes import SEMANTIC_ID
 from sim.lens import LensView, lens_view
+from sim.meshes import MARKING_Z
 from sim.render import NEAR, CameraImages
 
 
@@ -233,6 +235,21 @@ def _depth_at_q(label: np.ndarray, depth: np.ndarray, ws: int, hs: int, pick: np
     return np.where(keep, z, 1.0 / np.where(keep, 1.0, out))
 
 
+_ROAD_Z = np.full(256, np.nan)  # world height of the road surface's classes (the world is flat, `sim.roads`)
+_ROAD_Z[[SEMANTIC_ID["road"], SEMANTIC_ID["lane_marking"], SEMANTIC_ID["crosswalk"]]] = [0.0, MARKING_Z, MARKING_Z]
+
+
+def _plane_depth(lens: LensView, world2cam: np.ndarray, pixels: np.ndarray, height: np.ndarray) -> np.ndarray:
+    """z-depth (K,) where the rays of camera pixels `pixels` (flat) meet the world plane z = `height`
+    (K,), in front of the camera (else inf)."""
+    cam2world = np.linalg.inv(world2cam)
+    rays = np.concatenate([lens.q[pixels], np.ones((len(pixels), 1))], 1) @ np.linalg.inv(lens.source.K).T
+    up = rays @ cam2world[2, :3]  # world height gained per unit of z-depth
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (height - cam2world[2, 3]) / up
+    return np.where(np.isfinite(t) & (t >= NEAR), t, np.inf)
+
+
 def _key(tid: int) -> np.uint64:
     """A pseudo-random 64-bit key of a track id (splitmix64): sums of keys name sets of objects."""
     z = (int(tid) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) & (2 ** 64 - 1)
@@ -273,14 +290,13 @@ def exact_lens_channels(img: CameraImages, cam: Camera, world2cam: np.ndarray, o
     near = lens.neighbours  # (H*W, 9) source pixels around each q, nearest first
     pick = near[:, 0].copy()
     look = np.flatnonzero(h_src[pick] != h_lens)  # the nearest source pixel is not covered as q is
-    match = h_src[near[look]] == h_lens[look, None]
-    pick[look] = near[look, match.argmax(1)]
-    lost = look[~match.any(1)]
-    if len(lost):  # no 3x3 sample has q's objects: look further (5x5), else keep the nearest
-        wide = lens.neighbours_at(lost, 2)
-        m = h_src[wide] == h_lens[lost, None]
-        pick[lost] = np.where(m.any(1), wide[np.arange(len(lost)), m.argmax(1)], near[lost, 0])
-        lost = lost[~m.any(1) & (h_lens[lost] != 0)]
+    # the nearest sample covered as q is, over the 5x5: a 3x3 corner (up to 2.1 px from q) is not
+    # taken over a nearer 5x5 one (from 1.5 px): a pixel in a gap between objects just above the
+    # horizon took a road sample below it (its own ray never meets the road: no depth on its ray)
+    wide = lens.neighbours_at(look, 2)  # (K, 25) nearest first; the 3x3 in the same order among them
+    m = h_src[wide] == h_lens[look, None]
+    pick[look] = np.where(m.any(1), wide[np.arange(len(look)), m.argmax(1)], near[look, 0])
+    lost = look[~m.any(1) & (h_lens[look] != 0)]  # no sample has q's objects: keep the nearest
     lab = label.ravel()[pick]
     img.semantic = (lab >> 16).astype(np.uint8).reshape(cam.height, cam.width)
     img.instance = (lab & 0xFFFF).astype(np.int32).reshape(cam.height, cam.width)
@@ -294,6 +310,11 @@ def exact_lens_channels(img: CameraImages, cam: Camera, world2cam: np.ndarray, o
         d[px], n[px] = z_t, n_t
     bg = moved[~obj]  # the background: along its surface's plane
     d[bg] = _depth_at_q(label.ravel(), depth.ravel(), ws, hs, pick[bg], lens.q[bg])
+    flat = bg[~np.isnan(_ROAD_Z[lab[bg] >> 16])]  # the road's surface: exact on the flat world's plane
+    if len(flat):
+        z = _plane_depth(lens, world2cam, flat, _ROAD_Z[lab[flat] >> 16])
+        ok = np.isfinite(z)  # a ray above the horizon keeps the extrapolated depth
+        d[flat[ok]] = z[ok]
     if len(lost):
         px, lab_t, z_t, n_t = _thin(label.ravel(), pick, lost, covers, objects, lens, world2cam, depth.ravel(),
                                     polys=polygons)
