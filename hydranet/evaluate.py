@@ -57,7 +57,7 @@ def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = 
 
 def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | torch.device = "cpu",
              progress: bool = False, predictions_dir: str | Path | None = None,
-             on_outputs: Callable[[dict, dict], None] | None = None) -> dict[str, Any]:
+             on_outputs: Callable[[dict, dict], None] | None = None, keep_states: bool = False) -> dict[str, Any]:
     """{"model": {head: metrics}, "baseline": {head: metrics}, "baseline_kind": {head: name},
     "primary": {head: metric name}, "higher_is_better", "margin", "beats_baseline": {head: bool},
     "frames", "labelled_frames": {head: frames with its labels}, "skipped", "predictions": [files]}.
@@ -65,7 +65,13 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
     `frames`: single frames (clip_length 1). `predictions_dir`: each head's metric writes what it
     evaluated there in its exchange format (det2d COCO JSON, det3d nuScenes submission).
     `on_outputs(raw, batch)`: every batch's raw head outputs (mode "tensor") and the batch, for
-    diagnostics beyond the heads' metrics (torch models only)."""
+    diagnostics beyond the heads' metrics (torch models only).
+
+    `keep_states`: also "frame_ids" ([scene, frame dir] per evaluated frame, in order) and "states":
+    {head: per frame the list of its items' metric states (`Metric.states`: a camera head's images,
+    a BEV head's frame), None where the frame has no labels of the head; or None for a head whose
+    metric keeps no states}, from which `metric_of_states` recomputes a head's metrics on any subset
+    of frames without running the model again (the data engine's gate bootstraps over clips with them)."""
     from hydranet.models import HydraNet
 
     if on_outputs is not None and not isinstance(model, HydraNet):
@@ -75,6 +81,7 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
     metrics = {name: task.metric() for name, task in heads.items()}
     kept: dict[str, list] = {name: [] for name in heads}
     labelled = {name: 0 for name in heads}  # frames with the head's labels (a source without them scores nothing)
+    per_frame: dict[str, list | None] = {name: [] for name in heads}  # keep_states: per frame its items' states
     it = predict_stream(model, frames, batch_size, device, on_outputs=on_outputs)
     if progress:
         from tqdm import tqdm
@@ -82,8 +89,12 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
         it = tqdm(it, desc="eval", unit="batch", dynamic_ncols=True)
     for batch, decoded in it:
         for name, metric in metrics.items():
+            seen = len(metric.states() or []) if keep_states and per_frame[name] is not None else 0
             supervised_update(metric, decoded[name], batch["targets"][name])  # frames without its labels: not scored
             mask = batch["targets"][name].get("supervised")
+            if keep_states and per_frame[name] is not None:
+                per_frame[name] = _frame_states(metric, seen, len(decoded[name]), len(batch["images"]), mask,
+                                                per_frame[name])
             labelled[name] += len(decoded[name]) if mask is None else int(torch.as_tensor(mask).sum())
             t = supervised_targets(batch["targets"][name], len(decoded[name]))
             if t is not None:
@@ -108,6 +119,13 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
                                for n, p in primary.items()},
             "frames": len(frames) - len(skipped), "labelled_frames": labelled, "skipped": skipped,
             "predictions": written}
+    if keep_states:
+        out["states"] = per_frame
+        out["frame_ids"] = _frame_ids(frames, skipped)
+        bad = [h for h, st in per_frame.items() if st is not None and len(st) != len(out["frame_ids"])]
+        if bad:
+            raise ValueError(f"head '{bad[0]}': {len(per_frame[bad[0]])} frames of metric states, "
+                             f"{len(out['frame_ids'])} frames evaluated")
     cross = getattr(frames.data, "cross_map", None)
     if cross:  # another taxonomy: say how classes were mapped, and leave out the heads with no counterpart
         out["class_map"] = cross
@@ -117,6 +135,47 @@ def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | t
                        isinstance(val, Mapping) and set(gone) & set(val) else val) for k, val in out.items()}
             out["not_scored"] = gone
     return out
+
+
+def _frame_states(metric, seen: int, rows: int, batch_frames: int, mask, kept: list) -> list | None:
+    """`kept` extended by this batch's frames: per frame the list of the items `metric` added (its
+    `rows` // `batch_frames` rows of each supervised frame), None for a frame without the head's labels;
+    None when the metric keeps no states."""
+    states = metric.states()
+    if states is None:
+        return None
+    new = states[seen:]
+    per = rows // max(batch_frames, 1)
+    supervised = [True] * batch_frames if mask is None else [bool(v) for v in torch.as_tensor(mask).reshape(-1)]
+    k = 0
+    for ok in supervised:
+        kept.append(list(new[k:k + per]) if ok else None)
+        k += per if ok else 0
+    if k != len(new):
+        raise ValueError(f"metric {type(metric).__name__} added {len(new)} states for {sum(supervised)} labelled "
+                         f"frames of {per} items each")
+    return kept
+
+
+def _frame_ids(frames: LabelledFrames, skipped: Sequence[str]) -> list[list[str]]:
+    """[scene, frame dir] of every evaluated frame, in the order `predict_stream` scores them (bad
+    frames, data.on_bad_frame=skip, left out)."""
+    data = frames.data
+    is_bad = getattr(data, "is_bad", None)
+    out = []
+    for i in range(len(frames)):
+        j = frames.frame_index(i)
+        if is_bad is not None and is_bad(j):
+            continue
+        out.append([str(x) for x in data.frame_ids[j][:2]])
+    return out
+
+
+def metric_of_states(task, states: Sequence) -> dict[str, float]:
+    """A head's metrics over per-frame states (`evaluate(keep_states=True)`["states"][head], any subset
+    of frames, repeats allowed): its task's `Metric.compute_states` over the frames' items."""
+    items = [s for frame in states if frame is not None for s in frame]
+    return task.metric().compute_states(items)
 
 
 def metric_text(v: float | None) -> str:
@@ -197,8 +256,9 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str 
                         out: str | Path | None = None, save_predictions: str | Path | None = None,
                         progress: bool = True, on_outputs: Callable[[dict, dict], None] | None = None,
                         format: str | None = None, split: str | None = None,
-                        version: str | None = None) -> dict[str, Any]:
+                        version: str | None = None, keep_states: bool = False) -> dict[str, Any]:
     """Load a checkpoint, evaluate it on `data`, write metrics JSON to `out`; returns the results.
+    `keep_states`: per-frame metric states in the results (`evaluate`; one folder only).
     The heads' prediction files (det2d COCO JSON, det3d nuScenes submission) go to
     `save_predictions` (default: the folder of `out`); results["predictions"] lists them.
 
@@ -217,20 +277,20 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str 
     if save_predictions is None and out is not None:
         save_predictions = Path(out).parent
     results = _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progress, on_outputs, format,
-                               split, version)
+                               split, version, keep_states)
     if out is not None:
         write_results(results, out)
     return results
 
 
 def _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progress, on_outputs, format=None,
-                     split=None, version=None) -> dict[str, Any]:
+                     split=None, version=None, keep_states=False) -> dict[str, Any]:
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
     frames = evaluation_frames(model, cfg, data, format=format, split=split, version=version,
                                model_classes=json.loads(ckpt["meta"]).get("classes"))
     if model.fusion is not None:
         check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
-    results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs)
+    results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs, keep_states)
     results.update({"checkpoint": str(checkpoint), "data": str(data), "step": int(ckpt["step"]),
                     "format": getattr(frames.data, "format", "sim"), "split": getattr(frames.data, "split", None),
                     "version": getattr(frames.data, "version", None), "cameras": list(frames.data.rig.names)})

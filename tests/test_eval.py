@@ -123,3 +123,28 @@ def test_new_head_is_evaluated_and_drawn(run, monkeypatch):
     assert "sky" in format_table(results) and "no sky" in format_table(results)
     # the sky panel is one more tile in the camera's row
     assert pictures[("det2d", "sky")].shape[1] == pictures[("det2d",)].shape[1] + 160
+
+
+def test_evaluate_keeps_per_frame_states_that_recompute_every_head(run):
+    """evaluate(keep_states=True): per frame every head's metric states; recomputed over all frames they
+    equal the metrics computed directly, and one scene's frames give that scene's metric alone."""
+    import math
+
+    from hydranet.checkpoint import load_model
+    from hydranet.evaluate import evaluate, evaluation_frames, metric_of_states, plain_json
+
+    tmp, data = run
+    model, cfg, _ = load_model(tmp / "run" / "checkpoint.pt")
+    frames = evaluation_frames(model, cfg, data)
+    r = evaluate(model, frames, keep_states=True)
+    assert len(r["frame_ids"]) == r["frames"] == 4 and {s for s, _ in r["frame_ids"]} == {"scene_0000", "scene_0001"}
+    for head, task in model.heads.items():
+        states = r["states"][head]
+        assert states is not None and len(states) == 4, head
+        again = metric_of_states(task, states)
+        for key, v in again.items():
+            ref = r["model"][head][key]
+            assert (math.isnan(v) and math.isnan(ref)) or abs(v - ref) < 1e-9, (head, key, v, ref)
+    plain = evaluate(model, frames)  # without states: the same metrics, no states in the results
+    assert plain_json(plain["model"]) == plain_json(r["model"])
+    assert "states" not in plain and "frame_ids" not in plain

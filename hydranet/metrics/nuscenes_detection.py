@@ -11,6 +11,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -103,53 +104,67 @@ def cummean(x: np.ndarray) -> np.ndarray:
     return np.divide(sums, counts, out=np.zeros_like(sums), where=counts != 0)
 
 
-def accumulate(gt: Boxes, pred: Boxes, class_name: str, dist_th: float) -> MetricData:
-    """Greedy matching by descending score on xy centre distance < dist_th (nuscenes.eval.detection.algo)."""
+def match_class(gt: Boxes, pred: Boxes, class_name: str, dist_th: float) -> tuple[int, np.ndarray, np.ndarray, dict]:
+    """Greedy matching by descending score on xy centre distance < dist_th (nuscenes.eval.detection.algo):
+    (number of GT boxes of the class, confidences (P,), match flags (P,) bool, {TP metric: (P,) error,
+    NaN where unmatched}) of the class's predictions in list order (samples in dict order). Matching
+    never crosses samples, so the flags of one sample's boxes are the same alone as among all samples."""
     npos = sum(1 for bs in gt.values() for b in bs if b.detection_name == class_name)
-    if npos == 0:
-        return MetricData.no_predictions()
     preds = [b for bs in pred.values() for b in bs if b.detection_name == class_name]
     confs = np.array([b.detection_score for b in preds], dtype=float)
+    flags = np.zeros(len(preds), bool)
+    errors = {m: np.full(len(preds), np.nan) for m in TP_METRICS}
+    if npos == 0:
+        return 0, confs, flags, errors
     order = np.lexsort((np.arange(len(preds)), confs))[::-1]  # score desc, ties: later box first (as the devkit)
     gt_of = {}  # sample -> (indices of this class's GT, their xy)
     for tok, bs in gt.items():
         idx = [i for i, b in enumerate(bs) if b.detection_name == class_name]
         gt_of[tok] = (idx, np.array([bs[i].translation[:2] for i in idx]).reshape(-1, 2), np.zeros(len(idx), bool))
-    tp, conf, match = [], [], {m: [] for m in TP_METRICS}
-    match_conf = []
     period = np.pi if class_name == "barrier" else 2 * np.pi
     for k in order:
         p = preds[k]
         idx, xy, taken = gt_of.get(p.sample_token, ([], np.zeros((0, 2)), np.zeros(0, bool)))
-        is_match = False
-        if len(idx):
-            d = np.sqrt(np.sum((xy - p.translation[:2]) ** 2, axis=1))
-            d[taken] = np.inf
-            j = int(np.argmin(d))  # first of equal minima, as the devkit's strict '<'
-            is_match = bool(d[j] < dist_th)
-        tp.append(1 if is_match else 0)
-        conf.append(p.detection_score)
-        if is_match:
-            taken[j] = True
-            g = gt[p.sample_token][idx[j]]
-            match["trans_err"].append(float(np.linalg.norm(p.translation[:2] - g.translation[:2])))
-            match["vel_err"].append(float(np.linalg.norm(p.velocity - g.velocity)))
-            match["scale_err"].append(1 - scale_iou(g, p))
-            match["orient_err"].append(abs(angle_diff(yaw_of(g.rotation), yaw_of(p.rotation), period)))
-            match["attr_err"].append(np.nan if g.attribute_name == "" else 1 - float(g.attribute_name == p.attribute_name))
-            match_conf.append(p.detection_score)
-    if not match_conf:
+        if not len(idx):
+            continue
+        d = np.sqrt(np.sum((xy - p.translation[:2]) ** 2, axis=1))
+        d[taken] = np.inf
+        j = int(np.argmin(d))  # first of equal minima, as the devkit's strict '<'
+        if not d[j] < dist_th:
+            continue
+        taken[j] = flags[k] = True
+        g = gt[p.sample_token][idx[j]]
+        errors["trans_err"][k] = float(np.linalg.norm(p.translation[:2] - g.translation[:2]))
+        errors["vel_err"][k] = float(np.linalg.norm(p.velocity - g.velocity))
+        errors["scale_err"][k] = 1 - scale_iou(g, p)
+        errors["orient_err"][k] = abs(angle_diff(yaw_of(g.rotation), yaw_of(p.rotation), period))
+        errors["attr_err"][k] = np.nan if g.attribute_name == "" else 1 - float(g.attribute_name == p.attribute_name)
+    return npos, confs, flags, errors
+
+
+def metric_data(npos: int, confs: np.ndarray, flags: np.ndarray, errors: dict) -> MetricData:
+    """Precision, confidence and TP errors at the 101 recall points from `match_class`'s pieces (of one
+    sample or many concatenated in sample order: a per-frame state, docs/data_engine.md)."""
+    if npos == 0 or not np.any(flags):
         return MetricData.no_predictions()
-    tp = np.cumsum(tp).astype(float)
+    confs, flags = np.asarray(confs, float), np.asarray(flags, bool)
+    order = np.lexsort((np.arange(len(confs)), confs))[::-1]
+    conf, hit = confs[order], flags[order]
+    tp = np.cumsum(hit).astype(float)
     fp = np.arange(1, len(tp) + 1) - tp
     prec, rec = tp / (fp + tp), tp / float(npos)
     rec_interp = np.linspace(0, 1, NELEM)
     prec = np.interp(rec_interp, rec, prec, right=0)
-    conf = np.interp(rec_interp, rec, np.array(conf), right=0)
-    match_conf = np.array(match_conf)
-    errors = {m: np.interp(conf[::-1], match_conf[::-1], cummean(np.array(v, dtype=float))[::-1])[::-1]
-              for m, v in match.items()}
-    return MetricData(rec_interp, prec, conf, errors)
+    match_conf = conf[hit]
+    conf = np.interp(rec_interp, rec, conf, right=0)
+    errs = {m: np.interp(conf[::-1], match_conf[::-1], cummean(np.asarray(v, float)[order][hit])[::-1])[::-1]
+            for m, v in errors.items()}
+    return MetricData(rec_interp, prec, conf, errs)
+
+
+def accumulate(gt: Boxes, pred: Boxes, class_name: str, dist_th: float) -> MetricData:
+    """Greedy matching by descending score on xy centre distance < dist_th (nuscenes.eval.detection.algo)."""
+    return metric_data(*match_class(gt, pred, class_name, dist_th))
 
 
 def calc_ap(md: MetricData, min_recall: float, min_precision: float) -> float:
@@ -210,10 +225,16 @@ def evaluate_boxes(gt: Boxes, pred: Boxes, cfg: DetectionConfig | None = None) -
     """Metrics from already loaded and filtered boxes -> (metrics, {(class, dist_th): MetricData})."""
     cfg = cfg or DetectionConfig()
     start = time.time()
-    data, aps, tps = {}, {}, {}
+    data = {(c, th): accumulate(gt, pred, c, th) for c in cfg.class_range for th in cfg.dist_ths}
+    metrics = detection_metrics(data, cfg)
+    metrics.eval_time = time.time() - start
+    return metrics, data
+
+
+def detection_metrics(data: dict, cfg: DetectionConfig) -> DetectionMetrics:
+    """AP per class and distance and TP errors from {(class, dist_th): MetricData} (`accumulate`)."""
+    aps, tps = {}, {}
     for c in cfg.class_range:
-        for th in cfg.dist_ths:
-            data[(c, th)] = accumulate(gt, pred, c, th)
         aps[c] = {th: calc_ap(data[(c, th)], cfg.min_recall, cfg.min_precision) for th in cfg.dist_ths}
         md = data[(c, cfg.dist_th_tp)]
         tps[c] = {}
@@ -223,7 +244,46 @@ def evaluate_boxes(gt: Boxes, pred: Boxes, cfg: DetectionConfig | None = None) -
                 tps[c][m] = float("nan")
             else:
                 tps[c][m] = calc_tp(md, cfg.min_recall, m)
-    return DetectionMetrics(cfg, aps, tps, time.time() - start), data
+    return DetectionMetrics(cfg, aps, tps)
+
+
+def sample_state(token: str, gt: list, pred: list, cfg: DetectionConfig) -> dict[str, Any]:
+    """The nuScenes detection pieces of sample `token` (its filtered GT and predicted EvalBoxes): per class
+    with GT or predictions, "npos", the predictions' "conf", "hit" (bit i: matched at cfg.dist_ths[i])
+    and "err" (TP errors at dist_th_tp, None where unmatched); `state_metrics` gives the metrics of
+    any list of them."""
+    out: dict[str, Any] = {}
+    one_gt, one_pred = {token: gt}, {token: pred}
+    for c in cfg.class_range:
+        if not any(b.detection_name == c for b in gt) and not any(b.detection_name == c for b in pred):
+            continue
+        entry: dict[str, Any] = {}
+        hits = None
+        for i, th in enumerate(cfg.dist_ths):
+            npos, conf, flags, errors = match_class(one_gt, one_pred, c, th)
+            hits = flags.astype(np.int64) << i if hits is None else hits | (flags.astype(np.int64) << i)
+            if th == cfg.dist_th_tp:
+                entry["err"] = [[None if np.isnan(errors[m][k]) else float(errors[m][k]) for m in TP_METRICS]
+                                for k in range(len(conf))]
+        entry.update({"npos": int(npos), "conf": conf.tolist(), "hit": hits.tolist()})
+        out[c] = entry
+    return out
+
+
+def state_metrics(states: list, cfg: DetectionConfig) -> DetectionMetrics:
+    """The metrics of samples' `sample_state`s, in sample order (equal to `evaluate_boxes` on them)."""
+    data = {}
+    for c in cfg.class_range:
+        mine = [s[c] for s in states if c in s]
+        npos = sum(e["npos"] for e in mine)
+        conf = np.asarray([v for e in mine for v in e["conf"]], float)
+        hit = np.asarray([v for e in mine for v in e["hit"]], np.int64)
+        err = np.asarray([[np.nan if v is None else v for v in row] for e in mine for row in e["err"]],
+                         float).reshape(-1, len(TP_METRICS))
+        errors = {m: err[:, i] for i, m in enumerate(TP_METRICS)}
+        for i, th in enumerate(cfg.dist_ths):
+            data[(c, th)] = metric_data(npos, conf, (hit >> i) & 1 == 1, errors)
+    return detection_metrics(data, cfg)
 
 
 def evaluate_nuscenes(dataroot, version: str, split: str, results, cfg: DetectionConfig | None = None,

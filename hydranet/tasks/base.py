@@ -101,6 +101,21 @@ class Metric(abc.ABC):
         submission, ...) into `folder`; returns the files written (none by default)."""
         return []
 
+    def states(self) -> list | None:
+        """Per item seen, in update order (a camera image for a camera head, a frame for a BEV head):
+        the sufficient statistics of the metric, plain JSON values (matched scores and flags for AP,
+        intersections and unions for IoU, error sums and counts), so `compute_states` gives the metric
+        of any subset of items, repeats allowed (a bootstrap resample), without the model. None: this
+        metric keeps no states (the default; the data engine's gate then falls back to the point
+        estimate, and says so)."""
+        return None
+
+    def compute_states(self, states: Sequence) -> dict[str, float]:
+        """The metric over `states` (items of `states()`, any subset, repeats allowed; None items are
+        frames without the head's labels, skipped). Its keys include the primary metric; over every
+        item it equals `compute()` (tests/test_metric_states.py)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no per-item states")
+
 
 @dataclass(frozen=True)
 class PrimaryMetric:

@@ -122,14 +122,31 @@ class ChannelIoU(Metric):
         self.channels = list(channels)
         self.inter = np.zeros(len(channels))
         self.union = np.zeros(len(channels))
+        self._states: list[dict[str, list[int]]] = []  # per frame: {"inter", "union"} per channel
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
         for det, gt, valid in zip(decoded, targets["mask"], targets["valid"], strict=True):
             p, g, v = det["mask"].cpu().bool(), gt.cpu().bool(), valid.cpu().bool()[None]
-            self.inter += ((p & g) & v).flatten(1).sum(1).numpy()
-            self.union += ((p | g) & v).flatten(1).sum(1).numpy()
+            inter, union = ((p & g) & v).flatten(1).sum(1).numpy(), ((p | g) & v).flatten(1).sum(1).numpy()
+            self.inter += inter
+            self.union += union
+            self._states.append({"inter": inter.tolist(), "union": union.tolist()})
 
     def compute(self) -> dict[str, float]:
-        ious = {f"iou/{c}": float(i / u) if u > 0 else float("nan") for c, i, u in zip(self.channels, self.inter, self.union)}
+        return self._values(self.inter, self.union)
+
+    def _values(self, inter: np.ndarray, union: np.ndarray) -> dict[str, float]:
+        ious = {f"iou/{c}": float(i / u) if u > 0 else float("nan") for c, i, u in zip(self.channels, inter, union)}
         vals = [v for v in ious.values() if v == v]
         return {**ious, "mIoU": float(np.mean(vals)) if vals else float("nan")}
+
+    def states(self) -> list[dict[str, list[int]]]:
+        return self._states
+
+    def compute_states(self, states: Sequence) -> dict[str, float]:
+        states = [s for s in states if s is not None]
+        inter, union = np.zeros(len(self.channels)), np.zeros(len(self.channels))
+        for s in states:
+            inter += s["inter"]
+            union += s["union"]
+        return self._values(inter, union)

@@ -87,18 +87,36 @@ class DepthMetric(Metric):
         self.abs_rel = 0.0
         self.sq = 0.0
         self.delta1 = 0
+        self._states: list[dict[str, float]] = []  # per image: {"n", "abs_rel", "sq", "delta1"} sums
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
         for det, gt in zip(decoded, targets["depth"], strict=True):
             pred, gt = det["depth"].cpu().double(), gt.cpu().double().reshape(det["depth"].shape)
             valid = (gt > 0) & (gt <= self.max_depth)
             p, g = pred[valid], gt[valid]
-            self.n += int(valid.sum())
-            self.abs_rel += float(((p - g).abs() / g).sum())
-            self.sq += float(((p - g) ** 2).sum())
-            self.delta1 += int((torch.maximum(p / g, g / p) < 1.25).sum())
+            s = {"n": int(valid.sum()), "abs_rel": float(((p - g).abs() / g).sum()), "sq": float(((p - g) ** 2).sum()),
+                 "delta1": int((torch.maximum(p / g, g / p) < 1.25).sum())}
+            self.n += s["n"]
+            self.abs_rel += s["abs_rel"]
+            self.sq += s["sq"]
+            self.delta1 += s["delta1"]
+            self._states.append(s)
 
     def compute(self) -> dict[str, float]:
-        if not self.n:
+        return self._values(self.n, self.abs_rel, self.sq, self.delta1)
+
+    @staticmethod
+    def _values(n: int, abs_rel: float, sq: float, delta1: int) -> dict[str, float]:
+        if not n:
             return {"abs_rel": float("nan"), "rmse": float("nan"), "delta1": float("nan")}
-        return {"abs_rel": self.abs_rel / self.n, "rmse": math.sqrt(self.sq / self.n), "delta1": self.delta1 / self.n}
+        return {"abs_rel": abs_rel / n, "rmse": math.sqrt(sq / n), "delta1": delta1 / n}
+
+    def states(self) -> list[dict[str, float]]:
+        return self._states
+
+    def compute_states(self, states: Sequence) -> dict[str, float]:
+        states = [s for s in states if s is not None]
+        n, abs_rel, sq, delta1 = (0, 0.0, 0.0, 0)
+        for s in states:  # summed in item order, as `update` does: the same floats over every item
+            n, abs_rel, sq, delta1 = n + s["n"], abs_rel + s["abs_rel"], sq + s["sq"], delta1 + s["delta1"]
+        return self._values(n, abs_rel, sq, delta1)

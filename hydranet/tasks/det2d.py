@@ -265,6 +265,110 @@ def coco_map(gt: dict, dets: list[dict]) -> dict[str, float]:
     return {"mAP": max(float(ev.stats[0]), 0.0), "mAP50": max(float(ev.stats[1]), 0.0)}
 
 
+COCO_IOUS = np.linspace(0.5, 0.95, 10)  # pycocotools' iouThrs
+COCO_RECALLS = np.linspace(0.0, 1.0, 101)  # pycocotools' recThrs
+COCO_MAX_DETS = 100
+
+
+def _xywh(boxes: np.ndarray) -> np.ndarray:
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    return np.stack([b[:, 0], b[:, 1], b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1)  # as coco_dicts writes them
+
+
+def _coco_iou(d: np.ndarray, g: np.ndarray, crowd: np.ndarray) -> np.ndarray:
+    """pycocotools' bbox IoU of xywh boxes d (D, 4) and g (G, 4); a crowd box's is intersection / det area."""
+    w = np.minimum(d[:, None, 0] + d[:, None, 2], g[None, :, 0] + g[None, :, 2]) - np.maximum(d[:, None, 0], g[None, :, 0])
+    h = np.minimum(d[:, None, 1] + d[:, None, 3], g[None, :, 1] + g[None, :, 3]) - np.maximum(d[:, None, 1], g[None, :, 1])
+    inter = np.where((w > 0) & (h > 0), w * h, 0.0)
+    da, ga = (d[:, 2] * d[:, 3])[:, None], (g[:, 2] * g[:, 3])[None, :]
+    union = np.where(crowd[None, :], da, da + ga - inter)
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def coco_image_state(gt: Sequence[np.ndarray], pred: Sequence[np.ndarray], num_classes: int) -> dict[str, list]:
+    """The sufficient statistics of COCO bbox mAP (area "all", 100 detections) of one image, as
+    pycocotools' `evaluateImg` matches it: per kept detection (per class, score-sorted, the first 100)
+    its "label", "score", "tp" and "ignored" (bit t: matched / matched to a crowd box at IoU threshold
+    COCO_IOUS[t]), and per class "npig" (non-crowd ground-truth boxes). gt: (boxes, labels[, ignore
+    boxes, ignore labels]); pred: (boxes, scores, labels), xyxy pixels."""
+    gb, gl = _xywh(gt[0]), np.asarray(gt[1]).reshape(-1)
+    ib, il = (_xywh(gt[2]), np.asarray(gt[3]).reshape(-1)) if len(gt) == 4 else (np.zeros((0, 4)), np.zeros(0))
+    pb, ps, pl = _xywh(pred[0]), np.asarray(pred[1], np.float64).reshape(-1), np.asarray(pred[2]).reshape(-1)
+    out: dict[str, list] = {"label": [], "score": [], "tp": [], "ignored": [],
+                            "npig": np.bincount(gl.astype(np.int64), minlength=num_classes).tolist()}
+    for k in sorted(set(pl.astype(int).tolist())):
+        d_idx = np.nonzero(pl == k)[0]
+        d_idx = d_idx[np.argsort(-ps[d_idx], kind="mergesort")][:COCO_MAX_DETS]
+        g = np.concatenate([gb[gl == k], ib[il == k]])
+        crowd = np.concatenate([np.zeros(int((gl == k).sum()), bool), np.ones(int((il == k).sum()), bool)])
+        ious = _coco_iou(pb[d_idx], g, crowd)
+        tp_bits, ig_bits = np.zeros(len(d_idx), np.int64), np.zeros(len(d_idx), np.int64)
+        for t, thr in enumerate(COCO_IOUS):
+            taken = np.zeros(len(g), bool)
+            for di in range(len(d_idx)):
+                best, m = min(thr, 1 - 1e-10), -1
+                for gi in range(len(g)):
+                    if taken[gi] and not crowd[gi]:
+                        continue
+                    if m > -1 and not crowd[m] and crowd[gi]:
+                        break
+                    if ious[di, gi] < best:
+                        continue
+                    best, m = ious[di, gi], gi
+                if m == -1:
+                    continue
+                taken[m] = True
+                tp_bits[di] |= 1 << t
+                if crowd[m]:
+                    ig_bits[di] |= 1 << t
+        out["label"] += [k] * len(d_idx)
+        out["score"] += ps[d_idx].tolist()
+        out["tp"] += tp_bits.tolist()
+        out["ignored"] += ig_bits.tolist()
+    return out
+
+
+def coco_map_states(states: Sequence[Mapping[str, list]], num_classes: int) -> dict[str, float]:
+    """{"mAP", "mAP50"} over per-image states (`coco_image_state`), as pycocotools' `accumulate` and
+    `summarize` compute them (and `coco_map` returns them): NaN without a ground-truth box, 0 without
+    a detection."""
+    states = [s for s in states if s is not None]
+    npig = np.sum([s["npig"] for s in states], axis=0) if states else np.zeros(num_classes)
+    if not npig.sum():
+        return {"mAP": float("nan"), "mAP50": float("nan")}
+    label = np.concatenate([np.asarray(s["label"], np.int64) for s in states])
+    if not len(label):
+        return {"mAP": 0.0, "mAP50": 0.0}
+    score = np.concatenate([np.asarray(s["score"], np.float64) for s in states])
+    bits = np.arange(len(COCO_IOUS))
+    tp = (np.concatenate([np.asarray(s["tp"], np.int64) for s in states])[:, None] >> bits) & 1  # (D, T)
+    ig = (np.concatenate([np.asarray(s["ignored"], np.int64) for s in states])[:, None] >> bits) & 1
+    precision = np.full((len(COCO_IOUS), num_classes, len(COCO_RECALLS)), -1.0)  # (T, K, R)
+    for k in range(num_classes):
+        if npig[k] == 0:
+            continue
+        sel = np.nonzero(label == k)[0]
+        sel = sel[np.argsort(-score[sel], kind="mergesort")]
+        tps = (tp[sel] == 1) & (ig[sel] == 0)
+        fps = (tp[sel] == 0) & (ig[sel] == 0)
+        tp_sum, fp_sum = np.cumsum(tps, axis=0).astype(float), np.cumsum(fps, axis=0).astype(float)
+        for t in range(len(COCO_IOUS)):
+            tpc, fpc = tp_sum[:, t], fp_sum[:, t]
+            rc, pr = tpc / npig[k], (tpc / (fpc + tpc + np.spacing(1))).tolist()
+            for i in range(len(pr) - 1, 0, -1):
+                if pr[i] > pr[i - 1]:
+                    pr[i - 1] = pr[i]
+            inds = np.searchsorted(rc, COCO_RECALLS, side="left")
+            q = np.zeros(len(COCO_RECALLS))
+            ok = inds < len(pr)
+            first_bad = int(np.argmin(ok)) if not ok.all() else len(ok)
+            q[:first_bad] = np.asarray(pr)[inds[:first_bad]] if first_bad else q[:0]
+            precision[t, k] = q
+    s_all, s50 = precision[precision > -1], precision[0][precision[0] > -1]
+    return {"mAP": max(float(np.mean(s_all)) if s_all.size else -1.0, 0.0),
+            "mAP50": max(float(np.mean(s50)) if s50.size else -1.0, 0.0)}
+
+
 class CocoMetric(Metric):
     """COCO box mAP over every image seen (targets need "gt_boxes" and "gt_labels")."""
 
@@ -272,6 +376,7 @@ class CocoMetric(Metric):
         self.classes = list(classes)
         self.gts: list[tuple[np.ndarray, ...]] = []
         self.preds: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._states: list = []  # `states()`, computed once per item as items arrive
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
         n = len(targets["gt_boxes"])
@@ -282,6 +387,17 @@ class CocoMetric(Metric):
 
     def compute(self) -> dict[str, float]:
         return coco_map(*coco_dicts(self.gts, self.preds, self.classes))
+
+    def states(self) -> list[dict[str, list]]:
+        """Per image: `coco_image_state` (the detections' scores, labels and match bits at every COCO
+        IoU threshold, and the ground-truth counts per class)."""
+        cache = self._states
+        cache += [coco_image_state(g, p, len(self.classes)) for g, p in zip(self.gts[len(cache):], self.preds[len(cache):],
+                                                                             strict=True)]
+        return cache
+
+    def compute_states(self, states: Sequence) -> dict[str, float]:
+        return coco_map_states(states, len(self.classes))
 
     def write_predictions(self, folder: str | Path) -> list[Path]:
         """COCO JSON of the evaluated ground truth and predictions: FOLDER/det2d_gt.json, det2d_predictions.json."""

@@ -28,6 +28,7 @@ from torch import nn
 from hydranet import heads
 from hydranet.bevgrid import BevGrid, grid_of
 from hydranet.metrics import DetectionConfig, evaluate_boxes
+from hydranet.metrics.nuscenes_detection import sample_state, state_metrics
 from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
                                        write_results)
 from hydranet.tasks.base import Metric, PrimaryMetric, Task, decode_numpy, no_detections, require, score_constant
@@ -269,10 +270,13 @@ class Det3dMetric(CenterDistanceAP):
         self.submission: dict[str, list] = {}
         self.gt: dict[str, list] = {}
         self.pred: dict[str, list] = {}
+        self._tokens: list[str | None] = []  # per frame seen: its sample token (None: not in the nuScenes metrics)
+        self._states: list = []  # `states()`, computed once per item as items arrive
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
         super().update(decoded, targets)
         for det, frame in zip(decoded, targets.get("frames", [None] * len(decoded)), strict=True):
+            self._tokens.append(None if frame is None else frame["token"])
             if frame is None or frame["token"] is None:
                 continue
             tok, pose = frame["token"], frame["ego2world"]
@@ -285,10 +289,30 @@ class Det3dMetric(CenterDistanceAP):
     def compute(self) -> dict[str, float]:
         out = super().compute()
         if self.gt:
-            m = evaluate_boxes(self.gt, self.pred, self.config)[0]
-            out.update({"nuscenes/mAP": float(m.mean_ap), "nuscenes/NDS": float(m.nd_score)})
-            short = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
-            out.update({f"nuscenes/{short[k]}": float(v) for k, v in m.tp_errors.items()})
+            out.update(self._nuscenes_values(evaluate_boxes(self.gt, self.pred, self.config)[0]))
+        return out
+
+    def states(self) -> list[dict | None]:
+        """Per frame: the nuScenes detection pieces (`hydranet.metrics.nuscenes_detection.sample_state`:
+        per class GT count, predictions' scores, match flags per distance and TP errors); None for a frame
+        without a sample token. They give the "nuscenes/*" metrics, not the centre-distance AP."""
+        cache = self._states
+        cache += [None if tok is None or tok not in self.gt else sample_state(tok, self.gt[tok], self.pred[tok], self.config)
+                  for tok in self._tokens[len(cache):]]
+        return cache
+
+    def compute_states(self, states: Sequence) -> dict[str, float]:
+        states = [s for s in states if s is not None]
+        if not states:
+            return {}
+        m = state_metrics(states, self.config)
+        return self._nuscenes_values(m)
+
+    @staticmethod
+    def _nuscenes_values(m) -> dict[str, float]:
+        out = {"nuscenes/mAP": float(m.mean_ap), "nuscenes/NDS": float(m.nd_score)}
+        short = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
+        out.update({f"nuscenes/{short[k]}": float(v) for k, v in m.tp_errors.items()})
         return out
 
     def write_predictions(self, folder: str | Path) -> list[Path]:

@@ -76,12 +76,23 @@ class BinaryIoU(Metric):
     def __init__(self):
         self.inter = 0
         self.union = 0
+        self._states: list[dict[str, int]] = []  # per image: {"inter", "union"}
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
         for det, gt in zip(decoded, targets["mask"], strict=True):
             pred, gt = det["mask"].cpu().bool(), gt.cpu().reshape(det["mask"].shape) > 0.5
-            self.inter += int((pred & gt).sum())
-            self.union += int((pred | gt).sum())
+            inter, union = int((pred & gt).sum()), int((pred | gt).sum())
+            self.inter += inter
+            self.union += union
+            self._states.append({"inter": inter, "union": union})
 
     def compute(self) -> dict[str, float]:
         return {"iou": self.inter / self.union if self.union else float("nan")}
+
+    def states(self) -> list[dict[str, int]]:
+        return self._states
+
+    def compute_states(self, states: Sequence) -> dict[str, float]:
+        inter = sum(s["inter"] for s in states if s is not None)
+        union = sum(s["union"] for s in states if s is not None)
+        return {"iou": inter / union if union else float("nan")}

@@ -134,6 +134,7 @@ class LaneMetric(Metric):
         self.line_width_frac, self.eval_width_frac = line_width_frac, eval_width_frac
         self.pixel = BinaryIoU()
         self.tp = self.fp = self.fn = 0
+        self._counts: list[tuple[int, int, int]] = []  # per image: lane (tp, fp, fn)
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
         self.pixel.update(decoded, targets)
@@ -148,9 +149,23 @@ class LaneMetric(Metric):
             gt = draw_lanes(lanes, hw, w_eval)
             tp, fp, fn = match_f1_counts(pred.astype(bool), gt)
             self.tp, self.fp, self.fn = self.tp + tp, self.fp + fp, self.fn + fn
+            self._counts.append((tp, fp, fn))
 
     def compute(self) -> dict[str, float]:
-        denom = 2 * self.tp + self.fp + self.fn
-        return {"pixel_iou": self.pixel.compute()["iou"], "f1": 2 * self.tp / denom if denom else float("nan"),
-                "precision": self.tp / (self.tp + self.fp) if self.tp + self.fp else float("nan"),
-                "recall": self.tp / (self.tp + self.fn) if self.tp + self.fn else float("nan")}
+        return self._values(self.pixel.compute()["iou"], self.tp, self.fp, self.fn)
+
+    @staticmethod
+    def _values(pixel_iou: float, tp: int, fp: int, fn: int) -> dict[str, float]:
+        denom = 2 * tp + fp + fn
+        return {"pixel_iou": pixel_iou, "f1": 2 * tp / denom if denom else float("nan"),
+                "precision": tp / (tp + fp) if tp + fp else float("nan"),
+                "recall": tp / (tp + fn) if tp + fn else float("nan")}
+
+    def states(self) -> list[dict[str, int]]:
+        """Per image: pixel "inter", "union" and lane "tp", "fp", "fn"."""
+        return [{**s, "tp": c[0], "fp": c[1], "fn": c[2]} for s, c in zip(self.pixel.states(), self._counts, strict=True)]
+
+    def compute_states(self, states: Sequence) -> dict[str, float]:
+        states = [s for s in states if s is not None]
+        tp, fp, fn = (sum(s[k] for s in states) for k in ("tp", "fp", "fn"))
+        return self._values(self.pixel.compute_states(states)["iou"], tp, fp, fn)

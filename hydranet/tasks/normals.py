@@ -79,6 +79,7 @@ class NormalsMetric(Metric):
         self.n = 0
         self.sum_deg = 0.0
         self.under = {t: 0 for t in self.THRESHOLDS}
+        self._states: list[dict[str, Any]] = []  # per image: {"n", "sum_deg", "under": [count per threshold]}
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
         for det, gt in zip(decoded, targets["normals"], strict=True):
@@ -87,12 +88,27 @@ class NormalsMetric(Metric):
             valid = gt.norm(dim=-1) > 0.5
             cos = (pred[valid] * F.normalize(gt[valid], dim=-1)).sum(-1).clamp(-1.0, 1.0)
             deg = torch.rad2deg(torch.acos(cos))
-            self.n += int(valid.sum())
-            self.sum_deg += float(deg.sum())
-            for t in self.THRESHOLDS:
-                self.under[t] += int((deg < t).sum())
+            s = {"n": int(valid.sum()), "sum_deg": float(deg.sum()), "under": [int((deg < t).sum()) for t in self.THRESHOLDS]}
+            self.n += s["n"]
+            self.sum_deg += s["sum_deg"]
+            for t, u in zip(self.THRESHOLDS, s["under"]):
+                self.under[t] += u
+            self._states.append(s)
 
     def compute(self) -> dict[str, float]:
-        if not self.n:
+        return self._values(self.n, self.sum_deg, [self.under[t] for t in self.THRESHOLDS])
+
+    def _values(self, n: int, sum_deg: float, under: Sequence[int]) -> dict[str, float]:
+        if not n:
             return {"mean_angle_deg": float("nan"), **{f"under_{t:g}": float("nan") for t in self.THRESHOLDS}}
-        return {"mean_angle_deg": self.sum_deg / self.n, **{f"under_{t:g}": self.under[t] / self.n for t in self.THRESHOLDS}}
+        return {"mean_angle_deg": sum_deg / n, **{f"under_{t:g}": u / n for t, u in zip(self.THRESHOLDS, under)}}
+
+    def states(self) -> list[dict[str, Any]]:
+        return self._states
+
+    def compute_states(self, states: Sequence) -> dict[str, float]:
+        n, sum_deg, under = 0, 0.0, [0] * len(self.THRESHOLDS)
+        for s in states:
+            if s is not None:
+                n, sum_deg, under = n + s["n"], sum_deg + s["sum_deg"], [a + b for a, b in zip(under, s["under"])]
+        return self._values(n, sum_deg, under)

@@ -103,15 +103,17 @@ class AttributeAccuracy(Metric):
         self.bucket = [BACK if c.endswith(f":{BACK}") else k for c, k in zip(classes, self.kind)]  # back views apart
         self.iou_threshold = iou_threshold
         self.counts = {k: {"total": 0, "matched": 0, "correct": 0} for k in ("sign", "light", BACK)}
+        self._states: list[dict[str, list[int]]] = []  # per image: {bucket: [total, matched, correct]}
 
     def update(self, decoded: list, targets: Mapping[str, Any]) -> None:
         for det, gb, gl in zip(decoded, targets["gt_boxes"], targets["gt_labels"], strict=True):
             boxes, scores, labels = det["boxes"].cpu(), det["scores"].cpu(), det["labels"].cpu()
             gb, gl = gb.cpu().reshape(-1, 4), gl.cpu().reshape(-1)
             iou = box_iou(gb, boxes) if len(gb) and len(boxes) else torch.zeros(len(gb), len(boxes))
+            mine = {k: {"total": 0, "matched": 0, "correct": 0} for k in self.counts}
             for g in range(len(gb)):
                 kind = self.kind[int(gl[g])]
-                c = self.counts[self.bucket[int(gl[g])]]
+                c = mine[self.bucket[int(gl[g])]]
                 c["total"] += 1
                 same_kind = torch.tensor([self.kind[int(l)] == kind for l in labels], dtype=torch.bool)
                 ok = (iou[g] >= self.iou_threshold) & same_kind
@@ -119,13 +121,32 @@ class AttributeAccuracy(Metric):
                     best = torch.where(ok, scores, torch.full_like(scores, -1.0)).argmax()
                     c["matched"] += 1
                     c["correct"] += int(labels[best] == gl[g])
+            for k, c in mine.items():
+                for key, v in c.items():
+                    self.counts[k][key] += v
+            self._states.append({k: [c["total"], c["matched"], c["correct"]] for k, c in mine.items()})
 
     def compute(self) -> dict[str, float]:
+        return self._values(self.counts)
+
+    @staticmethod
+    def _values(counts: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
         def ratio(a: int, b: int) -> float:
             return a / b if b else float("nan")
 
-        tot = {k: sum(c[k] for c in self.counts.values()) for k in ("total", "matched", "correct")}
+        tot = {k: sum(c[k] for c in counts.values()) for k in ("total", "matched", "correct")}
         return {"accuracy": ratio(tot["correct"], tot["matched"]), "recall": ratio(tot["matched"], tot["total"]),
-                "sign_accuracy": ratio(self.counts["sign"]["correct"], self.counts["sign"]["matched"]),
-                "light_accuracy": ratio(self.counts["light"]["correct"], self.counts["light"]["matched"]),
-                "back_accuracy": ratio(self.counts[BACK]["correct"], self.counts[BACK]["matched"])}
+                "sign_accuracy": ratio(counts["sign"]["correct"], counts["sign"]["matched"]),
+                "light_accuracy": ratio(counts["light"]["correct"], counts["light"]["matched"]),
+                "back_accuracy": ratio(counts[BACK]["correct"], counts[BACK]["matched"])}
+
+    def states(self) -> list[dict[str, list[int]]]:
+        return self._states
+
+    def compute_states(self, states: Sequence) -> dict[str, float]:
+        counts = {k: {"total": 0, "matched": 0, "correct": 0} for k in self.counts}
+        for s in states:
+            for k, (total, matched, correct) in ({} if s is None else s).items():
+                c = counts[k]
+                c["total"], c["matched"], c["correct"] = c["total"] + total, c["matched"] + matched, c["correct"] + correct
+        return self._values(counts)
