@@ -1,14 +1,20 @@
-"""Paths named by data: the one check that a name or relative path read from a dataset, fleet, catalog
-or label file stays inside the folder it belongs to.
+"""Files: the one owner of how hydranet reads and writes them. Torch-free: the car side uses it.
 
-Every reader and every engine stage that turns a string from a file into a path goes through
-`path_inside` (a path) or `check_name` (one path component). Symlinks are resolved: a link inside
-the root that points outside it is refused too. Torch-free: the car side uses it.
+- Paths named by data: a name or relative path read from a dataset, fleet, catalog or label file
+  stays inside the folder it belongs to: `path_inside` (a path), `check_name` (one component),
+  `frame_path` (root/scenes/<scene>/<frame>/<file>). Symlinks are resolved: a link inside the
+  root that points outside it is refused too.
+- `read_json`: a JSON file, or one line naming the file, what it is and how to fix it.
+- `atomic_write_text`/`atomic_write_bytes`/`atomic_path`: NAME.tmp-<pid> then rename, so a crash
+  never leaves a half-written file; `remove_stale_temps` clears the temps of killed writers.
+- `checkpoint_file`: "a run folder or a checkpoint.pt" -> the checkpoint file.
+- `file_sha256`, `exclusive_lock`.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -17,7 +23,9 @@ from pathlib import Path
 
 from hydranet.rig import check_name
 
-__all__ = ["PathOutsideRoot", "check_name", "exclusive_lock", "file_sha256", "frame_path", "path_inside", "pid_alive", "remove_stale_temps"]
+__all__ = ["CHECKPOINT", "PathOutsideRoot", "TMP", "atomic_path", "atomic_write_bytes", "atomic_write_text", "temp_path",
+           "check_name", "checkpoint_file", "exclusive_lock", "file_sha256", "frame_path", "path_inside", "pid_alive",
+           "read_json", "remove_stale_temps"]
 
 
 class PathOutsideRoot(ValueError):
@@ -96,7 +104,86 @@ def exclusive_lock(path: str | Path, what: str, error: type[Exception] = Runtime
         f.close()
 
 
+def read_json(path: str | Path, what: str = "file", error: type[Exception] = ValueError,
+              fix: str = "fix or regenerate it"):
+    """The JSON at `path`, or `error` with one line naming the file, `what` it is and `fix`:
+
+    - missing (or a folder): "PATH: WHAT is missing; FIX"
+    - unreadable: "PATH: WHAT cannot be read: permission denied; check the file's permissions"
+      (another OSError: "PATH: WHAT cannot be read: <reason>")
+    - not JSON (or not UTF-8): "PATH: corrupt JSON (<where>); FIX"
+
+    An `error` whose instances carry a `path` attribute (DatasetError) gets `path` set.
+    """
+    path = Path(path)
+
+    def fail(message: str) -> Exception:
+        e = error(message)
+        if hasattr(e, "path"):
+            e.path = path
+        return e
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise fail(f"{path}: corrupt JSON ({e}); {fix}") from None
+    except PermissionError:
+        raise fail(f"{path}: {what} cannot be read: permission denied; check the file's permissions") from None
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        raise fail(f"{path}: {what} is missing; {fix}") from None
+    except OSError as e:
+        raise fail(f"{path}: {what} cannot be read: {(e.strerror or str(e)).lower()}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise fail(f"{path}: corrupt JSON ({e}); {fix}") from None
+
+
 TMP = ".tmp-"  # a file or folder being written: NAME.tmp-<pid>, renamed to NAME when complete
+
+
+def temp_path(path: str | Path) -> Path:
+    """PATH.tmp-<pid>: where `path` is written before it is renamed into place."""
+    path = Path(path)
+    return path.with_name(f"{path.name}{TMP}{os.getpid()}")
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield PATH.tmp-<pid> to write `path` into; on a clean exit it is renamed to `path` (atomic on
+    one filesystem), on an error it is removed and `path` is left as it was."""
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` through PATH.tmp-<pid> and a rename: a reader (or a crash) never sees
+    a half-written file."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """`atomic_write_bytes` of `text` (UTF-8)."""
+    return atomic_write_bytes(path, text.encode())
+
+
+CHECKPOINT = "checkpoint.pt"  # the checkpoint file of a run folder
+
+
+def checkpoint_file(path: str | Path) -> Path:
+    """The checkpoint file a user named: RUN/checkpoint.pt for a run folder, else `path` itself
+    (not checked: each caller says in its own words that it is missing)."""
+    path = Path(path)
+    return path / CHECKPOINT if path.is_dir() else path
 
 
 def remove_stale_temps(folder: Path, dirs: bool = False) -> list[Path]:

@@ -35,8 +35,8 @@ import numpy as np
 
 from hydranet.data.dataset import BBOX_SLACK_PX, DatasetError
 from hydranet.data.dataset import FrameReader
-from hydranet.data.reader import decode_image, make_rig, read_json
-from hydranet.io import check_name, path_inside
+from hydranet.data.reader import decode_image, make_rig
+from hydranet.io import check_name, path_inside, read_json
 
 FORMAT = "bdd100k"
 CAMERA = "CAM_FRONT"
@@ -178,7 +178,7 @@ class BDD100KDataset(FrameReader):
         if split == "test":
             frames = [{"name": p.name, "labels": None} for p in sorted(self.image_dir.glob("*.jpg"))]
         else:
-            frames = read_json(self.det_path, f"get det_20 labels ({_FIX})")
+            frames = read_json(self.det_path, error=DatasetError, fix=f"get det_20 labels ({_FIX})")
             if not isinstance(frames, list):
                 raise DatasetError(f"{self.det_path}: expected a list of Scalabel frames; {_FIX}", self.det_path)
             for fr in frames:
@@ -203,7 +203,7 @@ class BDD100KDataset(FrameReader):
         lane_path = self.root / "labels" / "lane" / "polygons" / f"lane_{split}.json"
         self.lanes: dict[str, list] | None = None
         if split != "test" and lane_path.is_file():
-            self.lanes = {fr["name"]: fr.get("labels") or [] for fr in read_json(lane_path, _FIX)}
+            self.lanes = {fr["name"]: fr.get("labels") or [] for fr in read_json(lane_path, error=DatasetError, fix=_FIX)}
             for name, labs in self.lanes.items():
                 for lab in labs:
                     if lab.get("category") not in LANE_CATEGORIES:

@@ -13,7 +13,6 @@ zeros.
 from __future__ import annotations
 
 import abc
-import json
 import math
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import numpy as np
 
 from hydranet.data.image import ImageError, decode_bytes
 from hydranet.heads import HEADS, heads_where
-from hydranet.io import frame_path
+from hydranet.io import frame_path, read_json
 from hydranet.rig import Rig, check_name, rig_from_dict
 
 FORMAT = "hydranet-sim"
@@ -50,20 +49,7 @@ class DatasetError(ValueError):
 
 
 def _read_json(path: Path, what: str = "file"):
-    try:
-        text = path.read_text()
-    except PermissionError:
-        raise DatasetError(f"{path}: {what} cannot be read: permission denied; check the file's permissions", path) from None
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        raise DatasetError(f"{path}: {what} is missing; regenerate the dataset ({_GENERATE})", path) from None
-    except UnicodeDecodeError as e:
-        raise DatasetError(f"{path}: corrupt JSON ({e}); regenerate the dataset", path) from None
-    except OSError as e:
-        raise DatasetError(f"{path}: {what} cannot be read: {(e.strerror or str(e)).lower()}", path) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"{path}: corrupt JSON ({e}); regenerate the dataset", path) from None
+    return read_json(path, what, DatasetError, f"regenerate the dataset ({_GENERATE})")
 
 
 def read_image(path: Path, shape: tuple, dtype, color: bool = False) -> np.ndarray:

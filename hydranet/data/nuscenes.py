@@ -44,10 +44,9 @@ from hydranet.data.dataset import DatasetError
 from hydranet.data.dataset import FrameReader
 from hydranet.data.nuscenes_map import LINE_LAYERS, LocalMap, MapExpansion, bev_raster, camera_drivable, camera_lanes, \
     lanes_3d
-from hydranet.data.reader import boxes_in_camera, decode_image, make_rig, project_boxes_2d, read_json, \
-    select_cameras
+from hydranet.data.reader import boxes_in_camera, decode_image, make_rig, project_boxes_2d, select_cameras
 from hydranet.geometry import invert_rigid, make_transform, quaternion_to_matrix
-from hydranet.io import check_name, path_inside
+from hydranet.io import check_name, path_inside, read_json
 from hydranet.metrics.nuscenes_data import CATEGORY_TO_DETECTION, MINI_SPLITS, OFFICIAL_SPLITS
 
 FORMAT = "nuscenes"
@@ -143,7 +142,7 @@ def scenes_of_split(table_root: Path, version: str, split: str, all_names: list[
     """Scene names of a split: the devkit's mini splits, `<version>/splits.json` (custom splits,
     as nuscenes.utils.splits), or "all"."""
     custom_path = table_root / "splits.json"
-    custom = read_json(custom_path, "fix or remove splits.json") if custom_path.is_file() else {}
+    custom = read_json(custom_path, error=DatasetError, fix="fix or remove splits.json") if custom_path.is_file() else {}
     if split in OFFICIAL_SPLITS and split not in custom:
         part = OFFICIAL_SPLITS[split]
         if not version.endswith(part):
@@ -205,7 +204,7 @@ class NuScenesDataset(FrameReader):
         self.channels = tuple(channels)
         if set(self.channels) - {"images"}:
             raise ValueError(f"nuScenes reader channels: only 'images' (or none), got {list(self.channels)}")
-        t = {name: read_json(self.table_root / f"{name}.json", _FIX) for name in TABLES}
+        t = {name: read_json(self.table_root / f"{name}.json", error=DatasetError, fix=_FIX) for name in TABLES}
         self._build_indices(t, cameras)
         names = [s["name"] for s in t["scene"]]
         wanted = names if split in (None, "all") else scenes_of_split(self.table_root, version, split, names)

@@ -35,8 +35,9 @@ import numpy as np
 
 from hydranet.bevgrid import BevGrid
 from hydranet.data.dataset import DatasetError
-from hydranet.data.reader import NEAR, read_json
+from hydranet.data.reader import NEAR
 from hydranet.geometry import transform_points
+from hydranet.io import read_json
 
 MIN_VERSION = (1, 3)
 LINE_LAYERS = ("lane_divider", "road_divider")  # -> lanes2d/lanes3d "type"
@@ -60,7 +61,7 @@ class MapExpansion:
 
     def __init__(self, path, location: str):
         self.path, self.location = Path(path), location
-        js = read_json(self.path, FIX)
+        js = read_json(self.path, error=DatasetError, fix=FIX)
         if not isinstance(js, dict):
             raise DatasetError(f"{self.path}: not a map expansion (a JSON object with layers {list(REQUIRED)}); {FIX}",
                                self.path)

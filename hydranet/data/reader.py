@@ -9,7 +9,6 @@ exactly as `SimDataset`'s. numpy + OpenCV only: no torch here.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import cv2
@@ -19,18 +18,6 @@ from hydranet.data.dataset import DatasetError
 from hydranet.data.image import ImageError, decode_bytes
 from hydranet.geometry import Camera, box_corners
 from hydranet.rig import Rig
-
-
-def read_json(path: Path, fix: str):
-    """The JSON at path, or a one-line DatasetError naming the file and `fix`."""
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"{path}: file is missing; {fix}", path)
-    try:
-        with open(path, "rb") as f:
-            return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DatasetError(f"{path}: corrupt JSON ({e}); {fix}", path) from None
 
 
 def decode_image(path: Path, fix: str, shape: tuple | None = None, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hydranet.io import read_json
+
 DETECTION_NAMES = ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian", "motorcycle",
                    "bicycle", "traffic_cone", "barrier")
 ATTRIBUTE_NAMES = ("pedestrian.moving", "pedestrian.sitting_lying_down", "pedestrian.standing", "cycle.with_rider",
@@ -113,11 +115,8 @@ class NuScenesTables:
                 self.ego_of_sample[sd["sample_token"]] = ego[sd["ego_pose_token"]]
 
     def _load(self, name: str) -> list:
-        path = self.table_root / f"{name}.json"
-        if not path.is_file():
-            raise NuScenesEvalError(f"missing nuScenes table {path}")
-        with open(path) as f:
-            return json.load(f)
+        return read_json(self.table_root / f"{name}.json", "nuScenes table", NuScenesEvalError,
+                         "give the table folder of a nuScenes dataset (v1.0-*/ with its JSON tables)")
 
     @staticmethod
     def _append(index: dict, key: str, value, table: str) -> None:
@@ -137,10 +136,7 @@ class NuScenesTables:
                                         f"under another name")
             return list(MINI_SPLITS[split])
         path = self.table_root / "splits.json"
-        custom = {}
-        if path.is_file():
-            with open(path) as f:
-                custom = json.load(f)
+        custom = read_json(path, "splits.json", NuScenesEvalError, "fix or remove splits.json") if path.is_file() else {}
         if split in custom:
             if not isinstance(custom[split], list):
                 raise NuScenesEvalError(f"split {split!r} in {path} must be a list of scene names")
@@ -241,15 +237,8 @@ def load_predictions(path, sample_tokens: list[str] | None, max_boxes_per_sample
     """A submission file -> (boxes, meta). With `sample_tokens` (custom splits), only those samples are read and
     each must be in the file; without (official splits), every sample of the file is read, in file order."""
     path = Path(path)
-    if not path.is_file():
-        raise NuScenesEvalError(f"results file {path} does not exist")
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except PermissionError:
-        raise NuScenesEvalError(f"results file {path} cannot be read: permission denied") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise NuScenesEvalError(f"results file {path} is not valid JSON ({e})") from None
+    data = read_json(path, "results file", NuScenesEvalError,
+                     "give a submission JSON {meta, results} (`hydranet eval` writes nuscenes_results.json)")
     if not isinstance(data, dict) or "results" not in data or not isinstance(data["results"], dict):
         raise NuScenesEvalError(f"{path}: expected {{'meta': {{...}}, 'results': {{sample_token: [boxes]}}}}")
     if "meta" not in data:
