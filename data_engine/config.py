@@ -125,12 +125,23 @@ class GateRule:
     min_gain: float = 0.01
     aggregate_tolerance: float = 0.0  # largest allowed loss of a head's frame-weighted mean over slices
     summary_head: str = ""  # the head whose value per slice a one-line summary shows ("": the first head)
+    # the noise-aware rule (issue 25): a paired bootstrap over each suite's clips gives every delta its
+    # interval; a row fails only when the whole interval lies beyond the tolerance. 0 resamples: the
+    # point estimates decide (the rule before the bootstrap)
+    confidence: float = 0.95  # the two-sided interval's level
+    resamples: int = 1000
+    seed: int = 0  # of the resampling (the same resample of clips for both models and every head of a suite)
 
     def __post_init__(self):
         for key in ("tolerance", "min_gain", "aggregate_tolerance"):
             v = getattr(self, key)
             if not (math.isfinite(v) and v >= 0):
                 raise ConfigError(f"gate.{key} must be a finite number >= 0, got {v!r}")
+        if not (isinstance(self.confidence, (int, float)) and 0.5 <= self.confidence < 1):
+            raise ConfigError(f"gate.confidence must be in [0.5, 1), got {self.confidence!r}")
+        if isinstance(self.resamples, bool) or not isinstance(self.resamples, int) or \
+                not (self.resamples == 0 or self.resamples >= 100):
+            raise ConfigError(f"gate.resamples must be 0 (point estimates) or an integer >= 100, got {self.resamples!r}")
         for head, v in self.head_tolerance.items():
             if not (math.isfinite(v) and v >= 0):
                 raise ConfigError(f"gate.head_tolerance.{head} must be a finite number >= 0, got {v!r}")

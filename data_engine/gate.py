@@ -12,6 +12,15 @@ respected: a gain is the signed change in the good direction). The rule (configs
 - per head, the aggregate (mean over slices weighted by their frames) must not lose more than
   `aggregate_tolerance` (default 0: must not get worse).
 
+Each of these is decided with its confidence (issue 25): both models' per-frame metric states
+(`hydranet.evaluate(keep_states=True)`) are resampled over the suite's clips, the same resample for
+both models and every head of a suite (a paired bootstrap, `resamples` of them, seeded by `seed`), which
+gives each delta (and each head's aggregate) its `confidence` interval. A row fails only when the whole
+interval lies beyond the rule (its upper bound below -tolerance: the drop is larger than the tolerance
+with that confidence; a targeted slice's below min_gain), not when the point estimate alone crosses it.
+A head whose metric keeps no states, or a suite of one clip, has no interval worth the name: the point
+estimate decides, and the row says so.
+
 A metric that is NaN for one model only is a GateError, never a pass; NaN for both means the suite holds
 nothing that head scores (no sign in a two-clip slice): that row is "n/a" and left out of the aggregate; a
 head with nothing to score on any suite is listed as "ungated" in the report and the table, never as a pass.
@@ -27,10 +36,13 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from data_engine.catalog import Catalog
 from hydranet.io import file_sha256
@@ -48,21 +60,26 @@ class GateError(ValueError):
 
 # -- evaluation with its cache ------------------------------------------------------------------------------
 # bumped when what a suite evaluation measures changes: v2 evaluates a model on the cameras it is built on
-# (a retrained model's are its first source's; v1 read every camera of the suite for it), so v1 entries are stale
-EVAL_VERSION = 2
+# (a retrained model's are its first source's; v1 read every camera of the suite for it), so v1 entries are stale;
+# v3 keeps every frame's metric states and clip (the bootstrap needs them), so v2 entries lack them
+EVAL_VERSION = 3
 
 
 def _evaluate(checkpoint: Path, data: Path) -> dict[str, Any]:
-    """{"frames", "cameras", "heads": {head: {"metric", "value" (None for NaN), "higher_is_better"}}} of one suite."""
-    from hydranet.evaluate import evaluate_checkpoint
+    """{"frames", "cameras", "clips" (the clip of every frame), "heads": {head: {"metric", "value" (None for
+    NaN), "higher_is_better", "states" (per frame its metric states, `hydranet.evaluate`; None: the head's
+    metric keeps none)}}} of one suite."""
+    from hydranet.evaluate import evaluate_checkpoint, plain_json
 
-    r = evaluate_checkpoint(checkpoint, data, None, progress=False)
+    r = evaluate_checkpoint(checkpoint, data, None, progress=False, keep_states=True)
     heads = {}
     for head, metric in r["primary"].items():
         v = r["model"][head].get(metric, math.nan)
         heads[head] = {"metric": metric, "value": float(v) if v is not None and math.isfinite(v) else None,
-                       "higher_is_better": bool(r["higher_is_better"][head])}
-    return {"frames": int(r["frames"]), "cameras": list(r["cameras"]), "heads": heads}
+                       "higher_is_better": bool(r["higher_is_better"][head]),
+                       "states": plain_json(r["states"].get(head))}
+    return {"frames": int(r["frames"]), "cameras": list(r["cameras"]), "clips": [c for c, _ in r["frame_ids"]],
+            "heads": heads}
 
 
 class _Cache:
@@ -138,11 +155,74 @@ def _missing(v: float | None) -> bool:
     return v is None or not math.isfinite(v)
 
 
-def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: GateRule | None = None) -> dict[str, Any]:
+def _clip_groups(clips: Sequence[str]) -> list[list[int]]:
+    """Frame indices of each clip, clips in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(clips):
+        groups.setdefault(c, []).append(i)
+    return list(groups.values())
+
+
+def _resample(rule: GateRule, suite: str, n: int) -> np.ndarray:
+    """(resamples, n) clip indices drawn with replacement: seeded by the rule's seed and the suite's name,
+    the same for both models and every head (a paired bootstrap)."""
+    rng = np.random.default_rng([rule.seed, zlib.crc32(suite.encode())])
+    return rng.integers(0, n, (rule.resamples, n))
+
+
+def _bootstrap(rule: GateRule, suite: str, cand: Mapping[str, Any], prod: Mapping[str, Any], head: str,
+               metric) -> tuple[np.ndarray, np.ndarray] | str:
+    """(candidate values, production values) of `head`'s primary metric over the suite's resamples of clips
+    (NaN where a resample holds nothing to score), or why there are none."""
+    if metric is None:
+        return "no metric to recompute it from states"
+    c_states, p_states = cand["heads"][head].get("states"), prod["heads"][head].get("states")
+    if c_states is None or p_states is None:
+        return "the head's metric keeps no per-frame states"
+    clips = cand.get("clips")
+    if clips is None or clips != prod.get("clips") or len(clips) != len(c_states) or len(clips) != len(p_states):
+        return "the models' suite metrics hold no matching per-frame clips"
+    groups = _clip_groups(clips)
+    if len(groups) < 2:
+        return "one clip: nothing to resample"
+    name = cand["heads"][head]["metric"]
+
+    def items(states, clip):
+        return [s for i in groups[clip] if states[i] is not None for s in states[i]]
+
+    per_clip = [(items(c_states, k), items(p_states, k)) for k in range(len(groups))]
+    draws = _resample(rule, suite, len(groups))
+    out = np.full((2, len(draws)), np.nan)
+    for r, idx in enumerate(draws):
+        for w in (0, 1):
+            v = metric.compute_states([s for k in idx for s in per_clip[k][w]]).get(name, math.nan)
+            out[w, r] = math.nan if v is None else v
+    return out[0], out[1]
+
+
+def _interval(rule: GateRule, gains: np.ndarray) -> tuple[float, float] | None:
+    """The central `confidence` interval of the finite resampled gains (None when under half are finite)."""
+    ok = gains[np.isfinite(gains)]
+    if len(ok) < max(len(gains) // 2, 1):
+        return None
+    a = (1 - rule.confidence) / 2
+    lo, hi = np.quantile(ok, [a, 1 - a])
+    return float(lo), float(hi)
+
+
+def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: GateRule | None = None,
+           metrics: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The gate's verdict on two suite tables (`suite_table`'s form). Returns {"promote", "verdict", "failing",
     "rows": [{"slice", "head", "metric", "higher_is_better", "production", "candidate", "delta", "gain",
-    "verdict", "reason"}], "slices": {slice: candidate value of the summary head}, "summary_head", "rule"}."""
+    "gain_ci", "delta_ci", "verdict", "reason"}], "slices": {slice: candidate value of the summary head},
+    "summary_head", "rule"}.
+
+    `metrics`: {head: a fresh `Metric` of the head's task} whose `compute_states` recomputes the primary
+    metric from the tables' per-frame states: with them (and rule.resamples > 0) every row and aggregate
+    is decided on its paired-bootstrap interval ("gain_ci": [low, high] of the gain, "delta_ci" of the
+    delta); without, on the point estimates (the rows say why)."""
     rule = rule or GateRule()
+    metrics = metrics or {}
     if list(candidate) != list(production):
         raise GateError(f"the candidate was evaluated on suites {list(candidate)}, the production on {list(production)}; "
                         "gate both on the same suites folder")
@@ -182,7 +262,11 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
                              "reason": ("undefined for the candidate (it scores nothing here), defined for the production"
                                         if cand_lost else "undefined for the production, defined for the candidate")})
                 continue
-            rows.append(_row(rule, suite, head, c["metric"], c["higher_is_better"], float(p["value"]), float(c["value"])))
+            boot = (_bootstrap(rule, suite, candidate[suite], production[suite], head, metrics.get(head))
+                    if rule.resamples else "gate.resamples is 0")
+            row = _row(rule, suite, head, c["metric"], c["higher_is_better"], float(p["value"]), float(c["value"]),
+                       boot)
+            rows.append(row)
     frames = {s: candidate[s]["frames"] for s in candidate}
     total = sum(frames.values())
     if total <= 0:
@@ -198,8 +282,15 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
                                    "--clips)"})
             continue
         agg = {k: sum(frames[r["slice"]] * r[k] for r in mine) / scored for k in ("production", "candidate")}
+        boot: tuple[np.ndarray, np.ndarray] | str = "a slice of it has no interval"
+        if not rule.resamples:
+            boot = "gate.resamples is 0"
+        elif all(r.get("_boot") is not None for r in mine):  # each slice resampled on its own, weighted by frames
+            boot = tuple(sum(frames[r["slice"]] * r["_boot"][w] for r in mine) / scored for w in (0, 1))
         rows.append(_row(rule, AGGREGATE, head, mine[0]["metric"], mine[0]["higher_is_better"], agg["production"],
-                         agg["candidate"]))
+                         agg["candidate"], boot))
+    for r in rows:
+        r.pop("_boot", None)
     failing = list(dict.fromkeys(r["slice"] for r in rows if r["verdict"] == "fail"))
     summary = rule.summary_head or heads[0]
     if summary not in heads:
@@ -214,23 +305,46 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
             "summary_head": summary, "frames": frames, "rule": asdict(rule)}
 
 
-def _row(rule: GateRule, suite: str, head: str, metric: str, hib: bool, prod: float, cand: float) -> dict[str, Any]:
+def _row(rule: GateRule, suite: str, head: str, metric: str, hib: bool, prod: float, cand: float,
+         boot: tuple[np.ndarray, np.ndarray] | str = "no states") -> dict[str, Any]:
+    """One row's verdict. `boot`: (candidate, production) values over the paired resamples, or why there
+    are none (the point estimate then decides)."""
     delta = cand - prod
     gain = (delta if hib else -delta) + 0.0  # > 0: better (+ 0.0: no negative zero)
+    ci = None
+    if not isinstance(boot, str):
+        gains = (boot[0] - boot[1]) * (1 if hib else -1)
+        ci = _interval(rule, gains)
+        if ci is None:
+            boot = "most resamples hold nothing to score"
+    # the value the rule compares: the interval's upper bound of the gain (the drop is beyond the tolerance with
+    # the stated confidence only if even the best plausible gain is below -tolerance), else the point estimate
+    best = gain if ci is None else max(ci[1], gain)
     if suite == AGGREGATE:
         tol, why = rule.aggregate_tolerance, "aggregate"
     else:
         tol, why = rule.head_tolerance.get(head, rule.tolerance), "dropped"
+    level = f"{100 * rule.confidence:g}%"
+    span = "" if ci is None else f" (gain {level} interval [{ci[0]:+.4f}, {ci[1]:+.4f}])"
     verdict, reason = "pass", "improved" if gain > _EPS else "no change" if gain >= -_EPS else f"within tolerance {tol:g}"
-    if gain < -tol - _EPS:
+    if gain < -tol - _EPS and best >= -tol - _EPS:
+        reason = f"worse by {-gain:.4f} but not beyond tolerance {tol:g} with {level} confidence"
+    if best < -tol - _EPS:
         verdict, reason = "fail", f"{why}: worse by {-gain:.4f}" + (f" > tolerance {tol:g}" if tol else "")
+        if ci is not None:
+            reason += f" with {level} confidence"
     elif suite in rule.targeted and (not rule.targeted_heads or head in rule.targeted_heads):
-        if gain < rule.min_gain - _EPS:
+        if (gain if ci is None else max(ci[1], gain)) < rule.min_gain - _EPS:
             verdict, reason = "fail", f"targeted: gained {gain:+.4f} < min_gain {rule.min_gain:g}"
         else:
-            reason = f"targeted: gained {gain:+.4f} >= min_gain {rule.min_gain:g}"
+            reason = f"targeted: gained {gain:+.4f}" + (f" >= min_gain {rule.min_gain:g}" if gain >= rule.min_gain - _EPS
+                                                        else f", min_gain {rule.min_gain:g} within the interval")
+    reason += span if ci is not None else f" (point estimate: {boot})"
+    sign = 1 if hib else -1
     return {"slice": suite, "head": head, "metric": metric, "higher_is_better": hib, "production": prod, "candidate": cand,
-            "delta": delta, "gain": gain, "verdict": verdict, "reason": reason}
+            "delta": delta, "gain": gain, "gain_ci": None if ci is None else list(ci),
+            "delta_ci": None if ci is None else sorted([sign * ci[0], sign * ci[1]]), "verdict": verdict, "reason": reason,
+            "_boot": None if ci is None else boot}
 
 
 def gate(candidate: str | Path, production: str | Path, suites_dir: str | Path, rule: GateRule | None = None,
@@ -245,7 +359,7 @@ def gate(candidate: str | Path, production: str | Path, suites_dir: str | Path, 
     cand, prod = checkpoint_file(candidate), checkpoint_file(production)
     tables = {who: suite_table(p, suites_dir, catalog, progress, info["suites"]) for who, p in (("candidate", cand),
                                                                                                  ("production", prod))}
-    report = decide(tables["candidate"], tables["production"], rule)
+    report = decide(tables["candidate"], tables["production"], rule, state_metrics(cand) if rule.resamples else None)
     report.update({"candidate": {"checkpoint": str(cand), "sha256": file_sha256(cand)},
                    "production": {"checkpoint": str(prod), "sha256": file_sha256(prod)},
                    "suites": {"dir": str(Path(suites_dir).resolve()),
@@ -259,25 +373,46 @@ def gate(candidate: str | Path, production: str | Path, suites_dir: str | Path, 
     return report
 
 
+def state_metrics(checkpoint: str | Path) -> dict[str, Any]:
+    """{head: a fresh metric of the checkpoint's task}: what recomputes a head's primary metric from the
+    suite tables' per-frame states (`decide`)."""
+    from hydranet.checkpoint import load_model
+
+    model = load_model(checkpoint_file(checkpoint))[0]
+    return {name: task.metric() for name, task in model.heads.items()}
+
+
 # -- output -------------------------------------------------------------------------------------------------
 def format_gate(report: Mapping[str, Any]) -> str:
     """The report as a markdown table, the verdict last."""
-    lines = ["| slice | head | metric | production | candidate | delta | verdict |", "|---|---|---|---:|---:|---:|---|"]
+    level = f"{100 * report['rule'].get('confidence', 0.95):g}%"
+    lines = [f"| slice | head | metric | production | candidate | delta | delta {level} interval | verdict |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
     for r in report["rows"]:
         arrow = "" if r["higher_is_better"] else " (lower is better)"
         if r["verdict"] == "n/a":
-            lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | - | - | - | n/a: {r['reason']} |")
+            lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | - | - | - | - | n/a: {r['reason']} |")
             continue
         verdict = "pass" if r["verdict"] == "pass" else "**FAIL**"
         num = lambda v, fmt=".4f": "n/a" if v is None else format(v, fmt)  # noqa: E731 - undefined for one model
+        ci = r.get("delta_ci")
+        span = "-" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
         lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | {num(r['production'])} | {num(r['candidate'])} | "
-                     f"{num(r['delta'], '+.4f')} | {verdict}: {r['reason']} |")
+                     f"{num(r['delta'], '+.4f')} | {span} | {verdict}: {r['reason']} |")
     if report.get("ungated"):
         lines.append(f"\nnot gated (nothing to score on any suite): {', '.join(report['ungated'])}")
+    rule = report["rule"]
+    with_ci = sum(r.get("delta_ci") is not None for r in report["rows"])
+    scored = sum(r["delta"] is not None for r in report["rows"])
+    how = (f"paired bootstrap over each suite's clips, {rule['resamples']} resamples, seed {rule['seed']}: a row fails "
+           f"when its whole {level} interval lies beyond the rule; {with_ci} of {scored} rows have an interval, the "
+           "others are decided on the point estimate" if with_ci else
+           "point estimates: no row has an interval" + ("" if rule.get("resamples") else " (gate.resamples 0)"))
     if report["promote"]:
-        lines.append("\n**verdict: PROMOTE** (no slice regressed beyond the rule)")
+        sure = f" with {level} confidence" if with_ci else ""
+        lines.append(f"\n**verdict: PROMOTE** (no slice regressed beyond the rule{sure}; {how})")
     else:
-        lines.append(f"\n**verdict: REJECT** (failing: {', '.join(report['failing'])})")
+        lines.append(f"\n**verdict: REJECT** (failing: {', '.join(report['failing'])}; {how})")
     return "\n".join(lines)
 
 

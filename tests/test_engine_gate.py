@@ -65,7 +65,8 @@ def test_drop_beyond_tolerance_fails_naming_the_slice():
     assert [(r["slice"], r["head"]) for r in bad] == [("night", "det")]
     assert "worse by 0.0300 > tolerance 0.02" in bad[0]["reason"]
     md = format_gate(rep)
-    assert "**verdict: REJECT** (failing: night)" in md and "| night | det | m_det | 0.4000 | 0.3700 | -0.0300 | **FAIL**" in md
+    assert "**verdict: REJECT** (failing: night; point estimates" in md
+    assert "| night | det | m_det | 0.4000 | 0.3700 | -0.0300 | - | **FAIL**" in md
     assert decide(table(cand, hib=HIB), table(PROD, hib=HIB), GateRule(tolerance=0.05))["promote"]
     assert decide(table(cand, hib=HIB), table(PROD, hib=HIB), GateRule(head_tolerance={"det": 0.05}))["promote"]
 
@@ -112,7 +113,7 @@ def test_lower_is_better_metric():
     better = with_(PROD, fog__depth=0.20)  # lower: better, by 0.12
     rep = decide(table(better, hib=HIB), table(PROD, hib=HIB))
     row = next(r for r in rep["rows"] if r["slice"] == "fog" and r["head"] == "depth")
-    assert rep["promote"] and row["reason"] == "improved" and "(lower is better)" in format_gate(rep)
+    assert rep["promote"] and row["reason"].startswith("improved (point estimate") and "(lower is better)" in format_gate(rep)
 
 
 def test_models_evaluated_on_other_cameras_are_not_compared():
@@ -186,12 +187,98 @@ def test_rule_values_are_checked():
     assert cfg.suites == SuitesConfig() and cfg.gate == GateRule()  # configs/engine.yaml spells out the defaults
 
 
+# -- the noise-aware rule: paired bootstrap over clips ------------------------------------------------------
+class MeanMetric:
+    """A metric whose state per item is {"v": value} and whose value is the mean over items."""
+
+    def compute_states(self, states):
+        vals = [s["v"] for s in states if s is not None]
+        return {"m_det": float(np.mean(vals)) if vals else math.nan}
+
+
+def clip_table(per_clip: dict[str, list[float]], frames_per_clip: int = 2):
+    """{slice: per-clip values} -> a suite table with per-frame states (each frame of a clip has its value)."""
+    out = {}
+    for s, values in per_clip.items():
+        clips = [f"{s}-clip{k}" for k, _ in enumerate(values) for _ in range(frames_per_clip)]
+        states = [[{"v": v}] for v in values for _ in range(frames_per_clip)]
+        out[s] = {"frames": len(clips), "clips": clips,
+                  "heads": {"det": {"metric": "m_det", "value": float(np.mean(values)), "higher_is_better": True,
+                                    "states": states}}}
+    return out
+
+
+PROD_CLIPS = {"day": [0.50, 0.62, 0.41, 0.55, 0.47, 0.58], "night": [0.40, 0.31, 0.52, 0.36, 0.45, 0.38]}
+
+
+def test_a_point_drop_beyond_tolerance_within_noise_passes():
+    """night drops 0.03 on average (> tolerance 0.02), but clip by clip the differences scatter around 0:
+    the interval includes 0, so it is not a drop beyond tolerance with 95% confidence."""
+    diffs = [+0.12, -0.17, +0.09, -0.14, +0.06, -0.14]  # mean -0.03
+    cand = {"day": PROD_CLIPS["day"], "night": [p + d for p, d in zip(PROD_CLIPS["night"], diffs)]}
+    point = decide(clip_table(cand), clip_table(PROD_CLIPS), GateRule(tolerance=0.02, aggregate_tolerance=1.0))
+    assert not point["promote"] and point["failing"] == ["night"]  # no metric: the point estimate decides
+    rep = decide(clip_table(cand), clip_table(PROD_CLIPS), GateRule(tolerance=0.02, aggregate_tolerance=1.0),
+                 {"det": MeanMetric()})
+    assert rep["promote"], format_gate(rep)
+    night = next(r for r in rep["rows"] if r["slice"] == "night")
+    assert math.isclose(night["gain"], -0.03) and night["gain_ci"][0] < -0.02 < 0 < night["gain_ci"][1]
+    assert night["verdict"] == "pass" and "not beyond tolerance 0.02 with 95% confidence" in night["reason"]
+    md = format_gate(rep)
+    lo, hi = night["delta_ci"]
+    assert f"| night | det | m_det | 0.4033 | 0.3733 | -0.0300 | [{lo:+.4f}, {hi:+.4f}] | pass" in md
+    assert "PROMOTE** (no slice regressed beyond the rule with 95% confidence; paired bootstrap" in md
+
+
+def test_a_consistent_large_drop_fails_with_confidence_and_the_aggregate_has_its_interval():
+    diffs = [-0.05, -0.045, -0.055, -0.05, -0.048, -0.052]
+    cand = {"day": PROD_CLIPS["day"], "night": [p + d for p, d in zip(PROD_CLIPS["night"], diffs)]}
+    rep = decide(clip_table(cand), clip_table(PROD_CLIPS), GateRule(tolerance=0.02), {"det": MeanMetric()})
+    assert not rep["promote"] and rep["failing"] == ["night", AGGREGATE]
+    night = next(r for r in rep["rows"] if r["slice"] == "night")
+    assert night["gain_ci"][1] < -0.02 and "with 95% confidence" in night["reason"]
+    agg = next(r for r in rep["rows"] if r["slice"] == AGGREGATE)
+    assert math.isclose(agg["gain"], -0.025) and agg["gain_ci"][1] < 0  # day unchanged, night -0.05, equal frames
+    day = next(r for r in rep["rows"] if r["slice"] == "day")
+    assert day["gain_ci"] == [0.0, 0.0] and day["verdict"] == "pass"
+
+
+def test_the_bootstrap_is_seeded_and_paired():
+    diffs = [+0.12, -0.17, +0.09, -0.14, +0.06, -0.14]
+    cand = {"day": PROD_CLIPS["day"], "night": [p + d for p, d in zip(PROD_CLIPS["night"], diffs)]}
+    runs = [decide(clip_table(cand), clip_table(PROD_CLIPS), GateRule(seed=s), {"det": MeanMetric()}) for s in (0, 0, 1)]
+    assert runs[0] == runs[1]
+    assert runs[0]["rows"][1]["gain_ci"] != runs[2]["rows"][1]["gain_ci"]
+    # paired: a candidate equal to the production, clip for clip, has a zero-width interval
+    rep = decide(clip_table(PROD_CLIPS), clip_table(PROD_CLIPS), GateRule(), {"det": MeanMetric()})
+    assert all(r["gain_ci"] == [0.0, 0.0] for r in rep["rows"])
+    assert json.loads(json.dumps(rep["rows"], allow_nan=False)) == rep["rows"]  # gate.json holds no arrays
+
+
+def test_no_interval_falls_back_to_the_point_estimate_and_says_why():
+    diffs = [+0.12, -0.17, +0.09, -0.14, +0.06, -0.14]
+    cand = clip_table({"day": PROD_CLIPS["day"], "night": [p + d for p, d in zip(PROD_CLIPS["night"], diffs)]})
+    for s in cand.values():
+        s["heads"]["det"]["states"] = None  # a head whose metric keeps no states
+    rep = decide(cand, clip_table(PROD_CLIPS), GateRule(aggregate_tolerance=1.0), {"det": MeanMetric()})
+    night = next(r for r in rep["rows"] if r["slice"] == "night")
+    assert night["verdict"] == "fail" and night["gain_ci"] is None
+    assert "point estimate: the head's metric keeps no per-frame states" in night["reason"]
+    one = decide(clip_table({"day": [0.5]}), clip_table({"day": [0.6]}), GateRule(), {"det": MeanMetric()})
+    assert not one["promote"] and "one clip: nothing to resample" in one["rows"][0]["reason"]
+    off = decide(clip_table(PROD_CLIPS), clip_table(PROD_CLIPS), GateRule(resamples=0), {"det": MeanMetric()})
+    assert all(r["gain_ci"] is None for r in off["rows"]) and "gate.resamples is 0" in off["rows"][0]["reason"]
+    for bad in ({"confidence": 1.0}, {"resamples": 10}, {"resamples": True}):
+        with pytest.raises(ValueError, match="gate"):
+            GateRule(**bad)
+
+
 def test_write_gate_is_json_and_markdown(tmp_path):
     rep = decide(table(with_(PROD, night__det=0.3), hib=HIB), table(PROD, hib=HIB))
     out = write_gate(rep, tmp_path / "g")
     back = json.loads((out / "gate.json").read_text())
     assert back["failing"] == ["night", AGGREGATE] and back["promote"] is False
-    assert (out / "gate.md").read_text().strip().endswith("**verdict: REJECT** (failing: night, aggregate)")
+    assert "**verdict: REJECT** (failing: night, aggregate; point estimates: no row has an interval)" in (out / "gate.md").read_text()
     assert not list(out.glob("*.tmp-*"))
 
 
@@ -508,6 +595,10 @@ def test_gate_end_to_end_with_cache(models, small_suites, gated, tmp_path, monke
     with Catalog(cat) as c:
         verdicts = [v for (v,) in c.db.execute("SELECT verdict FROM gate_results ORDER BY id")]
     assert verdicts.count("eval") == 6 and verdicts.count("promote") == 2 and verdicts.count("reject") == 1
+    with Catalog(cat) as c:  # the cache keeps every frame's clip and metric states (what the bootstrap resamples)
+        cached = [json.loads(m) for (m,) in c.db.execute("SELECT metrics FROM gate_results WHERE verdict = 'eval'")]
+    assert all(len(m["clips"]) == m["frames"] == len(m["heads"][h]["states"]) for m in cached for h in heads)
+    assert all("rule" in rep and "delta_ci" in r for r in rep["rows"] if r["delta"] is not None)
 
 
 def test_metrics_cache_without_a_catalog_sits_next_to_the_checkpoint(models, small_suites, tmp_path, monkeypatch):

@@ -213,6 +213,16 @@ CASES = [
                                                                                t / "cdir"), words=("cdir", "folder")),
     Case("gate-same-model-promotes", lambda t, e: gate(t, "--production", ENV["run"]), status=0,
          stdout=("verdict: PROMOTE", "gate.json")),
+    # the noise-aware rule's settings (issue 25)
+    Case("gate-confidence-one", lambda t, e: gate(t, "--production", ENV["run"], "--set", "gate.confidence=1.0"),
+         words=("gate.confidence", "[0.5, 1)")),
+    Case("gate-resamples-too-few", lambda t, e: gate(t, "--production", ENV["run"], "--set", "gate.resamples=10"),
+         words=("gate.resamples", ">= 100")),
+    Case("gate-resamples-zero-is-point-estimates", lambda t, e: gate(t, "--production", ENV["run"], "--set",
+                                                                     "gate.resamples=0"), status=0,
+         stdout=("verdict: PROMOTE", "point estimates")),
+    Case("gate-same-model-states-its-confidence", lambda t, e: gate(t, "--production", ENV["run"]), status=0,
+         stdout=("interval", "95%")),
     # engine promote | rollback | registry
     Case("promote-checkpoint-missing", lambda t, e: ["engine", "promote", "--catalog", t / "c.db", "--checkpoint", t / "x"],
          words=("does not exist",)),
@@ -260,5 +270,5 @@ def test_rejecting_gate_exits_1_with_the_failing_slice(tmp_path, capsys):
         main([str(a) for a in gate(tmp_path, "--production", ENV["run"], "--set", "gate.targeted=[day]")])
     assert e.value.code == 1
     out = capsys.readouterr().out
-    assert "**verdict: REJECT** (failing: day)" in out
+    assert "**verdict: REJECT** (failing: day;" in out
     assert json.loads((tmp_path / "g" / "gate.json").read_text())["failing"] == ["day"]
