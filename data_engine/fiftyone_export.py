@@ -44,6 +44,7 @@ from typing import Any
 
 from data_engine.catalog import Catalog
 from data_engine.signals import SIGNALS
+from hydranet.io import temp_path
 
 FORMAT_VERSION = "1.0.0"  # the FiftyOne document version written (see the module docstring)
 _F = "fiftyone.core.fields."
@@ -265,7 +266,7 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
     if sel_rank is not None:
         schema.append(_field("rank", "IntField"))
 
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    tmp = temp_path(out)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:

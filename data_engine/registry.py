@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from data_engine.catalog import Catalog
-from hydranet.io import file_sha256
+from hydranet.io import checkpoint_file as run_or_checkpoint, file_sha256
 
 _COLUMNS = ("id", "model_id", "role", "previous_id", "promoted", "action", "checkpoint", "sha256", "onnx", "onnx_sha256",
             "note")
@@ -54,10 +54,7 @@ def model_id(cat: Catalog, path: str | Path, sha: str, kind: str = "checkpoint")
 
 def checkpoint_file(checkpoint: str | Path) -> Path:
     """The checkpoint file of a file or run folder (RUN/checkpoint.pt), resolved; RegistryError if missing."""
-    from hydranet.checkpoint import CHECKPOINT
-
-    path = Path(checkpoint)
-    path = path / CHECKPOINT if path.is_dir() else path
+    path = run_or_checkpoint(checkpoint)
     if not path.is_file():
         raise RegistryError(f"checkpoint {path} does not exist; give a file written by `hydranet train` or its run folder")
     return path.resolve()

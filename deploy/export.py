@@ -18,7 +18,6 @@ checks (deploy/trt_check.py). Above tolerance the export fails and leaves no mod
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ import torch
 from torch import nn
 
 from deploy.metadata import EMBEDDING_OUTPUT, STATE_INPUTS, STATE_OUTPUT, build_metadata, set_metadata
+from hydranet.io import atomic_path
 from hydranet.models import HydraNet
 from hydranet.stream import stream
 
@@ -204,8 +204,7 @@ def export_model(model: HydraNet, cfg, meta: Mapping, out: str | Path, frames: S
     dynamic_axes = None
     if dynamic_batch:
         dynamic_axes = {n: {0: "batch"} for n in input_names + names}
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    try:
+    with atomic_path(out) as tmp:  # renamed to `out` only when every check passed: no half-written model
         import warnings
 
         with warnings.catch_warnings():
@@ -250,10 +249,6 @@ def export_model(model: HydraNet, cfg, meta: Mapping, out: str | Path, frames: S
         props["hydranet.tensorrt_check"] = json.dumps(report.as_dict())
         set_metadata(m, props)
         onnx.save(m, str(tmp))
-        os.replace(tmp, out)
-    except Exception:
-        tmp.unlink(missing_ok=True)
-        raise
     return ExportResult(out, rows, report, props)
 
 
@@ -262,8 +257,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
                       verbose: bool = True) -> ExportResult:
     """Load a checkpoint and export it; parity frames come from `data` (default: the config's
     data.val_root, else data.root)."""
-    from hydranet.checkpoint import CHECKPOINT, load_model
-    from hydranet.io import file_sha256
+    from hydranet.checkpoint import load_model
+    from hydranet.io import checkpoint_file, file_sha256
 
     model, cfg, ckpt = load_model(checkpoint)
     meta = json.loads(ckpt["meta"])
@@ -274,7 +269,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
             raise ExportError(f"no sim dataset for the parity check: the checkpoint's data.root {cfg.data.root!r} does not "
                               "exist here; pass --data DIR (a dataset generated with `hydranet sim generate`)")
     fr = sim_frames(cfg, data, frames)
-    ckpt_file = Path(checkpoint) / CHECKPOINT if Path(checkpoint).is_dir() else Path(checkpoint)
+    ckpt_file = checkpoint_file(checkpoint)
     source = {"checkpoint": str(checkpoint), "checkpoint_sha256": file_sha256(ckpt_file), "step": int(ckpt["step"]),
               "parity_data": str(data)}  # the sha256 lets `engine promote` refuse an ONNX of another checkpoint
     return export_model(model, cfg, meta, out, fr, dynamic_batch, input_dtype, simplify, source, verbose=verbose)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from hydranet.io import atomic_path
 
 
 @dataclass(frozen=True)
@@ -113,12 +114,8 @@ def quantize_model(model_path: str | Path, data: str | Path, out: str | Path, cf
         raise DeployError(f"{model_path} is already quantized; quantize the float model written by `hydranet export`")
     keep = _float_nodes(src, cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(f"{out.name}.tmp-{os.getpid()}")  # renamed to `out` once complete: no half-written model
-    try:
+    with atomic_path(out) as part:  # renamed to `out` once complete: no half-written model
         record = _quantize(model_path, data, part, src, keep, cfg, methods)
-        os.replace(part, out)
-    finally:
-        part.unlink(missing_ok=True)
     if verbose:
         counts = record["qdq_nodes"]
         print(f"quantized {model_path} -> {out}: {counts.get('QuantizeLinear', 0)} Q / {counts.get('DequantizeLinear', 0)} "

@@ -22,10 +22,10 @@ import torch
 
 from hydranet.experiment import ExperimentConfig, experiment_from_json
 from hydranet.models import HydraNet, build_model
-from hydranet.io import TMP
+from hydranet.io import CHECKPOINT, atomic_path, checkpoint_file
 
-CHECKPOINT = "checkpoint.pt"
-_TMP = TMP
+__all__ = ["CHECKPOINT", "check_finite_weights", "config_from_checkpoint", "load_checkpoint", "load_init_weights", "load_model",
+           "model_from_checkpoint", "model_meta", "rng_state", "save_checkpoint", "set_rng_state"]
 
 
 def rng_state(model: HydraNet) -> dict[str, Any]:
@@ -59,12 +59,10 @@ def save_checkpoint(path: Path, state: Mapping[str, Any]) -> None:
     """torch.save to PATH.tmp-<pid>, then rename: a crash never leaves a half-written checkpoint;
     a failed write (full disk) removes its temp file and says so."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}{_TMP}{os.getpid()}")
     try:
-        torch.save(dict(state), tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            torch.save(dict(state), tmp)
     except BaseException as e:
-        tmp.unlink(missing_ok=True)
         if isinstance(e, OSError) or (isinstance(e, RuntimeError) and "write" in str(e).lower()):
             why = "the disk is full" if getattr(e, "errno", None) == errno.ENOSPC or "ENOSPC" in str(e) else str(e)
             raise OSError(f"could not write checkpoint {path}: {why}; the previous checkpoint (if any) is intact") from None
@@ -82,9 +80,7 @@ def check_finite_weights(weights: Mapping[str, torch.Tensor], where: str) -> Non
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """A checkpoint file (or RUN_DIR/checkpoint.pt), read with weights_only=True; weights checked finite."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / CHECKPOINT
+    path = checkpoint_file(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist; give a file written by `hydranet train` or its run folder")
     if not os.access(path, os.R_OK):
@@ -129,8 +125,7 @@ def load_init_weights(model: HydraNet, path: str | Path) -> dict[str, Any]:
     from hydranet.io import file_sha256
     from hydranet.models.state_dict import load_state_dict_checked
 
-    path = Path(path)
-    file = path / CHECKPOINT if path.is_dir() else path
+    file = checkpoint_file(path)
     try:
         ckpt = load_checkpoint(file)
     except (OSError, ValueError) as e:

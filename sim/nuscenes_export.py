@@ -58,6 +58,7 @@ from tqdm import tqdm
 
 from hydranet.data.dataset import SimDataset
 from hydranet.geometry import make_transform, matrix_to_quaternion, rot_z
+from hydranet.io import temp_path
 from sim.config import SimConfig
 from sim.generate import generate_dataset
 from sim.writer import DatasetWriteError, to_json
@@ -361,7 +362,7 @@ def export_nuscenes(dataset_root, out_dir, version: str = "v1.0-mini", progress:
     out_dir = Path(out_dir)
     _check_out(out_dir)
     ds = SimDataset(dataset_root, channels=())
-    tmp = out_dir.with_name(f"{out_dir.name}.tmp-{os.getpid()}")
+    tmp = temp_path(out_dir)
     try:
         if tmp.exists():  # left by an earlier process with our pid
             shutil.rmtree(tmp)

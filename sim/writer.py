@@ -30,6 +30,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from hydranet.io import temp_path
 from hydranet.rig import check_name
 
 FORMAT = "hydranet-sim"
@@ -104,7 +105,7 @@ class DatasetWriter:
 
     def __init__(self, out_root: str | os.PathLike, meta: dict):
         self.root = Path(out_root)
-        self.tmp = self.root.with_name(f"{self.root.name}.tmp-{os.getpid()}")
+        self.tmp = temp_path(self.root)
         meta = {"format": FORMAT, "version": VERSION, **meta}
         missing = [k for k in META_KEYS if k not in meta]
         if missing:
