@@ -17,8 +17,11 @@ Three models of configs/engine_tiny.yaml:
 Each candidate goes through `data_engine.gate.gate` against production on the frozen suites
 (configs/engine.yaml's suites and rule; --suites reuses a folder from benchmarks/label_efficiency.py,
 which has the same 96x64 suites). Expected: no_night rejected with the night slices among the failing
-ones, longer promoted. Prints both gate tables and a summary; writes results.json and each gate's
-gate.json/gate.md under --out.
+ones, longer promoted. The gate decides each row on its paired-bootstrap interval over the suite's clips
+(data_engine/gate.py, issue 25). Prints both gate tables and a summary; writes results.json (verdicts,
+failing rows with their delta intervals, each head's aggregate gain and interval) and each gate's
+gate.json/gate.md under --out. Trained models and suite metrics are reused when present, so a rerun
+after a change to the rule only gates again.
 """
 from __future__ import annotations
 
@@ -91,7 +94,12 @@ def run(args) -> dict:
         write_gate(report, out / f"gate_{name}")
         verdict = "promote" if report["promote"] else "reject"
         results["gates"][name] = {"verdict": verdict, "expected": expect, "failing": report["failing"],
-                                  "night_failed": [s for s in NIGHT_SLICES if s in report["failing"]]}
+                                  "night_failed": [s for s in NIGHT_SLICES if s in report["failing"]],
+                                  "failing_rows": [{k: r[k] for k in ("slice", "head", "delta", "delta_ci", "reason")}
+                                                   for r in report["rows"] if r["verdict"] == "fail"],
+                                  "aggregate": {r["head"]: {"gain": r["gain"], "gain_ci": r.get("gain_ci")}
+                                                for r in report["rows"] if r["slice"] == "aggregate"},
+                                  "rows_with_interval": sum(r.get("delta_ci") is not None for r in report["rows"])}
         print(f"## {name} vs production (expected: {expect})\n\n{format_gate(report)}\n", flush=True)
     results["total_seconds"] = round(time.time() - t0, 1)
     (out / "results.json").write_text(json.dumps(results, indent=1))
