@@ -39,7 +39,7 @@ import numpy as np
 
 from hydranet.geometry import matrix_to_quaternion, rot_z
 from hydranet.metrics import DetectionConfig, EvalBox
-from hydranet.metrics.nuscenes_data import _box_from_json
+from hydranet.metrics.nuscenes_data import box_from_json
 
 # our class -> nuScenes detection name (category_to_detection_name of sim.nuscenes_export.CATEGORY)
 DETECTION_NAME = {"car": "car", "truck": "truck", "bus": "bus", "pedestrian": "pedestrian", "cyclist": "bicycle",
@@ -112,7 +112,7 @@ def _eval_box(d: Mapping[str, Any], ego2world: np.ndarray, num_pts: int = -1) ->
     d = {"attribute_name": "", **d, **{k: [float(x) for x in d[k]] for k in ("translation", "size", "rotation", "velocity")}}
     if "detection_score" in d:
         d["detection_score"] = float(d["detection_score"])
-    b = _box_from_json(d, f"sample {d.get('sample_token')}")
+    b = box_from_json(d, f"sample {d.get('sample_token')}")
     b.num_pts = num_pts
     b.ego_translation = b.translation - np.asarray(ego2world, np.float64)[:3, 3]
     return b

@@ -13,16 +13,21 @@ from typing import Literal
 from hydranet.config import ConfigError
 
 
-def _need(ok: bool, key: str, value, what: str) -> None:
+def need(ok: bool, key: str, value, what: str) -> None:
+    """ConfigError "sim config key 'KEY': VALUE is not allowed; WHAT" unless `ok` (engine configs use it too)."""
     if not ok:
         raise ConfigError(f"sim config key '{key}': {value!r} is not allowed; {what}")
 
 
-def _weights(names: tuple, weights: tuple, key: str) -> None:
-    _need(len(names) > 0, key.replace("_weights", ""), names, "give at least one value")
-    _need(len(weights) == len(names), key, weights, f"give one weight per value of {list(names)}")
-    _need(all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) > 0, key, weights,
-          "weights must be finite, >= 0 and not all 0")
+def check_weights(names: tuple, weights: tuple, key: str) -> None:
+    """One finite, non-negative weight per name, not all zero; ConfigError naming `key` otherwise."""
+    need(len(names) > 0, key.replace("_weights", ""), names, "give at least one value")
+    need(len(weights) == len(names), key, weights, f"give one weight per value of {list(names)}")
+    need(all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) > 0, key, weights,
+         "weights must be finite, >= 0 and not all 0")
+
+
+_need, _weights = need, check_weights  # the old names, until data_engine/fleet.py imports the public ones
 
 
 @dataclass(frozen=True)
@@ -42,14 +47,14 @@ class ConditionsConfig:
     mount_jitter_deg: float = 0.0
 
     def __post_init__(self):
-        _weights(self.time_of_day, self.time_of_day_weights, "conditions.time_of_day_weights")
-        _weights(self.weather, self.weather_weights, "conditions.weather_weights")
-        _need(0 <= self.noise_std <= 255, "conditions.noise_std", self.noise_std, "give grey levels in [0, 255]")
-        _need(0 <= self.exposure_jitter < 1, "conditions.exposure_jitter", self.exposure_jitter,
-              "give a relative gain in [0, 1)")
+        check_weights(self.time_of_day, self.time_of_day_weights, "conditions.time_of_day_weights")
+        check_weights(self.weather, self.weather_weights, "conditions.weather_weights")
+        need(0 <= self.noise_std <= 255, "conditions.noise_std", self.noise_std, "give grey levels in [0, 255]")
+        need(0 <= self.exposure_jitter < 1, "conditions.exposure_jitter", self.exposure_jitter,
+             "give a relative gain in [0, 1)")
         for key in ("body_motion_deg", "mount_jitter_deg"):
-            _need(0 <= getattr(self, key) <= 3, f"conditions.{key}", getattr(self, key),
-                  "give a standard deviation in degrees in [0, 3] (0: off)")
+            need(0 <= getattr(self, key) <= 3, f"conditions.{key}", getattr(self, key),
+                 "give a standard deviation in degrees in [0, 3] (0: off)")
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ class RareConfig:
     def __post_init__(self):
         for f in fields(self):
             p = getattr(self, f.name)
-            _need(0 <= p <= 1, f"rare.{f.name}", p, "a probability lies in [0, 1]")
+            need(0 <= p <= 1, f"rare.{f.name}", p, "a probability lies in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -83,12 +88,12 @@ class TrafficConfig:
     def __post_init__(self):
         for name in ("vehicles", "pedestrians", "cyclists", "motorcycles"):
             n = getattr(self, name)
-            _need(0 <= n <= 10000, f"traffic.{name}", n, "give a count from 0 to 10000")
+            need(0 <= n <= 10000, f"traffic.{name}", n, "give a count from 0 to 10000")
         for name in ("truck_share", "bus_share", "standing_share", "pair_share"):
             p = getattr(self, name)
-            _need(0 <= p <= 1, f"traffic.{name}", p, "a share lies in [0, 1]")
-        _need(self.truck_share + self.bus_share <= 1, "traffic.bus_share", self.bus_share,
-              f"truck_share + bus_share must not exceed 1 (truck_share is {self.truck_share})")
+            need(0 <= p <= 1, f"traffic.{name}", p, "a share lies in [0, 1]")
+        need(self.truck_share + self.bus_share <= 1, "traffic.bus_share", self.bus_share,
+             f"truck_share + bus_share must not exceed 1 (truck_share is {self.truck_share})")
 
 
 @dataclass(frozen=True)
@@ -105,14 +110,14 @@ class RoadsideConfig:
     def __post_init__(self):
         for name in ("parked_vehicles", "barrier_groups", "cone_groups"):
             n = getattr(self, name)
-            _need(0 <= n <= 10000, f"roadside.{name}", n, "give a count from 0 to 10000")
-        _need(1 <= self.parked_row <= 100, "roadside.parked_row", self.parked_row, "give a row length from 1 to 100")
+            need(0 <= n <= 10000, f"roadside.{name}", n, "give a count from 0 to 10000")
+        need(1 <= self.parked_row <= 100, "roadside.parked_row", self.parked_row, "give a row length from 1 to 100")
         for name in ("parked_trailer_share", "parked_truck_share"):
             p = getattr(self, name)
-            _need(0 <= p <= 1, f"roadside.{name}", p, "a share lies in [0, 1]")
-        _need(self.parked_trailer_share + self.parked_truck_share <= 1, "roadside.parked_truck_share",
-              self.parked_truck_share,
-              f"parked_trailer_share + parked_truck_share must not exceed 1 (trailers: {self.parked_trailer_share})")
+            need(0 <= p <= 1, f"roadside.{name}", p, "a share lies in [0, 1]")
+        need(self.parked_trailer_share + self.parked_truck_share <= 1, "roadside.parked_truck_share",
+             self.parked_truck_share,
+             f"parked_trailer_share + parked_truck_share must not exceed 1 (trailers: {self.parked_trailer_share})")
 
 
 @dataclass(frozen=True)
@@ -126,12 +131,12 @@ class LayoutMix:
     def __post_init__(self):
         for f in fields(self):
             p = getattr(self, f.name)
-            _need(isinstance(p, (int, float)) and 0 <= p <= 1, f"roads.layouts.{f.name}", p,
-                  "a probability lies in [0, 1]")
+            need(isinstance(p, (int, float)) and 0 <= p <= 1, f"roads.layouts.{f.name}", p,
+                 "a probability lies in [0, 1]")
         total = sum(getattr(self, f.name) for f in fields(self))
-        _need(abs(total - 1) < 1e-6, "roads.layouts", {f.name: getattr(self, f.name) for f in fields(self)},
-              f"the layout probabilities sum to {total:g}, not 1 (set all three, e.g. "
-              "--set 'roads.layouts={cross: 0, t_junction: 1, arterial: 0}')")
+        need(abs(total - 1) < 1e-6, "roads.layouts", {f.name: getattr(self, f.name) for f in fields(self)},
+             f"the layout probabilities sum to {total:g}, not 1 (set all three, e.g. "
+             "--set 'roads.layouts={cross: 0, t_junction: 1, arterial: 0}')")
 
 
 @dataclass(frozen=True)
@@ -142,8 +147,8 @@ class RoadsConfig:
     taper_length: float = 60.0  # metres over which the arterial loses a lane per direction
 
     def __post_init__(self):
-        _need(20 <= self.taper_length <= 150 and math.isfinite(self.taper_length), "roads.taper_length",
-              self.taper_length, "give metres from 20 to 150")
+        need(20 <= self.taper_length <= 150 and math.isfinite(self.taper_length), "roads.taper_length",
+             self.taper_length, "give metres from 20 to 150")
 
 
 @dataclass(frozen=True)
@@ -171,17 +176,17 @@ class LookConfig:
     rolling_shutter_ms: float = 0.0
 
     def __post_init__(self):
-        _need(self.antialias in (0, 1, 2, 4, 8), "look.antialias", self.antialias, "give 0 (auto), 1 (off), 2, 4 or 8 samples")
-        _need(128 <= self.shadow_resolution <= 8192, "look.shadow_resolution", self.shadow_resolution,
-              "give texels from 128 to 8192")
-        _need(0 <= self.shutter_ms <= 100 and math.isfinite(self.shutter_ms), "look.shutter_ms", self.shutter_ms,
-              "give milliseconds from 0 (no motion blur) to 100")
-        _need(3 <= self.shutter_samples <= 31 and self.shutter_samples % 2 == 1, "look.shutter_samples",
-              self.shutter_samples, "give an odd count from 3 to 31 (the middle one is the labelled instant)")
-        _need(0 <= self.rolling_shutter_ms <= 100 and math.isfinite(self.rolling_shutter_ms), "look.rolling_shutter_ms",
-              self.rolling_shutter_ms, "give milliseconds from 0 (a global shutter) to 100")
-        _need(not (self.rolling_shutter_ms > 0 and self.shutter_ms > 0), "look.rolling_shutter_ms",
-              self.rolling_shutter_ms, "set look.shutter_ms=0 with it (rolling shutter and motion blur are not combined)")
+        need(self.antialias in (0, 1, 2, 4, 8), "look.antialias", self.antialias, "give 0 (auto), 1 (off), 2, 4 or 8 samples")
+        need(128 <= self.shadow_resolution <= 8192, "look.shadow_resolution", self.shadow_resolution,
+             "give texels from 128 to 8192")
+        need(0 <= self.shutter_ms <= 100 and math.isfinite(self.shutter_ms), "look.shutter_ms", self.shutter_ms,
+             "give milliseconds from 0 (no motion blur) to 100")
+        need(3 <= self.shutter_samples <= 31 and self.shutter_samples % 2 == 1, "look.shutter_samples",
+             self.shutter_samples, "give an odd count from 3 to 31 (the middle one is the labelled instant)")
+        need(0 <= self.rolling_shutter_ms <= 100 and math.isfinite(self.rolling_shutter_ms), "look.rolling_shutter_ms",
+             self.rolling_shutter_ms, "give milliseconds from 0 (a global shutter) to 100")
+        need(not (self.rolling_shutter_ms > 0 and self.shutter_ms > 0), "look.rolling_shutter_ms",
+             self.rolling_shutter_ms, "set look.shutter_ms=0 with it (rolling shutter and motion blur are not combined)")
 
     def resolved(self, gpu: bool) -> "LookConfig":
         """The look with every "auto" decided for a GPU (gpu=True) or llvmpipe."""
@@ -211,20 +216,20 @@ class SimConfig:
     label_range: float = 60.0  # 3D boxes and lane lines within this distance
 
     def __post_init__(self):
-        _need(self.frame_rate_hz > 0 and math.isfinite(self.frame_rate_hz), "frame_rate_hz", self.frame_rate_hz,
-              "sim frame_rate_hz must be > 0")
-        _need(self.frames_per_scene >= 1, "frames_per_scene", self.frames_per_scene,
-              "a scene needs at least 1 frame")
-        _need(self.image_width >= 0, "image_width", self.image_width, "give pixels > 0, or 0 for the rig's own")
-        _need(self.image_height >= 0, "image_height", self.image_height, "give pixels > 0, or 0 for the rig's own")
-        _need(len(self.lanes_per_direction) > 0 and all(1 <= n <= 8 for n in self.lanes_per_direction),
-              "lanes_per_direction", self.lanes_per_direction, "give a non-empty list of lane counts from 1 to 8")
-        _need(0 <= self.density <= 10 and math.isfinite(self.density), "density", self.density,
-              "give a scale of the object counts from 0 to 10")
-        _need(self.bev_range > 0 and math.isfinite(self.bev_range), "bev_range", self.bev_range, "give metres > 0")
-        _need(self.bev_resolution > 0 and math.isfinite(self.bev_resolution), "bev_resolution", self.bev_resolution,
-              "give metres per cell > 0")
-        _need(2 * self.bev_range / self.bev_resolution <= 4096, "bev_resolution", self.bev_resolution,
-              f"the BEV grid would have {2 * self.bev_range / self.bev_resolution:.0f} cells a side (at most 4096)")
-        _need(self.label_range > 0 and math.isfinite(self.label_range), "label_range", self.label_range,
-              "give metres > 0")
+        need(self.frame_rate_hz > 0 and math.isfinite(self.frame_rate_hz), "frame_rate_hz", self.frame_rate_hz,
+             "sim frame_rate_hz must be > 0")
+        need(self.frames_per_scene >= 1, "frames_per_scene", self.frames_per_scene,
+             "a scene needs at least 1 frame")
+        need(self.image_width >= 0, "image_width", self.image_width, "give pixels > 0, or 0 for the rig's own")
+        need(self.image_height >= 0, "image_height", self.image_height, "give pixels > 0, or 0 for the rig's own")
+        need(len(self.lanes_per_direction) > 0 and all(1 <= n <= 8 for n in self.lanes_per_direction),
+             "lanes_per_direction", self.lanes_per_direction, "give a non-empty list of lane counts from 1 to 8")
+        need(0 <= self.density <= 10 and math.isfinite(self.density), "density", self.density,
+             "give a scale of the object counts from 0 to 10")
+        need(self.bev_range > 0 and math.isfinite(self.bev_range), "bev_range", self.bev_range, "give metres > 0")
+        need(self.bev_resolution > 0 and math.isfinite(self.bev_resolution), "bev_resolution", self.bev_resolution,
+             "give metres per cell > 0")
+        need(2 * self.bev_range / self.bev_resolution <= 4096, "bev_resolution", self.bev_resolution,
+             f"the BEV grid would have {2 * self.bev_range / self.bev_resolution:.0f} cells a side (at most 4096)")
+        need(self.label_range > 0 and math.isfinite(self.label_range), "label_range", self.label_range,
+             "give metres > 0")

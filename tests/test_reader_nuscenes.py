@@ -222,7 +222,7 @@ def test_a_bad_annotation_fails_its_frame_only_and_is_skipped_once(fixture, tmp_
     path = root / "v1.0-mini" / "sample_annotation.json"
     anns = json.loads(path.read_text())
     ds = NuScenesDataset(root)
-    victim = next(a for a in anns if CATEGORY_MAP[ds._inst_cat[a["instance_token"]]] is not None)
+    victim = next(a for a in anns if CATEGORY_MAP[ds.instance_category(a["instance_token"])] is not None)
     victim["size"] = [float("nan"), 1.0, 2.0]
     path.write_text(json.dumps(anns))
     ds = NuScenesDataset(root)

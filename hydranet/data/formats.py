@@ -90,8 +90,7 @@ def _own_classes(ds, i: int, sample: dict) -> list[tuple[str, str | None]]:
     fmt = getattr(ds, "format", "sim")
     if fmt == "nuscenes":
         from hydranet.data.nuscenes import CATEGORY_MAP
-        cats = [ds._inst_cat[a["instance_token"]] for a in ds._anns[ds.sample_token(i)]]
-        return [(c, CATEGORY_MAP[c]) for c in cats]
+        return [(c, CATEGORY_MAP[c]) for c in ds.own_categories(i)]
     if fmt == "kitti":
         from hydranet.data.kitti import TYPE_MAP
         return [(lab["type"], TYPE_MAP.get(lab["type"])) for lab in (ds.kitti_labels(i) if ds.has_labels else [])]

@@ -465,6 +465,14 @@ class NuScenesDataset(FrameReader):
         s, f = self._frames[i]
         return self.scenes[s]["frames"][f]
 
+    def own_categories(self, i: int) -> list[str]:
+        """The nuScenes category name of every annotation of frame i (mapped to a class or not)."""
+        return [self._inst_cat[a["instance_token"]] for a in self._anns[self.sample_token(i)]]
+
+    def instance_category(self, instance_token: str) -> str:
+        """The nuScenes category name of an instance (instance.json -> category.json)."""
+        return self._inst_cat[instance_token]
+
     # -- boxes ----------------------------------------------------------------------------
     def box_velocity(self, ann: dict, max_time_diff: float = 1.5) -> np.ndarray:
         """World-frame velocity (3,) of an annotation, exactly as `NuScenes.box_velocity`."""

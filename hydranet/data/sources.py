@@ -131,17 +131,17 @@ def open_data(data, root: str | Path | None = None, format: str | None = None, s
     bad = on_bad_frame or data.on_bad_frame
     # another folder (a gate's suite, a held-out set): the cameras the model is built on
     spec = (root, "auto", None, None, model_cameras(data), 0)
-    if root is None or _same(root, data.root) and not data.sources:
+    if root is None or same_path(root, data.root) and not data.sources:
         spec = (data.root, data.format, data.split, data.version, data.cameras, data.sweeps)
-    elif data.val_root and _same(root, data.val_root):
+    elif data.val_root and same_path(root, data.val_root):
         spec = (root, "auto", data.val_split, None, data.cameras, 0)
     else:
         spec = next(((s.root, s.format, s.split, s.version, s.cameras, s.sweeps) for s in data.sources
-                     if _same(root, s.root)), spec)
+                     if same_path(root, s.root)), spec)
     r, f, sp, v, c, sw = spec
     ds = open_dataset(r, format or f, split if split is not None else sp, version if version is not None else v,
                       None if all_cameras else cameras if cameras is not None else _cams(c), bad, channels, sw)
-    class_map = next((dict(s.class_map) for s in data.sources if _same(r, s.root) and s.class_map), None)
+    class_map = next((dict(s.class_map) for s in data.sources if same_path(r, s.root) and s.class_map), None)
     return ClassMapped(ds, class_map) if class_map else ds
 
 
@@ -151,11 +151,15 @@ def model_cameras(data) -> list[str] | None:
     return _cams(data.sources[0].cameras if data.sources else data.cameras)
 
 
-def _same(a, b) -> bool:
+def same_path(a, b) -> bool:
+    """Whether two paths name the same file or folder (resolved; compared as written if that fails)."""
     try:
         return Path(a).resolve() == Path(b).resolve()
     except OSError:
         return str(a) == str(b)
+
+
+_same = same_path  # the old name, until hydranet/evaluate.py imports the public one
 
 
 def check_supervision(heads, sources: list[Source]) -> None:

@@ -191,7 +191,7 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _box_from_json(d: dict, where: str, token: str | None = None) -> EvalBox:
+def box_from_json(d: dict, where: str, token: str | None = None) -> EvalBox:
     """One submission box, checked as the devkit's DetectionBox and stricter: every number finite (a NaN
     velocity excepted: the devkit's "unknown"), sizes > 0, a non-zero rotation quaternion, `sample_token`
     equal to `token` (the key it is filed under). A bad box raises one line naming sample and field."""
@@ -264,7 +264,7 @@ def load_predictions(path, sample_tokens: list[str] | None, max_boxes_per_sample
         if len(items) > max_boxes_per_sample:
             raise NuScenesEvalError(f"{path}: sample {tok} has {len(items)} boxes, at most "
                                     f"{max_boxes_per_sample} per sample are allowed")
-        boxes.setdefault(tok, []).extend(_box_from_json(b, f"{path}: sample {tok} box {i}", tok)
+        boxes.setdefault(tok, []).extend(box_from_json(b, f"{path}: sample {tok} box {i}", tok)
                                          for i, b in enumerate(items))
     return boxes, data["meta"]
 
