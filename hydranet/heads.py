@@ -2,7 +2,7 @@
 and the data engine know of a head without torch. A `hydranet.tasks` Task names its spec
 (`Task.spec`); registering the task registers the spec (`register_head`), and every per-head tuple
 of the stack is derived from the registered specs (`heads_where`): the sim's heads
-(`hydranet.data.dataset.SIM_HEADS`), the heads reading label channel files (`PIXEL_HEADS`), those
+(`hydranet.data.sim_reader.SIM_HEADS`), the heads reading label channel files (`PIXEL_HEADS`), those
 needing calibration (`hydranet.experiment.GEOMETRY_HEADS`), those a person's 2D boxes supervise
 (`data_engine.retrain.HUMAN_HEADS`), the decoders of the runtime (`hydranet.decoding.DECODERS`), the
 engine's per-head signal columns (`data_engine.signals.SIGNALS`) and the predictions shadow mode

@@ -56,7 +56,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
-from hydranet.data.dataset import SimDataset
+from hydranet.data.sim_reader import SimDataset
 from hydranet.geometry import make_transform, matrix_to_quaternion, rot_z
 from hydranet.io import temp_path
 from sim.config import SimConfig

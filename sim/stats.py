@@ -90,7 +90,7 @@ def dataset_stats(root: str | Path, progress: bool = False) -> dict:
     """Statistics over every frame of the sim dataset at `root` (reads labels only)."""
     from tqdm import tqdm
 
-    from hydranet.data.dataset import SimDataset
+    from hydranet.data.sim_reader import SimDataset
 
     ds = SimDataset(root, channels=())
     frames = [frame_stats(ds.load(i)["labels"]) for i in tqdm(range(len(ds)), desc="sim stats", unit="frame",

@@ -8,7 +8,7 @@ Everything goes into `ROOT.tmp-<pid>`; on a clean exit `dataset.json` is written
 folder is renamed to `ROOT`. On any exception (KeyboardInterrupt included) the temp folder is
 removed and the exception re-raised, so `ROOT` never appears half-written.
 
-Encodings (the reader in `hydranet.data.dataset` inverts them):
+Encodings (the reader in `hydranet.data.sim_reader` inverts them):
   rgb      uint8 (H, W, 3) RGB   -> CAM.jpg          JPEG quality 95
   depth    float32 (H, W) m      -> CAM.depth.png    uint16 round(d * 256), clipped to 65535; 0 = none
   normal   float32 (H, W, 3)     -> CAM.normal.png   uint8 round((n + 1) * 127.5); (0,0,0) where n == 0

@@ -21,7 +21,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from hydranet.data.dataset import SimDataset
+from hydranet.data.sim_reader import SimDataset
 from sim.config import SimConfig
 from sim.generate import generate_dataset
 from sim.nuscenes_export import export_nuscenes, sweep_config, token

@@ -1,4 +1,4 @@
-"""Dataset writer (sim/writer.py) and reader (hydranet/data/dataset.py) round trip and bad input."""
+"""Dataset writer (sim/writer.py) and reader (hydranet/data/sim_reader.py) round trip and bad input."""
 from __future__ import annotations
 
 import json

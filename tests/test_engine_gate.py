@@ -290,7 +290,7 @@ def suites(tmp_path_factory) -> Path:
 
 
 def test_suites_force_each_slice_condition(suites):
-    from hydranet.data.dataset import SimDataset
+    from hydranet.data.sim_reader import SimDataset
 
     index = json.loads((suites / SUITES_FILE).read_text())
     assert list(index["slices"]) == ["day", "night", "rain", "fog", "cones_on_road", "debris_on_road",
@@ -373,7 +373,7 @@ def oracle(frame: Path) -> dict:
 
 
 def test_unit_tests_append_in_versions_idempotently(fleet, tmp_path, monkeypatch):
-    from hydranet.data.dataset import SimDataset
+    from hydranet.data.sim_reader import SimDataset
 
     out = generate_suites(tmp_path / "s", SuitesConfig(**TINY, slices={"day": SliceSpec()}), FleetConfig(), progress=False)
     f0, f1 = fleet / "scenes" / "clip_00000" / "000001", fleet / "scenes" / "clip_00001" / "000000"

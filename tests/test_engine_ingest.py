@@ -90,7 +90,7 @@ def test_hz_samples_and_poses_and_timestamps_files(world, tmp_path):
 
 def test_image_sequences_are_read_in_place_exactly(world, tmp_path):
     from data_engine.fleet import Fleet
-    from hydranet.data.dataset import read_image
+    from hydranet.data.sim_reader import read_image
 
     assert ingest("--out", tmp_path / "f", "--source", "images", "--root", world["images"], "--rig", world["rig"]) == 0
     fl = Fleet(tmp_path / "f")

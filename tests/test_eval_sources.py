@@ -185,7 +185,7 @@ def test_a_sim_model_is_scored_on_bdd100k_through_the_class_map(single, tmp_path
 def test_a_bdd100k_model_is_scored_on_sim_data_through_the_class_map(single, tmp_path):
     import math
 
-    from hydranet.data.dataset import SimDataset
+    from hydranet.data.sim_reader import SimDataset
 
     res = evaluate_checkpoint(single["bdd_run"], single["sim"], tmp_path / "m.json", progress=False)
     assert math.isfinite(res["model"]["det2d"]["mAP50"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hydranet.data.dataset import SimDataset
+from hydranet.data.sim_reader import SimDataset
 from hydranet.geometry import transform_points
 from sim.config import SimConfig
 from sim.generate import generate_dataset

@@ -15,7 +15,8 @@ import pytest
 from dataset_fixtures import make_sim, write_map_json, write_nuscenes, write_nuscenes_map
 from devkit import HAVE_DEVKIT, needs_devkit
 from hydranet.bevgrid import BevGrid
-from hydranet.data.dataset import DatasetError, SimDataset
+from hydranet.data.reader import DatasetError
+from hydranet.data.sim_reader import SimDataset
 from hydranet.data.nuscenes import CLASSES, NuScenesDataset
 from hydranet.data.nuscenes_map import NEAR, LocalMap, MapExpansion, bev_raster, camera_drivable, camera_lanes
 from hydranet.geometry import box_corners, invert_rigid, make_transform, rot_z

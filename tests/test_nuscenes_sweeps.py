@@ -13,7 +13,8 @@ import torch
 
 from dataset_fixtures import SIM_CFG, make_sweeps_sim, write_nuscenes
 from devkit import HAVE_DEVKIT, needs_devkit
-from hydranet.data.dataset import DatasetError, SimDataset
+from hydranet.data.reader import DatasetError
+from hydranet.data.sim_reader import SimDataset
 from hydranet.data.nuscenes import NuScenesDataset
 from sim.nuscenes_export import BASE_TIME_US, SCENE_GAP_US
 

@@ -9,7 +9,8 @@ import pytest
 
 from dataset_fixtures import BDD_CATEGORY, make_sim, write_bdd100k
 from hydranet.data.bdd100k import BDD100KDataset, poly_points
-from hydranet.data.dataset import DatasetError, SimDataset
+from hydranet.data.reader import DatasetError
+from hydranet.data.sim_reader import SimDataset
 from hydranet.metrics.bdd100k import DrivableIoU, LaneFScore, coco_detection_ap
 
 

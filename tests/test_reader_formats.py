@@ -7,7 +7,7 @@ import pytest
 
 from dataset_fixtures import make_sim, write_bdd100k, write_kitti, write_nuscenes
 from hydranet.cli import main
-from hydranet.data.dataset import DatasetError
+from hydranet.data.reader import DatasetError
 from hydranet.data.formats import check_dataset, detect_format, format_report, open_dataset
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from dataset_fixtures import KITTI_CALIB, KITTI_TYPE, kitti_ego2rect, make_kitti_sim, make_sim, write_kitti
-from hydranet.data.dataset import DatasetError, SimDataset
+from hydranet.data.reader import DatasetError
+from hydranet.data.sim_reader import SimDataset
 from hydranet.data.kitti import VELO_HEIGHT_M, KittiDataset, box3d_to_label, calibration, label_to_box3d, read_calib
 from hydranet.geometry import box_corners, invert_rigid
 

@@ -10,7 +10,8 @@ import pytest
 
 from dataset_fixtures import make_sim, write_nuscenes
 from devkit import HAVE_DEVKIT, needs_devkit
-from hydranet.data.dataset import DatasetError, SimDataset
+from hydranet.data.reader import DatasetError
+from hydranet.data.sim_reader import SimDataset
 from hydranet.data.nuscenes import CATEGORY_MAP, CLASSES, NuScenesDataset
 from hydranet.data.reader import NEAR, box_in_camera, project_box_2d
 from hydranet.geometry import invert_rigid

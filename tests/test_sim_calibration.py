@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hydranet.data.dataset import SimDataset
+from hydranet.data.sim_reader import SimDataset
 from hydranet.geometry import transform_points, unproject, yaw_pitch_roll
 from sim.classes import SEMANTIC_ID
 from sim.config import SimConfig

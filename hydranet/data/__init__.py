@@ -1,4 +1,5 @@
 """hydranet.data: datasets that give the in-memory sample of docs/dataset_format.md."""
-from hydranet.data.dataset import DatasetError, SimDataset
+from hydranet.data.reader import DatasetError
+from hydranet.data.sim_reader import SimDataset
 
 __all__ = ["DatasetError", "SimDataset"]

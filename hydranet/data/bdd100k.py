@@ -33,9 +33,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from hydranet.data.dataset import BBOX_SLACK_PX, DatasetError
-from hydranet.data.dataset import FrameReader
-from hydranet.data.reader import decode_image, make_rig
+from hydranet.data.reader import BBOX_SLACK_PX, DatasetError, FrameReader, decode_image, make_rig
 from hydranet.io import check_name, path_inside, read_json
 
 FORMAT = "bdd100k"

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from hydranet.data.dataset import SIM_HEADS, DatasetError, SimDataset
+from hydranet.data.reader import DatasetError
+from hydranet.data.sim_reader import SIM_HEADS, SimDataset
 
 FORMATS = ("sim", "nuscenes", "kitti", "bdd100k")
 # which heads each format can supervise at most (a sample may supervise fewer: nuScenes drivable, lanes and

@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hydranet.data.dataset import BBOX_SLACK_PX, MAX_BOX_CENTER_M, MAX_BOX_SIZE_M, DatasetError, FrameReader
-from hydranet.data.reader import decode_image, make_rig
+from hydranet.data.reader import BBOX_SLACK_PX, MAX_BOX_CENTER_M, MAX_BOX_SIZE_M, DatasetError, FrameReader, decode_image, \
+    make_rig
 from hydranet.geometry import invert_rigid
 from hydranet.io import path_inside
 

@@ -40,11 +40,10 @@ from pathlib import Path
 import numpy as np
 
 from hydranet.bevgrid import BevGrid
-from hydranet.data.dataset import DatasetError
-from hydranet.data.dataset import FrameReader
 from hydranet.data.nuscenes_map import LINE_LAYERS, LocalMap, MapExpansion, bev_raster, camera_drivable, camera_lanes, \
     lanes_3d
-from hydranet.data.reader import boxes_in_camera, decode_image, make_rig, project_boxes_2d, select_cameras
+from hydranet.data.reader import DatasetError, FrameReader, boxes_in_camera, decode_image, make_rig, project_boxes_2d, \
+    select_cameras
 from hydranet.geometry import invert_rigid, make_transform, quaternion_to_matrix
 from hydranet.io import check_name, path_inside, read_json
 from hydranet.metrics.nuscenes_data import CATEGORY_TO_DETECTION, MINI_SPLITS, OFFICIAL_SPLITS

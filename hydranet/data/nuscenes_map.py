@@ -34,8 +34,7 @@ import cv2
 import numpy as np
 
 from hydranet.bevgrid import BevGrid
-from hydranet.data.dataset import DatasetError
-from hydranet.data.reader import NEAR
+from hydranet.data.reader import NEAR, DatasetError
 from hydranet.geometry import transform_points
 from hydranet.io import read_json
 

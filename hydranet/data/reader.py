@@ -1,5 +1,7 @@
-"""What every public-dataset reader shares: frames grouped by scene, indexing with the
-`on_bad_frame` policy, clips, image decoding, and the 2D box a 3D box projects to.
+"""The base reader: `DatasetError`, `FrameReader` (frames grouped by scene, indexing with the
+`on_bad_frame` policy, clips) and what every reader (sim and public datasets) shares: the label
+plausibility limits, image decoding, the 2D box a 3D box projects to. The sim format's reader is
+`hydranet.data.sim_reader`, each public dataset's its own module (nuscenes, bdd100k, kitti, video).
 
 A reader subclasses `FrameReader`, fills `scenes` (list of {"name", "frames": [...]}) and
 `meta`/`rig`, and implements `load(i)` returning the in-memory sample of docs/dataset_format.md
@@ -9,15 +11,128 @@ exactly as `SimDataset`'s. numpy + OpenCV only: no torch here.
 """
 from __future__ import annotations
 
+import abc
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from hydranet.data.dataset import DatasetError
 from hydranet.data.image import ImageError, decode_bytes
 from hydranet.geometry import Camera, box_corners
 from hydranet.rig import Rig
+
+
+class DatasetError(ValueError):
+    """The dataset on disk is missing, of another format, or has a broken file (`.path`, when known)."""
+
+    def __init__(self, message: str, path: Path | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+# -- label plausibility limits (every reader's label checks) ---------------------------------
+MAX_BOX_CENTER_M = 1000.0  # a 3D box farther from the ego than this is a broken label, not an object
+MAX_BOX_SIZE_M = 100.0
+MAX_SPEED_MPS = 150.0
+BBOX_SLACK_PX = 1.0  # a 2D box may exceed the image by this much (it is a pixel extent)
+
+
+# -- the reader base ----------------------------------------------------------------------
+class FrameReader(abc.ABC):
+    """Frames of a dataset flattened over scenes in order (see module docstring).
+
+    Subclasses set `self.root`, `self.meta` (at least "format", "classes"), `self.rig`,
+    `self.scenes` (list of {"name": str, "frames": list}) and implement `load(i)`; then call
+    `self._index_frames()`. `self.class_map` maps the dataset's own category names to project
+    classes (None = not used), for `hydranet data check`."""
+
+    format: str = "?"
+    on_bad_frame: str = "raise"
+    remedy: str = ""  # what to do when no frame or clip is readable, appended to that error
+
+    def _init_policy(self, on_bad_frame: str) -> None:
+        if on_bad_frame not in ("raise", "skip"):
+            raise ValueError(f"on_bad_frame must be 'raise' or 'skip', got {on_bad_frame!r}")
+        self.on_bad_frame = on_bad_frame
+        self.skipped: list[str] = []
+        self._bad: set[int] = set()
+
+    def _index_frames(self) -> None:
+        self._frames = [(si, fi) for si, s in enumerate(self.scenes) for fi in range(len(s["frames"]))]
+        self.frame_ids = [(self.scenes[s]["name"], self.frame_name(s, f)) for s, f in self._frames]
+
+    def frame_name(self, scene: int, frame: int) -> str:
+        """A readable id of frame `frame` of scene position `scene` (the second element of frame_ids)."""
+        return f"{frame:06d}"
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.meta["classes"])
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def __getitem__(self, i: int) -> dict:
+        return self._first_good(self._index(i))
+
+    def is_bad(self, i: int) -> bool:
+        """As `SimDataset.is_bad`: frame i was found bad so far (skip mode gave another frame for it)."""
+        return self._index(i) in self._bad
+
+    @abc.abstractmethod
+    def load(self, i: int) -> dict:
+        """Frame i as on disk (never skips); DatasetError on a bad file."""
+
+    def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
+        """As `SimDataset.clip`: the `length` frames of one scene ending at flat index i."""
+        i, ends = self._index(i), self.clip_ends(length, pad)
+        if i not in ends:
+            s, f = self._frames[i]
+            raise ValueError(f"frame {i} is frame {f} of scene {self.scenes[s]['name']}; a clip of length {length} "
+                             f"needs at least {length - 1} earlier frames; pick i from clip_ends({length}) or pass pad=True")
+        pos = ends.index(i)
+        for j in ends[pos:] + ends[:pos]:
+            have = min(length - 1, self._frames[j][1])
+            try:
+                frames = [self._load_checked(k) for k in range(j - have, j + 1)]
+            except DatasetError:
+                if self.on_bad_frame == "raise":
+                    raise
+                continue
+            return [frames[0]] * (length - 1 - have) + frames
+        raise DatasetError(f"{self.root}: no clip of length {length} is readable ({len(self.skipped)} bad files){self.remedy}")
+
+    def clip_ends(self, length: int, pad: bool = False) -> list[int]:
+        if length < 1:
+            raise ValueError(f"clip length must be >= 1, got {length}")
+        return [i for i, (_, f) in enumerate(self._frames) if pad or f >= length - 1]
+
+    def _index(self, i: int) -> int:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"frame index {i} out of range for {n} frames")
+        return i % n
+
+    def _first_good(self, i: int) -> dict:
+        for k in range(len(self)):
+            j = (i + k) % len(self)
+            try:
+                return self._load_checked(j)
+            except DatasetError:
+                if self.on_bad_frame == "raise":
+                    raise
+        raise DatasetError(f"{self.root}: no frame is readable ({len(self.skipped)} bad files){self.remedy}")
+
+    def _load_checked(self, j: int) -> dict:
+        if j in self._bad:
+            raise DatasetError(f"frame {j} was already found bad")
+        try:
+            return self.load(j)
+        except DatasetError as e:
+            if self.on_bad_frame == "skip":
+                self._bad.add(j)
+                self.skipped.append(str(e.path or e))
+            raise
 
 
 def decode_image(path: Path, fix: str, shape: tuple | None = None, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:

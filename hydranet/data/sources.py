@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hydranet.data.dataset import SIM_HEADS, DatasetError
+from hydranet.data.reader import DatasetError
+from hydranet.data.sim_reader import SIM_HEADS
 from hydranet.data.formats import FORMAT_HEADS, detect_format, open_dataset
 
 MERGED_LISTS = ("classes", "sign_classes", "light_states", "lane_types")
