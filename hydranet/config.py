@@ -1,4 +1,6 @@
-"""Typed configuration: YAML files mapped onto frozen dataclasses.
+"""The config loader every schema uses (it holds no schema itself): YAML files mapped onto frozen
+dataclasses. The schemas: hydranet/experiment.py (training), sim/config.py (the simulator),
+data_engine/config.py (the engine loop).
 
 `load_config(Schema, path, overrides)` reads YAML, applies `a.b=value` overrides and builds the
 dataclass tree. An unknown key or a value of the wrong type raises `ConfigError` naming the

@@ -1,4 +1,5 @@
-"""Simulator configuration (frozen dataclasses, loaded by hydranet.config).
+"""The simulator's config schema (configs/sim.yaml: conditions, traffic, roads, look), as frozen
+dataclasses loaded by hydranet.config.
 
 Every value is checked when the config is built: a probability outside [0, 1], a negative agent
 count, `frames_per_scene <= 0` or a zero BEV resolution raise `ConfigError` naming the key, so a
