@@ -187,8 +187,9 @@ def _bootstrap(rule: GateRule, suite: str, cand: Mapping[str, Any], prod: Mappin
         return "one clip: nothing to resample"
     name = cand["heads"][head]["metric"]
 
-    def items(states, clip):
-        return [s for i in groups[clip] if states[i] is not None for s in states[i]]
+    def items(states, clip):  # a clip's item states, merged once where the metric can (`Metric.merge_states`)
+        merged = metric.merge_states([s for i in groups[clip] if states[i] is not None for s in states[i]])
+        return merged if isinstance(merged, list) else [] if merged is None else [merged]
 
     per_clip = [(items(c_states, k), items(p_states, k)) for k in range(len(groups))]
     draws = _resample(rule, suite, len(groups))
@@ -405,8 +406,9 @@ def format_gate(report: Mapping[str, Any]) -> str:
     with_ci = sum(r.get("delta_ci") is not None for r in report["rows"])
     scored = sum(r["delta"] is not None for r in report["rows"])
     how = (f"paired bootstrap over each suite's clips, {rule['resamples']} resamples, seed {rule['seed']}: a row fails "
-           f"when its whole {level} interval lies beyond the rule; {with_ci} of {scored} rows have an interval, the "
-           "others are decided on the point estimate" if with_ci else
+           f"when its whole {level} interval lies beyond the rule; " +
+           (f"{with_ci} of {scored} rows have an interval, the others are decided on the point estimate"
+            if with_ci < scored else f"all {scored} rows have an interval") if with_ci else
            "point estimates: no row has an interval" + ("" if rule.get("resamples") else " (gate.resamples 0)"))
     if report["promote"]:
         sure = f" with {level} confidence" if with_ci else ""

@@ -191,6 +191,9 @@ def test_rule_values_are_checked():
 class MeanMetric:
     """A metric whose state per item is {"v": value} and whose value is the mean over items."""
 
+    def merge_states(self, states):
+        return list(states)
+
     def compute_states(self, states):
         vals = [s["v"] for s in states if s is not None]
         return {"m_det": float(np.mean(vals)) if vals else math.nan}

@@ -135,3 +135,16 @@ def test_det2d_states_match_pycocotools_with_crowd_regions():
     got = coco_map_states([coco_image_state(g, p, 3) for g, p in zip(gts, preds)], 3)
     assert got["mAP"] == pytest.approx(ref["mAP"], abs=1e-12) and got["mAP50"] == pytest.approx(ref["mAP50"], abs=1e-12)
     assert 0 < got["mAP"] < got["mAP50"] < 1
+
+
+@pytest.mark.parametrize("name", sorted({**TASKS, **BEV_TASKS}))
+def test_merged_states_give_the_same_metric(name):
+    """`merge_states` (what the gate applies to each clip before resampling) changes nothing."""
+    _, metric, _ = _run(name)
+    states = metric.states()
+    half = len(states) // 2
+    parts = [metric.merge_states(states[:half]), metric.merge_states(states[half:])]
+    flat = [s for p in parts for s in (p if isinstance(p, list) else [p])]
+    ref = metric.compute_states(states)
+    for key, v in metric.compute_states(flat).items():
+        assert _same(v, ref[key]), (name, key, v, ref[key])

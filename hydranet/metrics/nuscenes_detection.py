@@ -270,16 +270,40 @@ def sample_state(token: str, gt: list, pred: list, cfg: DetectionConfig) -> dict
     return out
 
 
+def _entry_arrays(e: dict) -> dict:
+    """One class's entry of a `sample_state` (JSON lists) as numpy arrays (merged entries already are)."""
+    if isinstance(e["conf"], np.ndarray):
+        return e
+    err = np.asarray([[np.nan if v is None else v for v in row] for row in e["err"]], float)
+    return {"npos": e["npos"], "conf": np.asarray(e["conf"], float), "hit": np.asarray(e["hit"], np.int64),
+            "err": err.reshape(-1, len(TP_METRICS))}
+
+
+def merge_sample_states(states: list) -> dict[str, Any]:
+    """Samples' `sample_state`s as one (numpy arrays, concatenated in sample order): `state_metrics` of it is
+    that of the list."""
+    out: dict[str, Any] = {}
+    for s in states:
+        for c, e in s.items():
+            e = _entry_arrays(e)
+            if c not in out:
+                out[c] = e
+            else:
+                o = out[c]
+                out[c] = {"npos": o["npos"] + e["npos"], "conf": np.concatenate([o["conf"], e["conf"]]),
+                          "hit": np.concatenate([o["hit"], e["hit"]]), "err": np.concatenate([o["err"], e["err"]])}
+    return out
+
+
 def state_metrics(states: list, cfg: DetectionConfig) -> DetectionMetrics:
     """The metrics of samples' `sample_state`s, in sample order (equal to `evaluate_boxes` on them)."""
     data = {}
     for c in cfg.class_range:
-        mine = [s[c] for s in states if c in s]
+        mine = [_entry_arrays(s[c]) for s in states if c in s]
         npos = sum(e["npos"] for e in mine)
-        conf = np.asarray([v for e in mine for v in e["conf"]], float)
-        hit = np.asarray([v for e in mine for v in e["hit"]], np.int64)
-        err = np.asarray([[np.nan if v is None else v for v in row] for e in mine for row in e["err"]],
-                         float).reshape(-1, len(TP_METRICS))
+        conf = np.concatenate([e["conf"] for e in mine]) if mine else np.zeros(0)
+        hit = np.concatenate([e["hit"] for e in mine]) if mine else np.zeros(0, np.int64)
+        err = np.concatenate([e["err"] for e in mine]) if mine else np.zeros((0, len(TP_METRICS)))
         errors = {m: err[:, i] for i, m in enumerate(TP_METRICS)}
         for i, th in enumerate(cfg.dist_ths):
             data[(c, th)] = metric_data(npos, conf, (hit >> i) & 1 == 1, errors)

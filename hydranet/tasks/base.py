@@ -116,6 +116,11 @@ class Metric(abc.ABC):
         item it equals `compute()` (tests/test_metric_states.py)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no per-item states")
 
+    def merge_states(self, states: Sequence) -> Any:
+        """Optional: `states` as one state that `compute_states` takes in their place (the gate merges each
+        clip once before it resamples clips). The default keeps the list (no merging)."""
+        return list(states)
+
 
 @dataclass(frozen=True)
 class PrimaryMetric:

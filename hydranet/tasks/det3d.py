@@ -28,7 +28,7 @@ from torch import nn
 from hydranet import heads
 from hydranet.bevgrid import BevGrid, grid_of
 from hydranet.metrics import DetectionConfig, evaluate_boxes
-from hydranet.metrics.nuscenes_detection import sample_state, state_metrics
+from hydranet.metrics.nuscenes_detection import merge_sample_states, sample_state, state_metrics
 from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
                                        write_results)
 from hydranet.tasks.base import Metric, PrimaryMetric, Task, decode_numpy, no_detections, require, score_constant
@@ -307,6 +307,11 @@ class Det3dMetric(CenterDistanceAP):
             return {}
         m = state_metrics(states, self.config)
         return self._nuscenes_values(m)
+
+    def merge_states(self, states: Sequence) -> dict | None:
+        """Frames' states as one (numpy arrays, in frame order); None when no frame has one."""
+        states = [s for s in states if s is not None]
+        return merge_sample_states(states) if states else None
 
     @staticmethod
     def _nuscenes_values(m) -> dict[str, float]:
