@@ -185,6 +185,22 @@ def test_recorded_frames_go_to_labelling_files_as_png_bit_identical_on_resend(wo
     db = sqlite3.connect(str(cat))
     assert db.execute("SELECT count(*) FROM labels").fetchone()[0] == 2
     db.close()
+    # accepted labels of the recorded fleet train: the accepted set holds the labelled frames' pixels (one-frame
+    # scenes: the fleet has no poses) and a 1-step fine-tune from production runs on them mixed with its base set
+    assert main(["engine", "jobs", "--catalog", str(cat), "--accept", "all", "--by", "tester"]) == 0
+    run = world["root"] / "run_model"
+    assert main(["engine", "retrain", "--production", str(run), "--catalog", str(cat), "--out", str(tmp_path / "re"),
+                 "--steps", "1", "--quiet"]) == 0
+    from hydranet.data import SimDataset
+
+    acc = SimDataset(tmp_path / "re" / "accepted")
+    assert len(acc) == 2 and all(len(s["frames"]) == 1 for s in acc.scenes)
+    sample = acc[0]
+    clip, fdir = acc.scenes[0]["clip"]["name"], acc.scenes[0]["frames"][0]["dir"]
+    frame = fl.read(clip, fdir, [acc.rig.names[0]])[0].astype(np.int16)
+    assert np.abs(sample["images"][0].astype(np.int16) - frame).mean() < 2.0  # the labelled pixels (JPEG q95)
+    boxes = [b for c in sample["labels"]["cameras"].values() for b in c.get("boxes2d", [])]
+    assert [b["bbox"] for b in boxes][:1] == [[10.0, 10.0, 30.0, 25.0]] and (tmp_path / "re" / "checkpoint.pt").is_file()
 
 
 def test_a_bev_model_runs_on_its_rig_at_another_resolution_and_refuses_another_calibration(world, tmp_path):
@@ -204,18 +220,3 @@ def test_a_bev_model_runs_on_its_rig_at_another_resolution_and_refuses_another_c
     cam["cam2ego"][0][3] += 0.5
     (moved / "dataset.json").write_text(json.dumps(meta))
     assert main(argv[:5] + [str(tmp_path / "d.db")] + argv[6:] + [str(moved)]) == 2
-    # accepted labels of the recorded fleet train: the accepted set holds the labelled frames' pixels (one-frame
-    # scenes: the fleet has no poses) and a 1-step fine-tune from production runs on them mixed with its base set
-    assert main(["engine", "jobs", "--catalog", str(cat), "--accept", "all", "--by", "tester"]) == 0
-    run = world["root"] / "run_model"
-    assert main(["engine", "retrain", "--production", str(run), "--catalog", str(cat), "--out", str(tmp_path / "re"),
-                 "--steps", "1", "--quiet"]) == 0
-    from hydranet.data import SimDataset
-
-    acc = SimDataset(tmp_path / "re" / "accepted")
-    assert len(acc) == 2 and all(len(s["frames"]) == 1 for s in acc.scenes)
-    sample = acc[0]
-    clip, fdir = acc.scenes[0]["clip"]["name"], acc.scenes[0]["frames"][0]["dir"]
-    frame = fl.read(clip, fdir, [acc.rig.names[0]])[0].astype(np.int16)
-    assert np.abs(sample["images"][0].astype(np.int16) - frame).mean() < 2.0  # the labelled pixels (JPEG q95)
-    assert sample["labels"]["boxes"] and (tmp_path / "re" / "checkpoint.pt").is_file()
