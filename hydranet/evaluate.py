@@ -311,11 +311,11 @@ def source_names(cfg, roots: Sequence[str | Path]) -> list[str]:
     """A name per evaluated folder: its data.sources entry's (name, else "<format><index>" with the
     detected format, as training names it), else the folder's own name; repeats get "-2", "-3", ..."""
     from hydranet.data.formats import detect_format
-    from hydranet.data.sources import _same
+    from hydranet.data.sources import same_path
 
     names: list[str] = []
     for root in roots:
-        i = next((i for i, s in enumerate(cfg.data.sources) if _same(root, s.root)), None)
+        i = next((i for i, s in enumerate(cfg.data.sources) if same_path(root, s.root)), None)
         if i is not None:
             src = cfg.data.sources[i]
             name = src.name or f"{src.format if src.format != 'auto' else detect_format(root)}{i}"
