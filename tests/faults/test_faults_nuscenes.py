@@ -55,7 +55,7 @@ NUSCENES_CASES = [
     sub_case("missing-field", lambda sub, tok: sub["results"][tok][0].pop("size"), ("missing", "size", TOKEN)),
     sub_case("meta-not-object", lambda sub, tok: sub.update(meta=[]), ("meta",)),
     sub_case("missing-sample", lambda sub, tok: sub["results"].pop(tok), ("have no entry", TOKEN)),
-    sub_case("not-json", None, ("results.json", "not valid json"), raw="{"),
+    sub_case("not-json", None, ("results.json", "corrupt json"), raw="{"),
     sub_case("valid", lambda sub, tok: None, (), status=0),  # control row: the submission itself is fine
 ]
 
