@@ -44,7 +44,7 @@ from typing import Any
 
 from data_engine.catalog import Catalog
 from data_engine.signals import SIGNALS
-from hydranet.io import temp_path
+from hydranet.io import replace_folder, temp_path
 
 FORMAT_VERSION = "1.0.0"  # the FiftyOne document version written (see the module docstring)
 _F = "fiftyone.core.fields."
@@ -327,13 +327,7 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
                "workspaces": [], "annotation_runs": {}, "brain_methods": {}, "evaluations": {}, "runs": {}}
         (tmp / "metadata.json").write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
         (tmp / "samples.json").write_text(json.dumps({"samples": samples}, allow_nan=False) + "\n")
-        if out.exists():  # --overwrite: the old export goes only once the new one is complete
-            old = out.with_name(f"{out.name}.old-{os.getpid()}")
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
+        replace_folder(tmp, out)  # --overwrite: the old export goes only once the new one is complete
     except OSError as e:  # a full disk, a folder not writable: nothing half-written stays
         shutil.rmtree(tmp, ignore_errors=True)
         raise FiftyOneExportError(f"cannot write the export {out} ({e.strerror or e}: {e.filename or tmp}); free space or give "

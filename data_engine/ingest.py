@@ -240,24 +240,31 @@ def _clip_poses(poses, clip: str, path) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 # -- sources ---------------------------------------------------------------------------------------------------
+def _recording(folder: Path, flag: str, layout: str, rig_file: Path, hz: float | None, poses: Path | None):
+    """(rig, poses table or None, clip folders) of a recordings folder, each checked with a one-line error."""
+    from hydranet.rig import load_rig
+
+    _check_hz(hz)
+    if not folder.is_dir():
+        raise IngestError(f"{flag} {folder} is not a folder; lay recordings out as {layout} (docs/recordings.md)")
+    rig = load_rig(rig_file)
+    pose_table = read_poses(poses) if poses is not None else None
+    clip_dirs = sorted(p for p in folder.iterdir() if p.is_dir())
+    if not clip_dirs:
+        raise IngestError(f"{flag} {folder} holds no clip folder; lay recordings out as {layout} (docs/recordings.md)")
+    return rig, pose_table, clip_dirs
+
+
 def ingest_video(videos: Path, rig_file: Path, hz: float | None = None, timestamps: Path | None = None,
                  poses: Path | None = None, progress: bool = False) -> dict[str, Any]:
     """videos/<clip>/<CAMERA>.mp4|mov|mkv (camera names those of the rig file) -> a fleet dict."""
     from tqdm import tqdm
 
     from hydranet.data.video import VIDEO_SUFFIXES, VideoError, index_video
-    from hydranet.rig import load_rig
 
-    _check_hz(hz)
     videos = Path(videos)
-    if not videos.is_dir():
-        raise IngestError(f"--videos {videos} is not a folder; lay videos out as DIR/<clip>/<CAMERA>.mp4 (docs/recordings.md)")
-    rig = load_rig(rig_file)
+    rig, pose_table, clip_dirs = _recording(videos, "--videos", "DIR/<clip>/<CAMERA>.mp4", rig_file, hz, poses)
     stamps = read_timestamps(timestamps) if timestamps is not None else None
-    pose_table = read_poses(poses) if poses is not None else None
-    clip_dirs = sorted(p for p in videos.iterdir() if p.is_dir())
-    if not clip_dirs:
-        raise IngestError(f"--videos {videos} holds no clip folder; lay videos out as DIR/<clip>/<CAMERA>.mp4")
     clips = []
     for cdir in tqdm(clip_dirs, desc="ingest videos", unit="clip", disable=not progress):
         clip = check_name(cdir.name, "clip", f"--videos {videos}", IngestError)
@@ -316,16 +323,10 @@ def _stamp_us(stem: str, path: Path) -> int:
 
 def ingest_images(root: Path, rig_file: Path, hz: float | None = None, poses: Path | None = None) -> dict[str, Any]:
     """root/<clip>/<CAMERA>/<timestamp>.jpg|png (camera names those of the rig) -> a fleet dict."""
-    from hydranet.rig import load_rig
-
-    _check_hz(hz)
     root = Path(root)
-    if not root.is_dir():
-        raise IngestError(f"--root {root} is not a folder; lay images out as ROOT/<clip>/<CAMERA>/<timestamp>.jpg")
-    rig = load_rig(rig_file)
-    pose_table = read_poses(poses) if poses is not None else None
+    rig, pose_table, clip_dirs = _recording(root, "--root", "ROOT/<clip>/<CAMERA>/<timestamp>.jpg", rig_file, hz, poses)
     clips = []
-    for cdir in sorted(p for p in root.iterdir() if p.is_dir()):
+    for cdir in clip_dirs:
         clip = check_name(cdir.name, "clip", f"--root {root}", IngestError)
         folders = {p.name for p in cdir.iterdir() if p.is_dir()}
         unknown = sorted(folders - set(rig.names))

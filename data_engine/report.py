@@ -34,6 +34,7 @@ from data_engine.catalog import Catalog
 from data_engine.evaluation import RunTruth, load_run_truth, trigger_markdown, trigger_rows, truth_summary
 from data_engine.fleet import read_frame
 from data_engine.signals import SIGNALS
+from hydranet.io import replace_folder
 from hydranet.viz import class_color, mosaic, write_png
 
 TILE_W = 256  # contact sheet width of one camera image (pixels); images are scaled to it
@@ -353,13 +354,7 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
         if hist is not None:
             write_png(tmp / "signals.png", hist)
         (tmp / "report.md").write_text("\n".join(md) + "\n")
-        if out.exists():  # --overwrite: the old report goes only once the new one is complete
-            old = out.with_name(f"{out.name}.old-{os.getpid()}")
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
+        replace_folder(tmp, out)  # --overwrite: the old report goes only once the new one is complete
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -25,7 +25,7 @@ from hydranet.rig import check_name
 
 __all__ = ["CHECKPOINT", "PathOutsideRoot", "TMP", "atomic_path", "atomic_write_bytes", "atomic_write_text", "temp_path",
            "check_name", "checkpoint_file", "exclusive_lock", "file_sha256", "frame_path", "path_inside", "pid_alive",
-           "read_json", "remove_stale_temps"]
+           "read_json", "remove_stale_temps", "replace_folder"]
 
 
 class PathOutsideRoot(ValueError):
@@ -214,3 +214,14 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def replace_folder(tmp: Path, out: Path) -> None:
+    """Move a completed folder `tmp` to `out`; an existing `out` is removed only once `tmp` is in its place."""
+    if out.exists():
+        old = out.with_name(f"{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(out)
