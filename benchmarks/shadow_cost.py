@@ -3,6 +3,7 @@ one clip per transaction) against plain `HydraRuntime.step` inference over the s
 order (JPEG reading included in both). Run by hand, not in CI:
 
     .venv/bin/python benchmarks/shadow_cost.py [--clips 8] [--frames 4] [--steps 30] [--repeats 3] [--profile]
+                                               [--width 1600 --height 900]
 
 A fleet (configs/fleet.yaml, --clips clips of --frames frames) and configs/engine_tiny.yaml trained
 --steps steps on it and exported are built in a temp folder under /tmp (deleted at the end). Both
@@ -35,8 +36,9 @@ def run(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="shadow_cost_", dir="/tmp"))
     try:
         fleet = tmp / "fleet"
+        size = ["--set", f"sim.image_width={args.width}", "--set", f"sim.image_height={args.height}"] if args.width else []
         assert main(["engine", "fleet", "--out", str(fleet), "--clips", str(args.clips), "--seed", "0", "--quiet",
-                     "--set", f"sim.frames_per_scene={args.frames}"]) == 0
+                     "--set", f"sim.frames_per_scene={args.frames}", *size]) == 0
         cfg = load_experiment("configs/engine_tiny.yaml", [f"data.root={fleet}", f"steps={args.steps}",
                                                             f"checkpoint_every={args.steps}", "device=cpu", "num_workers=0"])
         train(cfg, tmp / "run", progress=False)
@@ -81,7 +83,8 @@ def run(args) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     H, W = rt.image_size
-    print(f"# shadow-mode cost: {args.clips} clips x {args.frames} frames = {n} frames, {len(cams)} cameras, "
+    src = f"{args.width}x{args.height}" if args.width else "the fleet config's size"
+    print(f"# shadow-mode cost: {args.clips} clips x {args.frames} frames = {n} frames, {len(cams)} cameras at {src}, "
           f"model engine_tiny {W}x{H} ({args.steps} steps), 1 process\n")
     print("| repeat | plain runtime frames/s | shadow frames/s | shadow cost (plain / shadow) |\n|---|---:|---:|---:|")
     for k, (p, s) in enumerate(rows):
@@ -101,4 +104,6 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=30, help="training steps of the model (its outputs drive the signals)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--width", type=int, default=0, help="camera image width of the fleet (e.g. 1600; 0: configs/fleet.yaml)")
+    ap.add_argument("--height", type=int, default=0, help="camera image height of the fleet (e.g. 900)")
     run(ap.parse_args())
