@@ -106,3 +106,18 @@ def test_the_unit_tests_grow_in_a_default_hybrid_round(tmp_path):
     assert state["done"]["label"]["accepted"] == 2
     assert state["done"]["unit_tests"]["added"] == 2
     assert load_suites(suites, verify=False)["suites"]["unit_tests"]["frames"] == 2
+
+
+def test_engine_mine_prints_each_pick_with_its_score_and_triggers():
+    """A curator reads why each frame was picked from the command's output, not only a count."""
+    from hydranet.cli.engine import PICKS_SHOWN, format_picks
+
+    items = [{"rank": k, "frame_id": 10 + k, "clip": "clip_00003", "frame": k,
+              "reason": {"strategy": "hybrid", "score": 0.5 - k / 100, "trigger_scores": {"novelty": 0.91, "flicker": 2.0}}}
+             for k in range(PICKS_SHOWN + 3)]
+    items[1]["reason"] = {"strategy": "random", "score": None}
+    lines = format_picks(items).splitlines()
+    assert lines[0].split()[:3] == ["rank", "frame", "id"]
+    assert lines[1].split() == ["0", "10", "clip_00003/000000", "0.5000", "novelty", "0.91,", "flicker", "2"]
+    assert lines[2].split()[3:] == ["-", "-"]  # no score, no trigger fired: said, not left blank
+    assert len(lines) == 1 + PICKS_SHOWN + 1 and lines[-1] == "... and 3 more in the selection file"

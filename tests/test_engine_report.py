@@ -151,7 +151,8 @@ def test_similar_image_returns_the_query_frame_first(env, capsys):
     img = env["fleet"] / "scenes" / str(t["clip"][5]) / f"{int(t['idx'][5]):06d}" / "CAM_FRONT.jpg"
     assert main(["engine", "similar", "--catalog", str(env["catalog"]), "--image", str(img), "--model", str(env["model"]),
                  "--k", "3"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    header, *lines = capsys.readouterr().out.strip().splitlines()
+    assert header.split() == ["frame", "id", "clip/frame", "similarity"]
     assert len(lines) == 3 and int(lines[0].split()[0]) == int(t["frame_id"][5])
 
 

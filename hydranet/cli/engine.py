@@ -73,6 +73,24 @@ def cmd_engine_mine(args) -> None:
     sel = mine(args.catalog, args.budget, args.strategy, _engine_config(args), args.unit, args.run, args.name)
     write_selection(sel, args.out)
     print(f"selected {len(sel['items'])} {args.unit}(s) of {sel['pool']} by {args.strategy} -> {args.out}")
+    print(format_picks(sel["items"]))
+
+
+PICKS_SHOWN = 20
+
+
+def format_picks(items: list[dict]) -> str:
+    """The first PICKS_SHOWN picks as a table: rank, frame id, clip/frame, the strategy's score, triggers fired."""
+    lines = [f"{'rank':>4}  {'frame id':>8}  {'clip/frame':<28} {'score':>8}  triggers fired"]
+    for it in items[:PICKS_SHOWN]:
+        r = it.get("reason") or {}
+        score = "-" if r.get("score") is None else f"{r['score']:.4f}"
+        fired = ", ".join(f"{t} {v:.3g}" for t, v in (r.get("trigger_scores") or {}).items()) or "-"
+        lines.append(f"{it['rank']:>4}  {it['frame_id']:>8}  {it['clip'] + '/' + format(it['frame'], '06d'):<28} "
+                     f"{score:>8}  {fired}")
+    if len(items) > PICKS_SHOWN:
+        lines.append(f"... and {len(items) - PICKS_SHOWN} more in the selection file")
+    return "\n".join(lines)
 
 
 def cmd_engine_similar(args) -> None:
@@ -87,8 +105,9 @@ def cmd_engine_similar(args) -> None:
         if args.model is not None or args.camera is not None:
             raise ValueError("--model and --camera go with --image; --frame uses the catalog's embeddings")
         res = similar(args.catalog, args.frame, args.k, args.run)
+    print(f"{'frame id':>8}  {'clip/frame':<28} similarity")
     for r in res:
-        print(f"{r['frame_id']:8d}  {r['clip']}/{r['frame']:06d}  {r['similarity']:.4f}")
+        print(f"{r['frame_id']:8d}  {r['clip'] + '/' + format(r['frame'], '06d'):<28} {r['similarity']:.4f}")
 
 
 def cmd_engine_report(args) -> None:
