@@ -240,6 +240,18 @@ def _clip_poses(poses, clip: str, path) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 # -- sources ---------------------------------------------------------------------------------------------------
+def _check_cameras(clip_dir: Path, found: Mapping[str, Path], rig, rig_file: Path, what: str) -> None:
+    """IngestError unless a clip folder holds one `what` (video, image folder) per rig camera, and no other."""
+    unknown = sorted(set(found) - set(rig.names))
+    if unknown:
+        raise IngestError(f"{found[unknown[0]]}: camera {unknown[0]!r} is not in rig {rig_file} ({rig.names}); rename it "
+                          "or add the camera to the rig")
+    missing = [c for c in rig.names if c not in found]
+    if missing:
+        raise IngestError(f"{clip_dir}: no {what} for camera {missing[0]} of rig {rig_file}; add it or drop the camera "
+                          "from the rig")
+
+
 def _recording(folder: Path, flag: str, layout: str, rig_file: Path, hz: float | None, poses: Path | None):
     """(rig, poses table or None, clip folders) of a recordings folder, each checked with a one-line error."""
     from hydranet.rig import load_rig
@@ -269,14 +281,7 @@ def ingest_video(videos: Path, rig_file: Path, hz: float | None = None, timestam
     for cdir in tqdm(clip_dirs, desc="ingest videos", unit="clip", disable=not progress):
         clip = check_name(cdir.name, "clip", f"--videos {videos}", IngestError)
         files = {p.stem: p for p in sorted(cdir.iterdir()) if p.suffix.lower() in VIDEO_SUFFIXES}
-        unknown = sorted(set(files) - set(rig.names))
-        if unknown:
-            raise IngestError(f"{files[unknown[0]]}: camera {unknown[0]!r} is not in rig {rig_file} ({rig.names}); rename the "
-                              "video or add the camera to the rig")
-        missing = [c for c in rig.names if c not in files]
-        if missing:
-            raise IngestError(f"{cdir}: no video for camera {missing[0]} of rig {rig_file} (looked for "
-                              f"{missing[0]}{{{','.join(VIDEO_SUFFIXES)}}}); add it or drop the camera from the rig")
+        _check_cameras(cdir, files, rig, rig_file, "video")  # <CAMERA>.mp4, .mov or .mkv
         times = {}
         for cam in rig.names:
             path = path_inside(videos, f"{clip}/{files[cam].name}", f"--videos {videos}", IngestError)
@@ -328,15 +333,7 @@ def ingest_images(root: Path, rig_file: Path, hz: float | None = None, poses: Pa
     clips = []
     for cdir in clip_dirs:
         clip = check_name(cdir.name, "clip", f"--root {root}", IngestError)
-        folders = {p.name for p in cdir.iterdir() if p.is_dir()}
-        unknown = sorted(folders - set(rig.names))
-        if unknown:
-            raise IngestError(f"{cdir / unknown[0]}: camera {unknown[0]!r} is not in rig {rig_file} ({rig.names}); rename "
-                              "the folder or add the camera to the rig")
-        missing = [c for c in rig.names if c not in folders]
-        if missing:
-            raise IngestError(f"{cdir}: no image folder for camera {missing[0]} of rig {rig_file}; add it or drop the "
-                              "camera from the rig")
+        _check_cameras(cdir, {p.name: p for p in cdir.iterdir() if p.is_dir()}, rig, rig_file, "image folder")
         times, names = {}, {}
         for cam in rig.names:
             files = sorted((p for p in (cdir / cam).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES),
