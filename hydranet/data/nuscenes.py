@@ -34,7 +34,6 @@ tables become (docs/datasets.md has the full table):
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +43,10 @@ from hydranet.data.nuscenes_map import LINE_LAYERS, LocalMap, MapExpansion, bev_
     lanes_3d
 from hydranet.data.reader import DatasetError, FrameReader, boxes_in_camera, decode_image, make_rig, project_boxes_2d, \
     select_cameras
-from hydranet.geometry import invert_rigid, make_transform, quaternion_to_matrix
+from hydranet.geometry import invert_rigid
+from hydranet.data.nuscenes_tables import FIX, check_record, find_versions, pose, scenes_of_split
 from hydranet.io import check_name, path_inside, read_json
-from hydranet.metrics.nuscenes_data import CATEGORY_TO_DETECTION, MINI_SPLITS, OFFICIAL_SPLITS
+from hydranet.metrics.nuscenes_data import CATEGORY_TO_DETECTION
 
 FORMAT = "nuscenes"
 KNOWN_VERSIONS = ("v1.0-mini", "v1.0-trainval", "v1.0-test")
@@ -85,79 +85,8 @@ CLASSES = ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian
 VISIBILITY_LOW = {"v0-40": 0.0, "v40-60": 0.4, "v60-80": 0.6, "v80-100": 0.8}
 BEV = {"x_range": [-50.0, 50.0], "y_range": [-50.0, 50.0], "resolution": 0.5}
 MAP_HEADS = frozenset({"drivable", "lanes", "bevmap"})  # what a location's map expansion supervises
-_FIX = "re-extract the nuScenes metadata archive (v1.0-*.tgz) into the dataset root"
+_FIX = FIX
 _SKIP = "fix the table or use data.on_bad_frame=skip"
-
-
-def _numbers(rec: dict, key: str, n: int) -> list[float] | None:
-    """rec[key] as n finite floats, or None when it is not that (missing, null, wrong length, NaN/Inf)."""
-    v = rec.get(key) if isinstance(rec, dict) else None
-    if not isinstance(v, (list, tuple)) or len(v) != n or not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v):
-        return None
-    return [float(x) for x in v]
-
-
-def check_record(rec: dict, table: str, fields: dict[str, str], fix: str) -> None:
-    """DatasetError naming the table, the record's token and the first bad field. `fields` maps a key
-    to its kind: "vec3" (3 finite numbers), "size" (3 positive finite), "quat" (4 finite, not zero),
-    "K" (3x3 finite with positive focal lengths)."""
-    tok = rec.get("token", "?") if isinstance(rec, dict) else "?"
-    for key, kind in fields.items():
-        v = rec.get(key) if isinstance(rec, dict) else None
-        if kind == "K":
-            rows = v if isinstance(v, (list, tuple)) and len(v) == 3 else None
-            vals = [_numbers({"r": r}, "r", 3) for r in rows] if rows else [None]
-            ok = all(r is not None for r in vals) and vals[0][0] > 0 and vals[1][1] > 0
-            want = "a 3x3 matrix of finite numbers with positive focal lengths"
-        elif kind == "quat":
-            q = _numbers(rec, key, 4)
-            ok = q is not None and math.sqrt(sum(x * x for x in q)) > 1e-6
-            want = "4 finite numbers (w, x, y, z) of a non-zero quaternion"
-        elif kind == "size":
-            sz = _numbers(rec, key, 3)
-            ok = sz is not None and all(x > 0 for x in sz)
-            want = "3 positive finite numbers"
-        else:
-            ok = _numbers(rec, key, 3) is not None
-            want = "3 finite numbers"
-        if not ok:
-            raise DatasetError(f"{table} {tok}: field {key!r} must be {want}, got {v!r}; {fix}")
-
-
-def _pose(rec: dict, table: str = "", fix: str = _FIX) -> np.ndarray:
-    """nuScenes translation + rotation (w, x, y, z) -> 4x4; a DatasetError naming `table`, the token
-    and the field when either is not finite (or the quaternion is zero)."""
-    check_record(rec, table or "record", {"translation": "vec3", "rotation": "quat"}, fix)
-    return make_transform(quaternion_to_matrix(rec["rotation"]), rec["translation"])
-
-
-def find_versions(root: Path) -> list[str]:
-    """Version folders under root (any folder holding a sample.json)."""
-    return sorted(p.parent.name for p in Path(root).glob("*/sample.json"))
-
-
-def scenes_of_split(table_root: Path, version: str, split: str, all_names: list[str]) -> list[str]:
-    """Scene names of a split: the devkit's mini splits, `<version>/splits.json` (custom splits,
-    as nuscenes.utils.splits), or "all"."""
-    custom_path = table_root / "splits.json"
-    custom = read_json(custom_path, error=DatasetError, fix="fix or remove splits.json") if custom_path.is_file() else {}
-    if split in OFFICIAL_SPLITS and split not in custom:
-        part = OFFICIAL_SPLITS[split]
-        if not version.endswith(part):
-            raise DatasetError(f"{table_root}: split {split!r} belongs to v1.0-{part}, not {version!r}; "
-                               f"pick a split of this version")
-        if split not in MINI_SPLITS:
-            raise DatasetError(f"{table_root}: the scene list of official split {split!r} is not shipped with "
-                               f"hydranet; write it into {custom_path} as {{\"{split}\": [scene names]}} "
-                               "(from nuscenes.utils.splits)")
-        return list(MINI_SPLITS[split])
-    if split in custom:
-        return list(custom[split])
-    if split == "all":
-        return list(all_names)
-    raise DatasetError(f"{table_root}: unknown split {split!r}; known: "
-                       f"{sorted(set(custom) | set(MINI_SPLITS)) + ['all']}")
 
 
 class NuScenesDataset(FrameReader):
@@ -310,12 +239,12 @@ class NuScenesDataset(FrameReader):
             raise DatasetError(f"{self.table_root / 'sample_data.json'}: sample {sample_tok} has no {ch} keyframe; "
                                f"select cameras present in every sample; {_FIX}")
         cs = self._cs[sd["calibrated_sensor_token"]]
-        return ch, np.asarray(cs["camera_intrinsic"], np.float64), _pose(cs, "calibrated_sensor"), int(sd["width"]), \
+        return ch, np.asarray(cs["camera_intrinsic"], np.float64), pose(cs, "calibrated_sensor"), int(sd["width"]), \
             int(sd["height"])
 
-    def _ego_pose(self, sd: dict) -> np.ndarray:
+    def _egopose(self, sd: dict) -> np.ndarray:
         """The ego pose (4x4) of a sample_data record; DatasetError naming ego_pose, the token and the field."""
-        return _pose(self._ego[sd["ego_pose_token"]], f"{self.table_root / 'ego_pose.json'}: ego_pose", _SKIP)
+        return pose(self._ego[sd["ego_pose_token"]], f"{self.table_root / 'ego_pose.json'}: ego_pose", _SKIP)
 
     def _image_path(self, sd: dict) -> Path:
         """root / sample_data's filename, refused unless it stays inside the dataroot (no '..', absolute
@@ -343,8 +272,8 @@ class NuScenesDataset(FrameReader):
                 continue
             fr = sc["frames"]
             probes = [fr[0], fr[len(fr) // 2], fr[-1]]
-            if not any(m.on_drivable(self.ego_pose(tok)[:2, 3]) for tok in probes):
-                xy = self.ego_pose(fr[0])[:2, 3]
+            if not any(m.on_drivable(self.egopose(tok)[:2, 3]) for tok in probes):
+                xy = self.egopose(fr[0])[:2, 3]
                 x0, y0, x1, y1 = m.extent
                 raise DatasetError(f"{m.path}: scene {sc['name']} (location {sc['location']!r} in log.json) drives at "
                                    f"x={xy[0]:.1f}, y={xy[1]:.1f}, off this map's drivable area (map spans x {x0:.0f}.."
@@ -432,14 +361,14 @@ class NuScenesDataset(FrameReader):
         """An unlabelled sweep frame: its own timestamp, ego pose and calibration, no labels."""
         scene, sds = self.scenes[s], self._sweep[tok]["sds"]
         ref = sds[self.camera_names[0]]
-        ego2world = self._ego_pose(ref)
+        ego2world = self._egopose(ref)
         world2ego = invert_rigid(ego2world)
         Ks, c2e = [], []
         for ch in self.camera_names:
             sd = sds[ch]
             cs = self._cs[sd["calibrated_sensor_token"]]
             Ks.append(np.asarray(cs["camera_intrinsic"], np.float64))
-            c2e.append(world2ego @ self._ego_pose(sd) @ _pose(cs, "calibrated_sensor"))  # motion-compensated
+            c2e.append(world2ego @ self._egopose(sd) @ pose(cs, "calibrated_sensor"))  # motion-compensated
         sample = {
             "format": FORMAT, "scene": scene["name"], "frame_index": f, "keyframe": False,
             "sample_data_token": tok, "nearest_sample_token": self._sweep[tok]["sample"],
@@ -502,13 +431,13 @@ class NuScenesDataset(FrameReader):
         check_record(other, where, {"translation": "vec3"}, _SKIP)
         return other
 
-    def ego_pose(self, sample_tok: str) -> np.ndarray:
+    def egopose(self, sample_tok: str) -> np.ndarray:
         sds = self._sd[sample_tok]
         sd = sds.get("LIDAR_TOP") or sds.get(self.camera_names[0])
         if sd is None:
             raise DatasetError(f"{self.table_root / 'sample_data.json'}: sample {sample_tok} has no LIDAR_TOP or "
                                f"{self.camera_names[0]} keyframe; {_FIX}")
-        return self._ego_pose(sd)
+        return self._egopose(sd)
 
     def boxes3d(self, sample_tok: str, ego2world: np.ndarray) -> list[dict]:
         """The sample's annotations of mapped categories as labels.json boxes3d, in the ego frame."""
@@ -524,7 +453,7 @@ class NuScenesDataset(FrameReader):
             if cls is None:
                 continue
             check_record(a, where, {"translation": "vec3", "size": "size", "rotation": "quat"}, _SKIP)
-            T = world2ego @ _pose(a, where, _SKIP)
+            T = world2ego @ pose(a, where, _SKIP)
             w, l, h = a["size"]
             v = world2ego[:3, :3] @ self.box_velocity(a)
             bad_attr = next((t for t in a.get("attribute_tokens") or [] if t not in self._attr), None)
@@ -555,13 +484,13 @@ class NuScenesDataset(FrameReader):
         if tok in self._sweep:
             return self._load_sweep(s, f, tok)
         rec = self._sample[tok]
-        ego2world = self.ego_pose(tok)
+        ego2world = self.egopose(tok)
         world2ego = invert_rigid(ego2world)
         Ks, c2e, sds = [], [], []
         for ch in self.camera_names:
             _, K, calib, w, h = self._calib(tok, ch)
             sd = self._sd[tok][ch]
-            c2e.append(world2ego @ self._ego_pose(sd) @ calib)  # motion-compensated
+            c2e.append(world2ego @ self._egopose(sd) @ calib)  # motion-compensated
             Ks.append(K)
             sds.append(sd)
         boxes = self.boxes3d(tok, ego2world)
