@@ -496,14 +496,19 @@ def conflicts(cat: Catalog, selection: str | None = None) -> list[dict[str, Any]
     return out
 
 
-def accepted_labels(cat: Catalog) -> dict[int, dict[str, Any]]:
-    """{frame id: payload} of the accepted jobs' pinned versions: all that training may read."""
+def accepted_labels(cat: Catalog | str | Path) -> dict[int, dict[str, Any]]:
+    """{frame id: payload} of the accepted jobs' pinned versions: all that training may read. `cat`: an
+    open Catalog, or a catalog file path (opened and closed here)."""
     return {f: v["payload"] for f, v in accepted_versions(cat).items()}
 
 
-def accepted_versions(cat: Catalog) -> dict[int, dict[str, Any]]:
+def accepted_versions(cat: Catalog | str | Path) -> dict[int, dict[str, Any]]:
     """`accepted_labels` with provenance: {frame id: {"label_id", "version", "job_id", "source",
-    "labeller", "digest", "payload"}}; a frame accepted in several selections keeps the latest accept."""
+    "labeller", "digest", "payload"}}; a frame accepted in several selections keeps the latest accept.
+    `cat`: an open Catalog, or a catalog file path (opened and closed here)."""
+    if not isinstance(cat, Catalog):
+        with open_catalog(cat) as opened:
+            return accepted_versions(opened)
     rows = cat.db.execute("SELECT j.frame_id, l.id, l.version, j.id, l.source, l.labeller, l.digest, l.payload FROM label_jobs j "
                           "JOIN labels l ON j.label_id = l.id WHERE j.state = 'accepted' ORDER BY j.updated, j.id").fetchall()
     return {int(f): {"label_id": int(lid), "version": int(v), "job_id": int(jid), "source": src, "labeller": who, "digest": dg,

@@ -326,3 +326,28 @@ def test_a_version_2_catalog_gains_notes_and_the_history_keeping_its_jobs(env):
         import_labels(cat, OracleBackend(), "sel")
         transition(cat, [1], "accepted", by="x")
         assert [e["action"] for e in history(cat)] == ["accept"]
+
+
+# -- 24.6c: accepted_labels takes a catalog path --------------------------------------------------------
+def test_accepted_labels_takes_a_catalog_path_and_closes_it(env, monkeypatch):
+    from data_engine import labels as labels_mod
+
+    with open_catalog(env["catalog"]) as cat:
+        _accepted_then_corrected(cat, env["selection"])
+        want_labels, want_versions = accepted_labels(cat), accepted_versions(cat)
+    assert len(want_labels) == 4
+    opened = []
+    real = labels_mod.open_catalog
+
+    def spy(path):
+        opened.append(real(path))
+        return opened[-1]
+
+    monkeypatch.setattr(labels_mod, "open_catalog", spy)
+    for path in (env["catalog"], str(env["catalog"])):  # a Path and a str
+        assert accepted_labels(path) == want_labels
+        assert accepted_versions(path) == want_versions
+    assert len(opened) == 4
+    for cat in opened:  # each opened catalog is closed again
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            cat.db.execute("SELECT 1")
