@@ -170,7 +170,11 @@ class FakeClient:
         self.next_id = 1
 
     def project(self, title, config):
+        self.config = getattr(self, "config", config)
         return 1
+
+    def label_config(self, project):
+        return self.config
 
     def tasks(self, project):
         return self.tasks_
@@ -198,7 +202,7 @@ class FakeClient:
 
 def _ls_sent(env):
     fake = FakeClient()
-    backend = LabelStudioBackend(client=fake)
+    backend = LabelStudioBackend(client=fake, task="camera")  # per-camera tasks (frame tasks: test_engine_ls_frame_tasks.py)
     cat = open_catalog(env["catalog"])
     create_jobs(cat, env["selection"], backend.name)
     send(cat, backend, "sel")

@@ -9,8 +9,9 @@ BACKENDS = ("oracle", "files", "label-studio")
 
 
 def build_backend(name: str, *, noise=None, out=None, files=(), labeller=None, url=None, token=None, project=None,
-                  accept_predictions: bool = False) -> Backend:
-    """The backend named `name` (one of BACKENDS; "label_studio" is accepted too) with its own options."""
+                  accept_predictions: bool = False, ls_task: str = "frame") -> Backend:
+    """The backend named `name` (one of BACKENDS; "label_studio" is accepted too) with its own options (Label Studio:
+    `ls_task` "frame", every camera of a frame in one task, or "camera", a task per camera image)."""
     key = name.replace("_", "-")
     if key == "oracle":
         from data_engine.labeling.oracle import OracleBackend
@@ -23,7 +24,7 @@ def build_backend(name: str, *, noise=None, out=None, files=(), labeller=None, u
     if key == "label-studio":
         from data_engine.labeling.label_studio import LabelStudioBackend
 
-        return LabelStudioBackend(url, token, project)
+        return LabelStudioBackend(url, token, project, task=ls_task)
     raise LabelingError(f"unknown labelling backend {name!r}; choose one of {list(BACKENDS)}")
 
 

@@ -1,20 +1,22 @@
-"""Label Studio, a real server, through its REST API (stdlib urllib only; docs/labeling.md has the recipe).
+"""Label Studio, a real server, through its REST API (stdlib urllib only; docs/labeling.md has the recipe and
+why not the official label-studio-sdk). The config, the tasks and the annotations' conversion: ls_tasks.py.
 
-send(jobs): one project per selection (title "hydranet <selection>", found again by its title), with
-a labelling config generated from the fleet's classes: one RectangleLabels per camera image, signs
-and lights by what they show ("sign:stop", "light:red", "sign:back"). One task per camera image of a
-job: the image is uploaded to the server, the task's data carries its job id, frame and camera, and
-the deployed model's 2D detections come as a prediction (pre-annotation) with a score per box and a
-task score (the mean), so reviewers can sort. Send is idempotent: the project's tasks are listed
-first and a (job, camera) that has a task already is not created again (kill -9 between creating
-tasks and recording them sent, rerun: nothing twice).
+send(jobs): one project per selection (title "hydranet <selection>", found again by its title), with a
+labelling config generated from the fleet's classes (signs and lights by what they show: "sign:stop",
+"light:red", "sign:back"). By default one task per frame ("frame": every camera of the frame in one task,
+one Image and RectangleLabels per camera); `task="camera"` (--ls-task camera) makes one task per camera image.
+The images are uploaded to the server; a task's data carries its job id and frame; the deployed model's 2D
+detections come as a prediction (pre-annotation) with a score per box and a task score (the mean), so
+reviewers can sort. A project made with one kind is refused for the other (its config and tasks say which).
+Send is idempotent: the project's tasks are listed first and a job (a job's camera) that has a task already
+is not created again (kill -9 between creating tasks and recording them sent, rerun: nothing twice).
 
-fetch(jobs): the project's tasks with their annotations (the latest not cancelled per task); a job
-is labelled once every camera image of its frame has one; a job partly done is held back saying how far
-it is ("3 of 6 cameras done, camera CAM_BACK skipped"). Boxes come back from Label Studio's percent
-coordinates to pixels ([x0, y0, x1, y1]); a box outside the image, a rotated box, an unknown label, an
-image size that is not the camera's quarantine that job (held back with a one-line reason naming the
-task and annotation) and the rest of the project is imported.
+fetch(jobs): the project's tasks with their annotations, either kind, whichever the job was sent as. A frame
+task is labelled by its latest submitted annotation (results split into cameras by to_name); a job of
+per-camera tasks once every camera image has one, else held back saying how far it is ("3 of 6 cameras
+done, camera CAM_BACK skipped"). A box outside the image, a rotated box, an unknown label, an image size that
+is not the camera's quarantine that job (held back with a one-line reason naming the task, frame, camera and
+annotation) and the rest of the project is imported.
 
 Label Studio has no open polyline tool (only closed polygons), so lanes are not asked for here; use
 the files backend (CVAT polylines) for lanes.
@@ -32,55 +34,13 @@ import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from xml.sax.saxutils import quoteattr
 
-from data_engine.labeling.base import FetchedLabel, Held, Job, LabelingError, Vocabulary, check_bbox
+from data_engine.labeling.base import FetchedLabel, Held, Job, LabelingError, Vocabulary
+from data_engine.labeling.ls_tasks import (FROM, TO, TASK_KINDS, box_result, camera_label, camera_names, camera_task, check_kind,
+                                           config_kind, frame_label, frame_task, label_config, result_box, task_kind)
 
 URL_ENV, TOKEN_ENV = "HYDRANET_LABEL_STUDIO_URL", "HYDRANET_LABEL_STUDIO_TOKEN"
-FROM, TO = "label", "image"
-
-
-def label_config(vocab: Vocabulary) -> str:
-    """The labelling config: the camera image with one RectangleLabels of the project's label names."""
-    labels = "\n".join(f"    <Label value={quoteattr(n)}/>" for n in vocab.names)
-    return ("<View>\n  <Header value=\"$frame $camera\"/>\n"
-            f"  <Image name=\"{TO}\" value=\"$image\" zoom=\"true\"/>\n"
-            f"  <RectangleLabels name=\"{FROM}\" toName=\"{TO}\" showInline=\"true\">\n{labels}\n  </RectangleLabels>\n</View>\n")
-
-
-def box_result(name: str, bbox: Sequence[float], size: tuple[int, int], score: float | None = None) -> dict[str, Any]:
-    """A RectangleLabels result (percent of the image) from a pixel box [x0, y0, x1, y1]."""
-    H, W = size
-    x0, y0, x1, y1 = (float(v) for v in bbox)
-    r: dict[str, Any] = {"id": uuid.uuid4().hex[:10], "from_name": FROM, "to_name": TO, "type": "rectanglelabels",
-                         "original_width": W, "original_height": H, "image_rotation": 0,
-                         "value": {"x": 100 * x0 / W, "y": 100 * y0 / H, "width": 100 * (x1 - x0) / W, "height": 100 * (y1 - y0) / H,
-                                   "rotation": 0, "rectanglelabels": [name]}}
-    if score is not None:
-        r["score"] = float(score)
-    return r
-
-
-def result_box(r: Mapping[str, Any], size: tuple[int, int], where: str) -> tuple[str, list[float]] | None:
-    """(label name, pixel box) of a result; None for results that are not this config's rectangles."""
-    if r.get("type") != "rectanglelabels" or r.get("from_name") != FROM:
-        return None
-    H, W = size
-    v = r.get("value") or {}
-    ow, oh = r.get("original_width"), r.get("original_height")
-    if (ow is not None and ow != W) or (oh is not None and oh != H):
-        raise LabelingError(f"{where}: the image is {ow}x{oh} in Label Studio, the camera's images are {W}x{H}")
-    if abs(float(v.get("rotation") or 0)) > 1e-6:
-        raise LabelingError(f"{where}: a rotated box ({v.get('rotation')} deg); this project reads axis-aligned boxes only")
-    names = v.get("rectanglelabels") or []
-    if len(names) != 1:
-        raise LabelingError(f"{where}: a box with {len(names)} labels {names}; give each box exactly one")
-    try:
-        x, y, w, h = (float(v[k]) for k in ("x", "y", "width", "height"))
-    except (KeyError, TypeError, ValueError):
-        raise LabelingError(f"{where}: box value {v!r} lacks numeric x, y, width, height") from None
-    box = [x * W / 100, y * H / 100, (x + w) * W / 100, (y + h) * H / 100]
-    return names[0], check_bbox(box, size, where)
+__all__ = ["FROM", "TO", "TASK_KINDS", "Client", "LabelStudioBackend", "box_result", "label_config", "result_box"]
 
 
 class Client:
@@ -154,6 +114,9 @@ class Client:
         return int(self.request("POST", "/api/projects", {"title": title, "label_config": config,
                                                            "description": "hydranet data engine relabel queue"})["id"])
 
+    def label_config(self, project: int) -> str:
+        return str(self.request("GET", f"/api/projects/{project}").get("label_config") or "")
+
     def tasks(self, project: int) -> list[dict]:
         return self.paged("/api/tasks", {"project": project, "fields": "all"}, "tasks")
 
@@ -193,7 +156,9 @@ class LabelStudioBackend:
     batch = 8
     wants_predictions = True
 
-    def __init__(self, url: str | None = None, token: str | None = None, title: str | None = None, client: Client | None = None):
+    def __init__(self, url: str | None = None, token: str | None = None, title: str | None = None, client: Client | None = None,
+                 task: str = "frame"):
+        self.task = check_kind(task)
         self.client = client or Client(url, token)
         self.title = title
 
@@ -207,38 +172,65 @@ class LabelStudioBackend:
             by_sel.setdefault(j.selection, []).append(j)
         for sel, js in by_sel.items():
             vocab = Vocabulary.from_dataset(js[0].root)
-            pid = self.client.project(self.project_title(sel), label_config(vocab))
+            cams = None
+            if self.task == "frame":
+                cams = js[0].cameras
+                other = next((j for j in js if j.cameras != cams), None)
+                if other is not None:
+                    raise LabelingError(f"selection {sel!r}: job {other.id} ({other.clip}/{other.dir}) has cameras "
+                                        f"{list(other.cameras)}, job {js[0].id} has {list(cams)}; one frame-task project takes one "
+                                        "rig: label them in two selections, or send per-camera tasks (--ls-task camera)")
+            title = self.project_title(sel)
+            pid = self.client.project(title, label_config(vocab, cams))
+            self._check_project(pid, title, cams)
             have = self._existing(pid, js)
             new = []
             for j in js:
-                for cam, size in zip(j.cameras, j.sizes):
-                    if (j.id, cam) in have:
-                        continue
-                    data, suffix = j.image(cam)
-                    url = self.client.upload(pid, f"j{j.id}_{j.clip}_{j.dir}_{cam}{suffix}", data)
-                    task: dict[str, Any] = {"data": {"image": url, "job_id": j.id, "frame_id": j.frame_id, "camera": cam,
-                                                     "frame": f"{j.clip}/{j.dir}", "selection": sel}}
-                    preds = [p for p in j.predictions.get(cam, []) if p["label"] in vocab.names]
-                    if j.predictions:
-                        score = sum(p["score"] for p in preds) / len(preds) if preds else 0.0
-                        task["predictions"] = [{"model_version": j.model_version or "deployed", "score": round(score, 4),
-                                                "result": [box_result(p["label"], p["bbox"], size, p["score"]) for p in preds]}]
-                    new.append(task)
+                if self.task == "frame":
+                    if (j.id, None) not in have:
+                        new.append(frame_task(j, {cam: self._upload(pid, j, cam) for cam in j.cameras}, vocab))
+                    continue
+                new += [camera_task(j, cam, self._upload(pid, j, cam), vocab) for cam in j.cameras if (j.id, cam) not in have]
             if new:
                 self.client.import_tasks(pid, new)
             out.update({j.id: str(pid) for j in js})
         return out
 
-    def _existing(self, pid: int, jobs: Sequence[Job]) -> set[tuple[int, str]]:
+    def _upload(self, pid: int, j: Job, cam: str) -> str:
+        data, suffix = j.image(cam)
+        return self.client.upload(pid, f"j{j.id}_{j.clip}_{j.dir}_{cam}{suffix}", data)
+
+    def _refuse(self, pid: int, title: str, theirs: str) -> LabelingError:
+        kinds = {"frame": "whole-frame tasks (every camera in one task)", "camera": "per-camera tasks"}
+        return LabelingError(f"Label Studio project {pid} ({title!r}) holds {kinds[theirs]}; it cannot take "
+                             f"{kinds[self.task]}: send with --ls-task {theirs}, or give --ls-project another title")
+
+    def _check_project(self, pid: int, title: str, cams: Sequence[str] | None) -> None:
+        """Refuse a project made with the other task kind, or (frame tasks) for other cameras: its config says."""
+        kind, images = config_kind(self.client.label_config(pid), f"Label Studio project {pid} ({title!r})")
+        if kind != self.task:
+            raise self._refuse(pid, title, kind)
+        if cams is not None:
+            want = [to for _, to in camera_names(cams).values()]
+            if sorted(images) != sorted(want):
+                raise LabelingError(f"Label Studio project {pid} ({title!r}) was made for images {sorted(images)}; this "
+                                    f"selection's frames have cameras {list(cams)}: give --ls-project another title")
+
+    def _existing(self, pid: int, jobs: Sequence[Job]) -> set[tuple[int, str | None]]:
+        """(job id, camera) of the project's tasks, (job id, None) for a frame task; refused: a task of another frame
+        under a job id (another catalog's project) or of the other kind."""
         frames = {j.id: j.frame_id for j in jobs}
-        have = set()
+        have: set[tuple[int, str | None]] = set()
         for t in self.client.tasks(pid):
             d = t.get("data") or {}
             jid = d.get("job_id")
             if jid in frames and d.get("frame_id") != frames[jid]:
                 raise LabelingError(f"Label Studio project {pid} has task {t.get('id')} for job {jid} of another frame: another "
                                     "catalog used this project; give --ls-project another title")
-            have.add((jid, d.get("camera")))
+            kind = task_kind(t)
+            if kind != self.task:
+                raise self._refuse(pid, self.project_title(jobs[0].selection), kind)
+            have.add((jid, None if kind == "frame" else d.get("camera")))
         return have
 
     def fetch(self, jobs: Sequence[Job]) -> Iterator[FetchedLabel | Held]:
@@ -248,50 +240,34 @@ class LabelStudioBackend:
                 by_project.setdefault(j.external_id, []).append(j)
         users = self.client.users() if by_project else {}
         for pid, js in by_project.items():
-            tasks: dict[tuple[int, str], dict] = {}
+            frames: dict[int, dict] = {}
+            cams: dict[int, dict[str, dict]] = {}
             for t in self.client.export(int(pid)):
                 d = t.get("data") or {}
-                tasks[(d.get("job_id"), d.get("camera"))] = t
+                if task_kind(t) == "frame":
+                    frames[d.get("job_id")] = t
+                else:
+                    cams.setdefault(d.get("job_id"), {})[d.get("camera")] = t
             for j in js:
                 try:
-                    got = self._job_label(pid, j, tasks, users)
+                    got = self._job_label(pid, j, frames.get(j.id), cams.get(j.id) or {}, users)
                 except LabelingError as e:  # one bad task holds its job back, never the rest of the import
                     yield Held(j.id, str(e), quarantine=True)
                     continue
                 if got is not None:
                     yield got
 
-    def _job_label(self, pid: str, j: Job, tasks: Mapping[tuple[int, str], dict], users: Mapping[int, str]) -> FetchedLabel | Held | None:
-        """The job's label once every camera task has an annotation; else Held saying how far it is ("3 of 6 cameras
-        done", "camera CAM_BACK skipped"), None when nothing was started; LabelingError for a task it cannot read."""
+    def _job_label(self, pid: str, j: Job, frame: dict | None, cams: Mapping[str, dict],
+                   users: Mapping[int, str]) -> FetchedLabel | Held | None:
+        """The job's label from its frame task or its camera tasks, whichever it was sent as."""
         vocab = Vocabulary.from_dataset(j.root)
-        cams, who, skipped = {}, set(), []
-        for cam, size in zip(j.cameras, j.sizes):
-            t = tasks.get((j.id, cam))
-            if t is None:
-                raise LabelingError(f"Label Studio project {pid} lost the task of job {j.id} camera {cam}; requeue the job "
-                                    f"(`hydranet engine jobs --reject/--requeue`)")
-            anns = t.get("annotations") or []
-            done = [a for a in anns if not a.get("was_cancelled") and a.get("result") is not None]
-            if not done:
-                if any(a.get("was_cancelled") for a in anns):
-                    skipped.append(cam)
-                continue
-            a = max(done, key=lambda a: (str(a.get("updated_at") or ""), int(a.get("id") or 0)))
-            where = f"Label Studio project {pid} task {t.get('id')} ({j.clip}/{j.dir} {cam}) annotation {a.get('id')}"
-            boxes = []
-            for k, r in enumerate(a["result"]):
-                got = result_box(r, size, f"{where} result {k}")
-                if got is not None:
-                    boxes.append(vocab.box_of(got[0], got[1], f"{where} result {k}"))
-            cams[cam] = {"boxes2d": boxes}
-            by = a.get("completed_by")
-            by = by.get("email") or by.get("id") if isinstance(by, dict) else by
-            who.add(users.get(by, str(by)) if isinstance(by, int) else str(by))
-        if len(cams) == len(j.cameras):
-            return FetchedLabel(j.id, {"cameras": cams}, "label_studio", ",".join(sorted(who)))
-        if not cams and not skipped:
-            return None
-        why = [f"{len(cams)} of {len(j.cameras)} cameras done"]
-        why += [f"camera {c} skipped" for c in skipped]
-        return Held(j.id, ", ".join(why))
+        if frame is not None and cams:
+            raise LabelingError(f"Label Studio project {pid} holds a whole-frame task ({frame.get('id')}) and per-camera tasks "
+                                f"({sorted(t.get('id') for t in cams.values())}) of job {j.id} ({j.clip}/{j.dir}); delete "
+                                "one kind in Label Studio")
+        if frame is not None:
+            return frame_label(pid, j, frame, vocab, users)
+        if not cams:
+            raise LabelingError(f"Label Studio project {pid} lost the task of job {j.id} ({j.clip}/{j.dir}); requeue the job "
+                                "(`hydranet engine jobs --reject/--requeue`)")
+        return camera_label(pid, j, cams, vocab, users)

@@ -149,7 +149,7 @@ def _label_backend(args):
                         getattr(args, "confusion", 0.0), getattr(args, "noise_seed", 0))
     return build_backend(args.backend, noise=noise, out=getattr(args, "out", None), files=getattr(args, "file", None) or (),
                          labeller=getattr(args, "labeller", None), url=args.ls_url, token=args.ls_token, project=args.ls_project,
-                         accept_predictions=getattr(args, "accept_predictions", False))
+                         accept_predictions=getattr(args, "accept_predictions", False), ls_task=getattr(args, "ls_task", "frame"))
 
 
 def _selection_name(sel):
@@ -394,6 +394,9 @@ def _add_engine_labels(eng) -> None:
     lab.add_argument("--selection", type=Path, required=True, help="selection.json (`hydranet engine mine --out`)")
     lab.add_argument("--out", type=Path, default=None, help="files: folder for the COCO/CVAT exports and images")
     lab.set_defaults(func=cmd_engine_label)
+    lab.add_argument("--ls-task", choices=("frame", "camera"), default="frame",
+                     help="Label Studio: one task per frame with every camera (default) or one task per camera image "
+                          "(a project keeps the kind it was made with)")
     imp = eng.add_parser("import-labels", help="fetch finished labels from a backend into the catalog as new label versions")
     backend_args(imp, importing=True)
     imp.set_defaults(func=cmd_engine_import_labels)
