@@ -10,8 +10,10 @@ The fleet's hidden truth (DIR/truth/scenarios.json and the labels) is read throu
 data_engine/evaluation.py, the same code `hydranet engine triggers` and `hydranet engine report` use:
 - per-frame model error = 1 - F1 of the stored det2d predictions (score >= 0.3) against the labels'
   2D boxes (IoU >= 0.5, class-agnostic), over the model's cameras;
-- trigger precision = share of fired frames whose error is in the fleet's worst quartile; recall of
-  a rare scenario = share of that scenario's frames the trigger fired on;
+- trigger precision, base rate and lift on two measures (rare-scenario clips; hard frames = the top
+  quarter by error among the frames the model detects on, ties shared), the share of the run each
+  fires on and DEGENERATE where that is more than half; recall of a rare scenario = share of that
+  scenario's frames the trigger fired on (docs/data_engine.md, Triggers);
 - enrichment = rare-frame rate (and mean error) of a selection / that of the random selection.
 """
 from __future__ import annotations
@@ -31,7 +33,7 @@ def run(args) -> None:
     from data_engine.config import EngineConfig, MiningConfig
     from data_engine.mining import STRATEGIES, mine
     from data_engine.shadow import run_shadow
-    from data_engine.triggers import build_triggers, fire_all
+    from data_engine.triggers import build_triggers, fire_all, run_table
     from deploy.export import export_checkpoint
     from hydranet.experiment import load_experiment
     from hydranet.train import train
@@ -60,6 +62,7 @@ def run(args) -> None:
     run_id, hits = fire_all(cat_path, triggers)
     with Catalog(cat_path) as cat:
         truth, why = load_run_truth(cat, run_id)
+        table = run_table(cat, run_id)
     if truth is None:
         raise SystemExit(f"no truth to measure against: {why}")
     fids = sorted(truth.errors)
@@ -69,7 +72,7 @@ def run(args) -> None:
              f"({100 * len(any_rare) / len(fids):.1f}%); model: configs/engine_tiny.yaml, {args.steps} steps on "
              f"{args.train_clips} other clips; " + (f"shadow {st['frames'] / max(t_shadow, 1e-9):.1f} frames/s ({args.workers} "
              f"worker(s)); fleet render {t_fleet:.0f} s" if st["frames"] else "fleet, model and catalog reused from --out"), "",
-             trigger_markdown(trigger_rows(triggers, hits, truth), truth)]
+             trigger_markdown(trigger_rows(triggers, hits, truth, table), truth)]
     budget = max(1, len(fids) // 10)
     lines += ["", f"selections of {budget} frames (10%), mean over {args.repeats} random seeds for random:", "",
               "| strategy | rare-frame rate | enrichment vs random | mean error | error vs random |", "|---|---:|---:|---:|---:|"]

@@ -9,9 +9,10 @@ DIR holds:
   was selected (strategy / trigger) and its score;
 - signals.png: a histogram per signal column over the run's frames (grey), the selected frames'
   counts on top (orange);
-- report.md: the run, the selection, the trigger table (trigger, version, frames fired, and where the
-  fleet keeps its truth: precision and recall of each rare scenario, data_engine/evaluation.py), the
-  selected items, and per-signal summaries.
+- report.md: the run, the selection, the trigger table (trigger, version, frames fired, the share of
+  the run it fires on, DEGENERATE and why where that is more than half, and where the fleet keeps its
+  truth: rare-scenario and hard-frame precision with base rate and lift, and recall of each rare
+  scenario, data_engine/evaluation.py), the selected items, and per-signal summaries.
 
 The triggers are fired in memory over the run with the engine config (the same hits `hydranet engine
 triggers` stores; nothing is written to the catalog). DIR is written into DIR.tmp-<pid> and renamed:
@@ -262,7 +263,7 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
     """Write DIR/{contact_sheet.png, signals.png, report.md}; returns {"out", "run", "selection", "items",
     "shown", "triggers" (TriggerRow list), "truth" (RunTruth or None)}."""
     from data_engine.config import EngineConfig
-    from data_engine.triggers import build_triggers
+    from data_engine.triggers import build_triggers, run_table
 
     out = Path(out)
     if max_frames < 1:
@@ -276,7 +277,7 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
     with Catalog(catalog) as cat:
         name, run_id, items = resolve_selection(cat, selection, run)
         info = cat.run_info(run_id)
-        table = cat.table(run_id)
+        table = run_table(cat, run_id)  # + embeddings (novelty's input)
         n_corrupt = cat.db.execute("SELECT count(*) FROM signals WHERE run_id = ? AND status != 'ok'", (run_id,)).fetchone()[0]
         names = {int(f): (str(c), int(i)) for f, c, i in zip(table["frame_id"], table["clip"], table["idx"])}
         missing = [it["frame_id"] for it in items if it["frame_id"] not in names]
@@ -293,13 +294,9 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
         dirs = dict(cat.db.execute("SELECT f.id, f.dir FROM frames f JOIN clips c ON f.clip_id = c.id JOIN shadow_runs r "
                                    "ON c.fleet_id = r.fleet_id WHERE r.id = ?", (run_id,)).fetchall())
         sel_row = cat.db.execute("SELECT strategy, unit, budget FROM selections WHERE name = ?", (name,)).fetchone()
-        ids, emb = cat.embeddings(run_id, table["frame_id"])
-        fire_table = dict(table)
-        if len(ids) == len(table["frame_id"]):
-            fire_table["embedding"] = emb
-        hits = {t.name: t.fire(fire_table) for t in triggers}  # in memory: the same hits `engine triggers` stores
+        hits = {t.name: t.fire(table) for t in triggers}  # in memory: the same hits `engine triggers` stores
         truth, why = load_run_truth(cat, run_id)
-    rows = trigger_rows(triggers, hits, truth)
+    rows = trigger_rows(triggers, hits, truth, table)
 
     shown = items[:max_frames]
     with Catalog(catalog) as cat:
@@ -335,7 +332,8 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
           "## Mined frames", "", f"![contact sheet](contact_sheet.png) (cameras {camera}, boxes: det2d score >= {BOX_SCORE}, "
           + (f"all {len(items)} items)" if len(shown) == len(items) else f"the first {len(shown)} of {len(items)} by rank)"), "",
           items_markdown(items, names, truth), "",
-          "## Triggers", "", "Fired in memory over the run with the engine config (the hits `hydranet engine triggers` stores).",
+          "## Triggers", "", "Fired in memory over the run with the engine config (the hits `hydranet engine triggers` stores); how to "
+          "read the table: docs/data_engine.md, Triggers.",
           truth_summary(truth) if truth is not None else f"No precision/recall: {why}.", "",
           trigger_markdown(rows, truth), "",
           "## Signals", ""]

@@ -8,6 +8,9 @@ their value name a function of the table (`values`, e.g. novelty over the embedd
 `table` is `Catalog.table(run)`: {"frame_id", "clip", "idx", <signal>: float array} (+ "embedding").
 `build_triggers` applies a config's parameters (configs/engine.yaml `triggers:`) and raises on an
 unknown name, listing the known ones.
+A trigger that fires on more than half of a run's frames (`degenerate`) selects nothing in particular;
+the trigger tables flag it DEGENERATE with the reason read from the signals (a head that never detects,
+a dense head at chance, a constant value, else the run's median against the threshold).
 """
 from __future__ import annotations
 
@@ -137,6 +140,53 @@ def build_triggers(params: Mapping[str, Mapping[str, Any]] | None = None) -> lis
     return out
 
 
+# -- degenerate triggers --------------------------------------------------------------------------------
+DEGENERATE_SHARE = 0.5  # a trigger that fires on more than this share of a run's frames selects nothing in particular
+# the detection heads a signal is built from: where one of them never detects, the signal is stuck (box2d_vs_3d is 1
+# on every frame with a 2D box when det3d sees nothing); its `num_<head>` column tells
+SIGNAL_HEADS = {"flicker": ("det2d",), "jitter": ("det2d",), "cross_camera": ("det3d", "det2d"),
+                "box2d_vs_3d": ("det3d", "det2d"), "depth_vs_3d": ("det3d",), "speed_excess": ("det3d",),
+                "accel": ("det3d",), "disagree_det2d": ("det2d",)}
+MAX_ENTROPY = math.log(2)  # nats: a sigmoid at p = 0.5
+
+
+def firing_share(trigger: Trigger, table: Mapping[str, Any]) -> tuple[int, int]:
+    """(frames the trigger fires on, ignoring its quota; frames of the run)."""
+    return int(np.count_nonzero(~np.isnan(trigger.scores(table)))), len(table["frame_id"])
+
+
+def degenerate(trigger: Trigger, table: Mapping[str, Any]) -> str | None:
+    """Why a trigger that fires on more than DEGENERATE_SHARE of the run's frames does (None when it does
+    not): a head its signal is built from never detects, a dense head at chance, its value constant over
+    the run, or else the share and the run's median value against the threshold."""
+    fires, n = firing_share(trigger, table)
+    if n == 0 or fires <= DEGENERATE_SHARE * n:
+        return None
+    head = f"{trigger.name} fires on {100 * fires / n:.0f}% of frames ({fires} of {n})"
+    silent = [h for h in SIGNAL_HEADS.get(trigger.signal, ()) if f"num_{h}" in table
+              and np.isfinite(table[f"num_{h}"]).all() and not np.asarray(table[f"num_{h}"]).any()]
+    if silent:
+        return f"{head}: the model's {' and '.join(silent)} never detects (num_{silent[0]} = 0 on every frame)"
+    v = np.asarray(trigger.values(table), np.float64)
+    v = v[np.isfinite(v)]
+    med = float(np.median(v))  # fires > 0, so some value is finite
+    if "entropy" in trigger.signal and med >= 0.95 * MAX_ENTROPY:
+        return (f"{head}: the model is at chance there ({trigger.signal} median {med:.3f} of at most {MAX_ENTROPY:.3f} "
+                "nats: p ~ 0.5 everywhere)")
+    if v.max() - v.min() <= 1e-9 * max(1.0, abs(med)):
+        return f"{head}: its value {trigger.signal} is {med:.4g} on every frame with a value (constant)"
+    return f"{head}: the run's median {trigger.signal} {med:.4g} is above the threshold {trigger.threshold:g}"
+
+
+def run_table(cat, run_id: int) -> dict[str, Any]:
+    """`cat.table(run_id)` with the frames' embeddings (novelty's input) where every frame has one."""
+    table = cat.table(run_id)
+    ids, emb = cat.embeddings(run_id, table["frame_id"])
+    if len(ids) == len(table["frame_id"]):
+        table["embedding"] = emb
+    return table
+
+
 def fire_all(catalog, triggers: list[Trigger], run: int | None = None) -> tuple[int, dict[str, list[tuple[int, float]]]]:
     """Run `triggers` over a shadow run's frames and store their hits (replacing earlier hits of the
     same trigger version: idempotent). Returns (run id, {trigger: [(frame id, score)]})."""
@@ -144,10 +194,7 @@ def fire_all(catalog, triggers: list[Trigger], run: int | None = None) -> tuple[
 
     with Catalog(catalog) as cat:
         run_id = cat.latest_run(run)
-        table = cat.table(run_id)
-        ids, emb = cat.embeddings(run_id, table["frame_id"])
-        if len(ids) == len(table["frame_id"]):
-            table["embedding"] = emb
+        table = run_table(cat, run_id)
         out = {}
         for t in triggers:
             out[t.name] = t.fire(table)

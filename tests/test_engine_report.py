@@ -19,7 +19,7 @@ from data_engine.evaluation import RunTruth, frame_errors, load_run_truth, trigg
 from data_engine.mining import mine
 from data_engine.report import TILE_W
 from data_engine.shadow import run_shadow, similar_image
-from data_engine.triggers import build_triggers
+from data_engine.triggers import build_triggers, run_table
 from hydranet.cli import main
 
 RARE = ("--set", "rare.cones_on_road=0.5", "--set", "rare.unusual_vehicle=0.3")
@@ -48,10 +48,9 @@ def expected_rows(cat_path: Path, truth: RunTruth):
     """The trigger rows evaluation.py gives for the default engine triggers, fired in memory."""
     triggers = build_triggers()
     with Catalog(cat_path) as cat:
-        run = cat.latest_run()
-        table = cat.table(run)
-        table["embedding"] = cat.embeddings(run, table["frame_id"])[1]
-    return trigger_rows(triggers, {t.name: t.fire(table) for t in triggers}, truth)
+        table = run_table(cat, cat.latest_run())
+    assert "embedding" in table
+    return trigger_rows(triggers, {t.name: t.fire(table) for t in triggers}, truth, table)
 
 
 def md_table(text: str, first_header: str) -> list[list[str]]:
@@ -70,7 +69,7 @@ def test_fleet_has_rare_and_plain_clips(env):
     truth = truth_of(env["catalog"])
     assert truth.scenarios == ["cones_on_road", "unusual_vehicle"]
     assert 0 < len(truth.any_rare) < len(truth.errors) == 8
-    assert all(0.0 <= e <= 1.0 for e in truth.errors.values()) and math.isfinite(truth.worst)
+    assert all(0.0 <= e <= 1.0 for e in truth.errors.values()) and set(truth.detected) == set(truth.errors)
 
 
 def test_report_files_and_tables_equal_the_evaluation(env, tmp_path, capsys):
@@ -86,10 +85,13 @@ def test_report_files_and_tables_equal_the_evaluation(env, tmp_path, capsys):
     rows = expected_rows(env["catalog"], truth)
     got = md_table(md, "trigger")
     assert [r[0] for r in got] == [r.trigger for r in rows]
+    fmt = lambda v: "-" if math.isnan(v) else f"{v:.2f}"  # noqa: E731
     for cells, r in zip(got, rows):
-        assert int(cells[1]) == r.version and int(cells[2]) == r.fired
-        assert cells[3] == ("-" if math.isnan(r.precision) else f"{r.precision:.2f}")
-        assert cells[4:] == [("-" if math.isnan(r.recall[s]) else f"{r.recall[s]:.2f}") for s in truth.scenarios]
+        assert int(cells[1]) == r.version and int(cells[2]) == r.fired and cells[3] == f"{r.fires} ({100 * r.fires / 8:.0f}%)"
+        assert cells[4:8] == [fmt(r.rare.precision), fmt(r.rare.base), fmt(r.rare.lift), str(r.fired)]
+        assert cells[8:12] == [fmt(r.hard.precision), fmt(r.hard.base), fmt(r.hard.lift), str(r.hard.n)]
+        assert cells[12:-1] == [fmt(r.recall[s]) for s in truth.scenarios]
+        assert cells[-1] == (f"DEGENERATE: {r.degenerate}" if r.degenerate else "") and (r.degenerate is None) == (r.fires <= 4)
     assert trigger_markdown(rows, truth) in md
     assert any(r.fired for r in rows)
     items = md_table(md, "rank")
@@ -106,7 +108,7 @@ def test_triggers_cli_prints_precision_and_recall(env, tmp_path, capsys):
     out = capsys.readouterr().out
     truth = truth_of(cat)
     assert trigger_markdown(expected_rows(cat, truth), truth) in out
-    assert "recall cones_on_road" in out and "precision (worst-quartile error)" in out
+    assert "recall cones_on_road" in out and "| rare: precision | base | lift | n | hard: precision |" in out
 
 
 def test_report_refuses_an_existing_folder_and_replaces_it_with_overwrite(env, tmp_path, capsys):
@@ -186,8 +188,28 @@ def test_frame_error_is_one_minus_f1_on_constructed_labels(tmp_path):
     err = frame_errors(fleet, {7: ("c", "000000")}, preds, ["CAM"], (50, 100))
     assert err == {7: pytest.approx(0.6)}
     truth = RunTruth(1, fleet, {1: 0.1, 2: 0.9, 3: 0.5, 4: 1.0}, {1: "a", 2: "a", 3: "b", 4: "b"},
-                     {"cones_on_road": {3, 4}, "debris_on_road": set()}, worst=0.9)
-    assert truth.precision([1, 2, 4]) == pytest.approx(2 / 3) and math.isnan(truth.precision([]))
+                     {"cones_on_road": {3, 4}, "debris_on_road": set()}, {1: True, 2: True, 3: True, 4: True})
+    p = truth.rare_precision([1, 2, 4])  # frame 4 of the 3 fired is rare; 2 of the 4 frames are
+    assert (p.precision, p.base, p.n) == (pytest.approx(1 / 3), 0.5, 3) and p.lift == pytest.approx(2 / 3)
+    assert math.isnan(truth.rare_precision([]).precision)
     rec = truth.recall([1, 4])
     assert rec["cones_on_road"] == 0.5 and math.isnan(rec["debris_on_road"])
     assert truth.rare_rate([1, 3]) == 0.5 and truth.mean_error([2, 4]) == pytest.approx(0.95)
+
+
+def test_triggers_cli_and_report_flag_a_degenerate_trigger(env, tmp_path, capsys):
+    """A threshold below every value fires on every frame with one: the CLI table and report.md say DEGENERATE."""
+    cat = tmp_path / "c.db"
+    shutil.copy(env["catalog"], cat)
+    with Catalog(cat) as c:
+        v = run_table(c, c.latest_run())["det2d_uncertain"]
+    assert np.isfinite(v).all() and len(v) == 8
+    low = ["--set", "triggers.signs_uncertain.enabled=false", "--set", "triggers.det2d_uncertain.threshold=-1"]
+    assert main(["engine", "triggers", "--catalog", str(cat), *low]) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("| det2d_uncertain |"))
+    assert "| 8 (100%) |" in row and "DEGENERATE: det2d_uncertain fires on 100% of frames (8 of 8): " in row
+    assert not any(ln.startswith("| signs_uncertain |") for ln in out.splitlines())
+    assert main(["engine", "report", "--catalog", str(cat), "--out", str(tmp_path / "rep"), *low]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert row in md  # the same row, reason included

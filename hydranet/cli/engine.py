@@ -56,15 +56,16 @@ def _engine_config(args):
 def cmd_engine_triggers(args) -> None:
     from data_engine.catalog import Catalog
     from data_engine.evaluation import load_run_truth, trigger_markdown, trigger_rows, truth_summary
-    from data_engine.triggers import build_triggers, fire_all
+    from data_engine.triggers import build_triggers, fire_all, run_table
 
     triggers = build_triggers(_engine_config(args).trigger_params() or None)
     run_id, hits = fire_all(args.catalog, triggers, args.run)
     with Catalog(args.catalog) as cat:  # the fleet's truth, where it has one (a sim fleet): precision and recall
         truth, why = load_run_truth(cat, run_id)
-    print(f"triggers over shadow run {run_id} of {args.catalog}")
+        table = run_table(cat, run_id)  # the share each fires on, and why a degenerate one is
+    print(f"triggers over shadow run {run_id} of {args.catalog} (how to read: docs/data_engine.md, Triggers)")
     print(truth_summary(truth) if truth is not None else f"no precision/recall: {why}")
-    print(trigger_markdown(trigger_rows(triggers, hits, truth), truth))
+    print(trigger_markdown(trigger_rows(triggers, hits, truth, table), truth))
 
 
 def cmd_engine_mine(args) -> None:
