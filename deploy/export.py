@@ -254,14 +254,27 @@ def export_model(model: HydraNet, cfg, meta: Mapping, out: str | Path, frames: S
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path | None = None, frames: int = 2,
                       dynamic_batch: bool = False, input_dtype: str = "uint8", simplify: bool = True,
-                      verbose: bool = True) -> ExportResult:
+                      verbose: bool = True, rig: str | Path | None = None) -> ExportResult:
     """Load a checkpoint and export it; parity frames come from `data` (default: the config's
-    data.val_root, else data.root)."""
-    from hydranet.checkpoint import load_model
+    data.val_root, else data.root). `rig` (a rig YAML, a sim dataset/fleet or a recorded fleet folder):
+    export for that rig's calibration (`hydranet.checkpoint.model_for_rig`: same weights, the BEV view
+    transform's tables rebuilt; the metadata records that rig)."""
+    from hydranet.checkpoint import config_from_checkpoint, load_checkpoint, load_model, model_for_rig
     from hydranet.io import checkpoint_file, file_sha256
+    from hydranet.rig import rig_from_path
 
-    model, cfg, ckpt = load_model(checkpoint)
-    meta = json.loads(ckpt["meta"])
+    rebind = None
+    if rig is not None:
+        new_rig = rig_from_path(rig)  # before the checkpoint: a bad rig is named first, and fast
+        ckpt = load_checkpoint(checkpoint)
+        cfg = config_from_checkpoint(ckpt)
+        trained = json.loads(ckpt["meta"])["rig"]
+        model, meta = model_for_rig(ckpt, cfg, new_rig, f"rig {rig}")
+        rebind = {"from": str(rig), "name": new_rig.name, "trained_rig": trained.get("name"),
+                  "bev_coverage": model.fusion.view.coverage if model.fusion is not None else None}
+    else:
+        model, cfg, ckpt = load_model(checkpoint)
+        meta = json.loads(ckpt["meta"])
     if data is None:
         data = next((d for d in (cfg.data.val_root, cfg.data.root, *(s.root for s in cfg.data.sources))
                      if d and Path(d).is_dir()), None)
@@ -272,19 +285,40 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
     ckpt_file = checkpoint_file(checkpoint)
     source = {"checkpoint": str(checkpoint), "checkpoint_sha256": file_sha256(ckpt_file), "step": int(ckpt["step"]),
               "parity_data": str(data)}  # the sha256 lets `engine promote` refuse an ONNX of another checkpoint
+    if rebind is not None:
+        source["rig"] = rebind
     return export_model(model, cfg, meta, out, fr, dynamic_batch, input_dtype, simplify, source, verbose=verbose)
 
 
+def rig_line(source: Mapping[str, Any]) -> str:
+    """What `export --rig` did, from the metadata's source["rig"]."""
+    r = source["rig"]
+    if r.get("bev_coverage") is None:
+        return (f"rig {r['name']} ({r['from']}): the model's cameras found and recorded (camera-only model: nothing "
+                "in it is bound to the calibration)")
+    return (f"rig {r['name']} ({r['from']}; trained on rig {r['trained_rig']}): view transform tables rebuilt from its "
+            f"calibration, weights unchanged; BEV cells seen {100 * r['bev_coverage']:.0f}%")
+
+
 def export_command(checkpoint: str | Path, out: str | Path, data: str | Path | None = None, fmt: str = "onnx",
-                   dynamic_batch: bool = False, input_dtype: str = "uint8", int8: bool = False) -> list[str]:
+                   dynamic_batch: bool = False, input_dtype: str = "uint8", int8: bool = False,
+                   rig: str | Path | None = None, overwrite: bool = False) -> list[str]:
     """What `hydranet export` does; returns the lines it printed. `fmt` "tensorrt": `out` names the
-    engine; the ONNX model is written next to it (and, with int8, its Q/DQ version for TensorRT)."""
+    engine; the ONNX model is written next to it (and, with int8, its Q/DQ version for TensorRT).
+    `rig`: export for another rig (`export_checkpoint`). An existing output is refused unless `overwrite`."""
     if fmt not in ("onnx", "tensorrt"):
         raise ExportError(f"--format must be onnx or tensorrt, got {fmt!r}")
     out = Path(out)
     onnx_path = out if fmt == "onnx" else out.with_suffix(".onnx")
-    res = export_checkpoint(checkpoint, onnx_path, data, dynamic_batch=dynamic_batch, input_dtype=input_dtype)
+    for p in dict.fromkeys((out, onnx_path)):
+        if not overwrite and (p.exists() or p.is_symlink()):
+            raise ExportError(f"--out {out}: {p} already exists; pass --overwrite to replace it, or give another path")
+        if p.is_dir():
+            raise ExportError(f"--out {out}: {p} is a folder; give a file path such as {p / 'model.onnx'}")
+    res = export_checkpoint(checkpoint, onnx_path, data, dynamic_batch=dynamic_batch, input_dtype=input_dtype, rig=rig)
     lines = [res.trt_report.format()]
+    if rig is not None:
+        lines.append(rig_line(json.loads(res.metadata["hydranet.source"])))
     if fmt == "onnx":
         lines.append(f"wrote {onnx_path}")
         print("\n".join(lines))

@@ -25,7 +25,8 @@ from hydranet.models import HydraNet, build_model
 from hydranet.io import CHECKPOINT, atomic_path, checkpoint_file
 
 __all__ = ["CHECKPOINT", "check_finite_weights", "config_from_checkpoint", "load_checkpoint", "load_init_weights", "load_model",
-           "model_from_checkpoint", "model_meta", "rng_state", "save_checkpoint", "set_rng_state"]
+           "meta_for_rig", "model_cameras_of", "model_for_rig", "model_from_checkpoint", "model_meta", "rng_state",
+           "save_checkpoint", "set_rng_state"]
 
 
 def rng_state(model: HydraNet) -> dict[str, Any]:
@@ -141,3 +142,38 @@ def model_meta(cfg: ExperimentConfig, ds) -> dict[str, Any]:
     deployed model accepts images at the cameras' native size too."""
     H, W = cfg.data.image_size
     return {**ds.meta, "rig": ds.rig.resized(W, H).to_dict(), "source_rig": ds.rig.to_dict()}
+
+
+def model_cameras_of(cfg: ExperimentConfig, meta: Mapping[str, Any]) -> list[str]:
+    """The model's camera names in its input order (meta["rig"] narrowed to data.cameras, as export does)."""
+    from hydranet.rig import rig_from_dict
+
+    names = rig_from_dict(meta["rig"], "checkpoint meta rig").names
+    return list(cfg.data.cameras) if cfg.data.cameras else names
+
+
+def meta_for_rig(cfg: ExperimentConfig, meta: Mapping[str, Any], rig, where: str) -> dict[str, Any]:
+    """The model's dataset meta with `rig` (a hydranet.rig.Rig, read from `where`) in place of the training
+    rig: the model's cameras by name, in the model's order, resized to data.image_size (the input size stays
+    the model's: intrinsics scale with the image, as `model_meta` does for training); `source_rig` keeps
+    those cameras at their own sizes. A camera of the model missing from `rig` is a RigError naming it."""
+    from hydranet.rig import RigError
+
+    names = model_cameras_of(cfg, meta)
+    missing = [n for n in names if n not in rig.names]
+    if missing:
+        raise RigError(f"{where} (rig {rig.name}, cameras {rig.names}) lacks camera {missing[0]} of the model "
+                       f"(cameras {names}); give a rig with every camera the model was trained on")
+    sub = rig.select(names)
+    H, W = cfg.data.image_size
+    return {**meta, "rig": sub.resized(W, H).to_dict(), "source_rig": sub.to_dict()}
+
+
+def model_for_rig(ckpt: Mapping[str, Any], cfg: ExperimentConfig, rig, where: str) -> tuple[HydraNet, dict[str, Any]]:
+    """(model, meta) of a checkpoint bound to another rig: the model built from `meta_for_rig` (its BEV view
+    transform's tables, which are not weights, computed from the new calibration) with the checkpoint's weights,
+    loaded as they are (every parameter and running statistic equal). A camera-only model gets no table."""
+    meta = meta_for_rig(cfg, json.loads(ckpt["meta"]), rig, where)
+    model = build_model(cfg.model, meta)
+    model.load_weights(ckpt["model"])
+    return model, meta

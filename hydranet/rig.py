@@ -411,3 +411,41 @@ def load_rig(name_or_file: str | Path) -> Rig:
     if not preset.is_file():
         raise RigError(f"unknown rig preset '{name_or_file}'; known presets: {preset_names()} (or pass a .yaml calibration file)")
     return rig_from_dict(_read_yaml(preset, f"rig preset {preset}"), str(name_or_file))
+
+
+RIG_FOLDER_FILES = (("dataset.json", "hydranet-sim", "sim dataset or fleet"),  # `sim generate`, `engine fleet`
+                    ("fleet.json", "hydranet-fleet", "recorded fleet"))  # `engine ingest` (data_engine/fleet.py)
+
+
+def rig_from_path(path: str | Path) -> Rig:
+    """The rig of a rig YAML file or preset name (`load_rig`), of a sim dataset / sim fleet folder
+    (DIR/dataset.json) or of a recorded fleet folder (DIR/fleet.json): the calibration a fleet's clips were
+    taken with. Every failure is one RigError line naming the file and what to give instead."""
+    import json
+
+    path = Path(path)
+    if not path.is_dir():
+        if not path.exists() and path.suffix not in (".yaml", ".yml", ".json") and path.name in preset_names():
+            return load_rig(path.name)
+        if not path.exists():
+            raise RigError(f"rig {path} does not exist; give a rig YAML file (docs/rig_format.md), a preset "
+                           f"({', '.join(preset_names())}), a sim dataset or fleet folder, or a recorded fleet folder")
+        return load_rig(path)
+    for file, fmt, what in RIG_FOLDER_FILES:
+        f = path / file
+        if not f.is_file():
+            continue
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise RigError(f"{f} cannot be read: {(e.strerror or str(e)).lower()}; check its permissions") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RigError(f"{f} is not valid JSON ({e}); regenerate the {what}") from None
+        if not isinstance(data, dict) or data.get("format") != fmt:
+            got = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise RigError(f"{f}: format {got!r} is not {fmt!r}: {path} is not a {what}; give a rig YAML file instead")
+        if not isinstance(data.get("rig"), dict):
+            raise RigError(f"{f} has no 'rig' mapping (cameras with K, cam2ego and size); regenerate the {what}")
+        return rig_from_dict(data["rig"], f"{f} rig")
+    raise RigError(f"{path} is a folder but neither a sim dataset/fleet (no dataset.json) nor a recorded fleet (no "
+                   "fleet.json); give a rig YAML file (docs/rig_format.md) or such a folder")

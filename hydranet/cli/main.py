@@ -215,7 +215,11 @@ def cmd_eval(args) -> None:
 def cmd_export(args) -> None:
     from deploy.export import export_command
 
-    export_command(args.checkpoint, args.out, args.data, args.format, args.dynamic_batch, args.input_dtype, args.int8)
+    given = [c for c in (args.checkpoint_path, args.checkpoint) if c is not None]
+    if len(set(given)) != 1:  # none, or two different ones
+        raise ValueError("give the checkpoint once: `hydranet export CHECKPOINT --out OUT` or `--checkpoint CHECKPOINT`")
+    export_command(given[0], args.out, args.data, args.format, args.dynamic_batch, args.input_dtype, args.int8,
+                   rig=args.rig, overwrite=args.overwrite)
 
 
 def cmd_quantize(args) -> None:
@@ -332,13 +336,19 @@ def build_parser() -> argparse.ArgumentParser:
     n.set_defaults(func=cmd_eval_nuscenes)
 
     x = sub.add_parser("export", help="the whole network as one checked ONNX graph (or TensorRT engines)")
-    x.add_argument("--checkpoint", type=Path, required=True, help="checkpoint.pt or its run folder")
+    x.add_argument("checkpoint_path", nargs="?", type=Path, default=None, metavar="CHECKPOINT",
+                   help="checkpoint.pt or its run folder (or --checkpoint)")
+    x.add_argument("--checkpoint", type=Path, default=None, help="checkpoint.pt or its run folder")
     x.add_argument("--out", type=Path, required=True, help="model.onnx (--format onnx) or model.engine (tensorrt)")
     x.add_argument("--data", type=Path, default=None, help="sim dataset for the parity check (default: the config's)")
     x.add_argument("--format", choices=["onnx", "tensorrt"], default="onnx")
     x.add_argument("--dynamic-batch", action="store_true", help="free batch axis (TensorRT: optimization profile)")
     x.add_argument("--input-dtype", choices=["uint8", "float32"], default="uint8", help="dtype of the images input")
     x.add_argument("--int8", action="store_true", help="tensorrt: also the INT8 engine from a Q/DQ model")
+    x.add_argument("--rig", type=Path, default=None, metavar="FLEET_OR_RIG",
+                   help="export for another rig (a rig YAML, a sim dataset/fleet or a recorded fleet folder): same weights, "
+                        "the BEV view transform rebuilt from its calibration (docs/deploy.md)")
+    x.add_argument("--overwrite", action="store_true", help="replace an existing --out (refused without it)")
     x.set_defaults(func=cmd_export)
 
     qz = sub.add_parser("quantize", help="INT8 QDQ static quantization of an exported model, calibrated on sim frames")
