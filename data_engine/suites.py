@@ -12,7 +12,9 @@ fleet never uses: disjoint from every fleet clip, and a slice's clips do not cha
 DIR/suites.json records the slices, their conditions, seeds, clip and frame counts and a content digest per
 slice (sha256 over every file's path and bytes). `load_suites` recomputes the digests: a suite modified after
 it was generated is refused, never silently evaluated. Generation is atomic (DIR.tmp-<pid>, renamed whole)
-and refuses an existing DIR unless `overwrite`; the unit tests of the replaced DIR are carried over.
+and refuses an existing DIR unless `overwrite`; the unit tests and the slices frozen from fleets
+(data_engine/fleet_suites.py; an entry with "source", its folder "dir" when not the slice's name) of the
+replaced DIR are carried over.
 
 Unit tests (Tesla's "unit tests" of a release): `add_unit_tests(DIR, [(frame_dir, payload)])` adds fleet
 frames, with their accepted labels.json payloads, to DIR/unit_tests/vNNNN/, a sim dataset of one scene per
@@ -108,10 +110,15 @@ def generate_suites(out: str | Path, cfg: SuitesConfig | None = None, fleet: Fle
         raise SuiteError(f"{out} exists and is not a suites folder (no {SUITES_FILE}); it is not replaced even with "
                          "--overwrite: choose another --out")
     try:
-        old_units = _read_json(out / SUITES_FILE).get(UNIT_TESTS) if out.exists() else None
+        old_index = _read_json(out / SUITES_FILE) if out.exists() else {"slices": {}}
+        old_units = old_index.get(UNIT_TESTS)
     except SuiteError as e:
         raise SuiteError(f"{out} holds an unreadable {SUITES_FILE} ({str(e).split(';')[0]}), so its unit tests cannot be "
                          "carried over: move or delete the folder yourself, then generate again") from None
+    clash = next((n for n, s in old_index["slices"].items() if "source" in s and n in cfg.slices), None)
+    if clash:
+        raise SuiteError(f"slice {clash} of {out} was frozen from fleet {old_index['slices'][clash]['source'].get('fleet')} "
+                         "and the config renders a slice of the same name; rename one of them")
     sim = fleet.sim
     if cfg.frames:
         sim = dataclasses.replace(sim, frames_per_scene=cfg.frames)
@@ -142,6 +149,12 @@ def generate_suites(out: str | Path, cfg: SuitesConfig | None = None, fleet: Fle
         index = {"format": FORMAT, "version": VERSION, "seed": seed, "rig": rig.name,
                  "image_size": [sim.image_height, sim.image_width] if sim.image_width else None,
                  "frames_per_clip": sim.frames_per_scene, "slices": slices, UNIT_TESTS: None}
+        for name, s in old_index["slices"].items():  # slices frozen from fleets (fleet_suites.py) outlive it too
+            if "source" in s:
+                rel = str(s.get("dir", name))
+                src = path_inside(out, rel, f"{out / SUITES_FILE}: slice {name}", SuiteError)
+                shutil.copytree(src, staging / rel, copy_function=_link_or_copy)
+                slices[name] = s
         if old_units:  # the unit tests outlive a regeneration of the frozen slices
             src = path_inside(out, old_units["dir"], f"{out / SUITES_FILE}: {UNIT_TESTS}", SuiteError)
             shutil.copytree(src, staging / old_units["dir"], copy_function=_link_or_copy)
@@ -193,8 +206,8 @@ def load_suites(suites_dir: str | Path, verify: bool = True) -> dict[str, Any]:
         raise SuiteError(f"suites folder {root} does not exist; generate it with `hydranet engine suites --out {root}`")
     index = _read_json(root / SUITES_FILE)
     where = f"{root / SUITES_FILE}"
-    suites = {name: {"path": path_inside(root, name, f"{where}: slice", SuiteError), "digest": s.get("digest"),
-                     "frames": s.get("frames")} for name, s in index["slices"].items()}
+    suites = {name: {"path": path_inside(root, str(s.get("dir", name)), f"{where}: slice {name}", SuiteError),
+                     "digest": s.get("digest"), "frames": s.get("frames")} for name, s in index["slices"].items()}
     units = index.get(UNIT_TESTS)
     if units:
         suites[UNIT_TESTS] = {"path": path_inside(root, units["dir"], f"{where}: {UNIT_TESTS}", SuiteError),

@@ -420,7 +420,22 @@ def _add_engine_labels(eng) -> None:
 
 def cmd_engine_suites(args) -> None:
     from data_engine.fleet import FleetConfig
-    from data_engine.suites import generate_suites
+    from data_engine.suites import SuiteError, generate_suites
+
+    if args.from_fleet is not None:  # slices of a fleet's own frames (data_engine/fleet_suites.py)
+        from data_engine.fleet_suites import freeze_fleet_slices
+
+        sim_only = [f"--{k.replace('_', '-')}" for k in ("clips", "seed") if getattr(args, k) is not None]
+        if sim_only:
+            raise SuiteError(f"{sim_only[0]} renders sim slices and does not go with --from-fleet; drop it")
+        r = freeze_fleet_slices(args.out, args.from_fleet, args.slice, args.catalog, args.overwrite, not args.quiet)
+        for name, e in r["slices"].items():
+            print(f"slice {name}: {e['frames']} frames of {e['clips']} clip(s) ({e['source']['query']}), labels "
+                  f"{', '.join(f'{k} {v}' for k, v in e['labels'].items())}; {e['unlabelled']} unlabelled frame(s) left out")
+        print(f"{'wrote' if r['created'] else 'added to'} {r['out']} ({Path(r['out']) / 'suites.json'}: sources, digests)")
+        return
+    if args.slice or args.catalog is not None:
+        raise SuiteError(f"--{'slice' if args.slice else 'catalog'} chooses frames of a fleet: give --from-fleet FLEET")
 
     fleet = load_config(FleetConfig, args.fleet_config, list(args.fleet_set))
     out = generate_suites(args.out, _engine_config(args).suites, fleet, args.clips, args.seed, args.overwrite,
@@ -493,7 +508,13 @@ def _add_engine_gate(eng) -> None:
     s.add_argument("--fleet-set", action="append", default=[], metavar="KEY=VALUE", help="override a fleet config key")
     s.add_argument("--clips", type=int, default=None, help="clips per slice (default: suites.clips)")
     s.add_argument("--seed", type=int, default=None, help="suite seed (default: suites.seed)")
-    s.add_argument("--overwrite", action="store_true", help="replace an existing suites folder (its unit tests are kept)")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing suites folder (its unit tests are kept); "
+                   "with --from-fleet: replace the named slices only")
+    s.add_argument("--from-fleet", type=Path, default=None, metavar="FLEET",
+                   help="freeze slices of this fleet's frames (sim or recorded) into --out, new or existing")
+    s.add_argument("--slice", action="append", default=[], metavar="NAME=QUERY",
+                   help="with --from-fleet: a slice, e.g. night=tag:night or hard=description~rain&signal:det2d_entropy>0.3")
+    s.add_argument("--catalog", type=Path, default=None, help="with --from-fleet: accepted labels and signal:... queries")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_engine_suites)
     g = eng.add_parser("gate", help="candidate vs production on every suite and head; exit 0 promote, 1 reject")
