@@ -24,8 +24,12 @@ finds the run's frames whose same-camera embedding is closest (`hydranet engine 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import re
+import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -231,7 +235,7 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
         stats = {"run_id": run_id, "clips": len(fl.clip_names), "done_before": len(done), "frames": 0, "corrupt": 0,
                  "bad_clips": 0, "bad": []}
         bar = tqdm(total=len(tasks), desc="engine shadow", unit="clip", disable=not progress)
-        for res in _execute(tasks, executor, workers, threads, ray_address):
+        for res in _execute(tasks, executor, workers, threads, ray_address, quiet=not progress):
             cat.write_clip(run_id, res["clip_id"], res["rows"])  # one clip, one transaction, in the parent only
             stats["frames"] += len(res["rows"])
             stats["corrupt"] += sum(r["status"] == "corrupt" for r in res["rows"])
@@ -255,11 +259,12 @@ def bad_clips(cat: Catalog, run_id: int) -> list[tuple[str, str]]:
         "WHERE s.run_id = ? AND s.status = ? GROUP BY c.id ORDER BY c.name", (run_id, BAD))]
 
 
-def _execute(tasks: list[dict], executor: str, workers: int, threads: int, ray_address: str | None = None) -> Iterator[dict]:
+def _execute(tasks: list[dict], executor: str, workers: int, threads: int, ray_address: str | None = None,
+             quiet: bool = False) -> Iterator[dict]:
     if not tasks:
         return
     if executor == "ray":
-        yield from _execute_ray(tasks, workers, ray_address)
+        yield from _execute_ray(tasks, workers, ray_address, quiet)
         return
     if workers <= 1 or len(tasks) == 1:  # in this process; the next clip runs while the parent writes this one
         yield from _ahead(shadow_clip(t) for t in tasks)
@@ -354,32 +359,69 @@ def _actor_class(model: str, candidate: str | None, threads: int) -> type:
     return BoundShadowActor
 
 
-def ray_init(workers: int, address: str | None = None) -> bool:
+def ray_init(workers: int, address: str | None = None, quiet: bool = False) -> bool:
     """Connect to `address` (or $RAY_ADDRESS) or start a local instance of `workers` CPUs; True when this
-    call started it (the caller shuts it down)."""
+    call started it (the caller shuts it down). Ray's Python loggers show errors only (`quiet`: nothing
+    below CRITICAL); the workers' output stays in the session's log files (log_to_driver=False)."""
     import logging
 
     ray = _import_ray()
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+    level = logging.CRITICAL if quiet else logging.ERROR
+    opts = {"include_dashboard": False, "log_to_driver": False, "logging_level": level}
     if address:
-        ray.init(address=address, **quiet)
+        ray.init(address=address, **opts)
     else:
-        ray.init(num_cpus=workers, **quiet)
-    logging.getLogger("ray.data").setLevel(logging.ERROR)  # no per-dataset INFO lines or notes in the CLI output
+        ray.init(num_cpus=workers, **opts)
+    logging.getLogger("ray.data").setLevel(level)  # no per-dataset INFO lines or notes in the CLI output
     return True
 
 
-def _execute_ray(tasks: list[dict], workers: int, address: str | None = None) -> Iterator[dict]:
+# Ray's C++ log line ([2026-12-02 14:10:59,582 E 11609 11609] core_worker.cc:2465: ...): the driver's core worker
+# writes its ERROR lines (e.g. "... max_restarts > 0 ... the actor restart will fail") to fd 2, past Python's logging
+RAY_LOG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] [\w./-]+:\d+: ")
+
+
+@contextlib.contextmanager
+def without_ray_log_lines(enabled: bool = True) -> Iterator[None]:
+    """With `enabled`: fd 2 goes to a temporary file for the block, and what it received is written back
+    to stderr afterwards without Ray's C++ log lines (everything else, e.g. a Python warning, is kept)."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [ln for ln in tmp.read().decode(errors="replace").splitlines(keepends=True) if not RAY_LOG_LINE.match(ln)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
+
+
+def _execute_ray(tasks: list[dict], workers: int, address: str | None = None, quiet: bool = False) -> Iterator[dict]:
+    """`_ray_results` with, when `quiet` (`--quiet`), Ray's own log lines kept off stderr."""
+    with without_ray_log_lines(quiet):
+        yield from _ray_results(tasks, workers, address, quiet)
+
+
+def _ray_results(tasks: list[dict], workers: int, address: str | None = None, quiet: bool = False) -> Iterator[dict]:
     """Ray Data: one row per clip (`override_num_blocks` = clips, so clips spread over the actors),
     `map_batches(ShadowActor, batch_size=1)` on an actor pool of `workers` actors of 1 CPU each (on a
     cluster: its CPUs), results streamed back to the parent as clips finish. Ray Data's defaults stay:
     a crashed actor is restarted and its clip retried (clips are deterministic, and only the parent
-    writes); Ray logs one line that the restarted actor's arguments live in its object store."""
+    writes); Ray logs one line per actor that its arguments live in its object store (not under `quiet`)."""
     ray = _import_ray()
-    started = ray_init(workers, address)
+    started = ray_init(workers, address, quiet)
     try:
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False

@@ -116,13 +116,20 @@ def test_process_pool_gives_the_same_rows(env, tmp_path):
 
 @pytest.mark.skipif(not HAS_RAY, reason="Ray Data is not installed (pip install 'ray[data]', in the dev extra); "
                     "the local executor is tested")
-def test_ray_gives_the_same_rows(env, tmp_path):
+def test_ray_gives_the_same_rows(env, tmp_path, capfd):
     """Ray Data map_batches on a local instance (ray.init(num_cpus=2)), an actor pool of 2 ONNX Runtime
-    sessions: the same catalog rows as the in-process run, and the instance is shut down after."""
+    sessions: the same catalog rows as the in-process run, and the instance is shut down after. Quiet
+    (progress=False, `--quiet`): no Ray log line reaches stderr (the driver's core worker logs an
+    error-level "max_restarts > 0 ... the actor restart will fail" line per actor otherwise)."""
     import ray
 
+    from data_engine.shadow import RAY_LOG_LINE
+
     cat = tmp_path / "ray.db"
+    capfd.readouterr()
     st = run_shadow(env["model"], env["fleet"], cat, executor="ray", workers=2, progress=False)
+    err = capfd.readouterr().err
+    assert not [ln for ln in err.splitlines() if RAY_LOG_LINE.match(ln) or "core_worker" in ln or "(raylet)" in ln], err
     assert st["frames"] == 9 and st["corrupt"] == 0
     assert_same_rows(cat, env["catalog"])
     with Catalog(cat) as c:  # every clip written whole, with its done marker
@@ -251,3 +258,20 @@ def test_similarity_returns_the_query_first(env):
         assert res[0]["frame_id"] == q and len(res) == 5 and len({r["frame_id"] for r in res}) == 5
         assert res[0]["similarity"] == pytest.approx(1.0, abs=1e-5)
         assert all(a["similarity"] >= b["similarity"] - 1e-6 for a, b in zip(res[1:], res[2:]))
+
+
+def test_quiet_keeps_ray_log_lines_off_stderr_and_everything_else_on(capfd):
+    import os
+
+    from data_engine.shadow import without_ray_log_lines
+
+    ray_line = (b"[2026-12-02 14:10:59,582 E 11609 11609] core_worker.cc:2465: Actor with class name: 'MapWorker' has "
+                b"constructor arguments in the object store and max_restarts > 0. the actor restart will fail.\n")
+    with without_ray_log_lines(True):
+        os.write(2, ray_line)
+        os.write(2, b"UserWarning: kept\n")
+        os.write(2, b"[2026-12-02 14:11:00,001 W 1 2] raylet_client.cc:7: another\n")
+    assert capfd.readouterr().err == "UserWarning: kept\n"
+    with without_ray_log_lines(False):  # not quiet: Ray's lines pass
+        os.write(2, ray_line)
+    assert capfd.readouterr().err == ray_line.decode()
