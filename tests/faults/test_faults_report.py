@@ -182,7 +182,7 @@ CASES = [
     Case("triggers-no-truth", lambda t, e: ["engine", "triggers", "--catalog", cat_copy(t)], status=0,
          stdout=("no precision/recall", "scenarios.json", "| trigger | version | fired |")),
     Case("triggers-with-truth", lambda t, e: ["engine", "triggers", "--catalog", with_truth(t, e, None)], status=0,
-         stdout=("precision (worst-quartile error)",)),
+         stdout=("| rare: precision | base | lift | n | hard: precision |", "lift 1 = no better than random")),
     Case("triggers-corrupt-truth", lambda t, e: ["engine", "triggers", "--catalog", with_truth(t, e, b"{garbage")],
          words=("scenarios.json", "unreadable", "regenerate")),
     Case("triggers-truth-without-clips", lambda t, e: ["engine", "triggers", "--catalog", with_truth(t, e, b"[]")],
