@@ -261,16 +261,17 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
     transform's tables rebuilt; the metadata records that rig)."""
     from hydranet.checkpoint import config_from_checkpoint, load_checkpoint, load_model, model_for_rig
     from hydranet.io import checkpoint_file, file_sha256
-    from hydranet.rig import rig_from_path
+    from hydranet.rig import calibration_difference, rig_from_dict, rig_from_path
 
     rebind = None
     if rig is not None:
         new_rig = rig_from_path(rig)  # before the checkpoint: a bad rig is named first, and fast
         ckpt = load_checkpoint(checkpoint)
         cfg = config_from_checkpoint(ckpt)
-        trained = json.loads(ckpt["meta"])["rig"]
+        trained = rig_from_dict(json.loads(ckpt["meta"])["rig"], f"checkpoint {checkpoint} meta rig")
         model, meta = model_for_rig(ckpt, cfg, new_rig, f"rig {rig}")
-        rebind = {"from": str(rig), "name": new_rig.name, "trained_rig": trained.get("name"),
+        change = calibration_difference(trained, rig_from_dict(meta["rig"], f"rig {rig}"))  # at the model's size
+        rebind = {"from": str(rig), "name": new_rig.name, "trained_rig": trained.name, "change": change,
                   "bev_coverage": model.fusion.view.coverage if model.fusion is not None else None}
     else:
         model, cfg, ckpt = load_model(checkpoint)
@@ -296,8 +297,11 @@ def rig_line(source: Mapping[str, Any]) -> str:
     if r.get("bev_coverage") is None:
         return (f"rig {r['name']} ({r['from']}): the model's cameras found and recorded (camera-only model: nothing "
                 "in it is bound to the calibration)")
+    cam, d = max(r["change"].items(), key=lambda kv: (kv[1]["moved_m"], kv[1]["turned_deg"], kv[1]["K_px"]))
+    what = (f"largest change: {cam} moved {100 * d['moved_m']:.1f} cm, turned {d['turned_deg']:.2f} deg, K "
+            f"{d['K_px']:.2f} px" if max(d.values()) > 1e-6 else "the trained calibration (tables unchanged)")
     return (f"rig {r['name']} ({r['from']}; trained on rig {r['trained_rig']}): view transform tables rebuilt from its "
-            f"calibration, weights unchanged; BEV cells seen {100 * r['bev_coverage']:.0f}%")
+            f"calibration ({what}), weights unchanged; BEV cells seen {100 * r['bev_coverage']:.0f}%")
 
 
 def export_command(checkpoint: str | Path, out: str | Path, data: str | Path | None = None, fmt: str = "onnx",

@@ -449,3 +449,19 @@ def rig_from_path(path: str | Path) -> Rig:
         return rig_from_dict(data["rig"], f"{f} rig")
     raise RigError(f"{path} is a folder but neither a sim dataset/fleet (no dataset.json) nor a recorded fleet (no "
                    "fleet.json); give a rig YAML file (docs/rig_format.md) or such a folder")
+
+
+def calibration_difference(a: Rig, b: Rig) -> dict[str, dict[str, float]]:
+    """Per camera of `a` found in `b` (by name; give both at one image size): the largest intrinsics difference
+    in pixels, how far it is mounted away (metres) and turned (degrees)."""
+    by = {c.name: c for c in b.cameras}
+    out = {}
+    for c in a.cameras:
+        if c.name in by:
+            d = by[c.name]
+            R = c.cam2ego[:3, :3].T @ d.cam2ego[:3, :3]  # the relative rotation; its angle by atan2 (exact near 0)
+            sin = np.linalg.norm([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]]) / 2
+            out[c.name] = {"K_px": float(np.abs(c.K - d.K).max()),
+                           "moved_m": float(np.linalg.norm(c.cam2ego[:3, 3] - d.cam2ego[:3, 3])),
+                           "turned_deg": float(np.degrees(np.arctan2(sin, (np.trace(R) - 1) / 2)))}
+    return out

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from deploy.export import ATOL, RTOL, export_checkpoint, sim_frames
+from deploy.export import ATOL, RTOL, export_checkpoint, rig_line, sim_frames
 from deploy.metadata import read_metadata
 from hydranet.checkpoint import config_from_checkpoint, load_checkpoint, model_for_rig, model_from_checkpoint
 from hydranet.cli import main
@@ -105,6 +105,9 @@ def test_check_rig_refuses_the_original_export_and_accepts_the_rebound_one(env, 
     assert b["rig"]["image_size"] == a["rig"]["image_size"] == [64, 96]
     src = b["source"]["rig"]
     assert src["from"] == str(env["fleet"]) and src["trained_rig"] == a["rig"]["name"] and 0 < src["bev_coverage"] <= 1
+    assert src["change"][MOVED]["moved_m"] == pytest.approx(0.5)
+    assert all(max(d.values()) < 1e-6 for cam, d in src["change"].items() if cam != MOVED)
+    assert f"largest change: {MOVED} moved 50.0 cm, turned 0.00 deg" in rig_line(b["source"])
     n = b["rig"]["names"].index(MOVED)
     assert np.isclose(b["rig"]["cam2ego"][n][0][3] - a["rig"]["cam2ego"][n][0][3], 0.5)
     assert b["meta"]["rig"]["cameras"][n]["cam2ego"][0][3] == pytest.approx(b["rig"]["cam2ego"][n][0][3])
