@@ -188,3 +188,29 @@ def test_rig_from_path_reads_yaml_presets_sim_and_recorded_fleets(env, tmp_path)
     (tmp_path / "other" / "x").mkdir(parents=True)
     with pytest.raises(RigError, match="neither a sim dataset/fleet .* nor a recorded fleet"):
         rig_from_path(tmp_path / "other")
+
+
+@pytest.mark.parametrize("method", ["lut", "lss"])
+def test_both_view_transforms_rebuild_their_tables_from_meta_for_rig(method):
+    """Without training: a model of each view transform rebuilt for a moved rig (tables differ) and for the same
+    rig at twice the resolution (tables equal), the weights loaded unchanged."""
+    import dataclasses
+
+    from fake_samples import BEV_META, TINY_BEV, TINY_BEV_CONFIG
+    from hydranet.checkpoint import meta_for_rig
+    from hydranet.experiment import DataConfig, ExperimentConfig
+    from hydranet.models import build_model
+
+    mcfg = dataclasses.replace(TINY_BEV, bev=dataclasses.replace(TINY_BEV_CONFIG, method=method))
+    rig = load_rig("nuscenes6")
+    meta = {**BEV_META, "rig": rig.resized(96, 64).to_dict()}
+    cfg = ExperimentConfig(data=DataConfig(image_size=(64, 96)), model=mcfg)
+    base = build_model(mcfg, meta)
+    d = rig.to_dict()
+    d["cameras"][0]["cam2ego"][0][3] += 0.5
+    for other, same in ((rig_from_dict(d), False), (rig.resized(192, 128), True)):
+        m = build_model(mcfg, meta_for_rig(cfg, meta, other, "rig"))
+        m.load_weights(base.state_dict())
+        assert all(torch.equal(p, q) for p, q in zip(m.parameters(), base.parameters()))
+        equal = [torch.equal(getattr(m.fusion.view, n), getattr(base.fusion.view, n)) for n in base.fusion.view.table_names]
+        assert all(equal) if same else not all(equal)
