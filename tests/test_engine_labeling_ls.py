@@ -1,8 +1,10 @@
 """Label Studio round trip against a real server (docs/labeling.md): a project with the generated
-labelling config, the selected camera images uploaded with pre-annotations and scores, a send killed
-with kill -9 and rerun (no task twice), a reviewer's annotations submitted through the REST API,
-then the import checked against the sim's exact labels: boxes within 0.5 px, classes equal, nothing
-lost; a reviewer's later edit becomes a new version and a reported conflict.
+labelling config, every frame one task with all its camera images uploaded and the pre-annotations per
+camera, a send killed with kill -9 and rerun (no task twice), a reviewer's annotations and a draft
+submitted through the REST API, a bad box quarantining its job until fixed, then the import checked
+against the sim's exact labels: boxes within 0.5 px, classes equal, nothing lost; a reviewer's edit
+after acceptance becomes a new version, a reported conflict, and is re-pinned. Per-camera tasks
+(--ls-task camera) round trip too, and their project refuses whole-frame tasks.
 
 The server: $HYDRANET_LABEL_STUDIO_URL and $HYDRANET_LABEL_STUDIO_TOKEN when set (a team or CI
 server; the test creates its own project), else one started here from .venv-labelstudio (made by
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,7 +29,8 @@ from data_engine.catalog import Catalog
 from data_engine.fleet import Fleet
 from data_engine.labeling.base import LabelingError, Vocabulary
 from data_engine.labeling.label_studio import TOKEN_ENV, URL_ENV, Client, LabelStudioBackend
-from data_engine.labels import conflicts, create_jobs, import_labels, load_jobs, open_catalog, versions
+from data_engine.labels import (accepted_versions, conflicts, create_jobs, history, import_labels, job_table, load_jobs, open_catalog,
+                                transition, versions)
 
 LS_BIN = REPO / ".venv-labelstudio" / "bin" / "label-studio"
 START_TIMEOUT_S = float(os.environ.get("HYDRANET_LABEL_STUDIO_START_S", "300"))
@@ -123,20 +127,31 @@ with L.open_catalog(cat_path) as cat:
 """
 
 
-def _percent(b, W, H, name):  # written out here, independently of the backend's own conversion
+def _percent(b, W, H, name, cam=None):  # written out here, independently of the backend's own conversion
+    """A result on a frame task's camera `cam` (image_<cam>, label_<cam>), or on a per-camera task (cam None)."""
     x0, y0, x1, y1 = b
-    return {"from_name": "label", "to_name": "image", "type": "rectanglelabels", "original_width": W, "original_height": H,
-            "image_rotation": 0, "value": {"x": x0 / W * 100, "y": y0 / H * 100, "width": (x1 - x0) / W * 100,
-                                           "height": (y1 - y0) / H * 100, "rotation": 0, "rectanglelabels": [name]}}
+    key = None if cam is None else re.sub(r"[^A-Za-z0-9_]", "_", cam)
+    return {"from_name": "label" if cam is None else f"label_{key}", "to_name": "image" if cam is None else f"image_{key}",
+            "type": "rectanglelabels", "original_width": W, "original_height": H, "image_rotation": 0,
+            "value": {"x": x0 / W * 100, "y": y0 / H * 100, "width": (x1 - x0) / W * 100, "height": (y1 - y0) / H * 100,
+                      "rotation": 0, "rectanglelabels": [name]}}
+
+
+def _frame_results(job, lab, vocab, rename=None):
+    """Every camera's boxes of `lab` as one frame task's results (`rename`: {(camera, index): another label name})."""
+    return [_percent(b["bbox"], W, H, (rename or {}).get((cam, k), vocab.name_of(b)), cam)
+            for cam, (H, W) in zip(job.cameras, job.sizes) for k, b in enumerate(lab["cameras"][cam]["boxes2d"])]
 
 
 def test_label_studio_round_trip(server, env, monkeypatch):
+    """Whole-frame tasks (the default): kill -9 mid-send, predictions per camera, a draft waits, a bad box quarantines,
+    the import equals the truth, an edit after acceptance becomes version 2 and is re-pinned."""
     url, token = server
     client = Client(url, token)
     name = env["name"]
     with open_catalog(env["catalog"]) as cat:
         assert create_jobs(cat, env["selection"], "label_studio")["created"] == 4
-    # 1. send, killed with kill -9 after job 2's tasks were created but before it was recorded as sent
+    # 1. send, killed with kill -9 after job 2's task was created but before it was recorded as sent
     marker = env["root"] / "inside"
     p = subprocess.Popen([sys.executable, "-c", SEND_KILL, str(env["catalog"]), name, url, token, str(marker)], cwd=REPO)
     t0 = time.time()
@@ -147,7 +162,7 @@ def test_label_studio_round_trip(server, env, monkeypatch):
     p.wait()
     with open_catalog(env["catalog"]) as cat:
         assert [j.state for j in load_jobs(cat, name)].count("sent") == 1
-        # 2. the rerun (with pre-annotations) adopts the tasks already on the server: none twice
+        # 2. the rerun (with pre-annotations) adopts the task already on the server: none twice
         monkeypatch.setattr("data_engine.labels.with_predictions", _with_truth_predictions)
         from data_engine.labels import send
 
@@ -157,37 +172,48 @@ def test_label_studio_round_trip(server, env, monkeypatch):
     pid = int(jobs[0].external_id)
     project = client.request("GET", f"/api/projects/{pid}")
     vocab = Vocabulary.from_dataset(env["fleet"])
+    cams = jobs[0].cameras
     assert project["title"] == f"hydranet {name}" and all(f'value="{n}"' in project["label_config"] for n in vocab.names)
+    assert all(f'<Image name="image_{c}" value="$image_{c}"' in project["label_config"] for c in cams)
     tasks = client.tasks(pid)
-    n_cams = len(jobs[0].cameras)
-    keys = [(t["data"]["job_id"], t["data"]["camera"]) for t in tasks]
-    assert len(tasks) == 4 * n_cams and len(set(keys)) == len(keys)
+    assert sorted(t["data"]["job_id"] for t in tasks) == [j.id for j in jobs]  # one task per frame, none twice
+    assert all(t["data"]["cameras"] == list(cams) and all(t["data"][f"image_{c}"] for c in cams) for t in tasks)
     with_preds = [t for t in tasks if t.get("predictions")]
-    assert with_preds and all(isinstance(t["predictions"][0]["score"], float) for t in with_preds)  # the rerun's jobs
-    # 3. a reviewer annotates every image (one job's last camera left for later; one cancelled skip)
-    by_key = {(t["data"]["job_id"], t["data"]["camera"]): t for t in tasks}
-    later = (jobs[-1].id, jobs[-1].cameras[-1])
-    expected = {}
-    for j in jobs:
-        t_all = truth(j)
-        expected[j.id] = t_all
-        for cam, (H, W) in zip(j.cameras, j.sizes):
-            if (j.id, cam) == later:
-                client.request("POST", f"/api/tasks/{by_key[(j.id, cam)]['id']}/annotations", {"result": [], "was_cancelled": True})
-                continue
-            res = [_percent(b["bbox"], W, H, vocab.name_of(b)) for b in t_all["cameras"][cam]["boxes2d"]]
-            client.request("POST", f"/api/tasks/{by_key[(j.id, cam)]['id']}/annotations", {"result": res, "was_cancelled": False})
+    assert sorted(t["data"]["job_id"] for t in with_preds) == [3, 4]  # the rerun's new tasks (jobs 1, 2: the killed send's)
+    for t in with_preds:
+        pred = client.request("GET", f"/api/predictions/{t['predictions'][0]}") if isinstance(t["predictions"][0], int) \
+            else t["predictions"][0]
+        assert isinstance(pred["score"], float) and pred["model_version"] == "test-model"
+        assert {r["to_name"] for r in pred["result"]} <= {f"image_{c}" for c in cams}
+    by_job = {t["data"]["job_id"]: t for t in tasks}
+    expected = {j.id: truth(j) for j in jobs}
+    # 3. a reviewer annotates jobs 1 and 2; job 3 has a box outside its image on one camera; job 4 is only a draft
+    for j in jobs[:2]:
+        client.request("POST", f"/api/tasks/{by_job[j.id]['id']}/annotations",
+                       {"result": _frame_results(j, expected[j.id], vocab), "was_cancelled": False})
+    j3, j4 = jobs[2], jobs[3]
+    H, W = j3.sizes[1]
+    bad = _frame_results(j3, expected[j3.id], vocab) + [_percent([2.0, 3.0, W + 30.0, 20.0], W, H, vocab.names[0], j3.cameras[1])]
+    ann3 = client.request("POST", f"/api/tasks/{by_job[j3.id]['id']}/annotations", {"result": bad, "was_cancelled": False})
+    client.request("POST", f"/api/tasks/{by_job[j4.id]['id']}/drafts", {"result": _frame_results(j4, expected[j4.id], vocab)})
     me = client.request("GET", "/api/current-user/whoami")["email"]  # the reviewer: whoever holds the token
     with open_catalog(env["catalog"]) as cat:
         got = import_labels(cat, LabelStudioBackend(url, token), name)
-        assert got["new"] == 3 and got["waiting"] == 1 and got["conflicts"] == []
-        j = jobs[-1]
-        H, W = j.sizes[-1]
-        res = [_percent(b["bbox"], W, H, vocab.name_of(b)) for b in expected[j.id]["cameras"][later[1]]["boxes2d"]]
-        client.request("POST", f"/api/tasks/{by_key[later]['id']}/annotations", {"result": res, "was_cancelled": False})
+        assert got["new"] == 2 and got["waiting"] == 2 and got["conflicts"] == []
+        (q,) = got["quarantined"]
+        assert q["job"] == j3.id and f"task {by_job[j3.id]['id']} ({j3.clip}/{j3.dir} {j3.cameras[1]}) annotation {ann3['id']}" \
+            in q["reason"] and "lies outside the" in q["reason"]
+        n_drawn = sum(1 for c in cams if expected[j4.id]["cameras"][c]["boxes2d"])
+        assert got["partial"] == [{"job": j4.id, "frame": f"{j4.clip}/{j4.dir}", "reason": f"a draft in Label Studio task "
+                                   f"{by_job[j4.id]['id']} (boxes on {n_drawn} of {len(cams)} cameras), not submitted"}]
+        # 4. the bad box fixed in the tool, the draft submitted: both imported, nothing twice
+        client.request("PATCH", f"/api/annotations/{ann3['id']}", {"result": _frame_results(j3, expected[j3.id], vocab)})
+        client.request("POST", f"/api/tasks/{by_job[j4.id]['id']}/annotations",
+                       {"result": _frame_results(j4, expected[j4.id], vocab), "was_cancelled": False})
         got = import_labels(cat, LabelStudioBackend(url, token), name)
-        assert got["new"] == 1 and got["duplicate"] == 3 and got["waiting"] == 0
-        # 4. the import equals the sim's labels: boxes within 0.5 px, classes equal, nothing lost
+        assert got["new"] == 2 and got["duplicate"] == 2 and got["waiting"] == 0 and not got["quarantined"]
+        assert [r["note"] for r in job_table(cat, name)] == [None] * 4
+        # 5. the import equals the sim's labels: boxes within 0.5 px, classes equal, nothing lost
         n = 0
         for j in load_jobs(cat, name):
             assert j.state == "labelled"
@@ -202,15 +228,63 @@ def test_label_studio_round_trip(server, env, monkeypatch):
                     assert max(abs(p - q) for p, q in zip(a["bbox"], b["bbox"])) <= 0.5
                     n += 1
         assert n > 0
-        # 5. a reviewer changes a class later: a new version, a reported conflict, the first kept
-        j = next(j for j in jobs for cam in j.cameras if expected[j.id]["cameras"][cam]["boxes2d"])
-        cam = next(c for c in j.cameras if expected[j.id]["cameras"][c]["boxes2d"])
-        H, W = j.sizes[j.cameras.index(cam)]
-        boxes = expected[j.id]["cameras"][cam]["boxes2d"]
-        other = next(n for n in vocab.names if n != vocab.name_of(boxes[0]))
-        res = [_percent(b["bbox"], W, H, other if k == 0 else vocab.name_of(b)) for k, b in enumerate(boxes)]
-        ann = [a for a in client.request("GET", f"/api/tasks/{by_key[(j.id, cam)]['id']}/annotations")][-1]
-        client.request("PATCH", f"/api/annotations/{ann['id']}", {"result": res})
+        # 6. accepted; a reviewer changes a class later: a new version, a reported conflict, re-pinned to it
+        transition(cat, [j.id for j in jobs], "accepted", by="lead")
+        j = next(j for j in jobs if any(expected[j.id]["cameras"][c]["boxes2d"] for c in cams))
+        cam = next(c for c in cams if expected[j.id]["cameras"][c]["boxes2d"])
+        first = vocab.name_of(expected[j.id]["cameras"][cam]["boxes2d"][0])
+        other = next(n for n in vocab.names if n != first)
+        ann = client.request("GET", f"/api/tasks/{by_job[j.id]['id']}/annotations")[-1]
+        client.request("PATCH", f"/api/annotations/{ann['id']}", {"result": _frame_results(j, expected[j.id], vocab, {(cam, 0): other})})
         got = import_labels(cat, LabelStudioBackend(url, token), name)
         assert got["new"] == 1 and len(got["conflicts"]) == 1 and "1 class changes" in got["conflicts"][0]["detail"]
+        assert f"{cam} box [" in got["conflicts"][0]["detail"]
         assert [x["version"] for x in versions(cat, j.frame_id)] == [1, 2] and conflicts(cat, name)
+        assert accepted_versions(cat)[j.frame_id]["version"] == 1  # the job stays pinned until a reviewer moves it
+        transition(cat, [j.id], "accepted", version=2, by="lead")
+        assert accepted_versions(cat)[j.frame_id]["version"] == 2
+        assert [e["action"] for e in history(cat, job_id=j.id)] == ["accept", "repin"]
+
+
+def test_label_studio_per_camera_tasks_and_a_project_of_the_other_kind(server, env, tmp_path):
+    """--ls-task camera: one task per camera image, a job labelled once each camera has an annotation (a cancelled one
+    says the camera was skipped); the project then refuses whole-frame tasks (its config, read from the server, says)."""
+    url, token = server
+    client = Client(url, token)
+    cat_path = tmp_path / "catalog.db"
+    with Catalog(cat_path, create=True) as c:
+        c.add_fleet(Fleet(env["fleet"]))
+    name = f"lscam-{uuid.uuid4().hex[:8]}"
+    sel = tmp_path / "selection.json"
+    sel.write_text(json.dumps({"name": name, "frames": [{"clip": "clip_00000", "frame": 0}, {"clip": "clip_00001", "frame": 1}]}))
+    vocab = Vocabulary.from_dataset(env["fleet"])
+    with open_catalog(cat_path) as cat:
+        from data_engine.labels import send
+
+        create_jobs(cat, sel, "label_studio")
+        assert send(cat, LabelStudioBackend(url, token, task="camera"), name)["sent"] == 2
+        jobs = load_jobs(cat, name)
+        pid = int(jobs[0].external_id)
+        tasks = client.tasks(pid)
+        assert sorted((t["data"]["job_id"], t["data"]["camera"]) for t in tasks) == sorted(
+            (j.id, c) for j in jobs for c in j.cameras)
+        by_key = {(t["data"]["job_id"], t["data"]["camera"]): t for t in tasks}
+        for j in jobs:
+            for cam, (H, W) in zip(j.cameras, j.sizes):
+                if (j.id, cam) == (jobs[1].id, jobs[1].cameras[-1]):
+                    client.request("POST", f"/api/tasks/{by_key[(j.id, cam)]['id']}/annotations", {"result": [], "was_cancelled": True})
+                    continue
+                res = [_percent(b["bbox"], W, H, vocab.name_of(b)) for b in truth(j)["cameras"][cam]["boxes2d"]]
+                client.request("POST", f"/api/tasks/{by_key[(j.id, cam)]['id']}/annotations", {"result": res, "was_cancelled": False})
+        got = import_labels(cat, LabelStudioBackend(url, token), name)  # an import reads either kind
+        n = len(jobs[1].cameras)
+        assert got["new"] == 1 and got["partial"] == [{"job": jobs[1].id, "frame": f"{jobs[1].clip}/{jobs[1].dir}",
+                                                       "reason": f"{n - 1} of {n} cameras done, camera {jobs[1].cameras[-1]} skipped"}]
+        # the same project asked for whole-frame tasks: refused, nothing created
+        sel2 = tmp_path / "more.json"
+        sel2.write_text(json.dumps({"name": name + "-b", "frames": [{"clip": "clip_00000", "frame": 1}]}))
+        create_jobs(cat, sel2, "label_studio")
+        with pytest.raises(LabelingError, match=rf"Label Studio project {pid} \('hydranet {name}'\) holds per-camera tasks; it "
+                                                r"cannot take whole-frame tasks .*send with --ls-task camera"):
+            send(cat, LabelStudioBackend(url, token, title=f"hydranet {name}"), name + "-b")
+        assert len(client.tasks(pid)) == len(tasks)

@@ -1,5 +1,6 @@
 """Label Studio whole-frame tasks (issue 24.5, docs/labeling.md): the default task holds every camera of a frame
-(one Image and RectangleLabels per camera), pre-annotations per camera in its one prediction; imports split the
+(one Image and RectangleLabels per camera; the images uploaded to the project's image store), pre-annotations per
+camera in its one prediction; imports split the
 annotation's results into cameras by to_name; a skipped frame or an unsubmitted draft waits saying why; one bad
 box quarantines its job naming task, frame and camera; an edit after acceptance is a new version to re-pin; per-camera
 tasks stay an option (`engine label --ls-task camera`); a project made with one kind is refused for the other.
@@ -42,7 +43,8 @@ def env(fleet, tmp_path) -> dict:
 
 class FakeLS:
     """Label Studio's REST answers as the backend reads them, in memory; a project keeps the config it was made with and,
-    as the server does, refuses a task whose data lacks a $variable of that config."""
+    as the server does, refuses a task whose data lacks a $variable of that config and a file upload into a project whose
+config has more than one data key."""
 
     def __init__(self):
         self.configs: dict[str, str] = {}
@@ -60,6 +62,8 @@ class FakeLS:
         return [t for t in self.tasks_ if t["project"] == project]
 
     def upload(self, project, name, content):
+        if len(set(re.findall(r'value="\$(\w+)"', self.label_config(project)))) > 1:  # as Label Studio 1.23 answers
+            raise LabelingError("Your label config has more than one data key and direct file upload supports only one data key")
         self.uploads.append(name)
         return f"/data/upload/{project}/{name}"
 
@@ -145,12 +149,13 @@ def test_a_frame_is_one_task_with_every_camera_and_the_models_boxes_per_camera(e
         jobs = load_jobs(cat, "sel")
         assert {j.state for j in jobs} == {"sent"} and len(fake.tasks_) == len(jobs) == 4  # one task per frame
         assert len(fake.uploads) == 4 * len(jobs[0].cameras)
+        assert list(fake.configs) == ["hydranet sel", "hydranet sel (images)"] and not fake.tasks(2)  # the image store
         names = camera_names(jobs[0].cameras)
         for j in jobs:
             t = fake.task_of(j.id)
             d = t["data"]
             assert d["cameras"] == list(j.cameras) and d["frame"] == f"{j.clip}/{j.dir}" and d["frame_id"] == j.frame_id
-            assert all(d[names[c][1]].endswith(f"j{j.id}_{j.clip}_{j.dir}_{c}.jpg") for c in j.cameras)
+            assert all(d[names[c][1]] == f"/data/upload/2/j{j.id}_{j.clip}_{j.dir}_{c}.jpg" for c in j.cameras)
             (pred,) = t["predictions"]
             assert pred["model_version"] == "ab" * 32
             assert [(r["from_name"], r["to_name"]) for r in pred["result"]] == [names[c] for c in j.cameras]

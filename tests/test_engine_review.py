@@ -291,7 +291,7 @@ def test_label_studio_predictions_carry_the_model_sha256(env, monkeypatch):
         monkeypatch.setattr("deploy.metadata.read_metadata", lambda path: md)
         assert {j.model_version for j in with_predictions(cat, jobs)} == {sha}
         fake = FakeClient()
-        send(cat, LabelStudioBackend(client=fake), "sel")
+        send(cat, LabelStudioBackend(client=fake, task="camera"), "sel")  # frame tasks: test_engine_ls_frame_tasks.py
     assert {p["model_version"] for t in fake.tasks_ for p in t["predictions"]} == {sha}
 
 

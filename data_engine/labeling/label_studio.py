@@ -5,7 +5,9 @@ send(jobs): one project per selection (title "hydranet <selection>", found again
 labelling config generated from the fleet's classes (signs and lights by what they show: "sign:stop",
 "light:red", "sign:back"). By default one task per frame ("frame": every camera of the frame in one task,
 one Image and RectangleLabels per camera); `task="camera"` (--ls-task camera) makes one task per camera image.
-The images are uploaded to the server; a task's data carries its job id and frame; the deployed model's 2D
+The images are uploaded to the server (a frame project's into its image store "<title> (images)", a project
+without tasks: Label Studio takes a direct file upload only into a project whose config has one data key);
+a task's data carries its job id and frame; the deployed model's 2D
 detections come as a prediction (pre-annotation) with a score per box and a task score (the mean), so
 reviewers can sort. A project made with one kind is refused for the other (its config and tasks say which).
 Send is idempotent: the project's tasks are listed first and a job (a job's camera) that has a task already
@@ -37,7 +39,7 @@ from typing import Any
 
 from data_engine.labeling.base import FetchedLabel, Held, Job, LabelingError, Vocabulary
 from data_engine.labeling.ls_tasks import (FROM, TO, TASK_KINDS, box_result, camera_label, camera_names, camera_task, check_kind,
-                                           config_kind, frame_label, frame_task, label_config, result_box, task_kind)
+                                           config_kind, frame_label, frame_task, image_store_config, label_config, result_box, task_kind)
 
 URL_ENV, TOKEN_ENV = "HYDRANET_LABEL_STUDIO_URL", "HYDRANET_LABEL_STUDIO_TOKEN"
 __all__ = ["FROM", "TO", "TASK_KINDS", "Client", "LabelStudioBackend", "box_result", "label_config", "result_box"]
@@ -184,17 +186,28 @@ class LabelStudioBackend:
             pid = self.client.project(title, label_config(vocab, cams))
             self._check_project(pid, title, cams)
             have = self._existing(pid, js)
+            store = pid if self.task == "camera" else self._image_store(title)
             new = []
             for j in js:
                 if self.task == "frame":
                     if (j.id, None) not in have:
-                        new.append(frame_task(j, {cam: self._upload(pid, j, cam) for cam in j.cameras}, vocab))
+                        new.append(frame_task(j, {cam: self._upload(store, j, cam) for cam in j.cameras}, vocab))
                     continue
                 new += [camera_task(j, cam, self._upload(pid, j, cam), vocab) for cam in j.cameras if (j.id, cam) not in have]
             if new:
                 self.client.import_tasks(pid, new)
             out.update({j.id: str(pid) for j in js})
         return out
+
+    def _image_store(self, title: str) -> int:
+        """The project the frame project's images are uploaded to ("<title> (images)", no task in it): Label Studio takes
+        a direct file upload only into a project whose config has one data key, and a frame config has one per camera."""
+        store = f"{title} (images)"
+        sid = self.client.project(store, image_store_config(title))
+        if config_kind(self.client.label_config(sid), f"Label Studio project {sid} ({store!r})")[0] != "camera":
+            raise LabelingError(f"Label Studio project {sid} ({store!r}) is not an image store (one image per task); rename it "
+                                "or give --ls-project another title")
+        return sid
 
     def _upload(self, pid: int, j: Job, cam: str) -> str:
         data, suffix = j.image(cam)

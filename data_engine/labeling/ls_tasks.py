@@ -6,7 +6,8 @@ Two kinds of task (TASK_KINDS):
 - "frame" (the default): one task per frame holding every camera of it. The config has one <Image> per
   camera (name "image_<camera>", value "$image_<camera>") with its own <RectangleLabels> ("label_<camera>",
   toName the camera's image); the task's data holds one image URL per camera ("image_<camera>") and the
-  camera list ("cameras"). A labeller sees the cameras of one moment together, and a submitted annotation is
+  camera list ("cameras"); the images are uploaded to an image-store project (image_store_config). A
+  labeller sees the cameras of one moment together, and a submitted annotation is
   the whole frame (a camera with no box has no object); its results are split into cameras by to_name.
 - "camera": one task per camera image (config: one <Image name="image"> with <RectangleLabels name="label">;
   data: "image", "camera"), as projects made before the frame kind.
@@ -67,6 +68,13 @@ def label_config(vocab: Vocabulary, cameras: Sequence[str] | None = None) -> str
                      "      </RectangleLabels>\n    </View>")
     return ("<View>\n  <Header value=\"$frame\"/>\n  <View style=\"display: flex; flex-wrap: wrap; gap: 8px\">\n"
             + "\n".join(views) + "\n  </View>\n</View>\n")
+
+
+def image_store_config(title: str) -> str:
+    """The config of a frame project's image store ("<title> (images)"): Label Studio uploads a file only into a project
+    whose config has one data key, so a frame project's camera images live there (no task is made in it)."""
+    return (f"<View>\n  <Header value={quoteattr(f'images of the project {title!r}: label there, not here')}/>\n"
+            f"  <Image name=\"{TO}\" value=\"$image\"/>\n</View>\n")
 
 
 def config_kind(config: str, where: str) -> tuple[str, tuple[str, ...]]:
