@@ -167,6 +167,7 @@ def degenerate(trigger: Trigger, table: Mapping[str, Any]) -> str | None:
               and np.isfinite(table[f"num_{h}"]).all() and not np.asarray(table[f"num_{h}"]).any()]
     if silent:
         return f"{head}: the model's {' and '.join(silent)} never detects (num_{silent[0]} = 0 on every frame)"
+    what = trigger.signal if trigger.compute is None else trigger.name  # novelty: computed from the embeddings
     v = np.asarray(trigger.values(table), np.float64)
     v = v[np.isfinite(v)]
     med = float(np.median(v))  # fires > 0, so some value is finite
@@ -174,8 +175,8 @@ def degenerate(trigger: Trigger, table: Mapping[str, Any]) -> str | None:
         return (f"{head}: the model is at chance there ({trigger.signal} median {med:.3f} of at most {MAX_ENTROPY:.3f} "
                 "nats: p ~ 0.5 everywhere)")
     if v.max() - v.min() <= 1e-9 * max(1.0, abs(med)):
-        return f"{head}: its value {trigger.signal} is {med:.4g} on every frame with a value (constant)"
-    return f"{head}: the run's median {trigger.signal} {med:.4g} is above the threshold {trigger.threshold:g}"
+        return f"{head}: its value {what} is {med:.4g} on every frame with a value (constant)"
+    return f"{head}: the run's median {what} {med:.4g} is above the threshold {trigger.threshold:g}"
 
 
 def run_table(cat, run_id: int) -> dict[str, Any]:

@@ -135,3 +135,11 @@ def test_the_trigger_table_with_truth_by_hand():
     assert md[0] == ("| trigger | version | fired | fires on | rare: precision | base | lift | n | hard: precision | base | "
                      "lift | n | recall cones_on_road | note |")
     assert md[2] == "| speed | 1 | 3 | 3 (38%) | 0.33 | 0.25 | 1.33 | 3 | 0.67 | 0.25 | 2.67 | 3 | 0.50 |  |"
+
+
+def test_a_computed_trigger_names_its_value_not_its_input():
+    emb = np.eye(4, dtype=np.float32)  # four orthogonal frames of four clips: novelty 1 - 0 = 1 on each
+    t = table_of(4)
+    t["embedding"] = emb
+    assert degenerate(TRIGGERS["novelty"], t) == (
+        "novelty fires on 100% of frames (4 of 4): its value novelty is 1 on every frame with a value (constant)")
