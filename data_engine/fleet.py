@@ -328,24 +328,51 @@ class RecordedFleet(Fleet):
             out.append(img)
         return out
 
-    def _dataset_images(self, sample: int, cameras: list[str]) -> list[np.ndarray]:
-        """The reader's decoded images of sample `sample`, in `cameras` order (the reader built once per process)."""
-        from hydranet.data.dataset import DatasetError
-
-        key = (str(self.source_root), json.dumps(self.source, sort_keys=True))
-        ds = _READERS.get(key)
-        if ds is None:
+    def _reader(self, channels: tuple[str, ...]):
+        """The source dataset's reader loading `channels` (built once per process and fleet source)."""
+        key = (str(self.source_root), json.dumps(self.source, sort_keys=True), channels)
+        if key not in _READERS:
             from hydranet.data.formats import open_dataset
 
             s = self.source
-            ds = _READERS[key] = open_dataset(self.source_root, s.get("format"), s.get("split"), s.get("version"),
-                                              channels=("images",), sweeps=int(s.get("sweeps") or 0))
+            _READERS[key] = open_dataset(self.source_root, s.get("format"), s.get("split"), s.get("version"),
+                                         channels=channels, sweeps=int(s.get("sweeps") or 0))
+        return _READERS[key]
+
+    def _dataset_images(self, sample: int, cameras: list[str]) -> list[np.ndarray]:
+        """The reader's decoded images of sample `sample`, in `cameras` order."""
+        from hydranet.data.dataset import DatasetError
+
+        ds = self._reader(("images",))
         try:
             images = ds.load(int(sample))["images"]  # (N, H, W, 3) in the reader's camera order
         except DatasetError as e:
             raise ValueError(str(e)) from None
         names = ds.rig.names
         return [np.asarray(images[names.index(c)]) for c in cameras]
+
+    def truth(self, clip: str, frame_dir: str) -> dict[str, Any] | None:
+        """The source's own annotations of a frame as a labels.json payload plus "supervises" (the heads those boxes
+        and lanes supervise: the reader's, less those read from dense label files, which a fleet does not carry), or
+        None where the source has none (videos, image sequences, nuScenes' unlabelled sweeps). For evaluation, suites
+        and the stand-in oracle of benchmarks only: the miner never reads it (docs/data_engine.md, withheld truth)."""
+        from hydranet.data.dataset import DatasetError
+        from hydranet.heads import HEADS
+
+        if self.kind != "dataset":
+            return None
+        try:
+            sample = self._reader(()).load(int(self.frame_refs(clip, frame_dir)["sample"]))
+        except DatasetError as e:
+            raise ValueError(str(e)) from None
+        heads = sorted(h for h in sample.get("supervises") or () if h in HEADS and not HEADS[h].channels)
+        if not heads:
+            return None
+        labels = json.loads(json.dumps(sample["labels"]))
+        for b in labels.get("boxes3d") or []:  # an unknown velocity (a box annotated once) is left out, as the format says
+            if not np.all(np.isfinite(b.get("velocity", 0.0))):
+                del b["velocity"]
+        return {**labels, "supervises": heads}
 
 
 _READERS: dict = {}  # per process: the dataset readers of recorded fleets
@@ -357,7 +384,7 @@ def read_frame(root: Path, clip: str, frame_dir: str, cameras: list[str]) -> lis
     import cv2
 
     if (Path(root) / RECORDED_FILE).is_file():
-        return _recorded(root).read(clip, frame_dir, cameras)
+        return recorded_fleet(root).read(clip, frame_dir, cameras)
     out = []
     for cam in cameras:
         path = frame_path(root, clip, frame_dir, f"{cam}.jpg", where=f"fleet {root}")
@@ -374,7 +401,8 @@ def read_frame(root: Path, clip: str, frame_dir: str, cameras: list[str]) -> lis
 _RECORDED: dict[str, RecordedFleet] = {}  # per process: recorded fleets opened by read_frame
 
 
-def _recorded(root) -> RecordedFleet:
+def recorded_fleet(root) -> RecordedFleet:
+    """The RecordedFleet at `root`, opened once per process (shadow, labelling and retrain read many frames)."""
     key = str(Path(root).resolve())
     if key not in _RECORDED:
         _RECORDED[key] = RecordedFleet(root)
@@ -390,7 +418,7 @@ def frame_image(root: str | Path, clip: str, frame_dir: str, camera: str) -> tup
     from hydranet.data.image import ImageError, decode_bytes
 
     if (Path(root) / RECORDED_FILE).is_file():
-        fl = _recorded(root)
+        fl = recorded_fleet(root)
         ref = fl.frame_refs(clip, frame_dir).get(camera)
         if fl.kind == "images" and ref is not None:
             path = path_inside(fl.source_root, ref["file"], f"fleet {root} clip {clip} frame {frame_dir} camera {camera}")
@@ -414,6 +442,6 @@ def image_suffix(root: str | Path, clip: str, frame_dir: str, camera: str) -> st
     """The suffix `frame_image` gives that image (".jpg" or ".png"), without reading it."""
     if not (Path(root) / RECORDED_FILE).is_file():
         return ".jpg"
-    fl = _recorded(root)
+    fl = recorded_fleet(root)
     ref = fl.frame_refs(clip, frame_dir).get(camera)
     return Path(ref["file"]).suffix.lower() if fl.kind == "images" and ref is not None else ".png"

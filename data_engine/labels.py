@@ -42,13 +42,15 @@ from data_engine.labeling.base import (Backend, FetchedLabel, Held, Job, Labelin
                                       describe_changes, digest)
 
 STATES = ("queued", "sent", "labelled", "accepted", "rejected")
-TRANSITIONS = {"queued": ("sent",), "sent": ("labelled",), "labelled": ("accepted", "rejected"), "rejected": ("queued",),
+TRANSITIONS = {"queued": ("sent",), "sent": ("labelled", "rejected"), "labelled": ("accepted", "rejected"), "rejected": ("queued",),
                "accepted": ("labelled", "accepted")}
 # how each move is asked for (in the one-line refusals)
-MOVES = {("queued", "sent"): "sent", ("sent", "labelled"): "labelled (by an import)", ("labelled", "accepted"): "accepted",
+MOVES = {("queued", "sent"): "sent", ("sent", "labelled"): "labelled (by an import)",
+         ("sent", "rejected"): "rejected (the frame cannot be labelled)", ("labelled", "accepted"): "accepted",
          ("labelled", "rejected"): "rejected", ("rejected", "queued"): "queued", ("accepted", "labelled"): "labelled (--reopen)",
          ("accepted", "accepted"): "accepted again on another version (re-pin: --accept ID --version N)"}
-ACTIONS = {("labelled", "accepted"): "accept", ("labelled", "rejected"): "reject", ("rejected", "queued"): "requeue",
+ACTIONS = {("labelled", "accepted"): "accept", ("labelled", "rejected"): "reject", ("sent", "rejected"): "reject",
+           ("rejected", "queued"): "requeue",
            ("accepted", "labelled"): "reopen", ("accepted", "accepted"): "repin"}
 SOURCES = ("oracle", "label_studio", "file")
 
@@ -120,10 +122,16 @@ def create_jobs(cat: Catalog, selection: str | Path, backend: str) -> dict[str, 
     if backend == "oracle" and ids:  # checked before any job is queued: a refused backend leaves nothing behind
         q = f"SELECT DISTINCT fl.root FROM frames f JOIN clips c ON f.clip_id = c.id JOIN fleets fl ON c.fleet_id = fl.id " \
             f"WHERE f.id IN ({', '.join('?' * len(ids))})"
-        recorded = [r[0] for r in cat.db.execute(q, ids) if (Path(r[0]) / "fleet.json").is_file()]
-        if recorded:
-            raise LabelError(f"the oracle answers from the sim's exact labels; fleet {recorded[0]} is recorded data "
-                             "(engine ingest): label it with --backend files or --backend label_studio")
+        from data_engine.fleet import RECORDED_FILE, FleetError, recorded_fleet
+
+        for (root,) in cat.db.execute(q, ids).fetchall():
+            try:
+                kind = recorded_fleet(root).kind if (Path(root) / RECORDED_FILE).is_file() else "sim"
+            except FleetError as e:
+                raise LabelError(str(e)) from None
+            if kind not in ("sim", "dataset"):  # a labelled dataset's own annotations are the stand-in oracle's truth
+                raise LabelError(f"the oracle answers from a source's own labels; fleet {root} is {kind} recordings "
+                                 "without any (engine ingest): label it with --backend files or --backend label_studio")
     now = time.time()
     with cat.transaction():
         before = cat.db.execute("SELECT count(*) FROM label_jobs WHERE selection = ?", (name,)).fetchone()[0]

@@ -58,8 +58,10 @@ class Journal:
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise LoopError(f"{self.path} is not valid JSON ({e}); it is the loop's journal: restore it or start a "
                                 "new --out folder") from None
-            if self.data.get("identity") != json.loads(json.dumps(identity)):
-                raise LoopError(f"{out} holds a loop run with another production model or config "
+            want = json.loads(json.dumps(identity))
+            if self.data.get("identity") != want:
+                diff = differing_keys(self.data.get("identity") or {}, want)
+                raise LoopError(f"{out} holds a loop run with another {', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''} "
                                 f"({self.path}); rerun with the same arguments, or choose a new --out")
         else:
             self.data = {"identity": dict(identity), "rounds": []}
@@ -73,6 +75,14 @@ class Journal:
     def finish(self, r: int, stage: str, result: Mapping[str, Any]) -> None:
         self.round(r)["done"][stage] = dict(result)
         _atomic_json(self.path, self.data)
+
+
+def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two JSON-like dicts (e.g. "config.loop.budget")."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [k for key in sorted(set(a) | set(b), key=str)
+                for k in differing_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
+    return [] if a == b else [prefix.rstrip(".") or "value"]
 
 
 def check_rounds(rounds: int) -> None:
@@ -193,11 +203,18 @@ class Loop:
     def stage_fleet(self, r: int, rdir: Path) -> dict[str, Any]:
         from data_engine.fleet import generate_fleet
 
-        if self.fleets is not None:
+        if self.fleets is not None:  # rendered or recorded fleets, one per round
+            from data_engine.fleet import RECORDED_FILE, Fleet, FleetError
+
             fleet = self.fleets / f"r{r:03d}"
-            if not (fleet / "dataset.json").is_file():
-                raise LoopError(f"{fleet} is not a fleet (no dataset.json); render it with `hydranet engine fleet --out {fleet}`")
-            return {"fleet": str(fleet), "clips": len(json.loads((fleet / "dataset.json").read_text())["scenes"])}
+            if not any((fleet / f).is_file() for f in ("dataset.json", RECORDED_FILE)):
+                raise LoopError(f"{fleet} is not a fleet (no dataset.json or {RECORDED_FILE}); render one with `hydranet engine "
+                                f"fleet --out {fleet}` or ingest recordings with `hydranet engine ingest --out {fleet}`")
+            try:
+                clips = len(Fleet(fleet).clip_names)
+            except FleetError as e:
+                raise LoopError(str(e)) from None
+            return {"fleet": str(fleet), "clips": clips, "recorded": (fleet / RECORDED_FILE).is_file()}
         fleet = rdir / "fleet"
         if not (fleet / "dataset.json").exists():  # the fleet is renamed into place whole, or not at all
             generate_fleet(fleet, self.fleet, self.cfg.loop.fleet_clips, self.cfg.loop.fleet_seed + r,
@@ -238,17 +255,27 @@ class Loop:
         return {"dir": str(rdir / "report"), "shown": got["shown"]}
 
     def stage_label(self, r: int, rdir: Path) -> dict[str, Any]:
-        from data_engine.labeling import build_backend
         from data_engine.labels import (accepted_labels, conflicts, create_jobs, import_labels, job_table, open_catalog, send,
                                         transition)
 
-        backend = build_backend(self.cfg.loop.labeller)
+        from data_engine.labeling.oracle import NO_TRUTH
+
+        backend = self._labeller(rdir)
+        no_truth = 0
         with open_catalog(self.catalog) as cat:
             name = create_jobs(cat, self.done(r, "mine")["file"], backend.name)["selection"]
             send(cat, backend, name, progress=self.progress)
+            if backend.name == "files" and not backend.files:
+                raise LoopError(self._files_waiting(rdir, name))
             got = import_labels(cat, backend, name, progress=self.progress)
+            unlabelled = [p["job"] for p in got["partial"] if p["reason"].startswith(NO_TRUTH)]
+            if unlabelled:  # the stand-in oracle cannot label a frame its dataset left unlabelled: not a label
+                transition(cat, unlabelled, "rejected", by="engine run (no truth in the source)")
+                no_truth = len(unlabelled)
+                got["waiting"] -= no_truth
             if got["waiting"]:
-                raise LoopError(f"{got['waiting']} label jobs of selection {name} are still with {backend.name}; import "
+                raise LoopError(self._files_waiting(rdir, name) if backend.name == "files" else
+                                f"{got['waiting']} label jobs of selection {name} are still with {backend.name}; import "
                                 "them (`hydranet engine import-labels`) and rerun")
             bad = conflicts(cat, name)
             if bad:
@@ -260,7 +287,25 @@ class Loop:
             states = [j["state"] for j in job_table(cat, name)]
             total = len(accepted_labels(cat))
         return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected"),
-                "accepted_total": total}
+                "no_truth": no_truth, "accepted_total": total}
+
+    def _labeller(self, rdir: Path):
+        """The loop's labelling backend: the oracle, or label files (sent to rdir/labels/, the team's exports read
+        back from rdir/labels/import/)."""
+        from data_engine.labeling import build_backend
+
+        if self.cfg.loop.labeller != "files":
+            return build_backend(self.cfg.loop.labeller)
+        inbox = rdir / "labels" / "import"
+        inbox.mkdir(parents=True, exist_ok=True)
+        files = sorted(p for p in inbox.iterdir() if p.is_file() and p.suffix.lower() in (".json", ".xml"))
+        return build_backend("files", out=rdir / "labels", files=files)
+
+    def _files_waiting(self, rdir: Path, selection: str) -> str:
+        labels = rdir / "labels"
+        return (f"selection {selection} waits for its labels: label {labels}/{selection}.coco.json (or .cvat.xml, images "
+                f"under {labels}/images) in your tool, export COCO or CVAT into {labels}/import/, then rerun the same "
+                "`hydranet engine run` command")
 
     def stage_unit_tests(self, r: int, rdir: Path) -> dict[str, Any]:
         """The frames a trigger fired on (the deployed model failed there) become unit tests: labelled,
@@ -270,6 +315,8 @@ class Loop:
 
         if not self.cfg.loop.unit_tests:
             return {"added": 0}
+        if self.done(r, "fleet").get("recorded"):  # unit tests are sim frames with every label channel (suites.py)
+            return {"added": 0, "skipped": "recorded fleet: freeze its frames with `hydranet engine suites --from-fleet`"}
         _, items, _ = read_selection(self.done(r, "mine")["file"])
         fired = {int(it["frame_id"]) for it in items if (it.get("reason") or {}).get("triggers")}
         with open_catalog(self.catalog) as cat:
@@ -298,12 +345,18 @@ class Loop:
         return {"onnx": str(onnx)}
 
     def stage_gate(self, r: int, rdir: Path) -> dict[str, Any]:
-        from data_engine.gate import gate, write_gate
+        from data_engine.gate import AGGREGATE, gate, write_gate
 
         report = gate(self.done(r, "retrain")["run"], self.done(r, "shadow")["production"], self.suites, self.cfg.gate,
                       catalog=self.catalog)
         write_gate(report, rdir / "gate")
+        head = report["summary_head"]
+        rows = [r for r in report["rows"] if r["head"] == head]
+        aggregate = {f"{r['head']} {r['metric']}": round(r["candidate"] - r["production"], 4) for r in report["rows"]
+                     if r["slice"] == AGGREGATE and r["candidate"] is not None and r["production"] is not None}
         return {"promote": bool(report["promote"]), "failing": report["failing"], "slices": report["slices"],
+                "production_slices": {r["slice"]: r["production"] for r in rows if r["slice"] in report["slices"]},
+                "metric": f"{head} {rows[0]['metric']}" if rows else head, "aggregate": aggregate,
                 "dir": str(rdir / "gate")}
 
     def stage_promote(self, r: int, rdir: Path) -> dict[str, Any]:
@@ -316,11 +369,18 @@ class Loop:
         return {"production": production(self.catalog)["checkpoint"]}
 
     def summary(self, r: int) -> dict[str, Any]:
-        """One line per round: labels spent (this round, in all), each slice's candidate metric, verdict."""
+        """One line per round: labels spent (this round, in all), the summary head's metric per slice (candidate and
+        production), each head's aggregate change, the verdict and where gate.md is."""
         d = self.journal.round(r)["done"]
+        g = d["gate"]
         total = d["label"]["accepted_total"]
-        slices = "  ".join(f"{s}={v:.3f}" for s, v in d["gate"]["slices"].items())
-        verdict = "promoted" if d["gate"]["promote"] else f"rejected ({', '.join(d['gate']['failing'])})"
-        line = f"round {r}: {d['label']['accepted']} labels ({total} in all)  {slices}  -> {verdict}"
-        return {"round": r, "labels": d["label"]["accepted"], "labels_total": total, "slices": d["gate"]["slices"],
-                "promoted": d["gate"]["promote"], "line": line}
+        prod = g.get("production_slices") or {}
+        slices = "  ".join(f"{s}={v:.3f}" + (f" ({prod[s]:.3f})" if prod.get(s) is not None else "")
+                           for s, v in g["slices"].items())
+        agg = ", ".join(f"{k} {v:+.3f}" for k, v in (g.get("aggregate") or {}).items())
+        verdict = "promoted" if g["promote"] else f"rejected ({', '.join(g['failing'])})"
+        line = (f"round {r}: {d['label']['accepted']} labels ({total} in all); {g.get('metric', 'summary metric')} per slice, "
+                f"candidate (production): {slices}; aggregate change: {agg or 'none'} -> {verdict}; "
+                f"{Path(g['dir']) / 'gate.md'}")
+        return {"round": r, "labels": d["label"]["accepted"], "labels_total": total, "slices": g["slices"],
+                "promoted": g["promote"], "line": line}

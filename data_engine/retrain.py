@@ -121,10 +121,23 @@ def _recorded_images(root: Path, clip: str, fdir: str, cameras: list[str], tmp: 
     return out
 
 
+def _supervised(payload: Mapping[str, Any], source: str, recorded: bool) -> list[str]:
+    """The heads an accepted label supervises: the sim oracle's exact truth all the sim's heads; a dataset's own
+    annotations (the stand-in oracle of a recorded fleet) the heads it names; a person's 2D boxes HUMAN_HEADS."""
+    from hydranet.data.dataset import SIM_HEADS
+
+    if source != "oracle":
+        return list(HUMAN_HEADS)
+    if not recorded:
+        return list(SIM_HEADS)
+    return [h for h in payload.get("supervises") or () if h in SIM_HEADS]
+
+
 def _labels_file(payload: Mapping[str, Any], source: str, cameras: list[str], where: str) -> dict[str, Any]:
     """The labels.json of a frame: the payload; a human label's 2D part with empty 3D lists (not read:
     the frame does not supervise det3d)."""
     labels = json.loads(json.dumps(payload))
+    labels.pop("supervises", None)  # a stand-in oracle's heads (scene.json records them), not a label
     cams = labels.get("cameras")
     if not isinstance(cams, dict):
         raise RetrainError(f"{where} has no 'cameras'; reject the job and label the frame again")
@@ -132,7 +145,7 @@ def _labels_file(payload: Mapping[str, Any], source: str, cameras: list[str], wh
     if missing:
         raise RetrainError(f"{where} has no labels for camera {missing[0]} (labelled: {sorted(cams)}); an unlabelled camera "
                            "would train as 'no objects': reject the job and label every camera")
-    if source != "oracle":
+    if source != "oracle" or "supervises" in payload:
         labels.setdefault("boxes3d", [])
         labels.setdefault("lanes3d", [])
     return labels
@@ -148,7 +161,7 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
     from tqdm import tqdm
 
     from hydranet.io import remove_stale_temps
-    from hydranet.data.dataset import BEV_FILE, CHANNEL_SUFFIX, SIM_HEADS, DatasetError, check_labels
+    from hydranet.data.dataset import BEV_FILE, CHANNEL_SUFFIX, DatasetError, check_labels
     from sim.writer import DatasetWriter
 
     if not isinstance(catalog, Catalog):
@@ -204,7 +217,7 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
                 if fdir not in poses:
                     raise RetrainError(f"fleet {root} clip {clip} has no frame {fdir}; the fleet changed since it was "
                                        "shadowed: regenerate or ingest it again and shadow it again")
-                heads = list(SIM_HEADS) if src == "oracle" else list(HUMAN_HEADS)
+                heads = _supervised(lab["payload"], src, recorded)
                 frames.append({"index": int(idx), "dir": fdir, "timestamp_us": int(ts), "ego2world": poses[fdir],
                                "supervises": heads, "label": {k: lab[k] for k in ("label_id", "version", "job_id", "source")}
                                | {"frame_id": f}})

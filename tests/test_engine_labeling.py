@@ -58,7 +58,8 @@ def test_selection_becomes_jobs_once(env):
 @pytest.mark.parametrize("path, to, words", [
     ([], "accepted", "job 1 is queued: it cannot become accepted (from queued only to sent)"),
     ([], "labelled", "cannot become labelled"),
-    (["sent"], "accepted", "job 1 is sent: it cannot become accepted (from sent only to labelled (by an import))"),
+    (["sent"], "accepted", "job 1 is sent: it cannot become accepted (from sent only to labelled (by an import) or rejected (the frame "
+     "cannot be labelled))"),
     (["sent"], "labelled", "job 1 is sent: it becomes labelled when its label is imported"),
     (["sent", "labelled", "accepted"], "rejected", "job 1 is accepted: it cannot become rejected (from accepted only to "
      "labelled (--reopen) or accepted again on another version (re-pin: --accept ID --version N))"),

@@ -1,4 +1,8 @@
-"""The oracle labeller (default, offline): the sim's exact labels (labels.json) of the selected frames.
+"""The oracle labeller (default, offline): the sim's exact labels (labels.json) of the selected frames, or, on a
+recorded fleet of a labelled dataset (`engine ingest --source dataset`), the dataset's own annotations as a
+stand-in oracle for benchmarks (`RecordedFleet.truth`: the heads those annotations supervise ride along as the
+payload's "supervises"). A frame the source has no labels for (a nuScenes sweep) is held, never invented; videos
+and image sequences have no truth and are refused at send.
 
 It hands a job's labels over only when the job has been sent, and `data_engine.labels` records them
 as the job's "labelled" version; training reads accepted versions only, so before that the sim's
@@ -20,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from data_engine.labeling.base import FetchedLabel, Job, LabelingError, Vocabulary
+from data_engine.labeling.base import FetchedLabel, Held, Job, LabelingError, Vocabulary
+
+NO_TRUTH = "no truth: the source has no labels for this frame (an unlabelled sweep)"
 
 
 @dataclass(frozen=True)
@@ -56,28 +62,44 @@ class OracleBackend:
             f"seed={self.noise.seed})")
 
     def send(self, jobs: Sequence[Job]) -> dict[int, str]:
-        recorded = next((j for j in jobs if (Path(j.root) / "fleet.json").is_file()), None)
-        if recorded is not None:  # recorded frames carry no sim truth to answer with
-            raise LabelingError(f"the oracle answers from the sim's exact labels; fleet {recorded.root} is recorded data "
-                                "(engine ingest): label it with --backend files or --backend label_studio")
+        for j in jobs:
+            fleet = _recorded(j.root)
+            if fleet is not None and fleet.kind != "dataset":  # videos and image sequences carry no truth to answer with
+                raise LabelingError(f"the oracle answers from a source's own labels; fleet {j.root} is {fleet.kind} "
+                                    "recordings without any: label it with --backend files or --backend label_studio")
         return {j.id: "oracle" for j in jobs}
 
-    def fetch(self, jobs: Sequence[Job]) -> Iterator[FetchedLabel]:
+    def fetch(self, jobs: Sequence[Job]) -> Iterator[FetchedLabel | Held]:
         for j in jobs:
             if j.state != "sent":
                 continue
-            path = j.folder / "labels.json"
-            try:
-                truth = json.loads(path.read_text())
-            except OSError as e:
-                raise LabelingError(f"oracle: {path}: {e.strerror or e}; the fleet moved or lost frames") from None
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise LabelingError(f"oracle: {path} is not valid JSON ({e}); regenerate the fleet") from None
-            if not isinstance(truth, dict) or not isinstance(truth.get("cameras"), dict):
-                raise LabelingError(f"oracle: {path} has no 'cameras'; regenerate the fleet")
+            fleet = _recorded(j.root)
+            if fleet is not None:
+                try:
+                    truth = fleet.truth(j.clip, j.dir)
+                except ValueError as e:
+                    raise LabelingError(f"oracle: fleet {j.root} frame {j.clip}/{j.dir}: {e}") from None
+                if truth is None:  # an unlabelled sweep: a person would have to label it
+                    yield Held(j.id, f"{NO_TRUTH} (frame {j.clip}/{j.dir} of {fleet.source_root})")
+                    continue
+            else:
+                truth = self._sim_truth(j)
             if self.noise.active:
                 truth = self.perturb(truth, j)
             yield FetchedLabel(j.id, truth, "oracle", self.labeller)
+
+    @staticmethod
+    def _sim_truth(j: Job) -> dict:
+        path = j.folder / "labels.json"
+        try:
+            truth = json.loads(path.read_text())
+        except OSError as e:
+            raise LabelingError(f"oracle: {path}: {e.strerror or e}; the fleet moved or lost frames") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise LabelingError(f"oracle: {path} is not valid JSON ({e}); regenerate the fleet") from None
+        if not isinstance(truth, dict) or not isinstance(truth.get("cameras"), dict):
+            raise LabelingError(f"oracle: {path} has no 'cameras'; regenerate the fleet")
+        return truth
 
     def perturb(self, truth: dict, job: Job) -> dict:
         nz = self.noise
@@ -114,3 +136,15 @@ class OracleBackend:
                 kept.append(b)
             truth["cameras"][cam]["boxes2d"] = kept
         return truth
+
+
+def _recorded(root: str):
+    """The recorded fleet at `root` (engine ingest), or None for a sim fleet."""
+    from data_engine.fleet import RECORDED_FILE, FleetError, recorded_fleet
+
+    if not (Path(root) / RECORDED_FILE).is_file():
+        return None
+    try:
+        return recorded_fleet(root)
+    except FleetError as e:
+        raise LabelingError(f"oracle: {e}") from None

@@ -394,10 +394,10 @@ def _add_engine_labels(eng) -> None:
     backend_args(lab, importing=False)
     lab.add_argument("--selection", type=Path, required=True, help="selection.json (`hydranet engine mine --out`)")
     lab.add_argument("--out", type=Path, default=None, help="files: folder for the COCO/CVAT exports and images")
-    lab.set_defaults(func=cmd_engine_label)
     lab.add_argument("--ls-task", choices=("frame", "camera"), default="frame",
                      help="Label Studio: one task per frame with every camera (default) or one task per camera image "
                           "(a project keeps the kind it was made with)")
+    lab.set_defaults(func=cmd_engine_label)
     imp = eng.add_parser("import-labels", help="fetch finished labels from a backend into the catalog as new label versions")
     backend_args(imp, importing=True)
     imp.set_defaults(func=cmd_engine_import_labels)

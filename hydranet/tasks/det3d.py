@@ -133,7 +133,7 @@ class Det3dTask(Task):
         for b in require(sample, "labels", self.name).get("boxes3d", []):
             if b["class"] not in self.classes or b.get("num_pixels", 1) < self.min_pixels:
                 continue
-            (x, y, z), v = b["center"], b.get("velocity", [0.0, 0.0, 0.0])
+            (x, y, z), v = b["center"], b.get("velocity", [np.nan] * 3)  # absent: unknown, left out of the loss
             if x0 <= x < x1 and y0 <= y < y1:
                 boxes.append([x, y, z, *b["size"], b["yaw"], v[0], v[1]])
                 labels.append(self.classes.index(b["class"]))
