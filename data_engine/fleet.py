@@ -328,7 +328,7 @@ class RecordedFleet(Fleet):
             out.append(img)
         return out
 
-    def _reader(self, channels: tuple[str, ...]):
+    def reader(self, channels: tuple[str, ...]):
         """The source dataset's reader loading `channels` (built once per process and fleet source)."""
         key = (str(self.source_root), json.dumps(self.source, sort_keys=True), channels)
         if key not in _READERS:
@@ -343,7 +343,7 @@ class RecordedFleet(Fleet):
         """The reader's decoded images of sample `sample`, in `cameras` order."""
         from hydranet.data.dataset import DatasetError
 
-        ds = self._reader(("images",))
+        ds = self.reader(("images",))
         try:
             images = ds.load(int(sample))["images"]  # (N, H, W, 3) in the reader's camera order
         except DatasetError as e:
@@ -351,28 +351,39 @@ class RecordedFleet(Fleet):
         names = ds.rig.names
         return [np.asarray(images[names.index(c)]) for c in cameras]
 
-    def truth(self, clip: str, frame_dir: str) -> dict[str, Any] | None:
-        """The source's own annotations of a frame as a labels.json payload plus "supervises" (the heads those boxes
-        and lanes supervise: the reader's, less those read from dense label files, which a fleet does not carry), or
-        None where the source has none (videos, image sequences, nuScenes' unlabelled sweeps). For evaluation, suites
-        and the stand-in oracle of benchmarks only: the miner never reads it (docs/data_engine.md, withheld truth)."""
+    def sample(self, clip: str, frame_dir: str) -> dict[str, Any]:
+        """The source reader's sample of a frame with its labels and calibration, no image (a dataset fleet only)."""
         from hydranet.data.dataset import DatasetError
-        from hydranet.heads import HEADS
 
-        if self.kind != "dataset":
-            return None
         try:
-            sample = self._reader(()).load(int(self.frame_refs(clip, frame_dir)["sample"]))
+            return self.reader(()).load(int(self.frame_refs(clip, frame_dir)["sample"]))
         except DatasetError as e:
             raise ValueError(str(e)) from None
-        heads = sorted(h for h in sample.get("supervises") or () if h in HEADS and not HEADS[h].channels)
-        if not heads:
-            return None
-        labels = json.loads(json.dumps(sample["labels"]))
-        for b in labels.get("boxes3d") or []:  # an unknown velocity (a box annotated once) is left out, as the format says
-            if not np.all(np.isfinite(b.get("velocity", 0.0))):
-                del b["velocity"]
-        return {**labels, "supervises": heads}
+
+    def truth(self, clip: str, frame_dir: str) -> dict[str, Any] | None:
+        """The source's own annotations of a frame (`truth_of` its reader sample), or None where the source has none
+        (videos, image sequences). For evaluation, suites and the stand-in oracle of benchmarks only: the miner never
+        reads it (docs/data_engine.md, withheld truth)."""
+        return truth_of(self.sample(clip, frame_dir)) if self.kind == "dataset" else None
+
+
+def truth_of(sample: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A reader sample's labels as a labels.json payload plus "supervises": the heads those boxes and lanes supervise
+    (the reader's, less those read from dense label files, which a fleet does not carry); None when it supervises
+    nothing (nuScenes' unlabelled sweeps). A box whose velocity the dataset leaves unknown (NaN: a nuScenes box
+    annotated once) has no velocity and says so in `attributes.velocity_unknown` (labels.json holds finite numbers;
+    det3d gives such a box no velocity loss)."""
+    from hydranet.heads import HEADS
+
+    heads = sorted(h for h in sample.get("supervises") or () if h in HEADS and not HEADS[h].channels)
+    if not heads:
+        return None
+    labels = json.loads(json.dumps(sample["labels"]))
+    for b in labels.get("boxes3d") or []:
+        if "velocity" in b and not np.all(np.isfinite(np.asarray(b["velocity"], np.float64))):
+            del b["velocity"]
+            b["attributes"] = {**(b.get("attributes") or {}), "velocity_unknown": True}
+    return {**labels, "supervises": heads}
 
 
 _READERS: dict = {}  # per process: the dataset readers of recorded fleets

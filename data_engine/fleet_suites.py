@@ -205,10 +205,9 @@ class _Labels:
         self.cameras = [str(c["name"]) for c in meta["rig"]["cameras"]]
         self.sizes = {str(c["name"]): (int(c["width"]), int(c["height"])) for c in meta["rig"]["cameras"]}
         self.all_heads = list(SIM_HEADS)
-        self._reader = None
 
     def get(self, clip: str, frame: Mapping[str, Any]) -> dict[str, Any] | None:
-        from data_engine.retrain import HUMAN_HEADS
+        from data_engine.retrain import supervised
 
         if not self.recorded:  # the sim's exact truth
             path = frame_path(self.fleet.root, clip, frame["dir"], "labels.json", where=f"fleet {self.fleet.root}",
@@ -220,33 +219,31 @@ class _Labels:
         if acc is not None:
             where = f"accepted label {acc['label_id']} (v{acc['version']}, {acc['source']}) of frame {clip}/{frame['dir']}"
             labels = json.loads(json.dumps(acc["payload"]))
+            heads = sorted(supervised(labels, acc["source"], recorded=True))  # a person's boxes: HUMAN_HEADS
+            labels.pop("supervises", None)
             labels.setdefault("boxes3d", [])
             labels.setdefault("lanes3d", [])
             prov = {"source": "catalog", **{k: acc[k] for k in ("label_id", "version", "job_id")}, "by": acc["source"]}
-            return self._checked(labels, sorted(HUMAN_HEADS), prov, where)
+            return self._checked(labels, heads, prov, where)
         if self.fleet.kind == "dataset":
             return self._from_reader(clip, frame)
         return None
 
     def _from_reader(self, clip: str, frame: Mapping[str, Any]) -> dict[str, Any] | None:
-        from hydranet.data.dataset import PIXEL_HEADS
+        from data_engine.fleet import truth_of
 
-        sample = self.fleet.frame_refs(clip, frame["dir"])["sample"]
-        if self._reader is None:
-            from hydranet.data.formats import open_dataset
-
-            s = self.fleet.source
-            self._reader = open_dataset(self.fleet.source_root, s.get("format"), s.get("split"), s.get("version"),
-                                        channels=(), sweeps=int(s.get("sweeps") or 0))
-        got = self._reader.load(int(sample))
-        heads = sorted(set(got.get("supervises", self.all_heads)) - set(PIXEL_HEADS))
-        if not heads:
+        where = f"fleet {self.fleet.root} clip {clip} frame {frame['dir']}"
+        try:
+            got = self.fleet.sample(clip, frame["dir"])
+        except ValueError as e:
+            raise SuiteError(f"{where}: {e}") from None
+        labels = truth_of(got)
+        if labels is None:
             return None  # an unlabelled sweep, or labels only the pixel heads read
-        where = f"fleet {self.fleet.root} clip {clip} frame {frame['dir']} (reader sample {sample})"
-        labels = dict(got["labels"])
-        labels["boxes3d"] = [_known_velocity(b) for b in labels.get("boxes3d") or []]
-        out = self._checked(labels, heads, {"source": "reader", "sample": int(sample)}, where)
-        names = list(self._reader.rig.names)
+        heads = labels.pop("supervises")
+        sample = self.fleet.frame_refs(clip, frame["dir"])["sample"]
+        out = self._checked(labels, heads, {"source": "reader", "sample": int(sample)}, f"{where} (reader sample {sample})")
+        names = list(self.fleet.reader(()).rig.names)
         if "cam2ego" in got:  # the reader's own extrinsics of this sample (nuScenes: motion-compensated per camera)
             out["cam2ego"] = {c: np.asarray(got["cam2ego"][names.index(c)], np.float64).tolist() for c in self.cameras}
         return out
@@ -266,17 +263,6 @@ class _Labels:
         except DatasetError as e:
             raise SuiteError(f"bad label for a suite: {e}") from None
         return {"labels": labels, "supervises": heads, "label": prov}
-
-
-def _known_velocity(box: Mapping[str, Any]) -> dict[str, Any]:
-    """A reader's box whose velocity is unknown (NaN: a nuScenes box annotated once) without it: labels.json holds
-    finite numbers only; the box says so in `attributes.velocity_unknown` (docs/data_engine.md: its limits)."""
-    v = box.get("velocity")
-    if v is None or np.isfinite(np.asarray(v, np.float64)).all():
-        return dict(box)
-    out = {k: x for k, x in box.items() if k != "velocity"}
-    out["attributes"] = {**(box.get("attributes") or {}), "velocity_unknown": True}
-    return out
 
 
 def _accepted(cat, fleet_id: int | None) -> dict[tuple[str, int], dict[str, Any]]:

@@ -121,7 +121,7 @@ def _recorded_images(root: Path, clip: str, fdir: str, cameras: list[str], tmp: 
     return out
 
 
-def _supervised(payload: Mapping[str, Any], source: str, recorded: bool) -> list[str]:
+def supervised(payload: Mapping[str, Any], source: str, recorded: bool) -> list[str]:
     """The heads an accepted label supervises: the sim oracle's exact truth all the sim's heads; a dataset's own
     annotations (the stand-in oracle of a recorded fleet) the heads it names; a person's 2D boxes HUMAN_HEADS."""
     from hydranet.data.dataset import SIM_HEADS
@@ -217,7 +217,7 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
                 if fdir not in poses:
                     raise RetrainError(f"fleet {root} clip {clip} has no frame {fdir}; the fleet changed since it was "
                                        "shadowed: regenerate or ingest it again and shadow it again")
-                heads = _supervised(lab["payload"], src, recorded)
+                heads = supervised(lab["payload"], src, recorded)
                 frames.append({"index": int(idx), "dir": fdir, "timestamp_us": int(ts), "ego2world": poses[fdir],
                                "supervises": heads, "label": {k: lab[k] for k in ("label_id", "version", "job_id", "source")}
                                | {"frame_id": f}})

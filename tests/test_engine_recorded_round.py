@@ -125,9 +125,10 @@ def test_nuscenes_round_with_sweeps_uses_the_dataset_labels_as_stand_in_oracle(w
             assert j["state"] == "accepted"
             got = acc[j["frame_id"]]["payload"]
             want = json.loads(json.dumps(sample["labels"]["boxes3d"]))
-            for b in want:  # an unknown velocity (NaN in the reader) is left out of the label, as the format says
+            for b in want:  # an unknown velocity (NaN in the reader) is left out of the label, and the box says so
                 if not all(v == v for v in b["velocity"]):
                     del b["velocity"]
+                    b["attributes"]["velocity_unknown"] = True
             assert got["boxes3d"] == want
             assert set(got["supervises"]) <= set(sample["supervises"]) and "det3d" in got["supervises"]
         else:
