@@ -12,7 +12,10 @@ Strategies (the miner reads signals and embeddings only, never the fleet's scena
 - hybrid: the top `pool_factor * budget` frames by uncertainty, then k-center greedy inside that
   pool (uncertain *and* diverse, as PPAL, CVPR 2024);
 - triggers: the frames the triggers fired on, round-robin over the triggers (each trigger's hits
-  best first, within its quota), then filled by uncertainty if they run short.
+  best first, within its quota), then filled by uncertainty if they run short;
+- ensemble, tta: the highest server-side offline signal (data_engine/uncertainty.py `offline_signals`:
+  an ensemble's disagreement, a flip TTA's), ties by frame id; the pool must carry that column
+  (the catalog does not store it: a benchmark or server job adds it with `add_offline`).
 Ranked strategies (uncertainty, triggers) drop near-duplicates (cosine distance to a selected item
 below `dedup` x the pool's median nearest-neighbour distance) and are class-aware: no dominant
 predicted class may take more than `class_cap` of the budget while items of other classes remain.
@@ -257,9 +260,31 @@ def _ranked(pool: Mapping[str, Any], budget: int, cfg: EngineConfig, ranked: lis
     return _dedup_class_aware(ranked, pool["embedding"], pool["dominant"], budget, cfg.mining)
 
 
+def add_offline(pool: dict[str, Any], frame_rows: Mapping[int, int], signals: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """`pool` with the offline columns `signals` (rows of `offline_signals`) aligned onto its frames:
+    `frame_rows` maps a catalog frame id to its row there (`uncertainty.pool_frames`); NaN where absent."""
+    for col, v in signals.items():
+        v = np.asarray(v, np.float64)
+        pool[col] = np.asarray([v[frame_rows[int(f)]] if int(f) in frame_rows else np.nan for f in pool["frame_id"]])
+    return pool
+
+
+def _offline(column: str) -> Callable[[Mapping[str, Any], int, EngineConfig], list[tuple[int, dict]]]:
+    def pick(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tuple[int, dict]]:
+        if column not in pool:
+            raise MiningError(f"strategy {column!r} needs the offline column {column!r} in the pool (data_engine/"
+                              "uncertainty.py offline_signals, added with mining.add_offline); the catalog does not store it")
+        v = np.nan_to_num(np.asarray(pool[column], np.float64), nan=-np.inf)
+        order = np.lexsort((np.asarray(pool["frame_id"]), -v))[:budget]
+        return [(int(i), {"strategy": column, "score": round(float(v[i]), 6)}) for i in order]
+    return pick
+
+
 # the miner's strategies by name (configs/engine.yaml loop.strategy, `hydranet engine mine --strategy`)
 STRATEGIES: dict[str, Callable[[Mapping[str, Any], int, EngineConfig], list[tuple[int, dict]]]] = {
-    "random": _random, "uncertainty": _uncertainty, "diversity": _diversity, "hybrid": _hybrid, "triggers": _triggers}
+    "random": _random, "uncertainty": _uncertainty, "diversity": _diversity, "hybrid": _hybrid, "triggers": _triggers,
+    "ensemble": _offline("ensemble"), "tta": _offline("tta")}
+OFFLINE = ("ensemble", "tta")  # strategies that need a column the catalog does not store (`add_offline`)
 
 
 def _dedup_class_aware(ranked: list[tuple[int, dict]], emb: np.ndarray, dominant: np.ndarray, budget: int,

@@ -17,7 +17,7 @@ import pytest
 from engine_fixtures import REPO, make_fleet, make_model
 
 from data_engine.catalog import Catalog
-from data_engine.mining import STRATEGIES, mine, similar
+from data_engine.mining import OFFLINE, STRATEGIES, mine, similar
 from data_engine.shadow import run_shadow
 from data_engine.signals import SIGNALS
 
@@ -230,7 +230,7 @@ def test_a_nan_model_marks_every_clip_bad_and_stores_no_signals(env, tmp_path, h
     assert (e.value.stats["done_before"], e.value.stats["frames"]) == (3, 0)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s not in OFFLINE])  # offline: test_engine_intervals.py
 @pytest.mark.parametrize("unit", ["frame", "clip"])
 def test_mining_respects_the_budget_without_repeats(env, tmp_path, strategy, unit):
     cat = tmp_path / "c.db"
