@@ -61,8 +61,9 @@ class Journal:
             want = json.loads(json.dumps(identity))
             if self.data.get("identity") != want:
                 diff = differing_keys(self.data.get("identity") or {}, want)
-                raise LoopError(f"{out} holds a loop run with another {', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''} "
-                                f"({self.path}); rerun with the same arguments, or choose a new --out")
+                raise LoopError(f"{out} holds a loop run with another production model or config ({self.path}; differing: "
+                                f"{', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}); rerun with the same arguments, "
+                                "or choose a new --out")
         else:
             self.data = {"identity": dict(identity), "rounds": []}
             _atomic_json(self.path, self.data)

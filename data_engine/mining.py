@@ -89,6 +89,7 @@ def k_center_greedy(emb: np.ndarray, k: int, candidates: np.ndarray | None = Non
     first = int(np.argmax(((X - mean) ** 2).sum(1)))
     picked, dist_at = [first], [float(np.sqrt(((X[first] - mean) ** 2).sum()))]
     d = np.sqrt(np.maximum(2 - 2 * X @ X[first], 0))
+    d[first] = -1.0  # never picked twice (rows identical to the first are at distance 0 too)
     while len(picked) < min(k, len(cand)):
         i = int(np.argmax(d))
         picked.append(i)

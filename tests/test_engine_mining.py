@@ -77,3 +77,16 @@ def test_the_engine_config_is_a_leaf():
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     assert names and not [m for m in names if m.startswith("data_engine")], names
+
+
+def test_k_center_greedy_never_picks_a_row_twice_even_when_rows_are_identical():
+    """A recorded fleet of a parked car: every frame's embedding is the same; the budget still gets distinct frames."""
+    import numpy as np
+
+    from data_engine.mining import k_center_greedy
+
+    emb = np.tile(np.array([[0.6, 0.8]]), (3, 1))
+    picked, _ = k_center_greedy(emb, 3)
+    assert sorted(picked) == [0, 1, 2]
+    picked, _ = k_center_greedy(emb, 2, candidates=np.array([2, 0]))
+    assert sorted(picked) == [0, 2]
