@@ -30,6 +30,58 @@ def _stage(name: str, t0: float) -> float:
     return now
 
 
+def demo_data(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0) -> tuple[Path, Path]:
+    """The demo's sim dataset and its held-out scenes (other seeds) under `out`, and the preview."""
+    data, val = out / "sim", out / "sim_val"
+    for d in (data, val):
+        if d.exists():
+            shutil.rmtree(d)
+    sim_cfg = SimConfig(frames_per_scene=6, image_width=320, image_height=192, frame_rate_hz=2.0)
+    generate_dataset(data, sim_cfg, scenes, seed)
+    generate_dataset(val, sim_cfg, val_scenes, seed + 1000, progress=False)  # held out: other seeds
+    ds = SimDataset(data)
+    print(f"generated {len(ds)} frames x {len(ds.rig)} cameras (+ {len(SimDataset(val))} held-out frames) -> {data}")
+    write_png(out / "preview.png", sample_preview(ds[3], ds.meta))
+    print(f"wrote {out / 'preview.png'}")
+    return data, val
+
+
+def train_eval_camera(out: Path, data: Path, val: Path, steps: int | None = 600, train_seed: int = 0,
+                      progress: bool = True) -> dict:
+    """Train configs/tiny.yaml (the camera heads) into out/run with training seed `train_seed`, evaluate
+    it on `val` (out/metrics.json, out/predictions) and print the table; returns the results."""
+    run = out / "run"
+    if run.exists():
+        shutil.rmtree(run)
+    t0 = time.perf_counter()
+    cfg = load_experiment(TINY, [f"data.root={data}", f"data.val_root={val}", f"seed={train_seed}"]
+                          + ([f"steps={steps}"] if steps else []))
+    train(cfg, run, progress=progress)
+    t0 = _stage(f"train ({cfg.steps} steps of configs/tiny.yaml)", t0)
+    results = evaluate_checkpoint(run, val, out / "metrics.json", out / "predictions", progress=False)
+    print(format_table(results))
+    _stage("evaluate", t0)
+    return results
+
+
+def train_eval_bev(out: Path, data: Path, val: Path, bev_steps: int | None = 200, train_seed: int = 0,
+                   progress: bool = True) -> dict:
+    """Train configs/bev.yaml (6 cameras, video queue of 3, det3d with velocity, bevmap) into out/run with
+    training seed `train_seed`, evaluate it with the nuScenes metrics (out/metrics.json) and print the
+    table; returns the results."""
+    if out.exists():
+        shutil.rmtree(out)
+    t0 = time.perf_counter()
+    cfg = load_experiment(BEV, [f"data.root={data}", f"data.val_root={val}", "data.image_size=[96,160]",
+                                f"seed={train_seed}"]
+                          + ([f"steps={bev_steps}", f"checkpoint_every={bev_steps}"] if bev_steps else []))
+    train(cfg, out / "run", progress=progress)
+    t0 = _stage(f"BEV train ({cfg.steps} steps of configs/bev.yaml, 6 cameras, video queue of 3)", t0)
+    results = evaluate_checkpoint(out / "run", val, out / "metrics.json", progress=False)
+    print(format_table(results))
+    return results
+
+
 def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, steps: int | None = 600,
              bev_steps: int | None = 200) -> dict:
     """Many short scenes (6 frames each, 2 Hz like nuScenes keyframes) rather than few long ones:
@@ -41,27 +93,17 @@ def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, st
 
     out.mkdir(parents=True, exist_ok=True)
     t_start = t0 = time.perf_counter()
-    data, val, run, deploy, bev = out / "sim", out / "sim_val", out / "run", out / "deploy", out / "bev"
-    for d in (data, val, run, deploy, bev):
+    run, deploy, bev = out / "run", out / "deploy", out / "bev"
+    for d in (deploy, bev):
         if d.exists():
             shutil.rmtree(d)
-    sim_cfg = SimConfig(frames_per_scene=6, image_width=320, image_height=192, frame_rate_hz=2.0)
-    generate_dataset(data, sim_cfg, scenes, seed)
-    generate_dataset(val, sim_cfg, val_scenes, seed + 1000, progress=False)  # held out: other seeds
-    ds = SimDataset(data)
-    print(f"generated {len(ds)} frames x {len(ds.rig)} cameras (+ {len(SimDataset(val))} held-out frames) -> {data}")
-    write_png(out / "preview.png", sample_preview(ds[3], ds.meta))
-    print(f"wrote {out / 'preview.png'}")
+    data, val = demo_data(out, scenes, val_scenes, seed)
     t0 = _stage("generate", t0)
 
-    cfg = load_experiment(TINY, [f"data.root={data}", f"data.val_root={val}"] + ([f"steps={steps}"] if steps else []))
-    train(cfg, run)
-    t0 = _stage(f"train ({cfg.steps} steps of configs/tiny.yaml)", t0)
-
-    results = evaluate_checkpoint(run, val, out / "metrics.json", out / "predictions", progress=False)
-    print(format_table(results))
+    results = train_eval_camera(out, data, val, steps)
+    t0 = time.perf_counter()
     print(f"wrote {out / 'metrics.json'} and {viz_checkpoint(run, val, out / 'predictions.png')}")
-    t0 = _stage("evaluate", t0)
+    t0 = _stage("picture", t0)
 
     deploy.mkdir()
     fp32, int8 = deploy / "model.onnx", deploy / "model.int8.onnx"
@@ -75,12 +117,8 @@ def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, st
     t0 = _stage("latency", t0)
 
     if bev_steps != 0:
-        cfg = load_experiment(BEV, [f"data.root={data}", f"data.val_root={val}", "data.image_size=[96,160]"]
-                              + ([f"steps={bev_steps}", f"checkpoint_every={bev_steps}"] if bev_steps else []))
-        train(cfg, bev / "run")
-        t0 = _stage(f"BEV train ({cfg.steps} steps of configs/bev.yaml, 6 cameras, video queue of 3)", t0)
-        bev_results = evaluate_checkpoint(bev / "run", val, bev / "metrics.json", progress=False)
-        print(format_table(bev_results))
+        train_eval_bev(bev, data, val, bev_steps)
+        t0 = time.perf_counter()
         print(f"wrote {bev / 'metrics.json'}, {bev / 'nuscenes_results.json'} (nuScenes submission format) and "
               f"{viz_checkpoint(bev / 'run', val, bev / 'predictions.png', frame=5)}")
         export_checkpoint(bev / "run", bev / "model.onnx", val)

@@ -1,0 +1,232 @@
+"""The demo's metric figures over several training seeds: median [min, max].
+
+    python benchmarks/demo_seeds.py --seeds 3 --out out/bench_demo_seeds [--jobs N] [--overwrite]
+        [--steps 600] [--bev-steps 200]
+
+Training is seeded and bit-identical on one machine, not across machines (another CPU's float kernels
+round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
+This runs what `make demo` trains and evaluates (hydranet/cli/demo.py: the sim dataset of the demo,
+generated once with its data seed 0 under --out/data; then per training seed the tiny config's camera
+heads and the 6-camera BEV model with its 3-frame video queue, det3d with velocity and bevmap) for
+training seeds 0..N-1, each in its own process with OMP_NUM_THREADS=1 and torch threads 1, --jobs at a
+time (default: all at once). The export, INT8 and latency stages of the demo are left out (they do not
+train). Prints one table: every metric the demo prints for the model, median [min, max] over seeds
+(baselines depend on the data only), how many seeds beat the baseline on each head's primary metric,
+and each seed's wall time. Writes results.json (per-seed metrics, the aggregate and the wall times) and
+each seed's log and metrics under --out/seed<i>/. Nothing is written outside --out; an existing --out is
+refused without --overwrite.
+
+A metric the demo prints as n/a (undefined: nothing to score, e.g. no matched sign) is counted as
+undefined in that seed; any other non-finite value is refused.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+STAGES = ("camera", "bev")  # the demo's two trained models: configs/tiny.yaml, configs/bev.yaml
+
+
+def collect(stage: str, results: Mapping) -> dict[str, dict]:
+    """One evaluation's model and baseline metrics as {"stage/head/metric": {...}}; NaN (the demo's n/a:
+    nothing to score) becomes None. `primary` marks the head's primary metric, `beats` whether it beat
+    the baseline there."""
+    rows = {}
+    for task, ms in results["model"].items():
+        base = results["baseline"].get(task, {})
+        for k, v in ms.items():
+            b = base.get(k)
+            rows[f"{stage}/{task}/{k}"] = {
+                "model": None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v),
+                "baseline": None if b is None or (isinstance(b, float) and math.isnan(b)) else float(b),
+                "primary": results["primary"].get(task) == k,
+                "beats": bool(results["beats_baseline"].get(task)) if results["primary"].get(task) == k else None}
+    return rows
+
+
+def spread(values: Mapping[int, float | None], name: str) -> dict:
+    """Median, min and max over the seeds where the metric is defined (None: undefined in that seed).
+    A non-finite value is refused: it is a bug, not a figure."""
+    for seed, v in values.items():
+        if v is not None and not math.isfinite(v):
+            raise ValueError(f"metric {name} is {v} for seed {seed}: a non-finite value is not a figure "
+                             "(an undefined metric is None, printed n/a)")
+    defined = [v for v in values.values() if v is not None]
+    if not defined:
+        return {"median": None, "min": None, "max": None, "defined": 0, "seeds": len(values)}
+    return {"median": statistics.median(defined), "min": min(defined), "max": max(defined),
+            "defined": len(defined), "seeds": len(values)}
+
+
+def aggregate(per_seed: Mapping[int, Mapping[str, Mapping]]) -> dict[str, dict]:
+    """{seed: collect(...) rows} -> {metric: {"model": spread, "baseline": spread, "primary", "beats": k}}.
+    Every seed must report the same metrics."""
+    if not per_seed:
+        raise ValueError("no seed to aggregate")
+    names = list(next(iter(per_seed.values())))
+    for seed, rows in per_seed.items():
+        if set(rows) != set(names):
+            raise ValueError(f"seed {seed} reports other metrics: {sorted(set(rows) ^ set(names))}")
+    out = {}
+    for n in names:
+        rows = {s: per_seed[s][n] for s in per_seed}
+        primary = any(r.get("primary") for r in rows.values())
+        out[n] = {"model": spread({s: r["model"] for s, r in rows.items()}, n),
+                  "baseline": spread({s: r.get("baseline") for s, r in rows.items()}, f"{n} (baseline)"),
+                  "primary": primary,
+                  "beats": sum(bool(r.get("beats")) for r in rows.values()) if primary else None}
+    return out
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def spread_text(s: Mapping) -> str:
+    if s["defined"] == 0:
+        return "n/a"
+    if s["min"] == s["max"]:
+        text = _num(s["median"])
+    else:
+        text = f"{_num(s['median'])} [{_num(s['min'])}, {_num(s['max'])}]"
+    return text if s["defined"] == s["seeds"] else f"{text} ({s['defined']} of {s['seeds']} seeds defined)"
+
+
+def format_table(agg: Mapping[str, Mapping], walls: Mapping[int, Mapping[str, float]] | None = None) -> str:
+    rows = [("model", "head", "metric", "median [min, max]", "baseline", "")]
+    for n, a in agg.items():
+        stage, task, metric = n.split("/", 2)
+        mark = f"* beats baseline in {a['beats']} of {a['model']['seeds']} seeds" if a["primary"] else ""
+        rows.append((stage, task, metric, spread_text(a["model"]), spread_text(a["baseline"]), mark))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    if walls:
+        lines.append("")
+        lines.append("seed  camera train+eval (s)  BEV train+eval (s)  process wall (s)")
+        for seed, w in sorted(walls.items()):
+            lines.append(f"{seed:<4}  {w['camera']:<21.1f}  {w['bev']:<18.1f}  {w['wall']:.1f}")
+    return "\n".join(lines)
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    if out.exists():
+        if not overwrite:
+            raise SystemExit(f"--out {out} exists: pass --overwrite to replace it")
+        shutil.rmtree(out)
+
+
+def worker(seed: int, data: Path, val: Path, out: Path, steps: int, bev_steps: int) -> None:
+    """One training seed in this process: the demo's camera and BEV stages; writes out/result.json."""
+    import torch
+
+    from hydranet.cli.demo import train_eval_bev, train_eval_camera
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    cam = train_eval_camera(out, data, val, steps, train_seed=seed, progress=False)
+    t1 = time.perf_counter()
+    rows = collect("camera", cam)
+    if bev_steps:
+        bev = train_eval_bev(out / "bev", data, val, bev_steps, train_seed=seed, progress=False)
+        rows.update(collect("bev", bev))
+    t2 = time.perf_counter()
+    (out / "result.json").write_text(json.dumps({"seed": seed, "metrics": rows,
+                                                 "wall": {"camera": t1 - t0, "bev": t2 - t1}}, indent=1))
+
+
+def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, steps: int, bev_steps: int) -> dict:
+    """Each seed in its own process (OMP_NUM_THREADS=1), `jobs` at a time; returns {seed: result}."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    pending, running, done = list(seeds), {}, {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            s = pending.pop(0)
+            d = out / f"seed{s}"
+            d.mkdir(parents=True)
+            log = open(d / "log.txt", "w")
+            cmd = [sys.executable, __file__, "_worker", "--seed", str(s), "--data", str(data), "--val", str(val),
+                   "--out", str(d), "--steps", str(steps), "--bev-steps", str(bev_steps)]
+            running[s] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log,
+                          time.perf_counter())
+            print(f"[demo_seeds] seed {s} started (log {d / 'log.txt'})", flush=True)
+        time.sleep(1.0)
+        for s, (p, log, t0) in list(running.items()):
+            if p.poll() is None:
+                continue
+            log.close()
+            del running[s]
+            wall = time.perf_counter() - t0
+            if p.returncode != 0:
+                for q, qlog, _ in running.values():
+                    q.kill()
+                    qlog.close()
+                raise RuntimeError(f"seed {s} failed (exit {p.returncode}): see {out / f'seed{s}' / 'log.txt'}")
+            res = json.loads((out / f"seed{s}" / "result.json").read_text())
+            res["wall"]["wall"] = wall
+            done[s] = res
+            print(f"[demo_seeds] seed {s} done in {wall:.1f} s", flush=True)
+    return done
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_worker"]:
+        w = argparse.ArgumentParser()
+        for k in ("--data", "--val", "--out"):
+            w.add_argument(k, type=Path, required=True)
+        for k in ("--seed", "--steps", "--bev-steps"):
+            w.add_argument(k, type=int, required=True)
+        a = w.parse_args(argv[1:])
+        worker(a.seed, a.data, a.val, a.out, a.steps, a.bev_steps)
+        return None
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--jobs", type=int, default=None, help="seed processes at a time (default: all)")
+    ap.add_argument("--overwrite", action="store_true")
+    ap.add_argument("--steps", type=int, default=600, help="camera training steps (the demo's 600)")
+    ap.add_argument("--bev-steps", type=int, default=200, help="BEV training steps (the demo's 200; 0 skips)")
+    ap.add_argument("--scenes", type=int, default=16)
+    ap.add_argument("--val-scenes", type=int, default=4)
+    a = ap.parse_args(argv)
+    if a.seeds < 1 or (a.jobs is not None and a.jobs < 1):
+        ap.error("--seeds and --jobs must be >= 1")
+    check_out(a.out, a.overwrite)
+    a.out.mkdir(parents=True)
+    out = a.out.resolve()
+
+    from hydranet.cli.demo import demo_data
+
+    t0 = time.perf_counter()
+    data, val = demo_data(out / "data", a.scenes, a.val_scenes, seed=0)
+    gen = time.perf_counter() - t0
+    seeds = list(range(a.seeds))
+    t1 = time.perf_counter()
+    done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.bev_steps)
+    total = time.perf_counter() - t1
+    agg = aggregate({s: done[s]["metrics"] for s in seeds})
+    walls = {s: done[s]["wall"] for s in seeds}
+    print(f"\ndemo metrics over training seeds {seeds} ({a.steps} camera steps, {a.bev_steps} BEV steps; data "
+          f"generated once in {gen:.1f} s; {len(seeds)} seed processes, {a.jobs or a.seeds} at a time, "
+          f"OMP_NUM_THREADS=1, {total:.1f} s wall for all)")
+    print(format_table(agg, walls))
+    result = {"command": "python benchmarks/demo_seeds.py " + " ".join(argv), "seeds": seeds, "steps": a.steps,
+              "bev_steps": a.bev_steps, "jobs": a.jobs or a.seeds, "generate_s": gen, "seeds_wall_s": total,
+              "aggregate": agg, "per_seed": {str(s): done[s] for s in seeds}}
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    print(f"wrote {out / 'results.json'}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""benchmarks/demo_seeds.py: the aggregation over seeds and the --out refusal (no training)."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "demo_seeds.py"
+
+
+@pytest.fixture(scope="module")
+def ds():
+    spec = importlib.util.spec_from_file_location("demo_seeds", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _results(map50: float, iou: float, acc: float = math.nan) -> dict:
+    """An evaluate_checkpoint result of the shape the demo prints (NaN: the demo's n/a)."""
+    return {"model": {"det2d": {"mAP50": map50}, "lanes": {"pixel_iou": iou}, "signs_lights": {"accuracy": acc}},
+            "baseline": {"det2d": {"mAP50": 0.0}, "lanes": {"pixel_iou": 0.0}, "signs_lights": {"accuracy": 0.5}},
+            "primary": {"det2d": "mAP50", "lanes": "pixel_iou", "signs_lights": "accuracy"},
+            "beats_baseline": {"det2d": map50 > 0.01, "lanes": True, "signs_lights": False}}
+
+
+def test_aggregate_median_min_max(ds):
+    per_seed = {0: ds.collect("camera", _results(0.058, 0.362)),
+                1: ds.collect("camera", _results(0.080, 0.345, acc=0.7)),
+                2: ds.collect("camera", _results(0.005, 0.350))}
+    agg = ds.aggregate(per_seed)
+    m = agg["camera/det2d/mAP50"]
+    assert m["model"] == {"median": 0.058, "min": 0.005, "max": 0.080, "defined": 3, "seeds": 3}
+    assert m["primary"] and m["beats"] == 2
+    assert agg["camera/lanes/pixel_iou"]["model"]["median"] == 0.350
+    # the demo's n/a (NaN: nothing to score) is undefined in that seed, not a number
+    acc = agg["camera/signs_lights/accuracy"]["model"]
+    assert acc == {"median": 0.7, "min": 0.7, "max": 0.7, "defined": 1, "seeds": 3}
+    table = ds.format_table(agg, {s: {"camera": 1.0, "bev": 2.0, "wall": 3.5} for s in per_seed})
+    assert "0.0580 [0.0050, 0.0800]" in table
+    assert "0.7000 (1 of 3 seeds defined)" in table
+    assert "beats baseline in 2 of 3 seeds" in table
+    assert "3.5" in table.splitlines()[-1]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_aggregate_refuses_non_finite(ds, bad):
+    rows = {0: ds.collect("bev", _results(0.05, 0.3)), 1: ds.collect("bev", _results(0.06, 0.3))}
+    rows[1]["bev/lanes/pixel_iou"]["model"] = bad
+    with pytest.raises(ValueError, match=r"bev/lanes/pixel_iou is .* for seed 1: a non-finite value"):
+        ds.aggregate(rows)
+
+
+def test_aggregate_refuses_differing_metrics(ds):
+    a, b = ds.collect("camera", _results(0.05, 0.3)), ds.collect("camera", _results(0.06, 0.3))
+    del b["camera/lanes/pixel_iou"]
+    with pytest.raises(ValueError, match="seed 1 reports other metrics"):
+        ds.aggregate({0: a, 1: b})
+
+
+def test_existing_out_refused(ds, tmp_path):
+    out = tmp_path / "bench"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="exists: pass --overwrite"):
+        ds.main(["--seeds", "1", "--out", str(out)])
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench"]
