@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 
 from hydranet.data.image import ImageError, read_image_file
-from hydranet.io import check_name, frame_path, path_inside
+from hydranet.data.reader import DatasetError
+from hydranet.data.recording import RECORDED_FILE, Recording
+from hydranet.io import frame_path, path_inside
 from sim.config import RareConfig, SimConfig, _need, _weights
 
 TRUTH_FILE = "truth/scenarios.json"
-RECORDED_FILE = "fleet.json"  # a recorded fleet (data_engine/ingest.py)
 CALIB_TOLERANCE = (1.0, 0.02, 0.2)  # a BEV model's camera vs the fleet's: px (at the model's size), m, degrees
 RARE_SCENARIOS = tuple(f.name for f in dataclasses.fields(RareConfig))
 
@@ -219,114 +220,20 @@ class Fleet:
         return read_frame(self.root, clip, frame_dir, cameras)
 
 
-class RecordedFleet(Fleet):
-    """FLEET/fleet.json (data_engine/ingest.py, docs/recordings.md): clips of recorded frames whose images are
-    read in place: files under the source root (one decoder), video frames (PyAV), or a dataset reader's
-    samples. Every name and path in the file is checked to stay inside its folder."""
+class RecordedFleet(Recording, Fleet):
+    """FLEET/fleet.json as a fleet of the engine (`hydranet.data.recording.Recording`: the file's checks and the
+    frames read in place), with the clip tags and the source's own labels the engine's suites and stand-in
+    oracle read."""
 
     def __init__(self, root: str | Path):
-        self.root = Path(root)
-        path = self.root / RECORDED_FILE
-        try:
-            meta = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise FleetError(f"{path} is not valid JSON ({e}); ingest the recordings again") from None
-        if not isinstance(meta, dict) or meta.get("format") != "hydranet-fleet" or not isinstance(meta.get("clips"), list):
-            raise FleetError(f"{path} is not a recorded fleet (format {meta.get('format') if isinstance(meta, dict) else None!r})"
-                             "; ingest the recordings again with `hydranet engine ingest`")
-        if meta.get("version") != 1:
-            raise FleetError(f"{path}: fleet format version {meta.get('version')!r}, this package reads version 1; ingest "
-                             "the recordings again")
-        src = meta.get("source") or {}
-        self.meta, self.source = meta, src
-        self.kind = src.get("kind")
-        if self.kind not in ("dataset", "video", "images"):
-            raise FleetError(f"{path}: unknown source kind {self.kind!r}; ingest the recordings again")
-        self.source_root = Path(str(src.get("root", "")))
-        if not self.source_root.is_dir():
-            raise FleetError(f"{path}: its recordings at {self.source_root} are gone; restore them or ingest again")
-        from hydranet.rig import RigError, rig_from_dict
-
-        try:
-            self._rig = rig_from_dict(meta.get("rig"), f"{path} rig")
-        except (RigError, ValueError, TypeError, KeyError) as e:
-            raise FleetError(f"{path}: bad rig ({e}); ingest the recordings again") from None
-        self.rig_name = self.rig.name
-        self.cameras = {c.name: (c.height, c.width) for c in self.rig.cameras}
-        self.clip_names, self._clips = [], {}
-        for i, c in enumerate(meta["clips"]):
-            where = f"{path}: clips[{i}]"
-            if not isinstance(c, dict) or not isinstance(c.get("frames"), list):
-                raise FleetError(f"{where} is not a clip {{name, tags, frames}}; ingest the recordings again")
-            name = check_name(c.get("name"), "clip", where, FleetError)
-            if name in self._clips:
-                raise FleetError(f"{where}: clip {name!r} appears twice; ingest the recordings again")
-            self.clip_names.append(name)
-            self._clips[name] = c
+        Recording.__init__(self, root, FleetError)
 
     def clip(self, name: str) -> Clip:
-        where = f"{self.root / RECORDED_FILE}: clip {name!r}"
-        if name not in self._clips:
-            raise FleetError(f"{where} is not in the fleet ({len(self.clip_names)} clips); the fleet changed since the "
-                             "catalog registered it")
-        frames = []
-        for k, f in enumerate(self._clips[name]["frames"]):
-            try:
-                pose = None if f.get("ego2world") is None else np.asarray(f["ego2world"], np.float64).reshape(4, 4)
-                frames.append({"index": int(f["index"]), "dir": check_name(f["dir"], "frame dir", where, FleetError),
-                               "timestamp_us": int(f["timestamp_us"]), "ego2world": pose})
-            except (KeyError, TypeError, ValueError) as e:
-                raise FleetError(f"{where} frame {k} is unreadable ({type(e).__name__}: {e}); ingest the recordings "
-                                 "again") from None
-        return Clip(name, frames)
+        return Clip(name, self.clip_frames(name))
 
     def tags(self, name: str) -> list[str]:
         """The clip's tags (scene description, location, folder): for suites, reports and benchmarks only."""
         return [str(t) for t in self._clips[name].get("tags", [])]
-
-    def frame_refs(self, clip: str, frame_dir: str) -> dict[str, Any]:
-        frames = self._clips[clip]["frames"]
-        ref = next((f for f in frames if f.get("dir") == frame_dir), None)
-        if ref is None:
-            raise FleetError(f"{self.root / RECORDED_FILE}: clip {clip!r} has no frame {frame_dir!r}; the fleet changed "
-                             "since the catalog registered it")
-        return ref["images"]
-
-    def read(self, clip: str, frame_dir: str, cameras: list[str]) -> list[np.ndarray]:
-        """N (H, W, 3) uint8 RGB images; ValueError naming the file (or video frame) that cannot be read."""
-        import cv2
-
-        from hydranet.data.image import ImageError, read_image_file
-        from hydranet.data.video import VideoError, read_video_frame
-
-        refs = self.frame_refs(clip, frame_dir)
-        if self.kind == "dataset":
-            return self._dataset_images(refs["sample"], cameras)
-        out = []
-        for cam in cameras:
-            ref = refs.get(cam)
-            if ref is None:
-                raise ValueError(f"fleet {self.root} clip {clip} frame {frame_dir} has no image of camera {cam}")
-            where = f"{self.root / RECORDED_FILE}: clip {clip} frame {frame_dir} camera {cam}"
-            if "video" in ref:
-                path = path_inside(self.source_root, ref["video"], where)
-                try:
-                    img = read_video_frame(path, int(ref["frame"]))
-                except VideoError as e:
-                    raise ValueError(str(e)) from None
-            else:
-                path = path_inside(self.source_root, ref["file"], where)
-                try:
-                    img = cv2.cvtColor(read_image_file(path, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
-                except OSError as e:
-                    raise ValueError(f"{path}: {e.strerror or e}") from None
-                except ImageError as e:
-                    raise ValueError(f"{path}: image {e}") from None
-            if img.shape[:2] != self.cameras[cam]:
-                raise ValueError(f"{path}: image is {img.shape[1]}x{img.shape[0]}, the fleet's rig says camera {cam} is "
-                                 f"{self.cameras[cam][1]}x{self.cameras[cam][0]}; ingest the recordings again")
-            out.append(img)
-        return out
 
     def reader(self, channels: tuple[str, ...]):
         """The source dataset's reader loading `channels` (built once per process and fleet source)."""
@@ -341,8 +248,6 @@ class RecordedFleet(Fleet):
 
     def _dataset_images(self, sample: int, cameras: list[str]) -> list[np.ndarray]:
         """The reader's decoded images of sample `sample`, in `cameras` order."""
-        from hydranet.data.dataset import DatasetError
-
         ds = self.reader(("images",))
         try:
             images = ds.load(int(sample))["images"]  # (N, H, W, 3) in the reader's camera order
@@ -353,12 +258,11 @@ class RecordedFleet(Fleet):
 
     def sample(self, clip: str, frame_dir: str) -> dict[str, Any]:
         """The source reader's sample of a frame with its labels and calibration, no image (a dataset fleet only)."""
-        from hydranet.data.dataset import DatasetError
-
         try:
             return self.reader(()).load(int(self.frame_refs(clip, frame_dir)["sample"]))
         except DatasetError as e:
             raise ValueError(str(e)) from None
+
 
     def truth(self, clip: str, frame_dir: str) -> dict[str, Any] | None:
         """The source's own annotations of a frame (`truth_of` its reader sample), or None where the source has none
@@ -386,9 +290,6 @@ def truth_of(sample: Mapping[str, Any]) -> dict[str, Any] | None:
     return {**labels, "supervises": heads}
 
 
-_READERS: dict = {}  # per process: the dataset readers of recorded fleets
-
-
 def read_frame(root: Path, clip: str, frame_dir: str, cameras: list[str]) -> list[np.ndarray]:
     """N (H, W, 3) uint8 RGB images of one frame; ValueError naming the file when one is missing or not a whole
     image (hydranet.data.image's policy: the one training and evaluation use)."""
@@ -410,6 +311,9 @@ def read_frame(root: Path, clip: str, frame_dir: str, cameras: list[str]) -> lis
 
 
 _RECORDED: dict[str, RecordedFleet] = {}  # per process: recorded fleets opened by read_frame
+
+
+_READERS: dict = {}  # per process: the dataset readers of recorded fleets
 
 
 def recorded_fleet(root) -> RecordedFleet:

@@ -5,8 +5,10 @@
 
 1. `materialize_accepted(catalog, RUN/accepted)`: the catalog's accepted labels (the only view
    training reads, `data_engine.labels.accepted_labels`) as a sim-format dataset
-   (docs/dataset_format.md): per accepted frame its camera images, hard-linked from the fleet's frame
-   folder, and labels.json = the accepted payload. An oracle label is the sim's exact truth, so its
+   (docs/dataset_format.md): per accepted frame its camera images, hard-linked from a sim fleet's frame
+   folder or, for a recorded fleet, read in place (scene.json's `"recording"` names the fleet, clip and
+   frame: the one frame reader, hydranet.data.recording, decodes them at training time), and labels.json
+   = the accepted payload. An oracle label is the sim's exact truth, so its
    per-pixel label channels (depth, normal, semantic, instance PNGs, bev.png) come with it; a
    human or file label supervises only what its 2D boxes can (HUMAN_HEADS: det2d, signs_lights),
    which scene.json records per frame (`"supervises"`; the reader gives it as sample["supervises"]
@@ -36,9 +38,9 @@ import numpy as np
 
 from data_engine.catalog import Catalog
 from data_engine.config import RetrainConfig
-from data_engine.fleet import RECORDED_FILE, Fleet
+from data_engine.fleet import RECORDED_FILE, Fleet, FleetError, recorded_fleet
 from data_engine.labels import accepted_versions, open_catalog
-from hydranet.io import file_sha256, frame_path, path_inside
+from hydranet.io import file_sha256, frame_path
 from hydranet.heads import heads_where
 
 RECORD = "retrain.json"
@@ -98,18 +100,15 @@ def _clip_poses(root: Path, clip: str) -> dict[str, Any]:
     return {str(f.get("dir")): f.get("ego2world") for f in scene.get("frames", []) if isinstance(f, dict)}
 
 
-def _recorded_images(root: Path, clip: str, fdir: str, cameras: list[str], tmp: Path) -> dict[str, Path]:
-    """{CAM.jpg: file} of a recorded frame for the accepted set: an image sequence's own JPEG (hard-linked), else the
-    decoded frame (the pixels the labeller saw) written as JPEG into `tmp`."""
+def _dataset_images(root: Path, clip: str, fdir: str, cameras: list[str], tmp: Path) -> dict[str, Path]:
+    """{CAM.jpg: file} of a dataset fleet's frame for the accepted set: the reader's decoded frame (the pixels the
+    labeller saw) written as JPEG quality 95 into `tmp` (a dataset's frames come through its reader, which the
+    training-side reader cannot open in place: hydranet.data.recording)."""
     import cv2
 
-    fl = Fleet(root)
+    fl = recorded_fleet(root)
     out = {}
     for cam in cameras:
-        ref = fl.frame_refs(clip, fdir).get(cam) or {}
-        if fl.kind == "images" and Path(ref.get("file", "")).suffix.lower() in (".jpg", ".jpeg"):
-            out[f"{cam}.jpg"] = path_inside(fl.source_root, ref["file"], f"fleet {root} clip {clip} frame {fdir}")
-            continue
         try:
             rgb = fl.read(clip, fdir, [cam])[0]
         except ValueError as e:
@@ -119,6 +118,17 @@ def _recorded_images(root: Path, clip: str, fdir: str, cameras: list[str], tmp: 
             raise RetrainError(f"{path}: could not write the frame image (disk full?)")
         out[f"{cam}.jpg"] = path
     return out
+
+
+def _check_recorded(root: Path, clip: str, fdir: str, cameras: list[str]) -> None:
+    """RetrainError unless every camera of a recorded frame is still there (the set reads it in place)."""
+    try:
+        recorded_fleet(root).frame_refs(clip, fdir)
+    except FleetError as e:
+        raise RetrainError(f"accepted frame {clip}/{fdir} of fleet {root}: {e}") from None
+    missing = [c for c in cameras if c not in recorded_fleet(root).cameras]
+    if missing:
+        raise RetrainError(f"accepted frame {clip}/{fdir} of fleet {root} has no camera {missing[0]}; ingest it again")
 
 
 def supervised(payload: Mapping[str, Any], source: str, recorded: bool) -> list[str]:
@@ -207,6 +217,7 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
         for (fid, clip), frame_ids in clips.items():
             root = Path(dict(fleets)[fid])
             recorded = (root / RECORDED_FILE).is_file()
+            in_place = recorded and recorded_fleet(root).kind != "dataset"  # videos and image files: read where they are
             poses = _clip_poses(root, clip)
             name = f"fleet{fid}_{clip}"
             frames = []
@@ -220,7 +231,8 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
                 heads = supervised(lab["payload"], src, recorded)
                 frames.append({"index": int(idx), "dir": fdir, "timestamp_us": int(ts), "ego2world": poses[fdir],
                                "supervises": heads, "label": {k: lab[k] for k in ("label_id", "version", "job_id", "source")}
-                               | {"frame_id": f}})
+                               | {"frame_id": f}}
+                              | ({"recording": {"fleet": str(root), "clip": clip, "dir": fdir}} if in_place else {}))
             if all(fr["ego2world"] is not None for fr in frames):
                 scenes = [(name, frames)]
             else:  # recorded without poses: each frame its own scene, its ego frame the world's (no motion to align)
@@ -236,8 +248,11 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
                     check_labels(labels, Path(where), sizes, meta["classes"])
                 except DatasetError as e:
                     raise RetrainError(str(e).replace("; fix or regenerate the file", "; reject the job and label it again")) from None
-                if recorded:
-                    files = _recorded_images(root, clip, fdir, cameras, writer.tmp)
+                if in_place:  # the camera images stay where they were recorded: the reader reads them in place
+                    _check_recorded(root, clip, fdir, cameras)
+                    files = {}
+                elif recorded:
+                    files = _dataset_images(root, clip, fdir, cameras, writer.tmp)
                 else:
                     folder = frame_path(root, clip, fdir, where=f"catalog frame {clip}/{fdir!r} of fleet {root}",
                                         error=RetrainError)

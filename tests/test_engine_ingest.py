@@ -197,8 +197,9 @@ def test_recorded_frames_go_to_labelling_files_as_png_bit_identical_on_resend(wo
     assert len(acc) == 2 and all(len(s["frames"]) == 1 for s in acc.scenes)
     sample = acc[0]
     clip, fdir = acc.scenes[0]["clip"]["name"], acc.scenes[0]["frames"][0]["dir"]
-    frame = fl.read(clip, fdir, [acc.rig.names[0]])[0].astype(np.int16)
-    assert np.abs(sample["images"][0].astype(np.int16) - frame).mean() < 2.0  # the labelled pixels (JPEG q95)
+    frame = fl.read(clip, fdir, [acc.rig.names[0]])[0]
+    assert np.array_equal(sample["images"][0], frame)  # the labelled pixels exactly: read in place, never re-encoded
+    assert not list((tmp_path / "re" / "accepted").rglob("*.jpg")) and not list((tmp_path / "re" / "accepted").rglob("*.png"))
     boxes = [b for c in sample["labels"]["cameras"].values() for b in c.get("boxes2d", [])]
     assert [b["bbox"] for b in boxes][:1] == [[10.0, 10.0, 30.0, 25.0]] and (tmp_path / "re" / "checkpoint.pt").is_file()
 

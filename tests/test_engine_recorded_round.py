@@ -11,6 +11,8 @@ from dataset_fixtures import make_sweeps_sim, write_nuscenes
 from engine_fixtures import REPO, make_fleet
 from recording_fixtures import sim_rig_file, write_videos
 
+from benchmarks.recorded_round import team_labels
+
 from hydranet.cli import main
 
 SETS = ["loop.workers=1", "retrain.steps=2", "suites.clips=1", "suites.frames=2",
@@ -52,20 +54,6 @@ def run(world: dict, out: Path, fleets: str, *sets: str) -> int:
     return main([*argv, *[a for s in (*SETS, *sets) for a in ("--set", s)]])
 
 
-def team_labels(world: dict, out: Path) -> Path:
-    """What a labelling team sends back: the COCO export's images labelled with the sim's truth of those frames."""
-    from data_engine.labeling.base import Vocabulary
-    from data_engine.labeling.files import image_entries, write_coco
-    from data_engine.labels import load_jobs, open_catalog
-
-    with open_catalog(out / "catalog.sqlite") as cat:
-        jobs = load_jobs(cat, "round000", ("sent",))
-    assert jobs and all(j.backend == "files" for j in jobs)
-    truth = {j.id: json.loads((world["drive"] / "scenes" / j.clip / j.dir / "labels.json").read_text()) for j in jobs}
-    inbox = out / "rounds" / "r000" / "labels" / "import"
-    return write_coco(inbox / "team.coco.json", image_entries(jobs, truth), Vocabulary.from_dataset(jobs[0].root), "team")
-
-
 def test_video_fleet_round_waits_for_the_team_then_runs_every_stage(world, capsys):
     from data_engine.labels import accepted_versions, open_catalog
     from data_engine.loop import STAGES
@@ -81,7 +69,7 @@ def test_video_fleet_round_waits_for_the_team_then_runs_every_stage(world, capsy
     assert list(done) == ["fleet", "shadow", "triggers", "mine", "report"]  # label is not done: nothing is lost
     assert done["fleet"]["recorded"] is True and done["shadow"]["frames"] == 6
 
-    team_labels(world, out)
+    team_labels(out, world["drive"])  # the team labels the sent frames with the sim's truth
     assert run(world, out, "video_fleets", "loop.labeller=files", "loop.budget=3") == 0
     line = capsys.readouterr().out
     assert "round 0: 3 labels" in line and str(out / "rounds" / "r000" / "gate" / "gate.md") in line

@@ -201,7 +201,9 @@ class SimDataset(FrameReader):
             # a rig with several resolutions gives a list (resize with hydranet.loader.resize_to)
             return np.stack(arrs) if len({a.shape for a in arrs}) == 1 else arrs
 
-        if "images" in ch:
+        if "images" in ch and frame.get("recording") is not None:  # read in place from a recorded fleet
+            sample["images"] = _recorded_images_of(frame["recording"], cams, f"scene {scene['name']!r} frame {frame['dir']!r}")
+        elif "images" in ch:
             sample["images"] = per_cam(CHANNEL_SUFFIX["images"], (3,), np.uint8, color=True)  # (N, H, W, 3)
         if "depth" in ch:
             sample["depth"] = _each(decode_depth, per_cam(CHANNEL_SUFFIX["depth"], (), np.uint16))  # (N, H, W)
@@ -220,6 +222,22 @@ class SimDataset(FrameReader):
         if sup is not None:
             sample["supervises"] = set(sup)
         return sample
+
+
+def _recorded_images_of(ref: dict, cams, where: str) -> np.ndarray | list[np.ndarray]:
+    """The camera images of a frame that names its recording (scene.json `"recording": {"fleet", "clip", "dir"}`:
+    retrain's accepted set of recorded frames), read through `hydranet.data.recording` (N, H, W, 3) RGB."""
+    from hydranet.data.recording import RecordingError, open_recording
+
+    try:
+        imgs = open_recording(ref["fleet"]).read(str(ref["clip"]), str(ref["dir"]), [c.name for c in cams])
+    except (RecordingError, ValueError, KeyError, TypeError) as e:
+        raise DatasetError(f"{where}: its recorded images cannot be read ({e}); restore the recordings or retrain again") from None
+    for c, img in zip(cams, imgs):
+        if img.shape[:2] != (c.height, c.width):
+            raise DatasetError(f"{where}: recorded camera {c.name} is {img.shape[1]}x{img.shape[0]}, the dataset's rig says "
+                               f"{c.width}x{c.height}; retrain again")
+    return np.stack(imgs) if len({a.shape for a in imgs}) == 1 else imgs
 
 
 def _each(fn, arr):
