@@ -81,7 +81,7 @@ def verdict(low: float, high: float, target: float = 0.0) -> str:
     """'met' when the whole interval lies above `target`, 'missed' when below, else 'undecided (a tie is inside)'."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return "undecided (no interval)"
-    return "met" if low > target else "missed" if high < target else "undecided (interval holds a tie)"
+    return "met" if low > target else "missed" if high < target else f"undecided (the interval holds {target:g})"
 
 
 # -- det2d mAP50 from states ------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,7 @@ def rates(frames: dict, ids: list[int], weights: np.ndarray) -> dict[str, np.nda
 
 
 def summarize(args, seeds: list[int]) -> tuple[str, dict]:
+    warnings.simplefilter("ignore", RuntimeWarning)  # a resample without a detected pick is NaN, left out of its interval
     data = {s: json.loads((Path(args.out) / f"seed{s}" / "selections.json").read_text()) for s in seeds}
     n_clips = {s: len(dict.fromkeys(data[s]["frames"]["clip"])) for s in seeds}
     seed_draw, clip_draws = hierarchical_draws(len(seeds), [n_clips[s] for s in seeds], args.resamples, args.boot_seed)

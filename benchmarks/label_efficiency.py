@@ -199,6 +199,15 @@ class Measure:
         return point, {k: np.array([b[k] for b in boot]) for k in point}
 
 
+def _measure_one(job: tuple) -> tuple:
+    """(checkpoint, its per-clip states per suite, Measure.all of them): one pool task."""
+    from data_engine.gate import suite_table
+
+    ckpt, catalog, suites_dir, n_classes, m = job
+    table = per_clip(suite_table(ckpt, suites_dir, catalog), n_classes)
+    return ckpt, table, m.all(table)
+
+
 def measure(args, seeds: list[int], suites_dir: Path) -> dict:
     from data_engine.gate import state_metrics, suite_table
     from data_engine.suites import load_suites
@@ -208,19 +217,22 @@ def measure(args, seeds: list[int], suites_dir: Path) -> dict:
     first_ckpt = per_seed[seeds[0]]["points"]["random"][0]["checkpoint"]
     classes = state_metrics(first_ckpt)[HEAD].classes
     class_ids = {c: classes.index(c) for c, _ in RARE_CLASSES}
-    tables, cache = {}, {}
-
-    def clips_of(seed: int, strategy: str, ckpt: str):
-        if ckpt not in tables:
-            tables[ckpt] = per_clip(suite_table(ckpt, suites_dir, Path(args.out) / f"seed{seed}" / strategy / "catalog.sqlite"),
-                                    len(classes))
-        return tables[ckpt]
-
     suites = [s for s in idx if s != "unit_tests"]
-    first = clips_of(seeds[0], "random", first_ckpt)
+    jobs = {}  # checkpoint -> the loop catalog that caches its suite metrics (a round's first production is shared)
+    for s in seeds:
+        for st in args.strategies:
+            for p in per_seed[s]["points"][st]:
+                jobs.setdefault(p["checkpoint"], str(Path(args.out) / f"seed{s}" / st / "catalog.sqlite"))
+    first = per_clip(suite_table(first_ckpt, suites_dir, jobs[first_ckpt]), len(classes))
     n_clips = {s: len(first[s]) for s in suites}
     seed_draw, clip_draws = hierarchical_draws(len(seeds), [n_clips[s] for s in suites], args.resamples, args.boot_seed)
     m = Measure(suites, {s: idx[s]["frames"] for s in suites}, class_ids, clip_draws)
+    import multiprocessing as mp
+
+    with mp.get_context("fork").Pool(min(args.jobs + 1, len(jobs))) as pool:  # the recomputation is the slow part
+        done = pool.map(_measure_one, [(ck, cat, str(suites_dir), len(classes), m) for ck, cat in jobs.items()])
+    tables = {ck: t for ck, t, _ in done}
+    cache = {ck: r for ck, _, r in done}
     strategies = args.strategies
     n_pts = len(per_seed[seeds[0]]["points"]["random"])
     point = {st: [[None] * n_pts for _ in seeds] for st in strategies}
@@ -228,8 +240,6 @@ def measure(args, seeds: list[int], suites_dir: Path) -> dict:
     for i, s in enumerate(seeds):
         for st in strategies:
             for j, p in enumerate(per_seed[s]["points"][st]):
-                if p["checkpoint"] not in cache:
-                    cache[p["checkpoint"]] = m.all(clips_of(s, st, p["checkpoint"]))
                 point[st][i][j], boot[st][i][j] = cache[p["checkpoint"]]
     labels = [p["labels"] for p in per_seed[seeds[0]]["points"]["random"]]
 
