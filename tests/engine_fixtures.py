@@ -16,15 +16,20 @@ def make_fleet(out: Path, clips: int = 3, frames: int = 3, seed: int = 1, extra:
     return out
 
 
-def make_model(root: Path, data: Path, name: str = "model.onnx", seed: int = 0) -> Path:
-    from deploy.export import export_checkpoint
+def train_tiny(data: Path, run: Path, seed: int = 0) -> Path:
+    """A 2-step configs/engine_tiny.yaml production run on the fleet or dataset `data`."""
     from hydranet.experiment import load_experiment
     from hydranet.train import train
 
-    cfg = load_experiment(REPO / "configs" / "engine_tiny.yaml",
+    train(load_experiment(REPO / "configs" / "engine_tiny.yaml",
                           [f"data.root={data}", "steps=2", "checkpoint_every=2", "batch_size=1", "optim.warmup_steps=1",
-                           "device=cpu", f"seed={seed}"])
-    run = root / f"run_{Path(name).stem}"
-    train(cfg, run, progress=False)
+                           "device=cpu", f"seed={seed}"]), run, progress=False)
+    return run
+
+
+def make_model(root: Path, data: Path, name: str = "model.onnx", seed: int = 0) -> Path:
+    from deploy.export import export_checkpoint
+
+    run = train_tiny(data, root / f"run_{Path(name).stem}", seed)
     export_checkpoint(run, root / name, data, frames=2, verbose=False)
     return root / name

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_fixtures import REPO, make_fleet
+from engine_fixtures import REPO, make_fleet, train_tiny
 
 SETS = ["loop.budget=2", "loop.workers=1", "retrain.steps=2", "suites.clips=1", "suites.frames=2",
         "loop.fleet_set=[sim.image_width=96,sim.image_height=64,sim.frames_per_scene=2]"]
@@ -25,15 +25,10 @@ def world(tmp_path_factory) -> dict:
     from data_engine.loop import fleet_config
     from data_engine.suites import generate_suites
     from hydranet.config import load_config
-    from hydranet.experiment import load_experiment
-    from hydranet.train import train
 
     tmp = tmp_path_factory.mktemp("loop")
     base = make_fleet(tmp / "base", clips=2, frames=2, seed=3)
-    prod = tmp / "production"
-    train(load_experiment(REPO / "configs" / "engine_tiny.yaml",
-                          [f"data.root={base}", "steps=2", "checkpoint_every=2", "batch_size=1", "optim.warmup_steps=1",
-                           "device=cpu"]), prod, progress=False)
+    prod = train_tiny(base, tmp / "production")
     for r in range(2):
         make_fleet(tmp / "fleets" / f"r{r:03d}", clips=2, frames=2, seed=40 + r)
     cfg = load_config(EngineConfig, "engine", SETS)

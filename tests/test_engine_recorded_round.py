@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from dataset_fixtures import make_sweeps_sim, write_nuscenes
-from engine_fixtures import REPO, make_fleet
+from engine_fixtures import make_fleet, train_tiny
 from recording_fixtures import sim_rig_file, write_videos
 
 from benchmarks.recorded_round import team_labels
@@ -27,15 +27,10 @@ def world(tmp_path_factory) -> dict:
     from data_engine.loop import fleet_config
     from data_engine.suites import generate_suites
     from hydranet.config import load_config
-    from hydranet.experiment import load_experiment
-    from hydranet.train import train
 
     tmp = tmp_path_factory.mktemp("recorded_round")
     base = make_fleet(tmp / "base", clips=2, frames=2, seed=3)
-    prod = tmp / "production"
-    train(load_experiment(REPO / "configs" / "engine_tiny.yaml",
-                          [f"data.root={base}", "steps=2", "checkpoint_every=2", "batch_size=1", "optim.warmup_steps=1",
-                           "device=cpu"]), prod, progress=False)
+    prod = train_tiny(base, tmp / "production")
     cfg = load_config(EngineConfig, "engine", SETS)
     generate_suites(tmp / "suites", cfg.suites, fleet_config(cfg.loop), progress=False)
     drive = make_fleet(tmp / "drive", clips=2, frames=3, seed=41)  # what the cars saw: truth only for the team below

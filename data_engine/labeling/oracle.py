@@ -16,7 +16,6 @@ signs, light states among lights). Noise touches the 2D boxes only; 3D boxes and
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -90,13 +89,10 @@ class OracleBackend:
 
     @staticmethod
     def _sim_truth(j: Job) -> dict:
+        from hydranet.io import read_json
+
         path = j.folder / "labels.json"
-        try:
-            truth = json.loads(path.read_text())
-        except OSError as e:
-            raise LabelingError(f"oracle: {path}: {e.strerror or e}; the fleet moved or lost frames") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise LabelingError(f"oracle: {path} is not valid JSON ({e}); regenerate the fleet") from None
+        truth = read_json(path, "the oracle's labels.json", LabelingError, "the fleet moved or lost frames: regenerate it")
         if not isinstance(truth, dict) or not isinstance(truth.get("cameras"), dict):
             raise LabelingError(f"oracle: {path} has no 'cameras'; regenerate the fleet")
         return truth

@@ -238,7 +238,7 @@ def _noise_rate(tmp, env):
 
 
 IMPORT_CASES = [
-    Case("labels-oracle-corrupt-labels-json", _corrupt_labels, 2, ("labels.json", "not valid json"), check=labels_recorded(0)),
+    Case("labels-oracle-corrupt-labels-json", _corrupt_labels, 2, ("labels.json", "corrupt json"), check=labels_recorded(0)),
     Case("labels-oracle-box-outside-image", _box_outside, 2, ("oracle", "box 0", "outside the"), check=labels_recorded(0)),
     Case("labels-import-for-unsent-job", _never_sent, 2, ("team.json", "not a camera image of a sent job"), check=labels_recorded(0)),
     Case("labels-selection-unknown-frame", _selection_unknown, 2, ("other.json", "scene_0042/0", "not in catalog")),

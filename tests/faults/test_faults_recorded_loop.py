@@ -10,27 +10,19 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from faultlib import Case, params, run_case
+from faultlib import RUNS, Case, params, run_case
 from recording_fixtures import sim_rig_file, write_videos
 
-REPO = Path(__file__).resolve().parents[2]
 RUN: dict = {}
 SETS = ["loop.workers=1", "loop.budget=2", "retrain.steps=1", "suites.clips=1", "suites.frames=1",
         "loop.fleet_set=[sim.image_width=64,sim.image_height=64,sim.frames_per_scene=1]"]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def recorded(fault_env, tmp_path_factory):
-    """A 1-step CAM_FRONT checkpoint and the fault dataset's frames as camera videos with their rig file."""
-    from hydranet.experiment import load_experiment
-    from hydranet.train import train
-
+def recorded(fault_env, two_runs, tmp_path_factory):
+    """The fault dataset's frames as camera videos with their rig file (production: two_runs' 1-step CAM_FRONT run)."""
     root = tmp_path_factory.mktemp("recorded_loop_faults")
-    train(load_experiment(REPO / "configs" / "tiny.yaml", [f"data.root={fault_env.dataset}", "data.cameras=[CAM_FRONT]",
-                                                          "data.image_size=[64,64]", "device=cpu", "steps=1",
-                                                          "checkpoint_every=1", "batch_size=1", "optim.warmup_steps=1"]),
-          root / "run", progress=False)
-    RUN.update(run=root / "run", videos=write_videos(fault_env.dataset, root / "videos"),
+    RUN.update(run=RUNS["a"], videos=write_videos(fault_env.dataset, root / "videos"),
                rig=sim_rig_file(fault_env.dataset, root / "rig.yaml"))
 
 
