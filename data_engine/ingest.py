@@ -2,7 +2,8 @@
 
     hydranet engine ingest --out FLEET --source dataset --root D [--format F] [--split S] [--version V] [--sweeps N]
     hydranet engine ingest --out FLEET --source video --videos DIR --rig RIG.yaml [--hz H] [--timestamps F] [--poses F]
-    hydranet engine ingest --out FLEET --source images --root D --rig RIG.yaml [--hz H] [--poses F]
+                           [--on-bad-clip raise|skip]
+    hydranet engine ingest --out FLEET --source images --root D --rig RIG.yaml [--hz H] [--poses F] [--on-bad-clip ...]
 
 A recorded fleet is FLEET/fleet.json (docs/recordings.md): the source (kind, absolute root, reader
 options), the rig, and per clip its tags and time-ordered frames, each frame naming where every camera
@@ -205,6 +206,10 @@ def sample_times(times: dict[str, list[int]], hz: float | None, where: str) -> l
         for cam in cams[1:]:
             ts = np.asarray(times[cam], np.int64)
             j = int(np.argmin(np.abs(ts - t)))
+            if t - int(ts[-1]) > tol:
+                raise IngestError(f"{where}: camera {cam}'s recording ends at t = {ts[-1] / 1e6:.3f} s, {cams[0]}'s runs to "
+                                  f"{ref[-1] / 1e6:.3f} s: a truncated video or a shorter recording; cut the clip's videos to one "
+                                  "length, or pass --on-bad-clip skip to leave the clip out")
             if abs(int(ts[j]) - t) > tol:
                 raise IngestError(f"{where}: camera {cam} has no frame within {tol / 1000:.1f} ms of {cams[0]}'s frame {p} "
                                   f"(t = {t / 1e6:.3f} s): dropped frames or a variable frame rate; resample it to a "
@@ -239,6 +244,28 @@ def _clip_poses(poses, clip: str, path) -> tuple[np.ndarray, np.ndarray] | None:
     return poses[clip]
 
 
+ON_BAD_CLIP = ("raise", "skip")
+
+
+def each_clip(clip_dirs, one, on_bad_clip: str) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """(clips, skipped): `one(folder)` of every clip folder. A clip it refuses (IngestError: a truncated or
+    undecodable video, a missing camera, dropped frames) stops the ingest, or with `on_bad_clip` "skip" is left out
+    and listed as {"clip", "reason"}; IngestError when every clip was left out."""
+    if on_bad_clip not in ON_BAD_CLIP:
+        raise IngestError(f"--on-bad-clip must be one of {list(ON_BAD_CLIP)}, got {on_bad_clip!r}")
+    clips, skipped = [], []
+    for cdir in clip_dirs:
+        try:
+            clips.append(one(cdir))
+        except IngestError as e:
+            if on_bad_clip == "raise":
+                raise
+            skipped.append({"clip": Path(cdir).name, "reason": str(e)})
+    if not clips:
+        raise IngestError(f"every clip was unreadable ({len(skipped)}; first: {skipped[0]['reason']})")
+    return clips, skipped
+
+
 # -- sources ---------------------------------------------------------------------------------------------------
 def _check_cameras(clip_dir: Path, found: Mapping[str, Path], rig, rig_file: Path, what: str) -> None:
     """IngestError unless a clip folder holds one `what` (video, image folder) per rig camera, and no other."""
@@ -268,7 +295,7 @@ def _recording(folder: Path, flag: str, layout: str, rig_file: Path, hz: float |
 
 
 def ingest_video(videos: Path, rig_file: Path, hz: float | None = None, timestamps: Path | None = None,
-                 poses: Path | None = None, progress: bool = False) -> dict[str, Any]:
+                 poses: Path | None = None, progress: bool = False, on_bad_clip: str = "raise") -> dict[str, Any]:
     """videos/<clip>/<CAMERA>.mp4|mov|mkv (camera names those of the rig file) -> a fleet dict."""
     from tqdm import tqdm
 
@@ -277,8 +304,8 @@ def ingest_video(videos: Path, rig_file: Path, hz: float | None = None, timestam
     videos = Path(videos)
     rig, pose_table, clip_dirs = _recording(videos, "--videos", "DIR/<clip>/<CAMERA>.mp4", rig_file, hz, poses)
     stamps = read_timestamps(timestamps) if timestamps is not None else None
-    clips = []
-    for cdir in tqdm(clip_dirs, desc="ingest videos", unit="clip", disable=not progress):
+
+    def one(cdir: Path) -> dict[str, Any]:
         clip = check_name(cdir.name, "clip", f"--videos {videos}", IngestError)
         files = {p.stem: p for p in sorted(cdir.iterdir()) if p.suffix.lower() in VIDEO_SUFFIXES}
         _check_cameras(cdir, files, rig, rig_file, "video")  # <CAMERA>.mp4, .mov or .mkv
@@ -309,10 +336,12 @@ def ingest_video(videos: Path, rig_file: Path, hz: float | None = None, timestam
         refs = {cam: [{"video": f"{clip}/{files[cam].name}", "frame": i} for i in range(len(times[cam]))]
                 for cam in rig.names}
         frames = _clip_frames(samples, refs, _clip_poses(pose_table, clip, poses), f"--poses {poses}: clip {clip}")
-        clips.append({"name": clip, "tags": [f"folder:{clip}"], "frames": frames})
+        return {"name": clip, "tags": [f"folder:{clip}"], "frames": frames}
+
+    clips, skipped = each_clip(tqdm(clip_dirs, desc="ingest videos", unit="clip", disable=not progress), one, on_bad_clip)
     options = {"hz": hz, "timestamps": str(timestamps) if timestamps else None, "poses": str(poses) if poses else None,
-               "rig_file": str(rig_file)}
-    return fleet_dict("video", videos, options, rig, clips)
+               "rig_file": str(rig_file), "on_bad_clip": on_bad_clip}
+    return {**fleet_dict("video", videos, options, rig, clips), "skipped": skipped}
 
 
 _STAMP = re.compile(r"^\d+(\.\d+)?$")
@@ -326,12 +355,13 @@ def _stamp_us(stem: str, path: Path) -> int:
     return int(round(float(stem) * 1e6)) if "." in stem else int(stem)
 
 
-def ingest_images(root: Path, rig_file: Path, hz: float | None = None, poses: Path | None = None) -> dict[str, Any]:
+def ingest_images(root: Path, rig_file: Path, hz: float | None = None, poses: Path | None = None,
+                  on_bad_clip: str = "raise") -> dict[str, Any]:
     """root/<clip>/<CAMERA>/<timestamp>.jpg|png (camera names those of the rig) -> a fleet dict."""
     root = Path(root)
     rig, pose_table, clip_dirs = _recording(root, "--root", "ROOT/<clip>/<CAMERA>/<timestamp>.jpg", rig_file, hz, poses)
-    clips = []
-    for cdir in clip_dirs:
+
+    def one(cdir: Path) -> dict[str, Any]:
         clip = check_name(cdir.name, "clip", f"--root {root}", IngestError)
         _check_cameras(cdir, {p.name: p for p in cdir.iterdir() if p.is_dir()}, rig, rig_file, "image folder")
         times, names = {}, {}
@@ -349,9 +379,11 @@ def ingest_images(root: Path, rig_file: Path, hz: float | None = None, poses: Pa
         samples = sample_times(times, hz, where)
         refs = {cam: [{"file": n} for n in names[cam]] for cam in rig.names}
         frames = _clip_frames(samples, refs, _clip_poses(pose_table, clip, poses), f"--poses {poses}: clip {clip}")
-        clips.append({"name": clip, "tags": [f"folder:{clip}"], "frames": frames})
-    options = {"hz": hz, "poses": str(poses) if poses else None, "rig_file": str(rig_file)}
-    return fleet_dict("images", root, options, rig, clips)
+        return {"name": clip, "tags": [f"folder:{clip}"], "frames": frames}
+
+    clips, skipped = each_clip(clip_dirs, one, on_bad_clip)
+    options = {"hz": hz, "poses": str(poses) if poses else None, "rig_file": str(rig_file), "on_bad_clip": on_bad_clip}
+    return {**fleet_dict("images", root, options, rig, clips), "skipped": skipped}
 
 
 def description_tags(description: str) -> list[str]:
@@ -410,14 +442,16 @@ def ingest(out: Path, source: str, overwrite: bool = False, progress: bool = Fal
         raise IngestError(f"unknown --source {source!r}; choose one of {list(SOURCES)}")
     if Path(out).exists() and not overwrite:
         raise IngestError(f"{out} exists; choose a new --out or pass --overwrite to replace it")
+    policy = kw.get("on_bad_clip") or "raise"
     if source == "video":
-        fleet = ingest_video(kw["videos"], kw["rig"], kw.get("hz"), kw.get("timestamps"), kw.get("poses"), progress)
+        fleet = ingest_video(kw["videos"], kw["rig"], kw.get("hz"), kw.get("timestamps"), kw.get("poses"), progress, policy)
     elif source == "images":
-        fleet = ingest_images(kw["root"], kw["rig"], kw.get("hz"), kw.get("poses"))
+        fleet = ingest_images(kw["root"], kw["rig"], kw.get("hz"), kw.get("poses"), policy)
     else:
         fleet = ingest_dataset(kw["root"], kw.get("format"), kw.get("split"), kw.get("version"), kw.get("sweeps") or 0,
                                progress)
     write_fleet(Path(out), fleet, overwrite)
     return {"out": str(out), "clips": len(fleet["clips"]), "frames": sum(len(c["frames"]) for c in fleet["clips"]),
-            "cameras": [c["name"] for c in fleet["rig"]["cameras"]], "source": fleet["source"]["kind"]}
+            "cameras": [c["name"] for c in fleet["rig"]["cameras"]], "source": fleet["source"]["kind"],
+            "skipped": fleet.get("skipped", [])}
 

@@ -21,21 +21,23 @@ def cmd_engine_ingest(args) -> None:
     from data_engine.ingest import IngestError, ingest
 
     need = {"video": ("videos", "rig"), "images": ("root", "rig"), "dataset": ("root",)}[args.source]
-    allowed = {"video": ("hz", "timestamps", "poses"), "images": ("hz", "poses"),
+    allowed = {"video": ("hz", "timestamps", "poses", "on_bad_clip"), "images": ("hz", "poses", "on_bad_clip"),
                "dataset": ("format", "split", "version", "sweeps")}[args.source]
-    given = [n for n in ("root", "videos", "rig", "hz", "timestamps", "poses", "format", "split", "version", "sweeps")
-             if getattr(args, n) not in (None, 0)]
+    given = [n for n in ("root", "videos", "rig", "hz", "timestamps", "poses", "format", "split", "version", "sweeps",
+                         "on_bad_clip") if getattr(args, n) not in (None, 0)]
     missing = [n for n in need if getattr(args, n) is None]
     if missing:
         raise IngestError(f"--source {args.source} needs --{missing[0]} (docs/recordings.md)")
     extra = [n for n in given if n not in need + allowed]
     if extra:
-        raise IngestError(f"--{extra[0]} does not go with --source {args.source} (docs/recordings.md)")
+        raise IngestError(f"--{extra[0].replace('_', '-')} does not go with --source {args.source} (docs/recordings.md)")
     r = ingest(args.out, args.source, args.overwrite, progress=not args.quiet, videos=args.videos, root=args.root,
                rig=args.rig, hz=args.hz, timestamps=args.timestamps, poses=args.poses, format=args.format, split=args.split,
-               version=args.version, sweeps=args.sweeps)
+               version=args.version, sweeps=args.sweeps, on_bad_clip=args.on_bad_clip)
+    skipped = (f"; skipped {len(r['skipped'])} unreadable clip(s) (listed in fleet.json; first: {r['skipped'][0]['reason']})"
+               if r["skipped"] else "")
     print(f"ingested {r['clips']} clip(s), {r['frames']} frames of cameras {', '.join(r['cameras'])} ({r['source']}) -> "
-          f"{r['out']}")
+          f"{r['out']}{skipped}")
 
 
 def cmd_engine_shadow(args) -> None:
@@ -259,6 +261,9 @@ def add_engine(sub) -> None:
     ing.add_argument("--split", default=None)
     ing.add_argument("--version", default=None)
     ing.add_argument("--sweeps", type=int, default=0, help="nuScenes: unlabelled camera sweeps between two keyframes")
+    ing.add_argument("--on-bad-clip", choices=["raise", "skip"], default=None,
+                     help="videos, images: a clip that cannot be read (truncated video, missing camera) stops the "
+                          "ingest (raise, default) or is left out and counted (skip)")
     ing.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     ing.add_argument("--quiet", action="store_true", help="no progress bar")
     ing.set_defaults(func=cmd_engine_ingest)

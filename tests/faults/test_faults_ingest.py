@@ -135,6 +135,22 @@ def existing_out(tmp: Path, env) -> list:
     return ingest_video(tmp, env)
 
 
+def one_clip_truncated_skip(tmp: Path, env) -> list:
+    """Two clips (the second a copy of the first), the first's first video cut in half; --on-bad-clip skip."""
+    argv = ingest_video(tmp, env, "--on-bad-clip", "skip")
+    clip = sorted(p for p in (tmp / "v").iterdir() if p.is_dir())[0]
+    shutil.copytree(clip, clip.with_name("zz_second"))
+    v = sorted(clip.glob("*.mp4"))[0]
+    v.write_bytes(v.read_bytes()[: v.stat().st_size // 2])
+    return argv
+
+
+def one_clip_left(tmp: Path) -> None:
+    fleet = json.loads((tmp / "fleet" / "fleet.json").read_text())
+    assert [c["name"] for c in fleet["clips"]] == ["zz_second"] and len(fleet["skipped"]) == 1
+    assert "truncated" in fleet["skipped"][0]["reason"]
+
+
 CASES = [
     Case("ingest-video-truncated", truncated_video, words=(".mp4", "truncated"), check=no_fleet),
     Case("ingest-video-not-a-video", garbage_video, words=(".mp4", "not a readable video"), check=no_fleet),
@@ -156,6 +172,13 @@ CASES = [
          words=("frame_a.jpg", "timestamp"), check=no_fleet),
     Case("ingest-nuscenes-broken-sweep-chain", broken_sweep_chain, words=("sample_data", "chain"), check=no_fleet),
     Case("ingest-video-control", lambda t, e: ingest_video(t, e), status=0, stdout=("ingested 1 clip(s), 2 frames",)),
+    Case("ingest-video-truncated-skipped-and-counted", one_clip_truncated_skip, status=0,
+         stdout=("ingested 1 clip(s)", "skipped 1 unreadable clip", "truncated"), check=one_clip_left),
+    Case("ingest-video-every-clip-bad-with-skip", lambda t, e: (truncated_video(t, e), ingest_video(
+        t, e, "--on-bad-clip", "skip", vdir=t / "v"))[1], words=("every clip was unreadable", "truncated"), check=no_fleet),
+    Case("ingest-dataset-with-a-clip-policy", lambda t, e: ["engine", "ingest", "--out", t / "fleet", "--source", "dataset",
+                                                          "--root", e.dataset, "--on-bad-clip", "skip", "--quiet"],
+         words=("--on-bad-clip", "--source dataset"), check=no_fleet),
 ]
 
 
