@@ -93,7 +93,7 @@ def test_the_unit_tests_grow_in_a_default_hybrid_round(tmp_path):
     suites = tmp_path / "suites"
     suites.mkdir()
     (suites / SUITES_FILE).write_text(json.dumps({"format": FORMAT, "version": 1, "slices": {}}))  # no frozen slice
-    state: dict = {"done": {"shadow": {"run_id": run}}}
+    state: dict = {"done": {"fleet": {"fleet": str(fleet), "recorded": False}, "shadow": {"run_id": run}}}
     loop = Loop.__new__(Loop)  # the stages alone: mine -> label (oracle, accepted) -> unit_tests
     loop.cfg, loop.catalog, loop.suites, loop.progress = cfg, cat, suites, False
     loop.journal = types.SimpleNamespace(round=lambda r: state)
