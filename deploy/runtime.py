@@ -47,13 +47,17 @@ class NonFiniteOutput(DeployError):
 
 
 def load_session(path: str | Path, providers: Sequence[str] | None = None, threads: int | None = None,
-                 optimization: str = "all") -> ort.InferenceSession:
-    """An ORT session, or DeployError for a missing / corrupt / truncated file."""
+                 optimization: str = "all", spinning: bool = False) -> ort.InferenceSession:
+    """An ORT session, or DeployError for a missing / corrupt / truncated file. `spinning`: ORT's intra-op
+    workers busy-wait for work after each run (ORT's default). Off here: on a small, shared CPU the spinning
+    workers take the cores from the numpy decoding that follows each run and from the next run itself
+    (docs/benchmarks.md, "Runtime pre/post-processing": on 2 cores inference 1.6-2.9x faster without it)."""
     path = Path(path)
     if not path.is_file():
         raise DeployError(f"model file {path} does not exist; export one with `hydranet export --checkpoint C --out {path}`")
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     if threads:
         so.intra_op_num_threads = threads
     so.graph_optimization_level = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
@@ -84,9 +88,9 @@ class HydraRuntime:
     `timings` holds the last call's seconds for "preprocess", "inference" and "postprocess"."""
 
     def __init__(self, model_path: str | Path, providers: Sequence[str] | None = None, threads: int | None = None,
-                 optimization: str = "all"):
+                 optimization: str = "all", spinning: bool = False):
         self.path = Path(model_path)
-        self.session = load_session(self.path, providers, threads, optimization)
+        self.session = load_session(self.path, providers, threads, optimization, spinning)
         self.meta = model_metadata(self.session, str(self.path))
         rig = self.meta["rig"]
         self.camera_names: list[str] = list(rig["names"])
