@@ -26,8 +26,8 @@ EXPECTED = {
 }
 
 
-def test_the_strategies_are_the_known_five():
-    assert list(STRATEGIES) == ["random", "uncertainty", "diversity", "hybrid", "triggers"]
+def test_the_strategies_are_the_known_seven():
+    assert list(STRATEGIES) == ["random", "uncertainty", "diversity", "hybrid", "triggers", "ensemble", "tta"]
     assert all(callable(f) for f in STRATEGIES.values())
 
 
@@ -47,7 +47,8 @@ def test_each_strategy_selects_as_before(key, tmp_path):
 
 
 def test_unknown_strategy_lists_the_known_ones(tmp_path):
-    msg = r"unknown strategy 'best'; choose one of \['random', 'uncertainty', 'diversity', 'hybrid', 'triggers'\]"
+    msg = (r"unknown strategy 'best'; choose one of \['random', 'uncertainty', 'diversity', 'hybrid', 'triggers', "
+           r"'ensemble', 'tta'\]")
     with pytest.raises(MiningError, match=msg):
         strategy_fn("best")
     with pytest.raises(MiningError, match=msg):
