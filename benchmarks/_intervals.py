@@ -18,6 +18,8 @@ none when under half are finite) and clip grouping is the gate's (`_clip_groups`
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
@@ -140,3 +142,31 @@ def fmt(v: float, lo_hi: tuple[float, float] | None, digits: int = 3, sign: bool
     if not math.isfinite(v):
         return "n/a"
     return f.format(v) + (f" [{f.format(lo_hi[0])}, {f.format(lo_hi[1])}]" if lo_hi else " [no interval]")
+
+
+def run_seeds(cmd: list[str], seeds: list[int], jobs: int, out: Path) -> dict[int, float]:
+    """Run `cmd + ["--worker-seed", S]` for every seed as its own process (OMP_NUM_THREADS=1 each), `jobs` at a time,
+    logging to out/seedS/log.txt; wall seconds per seed. SystemExit naming the log when a seed fails."""
+    import os
+    import subprocess
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    todo, running, took = list(seeds), {}, {}
+    while todo or running:
+        while todo and len(running) < jobs:
+            s = todo.pop(0)
+            (Path(out) / f"seed{s}").mkdir(parents=True, exist_ok=True)
+            log = open(Path(out) / f"seed{s}" / "log.txt", "a")
+            running[s] = (subprocess.Popen(cmd + ["--worker-seed", str(s)], env=env, stdout=log, stderr=subprocess.STDOUT),
+                          time.time(), log)
+        time.sleep(1.0)
+        for s, (p, t, log) in list(running.items()):
+            if p.poll() is not None:
+                log.close()
+                took[s] = round(time.time() - t, 1)
+                del running[s]
+                if p.returncode:
+                    raise SystemExit(f"seed {s} failed (exit {p.returncode}); see {Path(out) / f'seed{s}' / 'log.txt'}")
+                print(f"seed {s}: {took[s]:.0f} s wall", flush=True)
+    return took

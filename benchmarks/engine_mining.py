@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import warnings
@@ -36,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks._intervals import fmt, hierarchical_draws, interval, verdict  # noqa: E402
+from benchmarks._intervals import fmt, hierarchical_draws, interval, run_seeds, verdict  # noqa: E402
 
 RARE = ("cones_on_road", "debris_on_road", "unusual_vehicle", "night_pedestrian_crossing")
 MEASURES = ("rare", "hard", "error", "drivable")
@@ -121,27 +120,9 @@ def worker(args) -> None:
 
 
 def spawn(args, seeds: list[int]) -> dict[int, float]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     cmd = [sys.executable, __file__, "--out", str(args.out), "--clips", str(args.clips), "--train-clips", str(args.train_clips),
            "--steps", str(args.steps), "--members", str(args.members), "--rare", str(args.rare), "--repeats", str(args.repeats)]
-    todo, running, took = list(seeds), {}, {}
-    while todo or running:
-        while todo and len(running) < args.jobs:
-            s = todo.pop(0)
-            (Path(args.out) / f"seed{s}").mkdir(parents=True, exist_ok=True)
-            log = open(Path(args.out) / f"seed{s}" / "log.txt", "a")
-            running[s] = (subprocess.Popen(cmd + ["--worker-seed", str(s)], env=env, stdout=log, stderr=subprocess.STDOUT),
-                          time.time(), log)
-        time.sleep(1.0)
-        for s, (p, t, log) in list(running.items()):
-            if p.poll() is not None:
-                log.close()
-                took[s] = round(time.time() - t, 1)
-                del running[s]
-                if p.returncode:
-                    raise SystemExit(f"seed {s} failed (exit {p.returncode}); see {Path(args.out) / f'seed{s}' / 'log.txt'}")
-                print(f"seed {s}: {took[s]:.0f} s wall", flush=True)
-    return took
+    return run_seeds(cmd, seeds, args.jobs, Path(args.out))
 
 
 def rates(frames: dict, ids: list[int], weights: np.ndarray) -> dict[str, np.ndarray]:

@@ -37,7 +37,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._intervals import (ap50, class_states, clip_groups, detectable_delta, fmt, hierarchical_draws,  # noqa: E402
-                                   interval, merge, ratio_interval, required_clips, verdict)
+                                   interval, merge, ratio_interval, required_clips, run_seeds, verdict)
 
 RARE = ("cones_on_road", "debris_on_road", "night_pedestrian_crossing", "unusual_vehicle")
 RARE_CLASSES = (("construction_vehicle", None), ("traffic_cone", None), ("debris", None), ("pedestrian", "night"))
@@ -138,29 +137,11 @@ def worker(args) -> None:
 
 def spawn(args, seeds: list[int], suites: Path, clips: int) -> dict[int, float]:
     """Run the seeds as processes (OMP_NUM_THREADS=1 each), --jobs at a time; wall seconds per seed."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    todo, running, took = list(seeds), {}, {}
     base = [sys.executable, __file__, "--out", str(args.out), "--rounds", str(args.rounds), "--budget", str(args.budget),
             "--strategies", *args.strategies, "--base-clips", str(args.base_clips), "--fleet-clips", str(args.fleet_clips),
             "--rare", str(args.rare), "--prod-steps", str(args.prod_steps), "--retrain-steps", str(args.retrain_steps),
             "--suites-dir", str(suites), "--suite-clips", str(clips)]
-    while todo or running:
-        while todo and len(running) < args.jobs:
-            s = todo.pop(0)
-            (Path(args.out) / f"seed{s}").mkdir(parents=True, exist_ok=True)
-            log = open(Path(args.out) / f"seed{s}" / "log.txt", "a")
-            running[s] = (subprocess.Popen(base + ["--worker-seed", str(s)], env=env, stdout=log, stderr=subprocess.STDOUT),
-                          time.time(), log)
-        time.sleep(1.0)
-        for s, (p, t, log) in list(running.items()):
-            if p.poll() is not None:
-                log.close()
-                took[s] = round(time.time() - t, 1)
-                del running[s]
-                if p.returncode:
-                    raise SystemExit(f"seed {s} failed (exit {p.returncode}); see {Path(args.out) / f'seed{s}' / 'log.txt'}")
-                print(f"seed {s}: {took[s]:.0f} s wall", flush=True)
-    return took
+    return run_seeds(base, seeds, args.jobs, Path(args.out))
 
 
 # -- measurement ---------------------------------------------------------------------------------------------

@@ -155,3 +155,15 @@ def write_v1_catalog(path: Path, registry: str = "final", labels: str = "final",
     db.execute("COMMIT")
     db.close()
     return path
+
+
+def catalog_env(fleet: Path, tmp_path: Path) -> dict:
+    """The labelling tests' set-up: a catalog holding `fleet` (2 clips x 2 frames) and a selection of its 4 frames."""
+    from data_engine.fleet import Fleet
+
+    cat = tmp_path / "catalog.db"
+    with Catalog(cat, create=True) as c:
+        c.add_fleet(Fleet(fleet))
+    sel = tmp_path / "selection.json"
+    sel.write_text(json.dumps({"name": "sel", "frames": [{"clip": f"clip_{c:05d}", "frame": f} for c in range(2) for f in range(2)]}))
+    return {"fleet": fleet, "catalog": cat, "selection": sel, "tmp": tmp_path}

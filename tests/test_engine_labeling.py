@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_catalogs import catalog_env
 from engine_fixtures import REPO, make_fleet
 
 from data_engine.catalog import Catalog
-from data_engine.fleet import Fleet
 from data_engine.labeling import build_backend
 from data_engine.labeling.base import LabelingError, Vocabulary, compare, two_d
 from data_engine.labeling.files import image_entries, write_coco, write_cvat
@@ -32,12 +32,7 @@ def fleet(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def env(fleet, tmp_path) -> dict:
-    cat = tmp_path / "catalog.db"
-    with Catalog(cat, create=True) as c:
-        c.add_fleet(Fleet(fleet))
-    sel = tmp_path / "selection.json"
-    sel.write_text(json.dumps({"name": "sel", "frames": [{"clip": f"clip_{c:05d}", "frame": f} for c in range(2) for f in range(2)]}))
-    return {"fleet": fleet, "catalog": cat, "selection": sel, "tmp": tmp_path}
+    return catalog_env(fleet, tmp_path)
 
 
 def truth(job) -> dict:

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_catalogs import catalog_env
 from engine_fixtures import REPO, make_fleet
 
-from data_engine.catalog import Catalog
-from data_engine.fleet import Fleet
 from data_engine.labeling.label_studio import LabelStudioBackend, box_result
 from data_engine.labeling.oracle import OracleBackend
 from data_engine.labels import (LabelError, accepted_labels, accepted_versions, create_jobs, history, import_labels, job_table,
@@ -33,12 +32,7 @@ def fleet(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def env(fleet, tmp_path) -> dict:
-    cat = tmp_path / "catalog.db"
-    with Catalog(cat, create=True) as c:
-        c.add_fleet(Fleet(fleet))
-    sel = tmp_path / "selection.json"
-    sel.write_text(json.dumps({"name": "sel", "frames": [{"clip": f"clip_{c:05d}", "frame": f} for c in range(2) for f in range(2)]}))
-    return {"fleet": fleet, "catalog": cat, "selection": sel, "tmp": tmp_path}
+    return catalog_env(fleet, tmp_path)
 
 
 class Corrections:
