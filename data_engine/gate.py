@@ -279,8 +279,8 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
             rows.append({"slice": AGGREGATE, "head": head, "metric": next(r["metric"] for r in rows if r["head"] == head),
                          "higher_is_better": next(r["higher_is_better"] for r in rows if r["head"] == head),
                          "production": None, "candidate": None, "delta": None, "gain": None, "verdict": "n/a",
-                         "reason": "NOT GATED: no suite holds labels this head scores (a person's 2D boxes score det2d "
-                                   "and signs_lights only; rendered suites with more --clips score every head)"})
+                         "reason": "NOT GATED: no suite holds anything this head scores (people's 2D labels score det2d "
+                                   "and signs_lights only; a small rendered suite may hold none: more --clips)"})
             continue
         agg = {k: sum(frames[r["slice"]] * r[k] for r in mine) / scored for k in ("production", "candidate")}
         boot: tuple[np.ndarray, np.ndarray] | str = "a slice of it has no interval"
