@@ -167,3 +167,16 @@ def catalog_env(fleet: Path, tmp_path: Path) -> dict:
     sel = tmp_path / "selection.json"
     sel.write_text(json.dumps({"name": "sel", "frames": [{"clip": f"clip_{c:05d}", "frame": f} for c in range(2) for f in range(2)]}))
     return {"fleet": fleet, "catalog": cat, "selection": sel, "tmp": tmp_path}
+
+
+def catalog_rows(out: Path) -> dict:
+    """What must not depend on interruptions: selections, label jobs, label versions, registry actions."""
+    db = sqlite3.connect(out / "catalog.sqlite")
+    try:
+        return {"selected": db.execute("SELECT s.name, i.rank, i.frame_id FROM selection_items i JOIN selections s "
+                                       "ON i.selection_id = s.id ORDER BY 1, 2").fetchall(),
+                "jobs": db.execute("SELECT selection, frame_id, state FROM label_jobs ORDER BY 1, 2").fetchall(),
+                "labels": db.execute("SELECT frame_id, version, source, digest FROM labels ORDER BY 1, 2").fetchall(),
+                "registry": db.execute("SELECT action, role FROM registry ORDER BY id").fetchall()}
+    finally:
+        db.close()

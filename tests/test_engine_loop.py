@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from engine_catalogs import catalog_rows
 from engine_fixtures import REPO, make_fleet, train_tiny
 
 SETS = ["loop.budget=2", "loop.workers=1", "retrain.steps=2", "suites.clips=1", "suites.frames=2",
@@ -40,19 +40,6 @@ def _cmd(world: dict, out: Path, rounds: int = 1) -> list[str]:
     return [sys.executable, "-m", "hydranet.cli", "engine", "run", "--out", str(out), "--production", str(world["prod"]),
             "--rounds", str(rounds), "--suites", str(world["suites"]), "--fleets", str(world["fleets"]), "--quiet",
             *[a for s in SETS for a in ("--set", s)]]
-
-
-def _catalog_rows(out: Path) -> dict:
-    """What must not depend on interruptions: selections, label jobs, label versions, registry actions."""
-    db = sqlite3.connect(out / "catalog.sqlite")
-    try:
-        return {"selected": db.execute("SELECT s.name, i.rank, i.frame_id FROM selection_items i JOIN selections s "
-                                       "ON i.selection_id = s.id ORDER BY 1, 2").fetchall(),
-                "jobs": db.execute("SELECT selection, frame_id, state FROM label_jobs ORDER BY 1, 2").fetchall(),
-                "labels": db.execute("SELECT frame_id, version, source, digest FROM labels ORDER BY 1, 2").fetchall(),
-                "registry": db.execute("SELECT action, role FROM registry ORDER BY id").fetchall()}
-    finally:
-        db.close()
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +75,10 @@ def test_rerun_is_a_no_op(world, uninterrupted, tmp_path):
 
     out = tmp_path / "run"
     shutil.copytree(uninterrupted, out)
-    before = _catalog_rows(out)
+    before = catalog_rows(out)
     got = subprocess.run(_cmd(world, out), cwd=REPO, capture_output=True, text=True, timeout=900)
     assert got.returncode == 0, got.stderr[-3000:]
-    assert _catalog_rows(out) == before  # nothing labelled twice, nothing promoted twice
+    assert catalog_rows(out) == before  # nothing labelled twice, nothing promoted twice
 
 
 def test_kill9_anywhere_then_rerun_gives_the_same_catalog(world, uninterrupted):
@@ -116,7 +103,7 @@ def test_kill9_anywhere_then_rerun_gives_the_same_catalog(world, uninterrupted):
     assert "label" in partial and "promote" not in partial
     got = subprocess.run(_cmd(world, out), cwd=REPO, capture_output=True, text=True, timeout=900)
     assert got.returncode == 0, got.stderr[-3000:]
-    assert _catalog_rows(out) == _catalog_rows(uninterrupted)
+    assert catalog_rows(out) == catalog_rows(uninterrupted)
 
 
 def test_another_production_in_the_same_folder_is_refused(world, uninterrupted, tmp_path):

@@ -4,11 +4,17 @@ folder with unlabelled sweeps labelled by the stand-in oracle (the dataset's own
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from dataset_fixtures import make_sweeps_sim, write_nuscenes
-from engine_fixtures import make_fleet, train_tiny
+from engine_catalogs import catalog_rows
+from engine_fixtures import REPO, make_fleet, train_tiny
 from recording_fixtures import sim_rig_file, write_videos
 
 from benchmarks.recorded_round import team_labels
@@ -82,14 +88,24 @@ def test_video_fleet_round_waits_for_the_team_then_runs_every_stage(world, capsy
     assert (out / "rounds" / "r000" / "gate" / "gate.md").is_file() and (out / "rounds" / "r000" / "model.onnx").is_file()
 
 
-def test_nuscenes_round_with_sweeps_uses_the_dataset_labels_as_stand_in_oracle(world, capsys):
+NUS = ("loop.budget=6", "loop.strategy=random")
+
+
+@pytest.fixture(scope="module")
+def nus_round(world) -> Path:
+    """One uninterrupted round on the nuScenes fleet (stand-in oracle)."""
+    out = world["tmp"] / "run_nus"
+    assert run(world, out, "nus_fleets", *NUS) == 0
+    return out
+
+
+def test_nuscenes_round_with_sweeps_uses_the_dataset_labels_as_stand_in_oracle(world, nus_round):
     from data_engine.fleet import Fleet
     from data_engine.labels import accepted_versions, job_table, open_catalog
     from data_engine.loop import STAGES
     from hydranet.data.formats import open_dataset
 
-    out = world["tmp"] / "run_nus"
-    assert run(world, out, "nus_fleets", "loop.budget=6", "loop.strategy=random") == 0
+    out = nus_round
     done = json.loads((out / "loop.json").read_text())["rounds"][0]["done"]
     assert list(done) == list(STAGES)
     fleet = Fleet(world["tmp"] / "nus_fleets" / "r000")
@@ -126,8 +142,34 @@ def test_nuscenes_round_with_sweeps_uses_the_dataset_labels_as_stand_in_oracle(w
     assert "supervises" not in json.loads(next(accepted.glob("scenes/*/*/labels.json")).read_text())
 
 
-def test_a_rerun_with_another_config_names_the_keys_that_differ(world, capsys):
-    out = world["tmp"] / "run_nus"
-    assert run(world, out, "nus_fleets", "loop.budget=5", "loop.strategy=random") == 2
+def test_a_rerun_with_another_config_names_the_keys_that_differ(world, nus_round, capsys):
+    capsys.readouterr()
+    assert run(world, nus_round, "nus_fleets", "loop.budget=5", "loop.strategy=random") == 2
     err = capsys.readouterr().err
     assert "config.loop.budget" in err and "another" in err
+
+
+def test_a_recorded_round_killed_with_sigkill_resumes_to_the_same_catalog(world, nus_round):
+    """kill -9 once the label stage is done (during retrain, export or gate); the same command ends with the
+    uninterrupted round's selections, jobs, label versions and registry."""
+    out = world["tmp"] / "run_nus_killed"
+    argv = [sys.executable, "-m", "hydranet.cli", "engine", "run", "--out", str(out), "--production", str(world["prod"]),
+            "--rounds", "1", "--suites", str(world["suites"]), "--fleets", str(world["tmp"] / "nus_fleets"), "--quiet",
+            *[a for s in (*SETS, *NUS) for a in ("--set", s)]]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            done = json.loads((out / "loop.json").read_text())["rounds"][0]["done"]
+        except (OSError, ValueError, KeyError, IndexError):
+            done = {}
+        if "label" in done:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the round finished before it could be killed"
+    assert "promote" not in json.loads((out / "loop.json").read_text())["rounds"][0]["done"]
+    got = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert catalog_rows(out) == catalog_rows(nus_round)
