@@ -4,7 +4,8 @@ camera, a send killed with kill -9 and rerun (no task twice), a reviewer's annot
 submitted through the REST API, a bad box quarantining its job until fixed, then the import checked
 against the sim's exact labels: boxes within 0.5 px, classes equal, nothing lost; a reviewer's edit
 after acceptance becomes a new version, a reported conflict, and is re-pinned. Per-camera tasks
-(--ls-task camera) round trip too, and their project refuses whole-frame tasks.
+(--ls-task camera) round trip too, and their project refuses whole-frame tasks. A recorded fleet of camera videos
+(engine ingest) is labelled the same way: PNGs of the decoded video frames, boxes back within 0.5 px.
 
 The server: $HYDRANET_LABEL_STUDIO_URL and $HYDRANET_LABEL_STUDIO_TOKEN when set (a team or CI
 server; the test creates its own project), else one started here from .venv-labelstudio (made by
@@ -288,3 +289,48 @@ def test_label_studio_per_camera_tasks_and_a_project_of_the_other_kind(server, e
                                                 r"cannot take whole-frame tasks .*send with --ls-task camera"):
             send(cat, LabelStudioBackend(url, token, title=f"hydranet {name}"), name + "-b")
         assert len(client.tasks(pid)) == len(tasks)
+
+
+def test_label_studio_labels_recorded_video_frames(server, tmp_path):
+    """A fleet of camera videos (engine ingest): each frame goes to Label Studio as one task of PNGs of the decoded
+    video frames; the reviewer's boxes come back as label versions of the recorded frames, within 0.5 px."""
+    from recording_fixtures import sim_rig_file, write_videos
+
+    from data_engine.labels import send
+    from hydranet.cli import main
+
+    url, token = server
+    client = Client(url, token)
+    sim = make_fleet(tmp_path / "sim", clips=1, frames=2, seed=6)
+    fleet = tmp_path / "fleet"
+    assert main(["engine", "ingest", "--quiet", "--out", str(fleet), "--source", "video", "--videos",
+                 str(write_videos(sim, tmp_path / "videos")), "--rig", str(sim_rig_file(sim, tmp_path / "rig.yaml"))]) == 0
+    cat_path, name = tmp_path / "catalog.db", f"rec-{uuid.uuid4().hex[:8]}"
+    with Catalog(cat_path, create=True) as c:
+        c.add_fleet(Fleet(fleet))
+    sel = tmp_path / "selection.json"
+    sel.write_text(json.dumps({"name": name, "frames": [{"clip": "clip_00000", "frame": f} for f in range(2)]}))
+    vocab = Vocabulary.from_dataset(fleet)
+    with open_catalog(cat_path) as cat:
+        assert create_jobs(cat, sel, "label_studio")["created"] == 2
+        assert send(cat, LabelStudioBackend(url, token), name)["sent"] == 2
+        jobs = load_jobs(cat, name)
+        tasks = {t["data"]["job_id"]: t for t in client.tasks(int(jobs[0].external_id))}
+        assert sorted(tasks) == [j.id for j in jobs]
+        assert all(tasks[j.id]["data"][f"image_{c}"].lower().endswith(".png") for j in jobs for c in j.cameras)
+        expected = {j.id: json.loads((sim / "scenes" / j.clip / j.dir / "labels.json").read_text()) for j in jobs}
+        for j in jobs:
+            client.request("POST", f"/api/tasks/{tasks[j.id]['id']}/annotations",
+                           {"result": _frame_results(j, expected[j.id], vocab), "was_cancelled": False})
+        got = import_labels(cat, LabelStudioBackend(url, token), name)
+        assert got["new"] == 2 and got["waiting"] == 0 and not got["quarantined"]
+        n = 0
+        for j in load_jobs(cat, name):
+            (v,) = versions(cat, j.frame_id)
+            for cam in j.cameras:
+                ref = sorted(expected[j.id]["cameras"][cam]["boxes2d"], key=lambda b: b["bbox"])
+                mine = sorted(v["payload"]["cameras"][cam]["boxes2d"], key=lambda b: b["bbox"])
+                assert [vocab.name_of(b) for b in ref] == [vocab.name_of(b) for b in mine]
+                assert all(max(abs(p - q) for p, q in zip(a["bbox"], b["bbox"])) <= 0.5 for a, b in zip(ref, mine))
+                n += len(ref)
+        assert n > 0
