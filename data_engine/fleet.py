@@ -138,7 +138,7 @@ class Fleet:
         path = self.root / "dataset.json"
         if not self.root.is_dir():
             raise FleetError(f"fleet {self.root} does not exist; generate one with `hydranet engine fleet --out {self.root}` "
-                             "or ingest recordings with `hydranet engine ingest --out {self.root}`")
+                             f"or ingest recordings with `hydranet engine ingest --out {self.root}`")
         try:
             meta = json.loads(path.read_text())
         except FileNotFoundError:
@@ -196,6 +196,9 @@ class Fleet:
                              f"{missing[0]} of model {model}; run the model on a fleet of its own rig")
         if not bev:
             return
+        if not getattr(self, "calibrated", True):
+            raise FleetError(f"fleet {self.root} has no camera calibration (its source records none, e.g. BDD100K); BEV "
+                             f"model {model} needs it: run a camera-only model on this fleet")
         H, W = (int(v) for v in model_rig["image_size"])
         K_model, T_model = np.asarray(model_rig["K"], np.float64), np.asarray(model_rig["cam2ego"], np.float64)
         cams = {c.name: c for c in self.rig.cameras}

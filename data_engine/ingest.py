@@ -74,9 +74,13 @@ def fleet_dict(kind: str, root: Path, options: Mapping[str, Any], rig, clips: li
     from sim.classes import LANE_TYPES, OBJECT_CLASSES
     from sim.world import LIGHT_STATES, SIGN_CLASSES
 
+    calibrated = all(np.isfinite(c.K).all() and np.isfinite(c.cam2ego).all() for c in rig.cameras)
+    rig_dict = rig.to_dict() if calibrated else {  # BDD100K: no calibration at all, the cameras' names and sizes only
+        "name": rig.name, "cameras": [{"name": c.name, "width": c.width, "height": c.height} for c in rig.cameras]}
     return {"format": FORMAT, "version": VERSION,
             "source": {"kind": kind, "root": str(Path(root).resolve()), **options},
-            "rig": rig.to_dict(),  # the label vocabulary a labeller picks from: the project's (the models') classes
+            "calibrated": calibrated, "rig": rig_dict,
+            # the label vocabulary a labeller picks from: the project's (the models') classes
             "classes": list(OBJECT_CLASSES), "sign_classes": list(SIGN_CLASSES), "light_states": list(LIGHT_STATES),
             "lane_types": list(LANE_TYPES), "clips": clips}
 
@@ -411,8 +415,9 @@ def ingest_dataset(root: Path, format: str | None = None, split: str | None = No
         for k in range(len(scene["frames"])):
             sample = ds.load(i)  # raises naming the file when a frame's table entry is broken
             pose = sample.get("ego2world")
+            known = pose is not None and bool(np.isfinite(np.asarray(pose, np.float64)).all())  # BDD100K: NaN, unknown
             frames.append({"index": k, "dir": f"{k:06d}", "timestamp_us": int(sample["timestamp_us"]),
-                           "ego2world": None if pose is None else np.asarray(pose, np.float64).tolist(),
+                           "ego2world": np.asarray(pose, np.float64).tolist() if known else None,
                            "images": {"sample": i}})
             i += 1
             bar.update(1)

@@ -15,10 +15,10 @@ import cv2
 import numpy as np
 
 from hydranet.data.image import ImageError, read_image_file
-from hydranet.data.reader import DatasetError
+from hydranet.data.reader import DatasetError, make_rig
 from hydranet.data.video import VideoError, read_video_frame
 from hydranet.io import check_name, path_inside
-from hydranet.rig import RigError, rig_from_dict
+from hydranet.rig import Rig, RigError, rig_from_dict
 
 RECORDED_FILE = "fleet.json"
 
@@ -54,8 +54,9 @@ class Recording:
         self.source_root = Path(str(src.get("root", "")))
         if not self.source_root.is_dir():
             raise error(f"{path}: its recordings at {self.source_root} are gone; restore them or ingest again")
+        self.calibrated = meta.get("calibrated", True) is not False
         try:
-            self._rig = rig_from_dict(meta.get("rig"), f"{path} rig")
+            self._rig = rig_from_dict(meta.get("rig"), f"{path} rig") if self.calibrated else _uncalibrated(meta.get("rig"))
         except (RigError, ValueError, TypeError, KeyError) as e:
             raise error(f"{path}: bad rig ({e}); ingest the recordings again") from None
         self.rig_name = self._rig.name
@@ -137,6 +138,16 @@ class Recording:
         import the sim-format reader, which reads recordings: opening them here would be an import cycle)."""
         raise self.error(f"{self.root / RECORDED_FILE}: a {self.source.get('format')} dataset's frames are read through its "
                          "reader (data_engine.fleet.RecordedFleet), not in place")
+
+
+def _uncalibrated(rig: dict) -> Rig:
+    """The rig of a source without calibration (BDD100K): its cameras' names and sizes, K and cam2ego NaN (unknown:
+    a camera-only model runs on it, a model needing geometry is refused)."""
+    cams = [(check_name(c["name"], "camera", "rig", ValueError), np.full((3, 3), np.nan), np.full((4, 4), np.nan),
+             int(c["width"]), int(c["height"])) for c in rig["cameras"]]
+    if not cams or any(w < 1 or h < 1 for _, _, _, w, h in cams):
+        raise ValueError("an uncalibrated rig needs cameras with a name, width and height")
+    return make_rig(str(rig.get("name", "uncalibrated")), cams)
 
 
 _OPEN: dict[str, Recording] = {}  # per process: recordings opened by `open_recording`
