@@ -433,3 +433,42 @@ def build_road_network(rng: np.random.Generator, lanes: int, length: float = 420
             c, h = it.street.at(kerb + SIDEWALK_WIDTH + 1.0)
             stripes.append(_rect(c + n * wc / 2, h, 0.4, wc))
     return road
+
+
+# ---- turning paths (a road user leaving its lane at a junction) ------------------------------------------
+def _corner_curve(head: Path, p2: np.ndarray, h_out: float, toward: np.ndarray) -> np.ndarray:
+    """(22, 2) interior points of the quadratic Bezier from `head`'s end to `p2`, its control point the corner
+    where `head`'s end tangent meets the line through `toward` with heading `h_out`."""
+    p0, h_in = head.points[-1], head.heading[-1]
+    A = np.array([[np.cos(h_in), -np.cos(h_out)], [np.sin(h_in), -np.sin(h_out)]])
+    t = np.linalg.solve(A, toward - p0)
+    p1 = p0 + t[0] * np.array([np.cos(h_in), np.sin(h_in)])
+    u = np.linspace(0, 1, 24)[1:-1, None]
+    return (1 - u) ** 2 * p0 + 2 * (1 - u) * u * p1 + u ** 2 * p2
+
+
+def turn_onto(lane: Path, s_turn: float, target: Path, keep: float = 150.0) -> Path:
+    """`lane` up to `s_turn`, then a quadratic Bezier onto `target` (a lane it meets at an angle),
+    symmetric about the corner where their tangents cross, then `keep` metres of `target`."""
+    head = lane.slice(0, s_turn)
+    p0, h_in = head.points[-1], head.heading[-1]
+    q, h_out = target.at(target.nearest_s(p0))
+    A = np.array([[np.cos(h_in), -np.cos(h_out)], [np.sin(h_in), -np.sin(h_out)]])
+    t = np.linalg.solve(A, q - p0)
+    p1 = p0 + t[0] * np.array([np.cos(h_in), np.sin(h_in)])  # the corner
+    s_join = target.nearest_s(p1) + abs(t[0])
+    tail = target.slice(s_join, s_join + keep)
+    return Path(np.concatenate([head.points, _corner_curve(head, tail.points[0], h_out, q), tail.points]))
+
+
+def right_turn(lane: Path, s_turn: float, road: RoadNetwork, it, fwd: bool) -> Path:
+    """`lane` up to `s_turn`, then a quadratic Bezier onto the main road's rightmost lane in
+    the direction to the car's right."""
+    head = lane.slice(0, s_turn)
+    h_out = head.heading[-1] - np.pi / 2
+    main_fwd = np.cos(h_out - it.heading) > 0
+    target = road.lane_path(0, bool(main_fwd))
+    s_join = target.nearest_s(head.points[-1]) + 9.0
+    tail = target.slice(s_join, s_join + 150.0)
+    p2 = tail.points[0]
+    return Path(np.concatenate([head.points, _corner_curve(head, p2, h_out, p2), tail.points]))

@@ -13,7 +13,8 @@ import numpy as np
 from sim.agents import (Agent, Part, body_bounds, leader_gap, make_body,
                         safe_speed)
 from sim.config import SimConfig
-from sim.roads import CROSS_LENGTH, LANE_WIDTH, LAYOUTS, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network
+from sim.roads import (CROSS_LENGTH, LANE_WIDTH, LAYOUTS, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network,
+                        right_turn, turn_onto)
 from sim.shapes import material
 from sim.traffic import SIGNAL_CYCLE, TrafficRules, footprint, polygons_overlap
 
@@ -318,7 +319,7 @@ class World(TrafficRules):
                 lane = cross.offset(-LANE_WIDTH / 2)
                 s = cross.length / 2 - road.half_width - rng.uniform(8, 45)
                 if rng.random() < 0.4:  # right turn onto the main road
-                    lane = _right_turn(lane, cross.length / 2 - road.half_width - 1.0, road, it, fwd)
+                    lane = right_turn(lane, cross.length / 2 - road.half_width - 1.0, road, it, fwd)
                 if self._lane_free(lane, s, 9.0):
                     self.agents.append(self._vehicle("car", lane, s, rng.uniform(3, 9)))
         for _ in range(self._n(tc.cyclists)):
@@ -361,7 +362,7 @@ class World(TrafficRules):
             s_turn = s_it - it.cross_half_width - 1.0
             if s_turn < a.s + 15.0:
                 continue
-            a.path = _turn_onto(a.path, s_turn, it.street.offset(-LANE_WIDTH / 2))
+            a.path = turn_onto(a.path, s_turn, it.street.offset(-LANE_WIDTH / 2))
             a.stops = []
             self._attach_stops(a)
             return
@@ -380,7 +381,7 @@ class World(TrafficRules):
             h_out = cross_in.heading[0] + (-np.pi / 2 if right else np.pi / 2)
             main_fwd = bool(np.cos(h_out - it.heading) > 0)
             target = road.lane_path(0 if right else road.lanes - 1, main_fwd)
-            path = _turn_onto(lane, CROSS_LENGTH - hw - 1.0, target)
+            path = turn_onto(lane, CROSS_LENGTH - hw - 1.0, target)
             speed = rng.uniform(3, 9)
             if self._lane_free(path, s, 9.0):
                 a = Agent(self.new_id(), "car", self._body("car"), path, s, speed, speed * rng.uniform(0.9, 1.3))
@@ -588,41 +589,3 @@ def draw_layout(cfg: SimConfig, seed: int) -> str:
     mix = cfg.roads.layouts
     p = np.array([getattr(mix, name) for name in LAYOUTS])
     return str(np.random.default_rng([abs(int(seed)), 14]).choice(LAYOUTS, p=p / p.sum()))
-
-
-def _turn_onto(lane: Path, s_turn: float, target: Path, keep: float = 150.0) -> Path:
-    """`lane` up to `s_turn`, then a quadratic Bezier onto `target` (a lane it meets at an angle),
-    symmetric about the corner where their tangents cross, then `keep` metres of `target`."""
-    head = lane.slice(0, s_turn)
-    p0, h_in = head.points[-1], head.heading[-1]
-    q, h_out = target.at(target.nearest_s(p0))
-    A = np.array([[np.cos(h_in), -np.cos(h_out)], [np.sin(h_in), -np.sin(h_out)]])
-    t = np.linalg.solve(A, q - p0)
-    p1 = p0 + t[0] * np.array([np.cos(h_in), np.sin(h_in)])  # the corner
-    s_join = target.nearest_s(p1) + abs(t[0])
-    tail = target.slice(s_join, s_join + keep)
-    p2 = tail.points[0]
-    u = np.linspace(0, 1, 24)[1:-1, None]
-    curve = (1 - u) ** 2 * p0 + 2 * (1 - u) * u * p1 + u ** 2 * p2
-    return Path(np.concatenate([head.points, curve, tail.points]))
-
-
-def _right_turn(lane: Path, s_turn: float, road: RoadNetwork, it, fwd: bool) -> Path:
-    """`lane` up to `s_turn`, then a quadratic Bezier onto the main road's rightmost lane in
-    the direction to the car's right."""
-    head = lane.slice(0, s_turn)
-    p0 = head.points[-1]
-    h_in = head.heading[-1]
-    h_out = h_in - np.pi / 2
-    main_fwd = np.cos(h_out - it.heading) > 0
-    target = road.lane_path(0, bool(main_fwd))
-    s_join = target.nearest_s(p0) + 9.0
-    tail = target.slice(s_join, s_join + 150.0)
-    p2 = tail.points[0]
-    # control point: where the incoming and outgoing tangents meet
-    A = np.array([[np.cos(h_in), -np.cos(h_out)], [np.sin(h_in), -np.sin(h_out)]])
-    t = np.linalg.solve(A, p2 - p0)
-    p1 = p0 + t[0] * np.array([np.cos(h_in), np.sin(h_in)])
-    u = np.linspace(0, 1, 24)[1:-1, None]
-    curve = (1 - u) ** 2 * p0 + 2 * (1 - u) * u * p1 + u ** 2 * p2
-    return Path(np.concatenate([head.points, curve, tail.points]))
