@@ -34,8 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks._intervals import fmt, hierarchical_draws, interval, run_seeds, verdict  # noqa: E402
+from data_engine.intervals import fmt, hierarchical_draws, interval, run_seeds, verdict
 
 RARE = ("cones_on_road", "debris_on_road", "unusual_vehicle", "night_pedestrian_crossing")
 MEASURES = ("rare", "hard", "error", "drivable")

@@ -14,7 +14,7 @@ are the curve's point at the labels spent so far, whether or not the gate promot
 
 Suite size (--suite-clips auto): a power calculation on a pilot. Seed 0's first production is evaluated on
 --pilot-clips-clip suites; the standard deviation over clips of its per-clip det2d mAP50 gives the clips a
-0.01 delta needs (benchmarks/_intervals.py `required_clips`: n = ((z_0.975 + z_0.8) * sd_delta / 0.01)^2
+0.01 delta needs (data_engine/intervals.py `required_clips`: n = ((z_0.975 + z_0.8) * sd_delta / 0.01)^2
 with sd_delta = sqrt(2) * sd_clip), spread over the slices, capped at --max-suite-clips a slice (a cap
 that binds is printed). After the run the same is computed from the measured paired per-clip differences.
 
@@ -43,8 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks._intervals import (ap50, class_states, clip_groups, detectable_delta, fmt, hierarchical_draws,  # noqa: E402
+from data_engine.intervals import (ap50, class_states, clip_groups, detectable_delta, fmt, hierarchical_draws,
                                    interval, merge, ratio_interval, required_clips, run_seeds, verdict)
 
 RARE = ("cones_on_road", "debris_on_road", "night_pedestrian_crossing", "unusual_vehicle")

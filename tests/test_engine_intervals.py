@@ -1,20 +1,17 @@
-"""Issue 25 items 4-5: the benchmarks' bootstrap and power helpers (benchmarks/_intervals.py), the engine
+"""Issue 25 items 4-5: the benchmarks' bootstrap and power helpers (data_engine/intervals.py), the engine
 mining benchmark's clip-weighted rates, and the offline-signal mining strategies (mining.STRATEGIES)."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is a folder of scripts, not installed
-from benchmarks._intervals import (ap50, bootstrap_mean, class_states, detectable_delta, hierarchical_draws,  # noqa: E402
+from data_engine.intervals import (ap50, bootstrap_mean, class_states, detectable_delta, hierarchical_draws,
                                    interval, merge, ratio_interval, required_clips, verdict)
-from data_engine.config import EngineConfig  # noqa: E402
-from data_engine.mining import OFFLINE, STRATEGIES, MiningError, add_offline, select  # noqa: E402
-from hydranet.tasks.det2d import coco_map_states  # noqa: E402
+from data_engine.config import EngineConfig
+from data_engine.mining import OFFLINE, STRATEGIES, MiningError, add_offline, select
+from hydranet.tasks.det2d import coco_map_states
 
 
 def test_required_clips_by_hand():

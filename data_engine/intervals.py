@@ -1,4 +1,4 @@
-"""Intervals and power for the engine benchmarks (label_efficiency.py, engine_mining.py): issue 25.
+"""Intervals and power for the engine's benchmarks (benchmarks/label_efficiency.py, engine_mining.py): issue 25.
 
 Everything is seeded and deterministic (numpy's PCG64 from a fixed seed sequence). The percentile interval
 is the gate's (`data_engine.gate._interval`: the central `confidence` quantiles of the finite resamples,
