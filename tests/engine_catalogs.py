@@ -180,3 +180,16 @@ def catalog_rows(out: Path) -> dict:
                 "registry": db.execute("SELECT action, role FROM registry ORDER BY id").fetchall()}
     finally:
         db.close()
+
+
+def matched_boxes(expected: dict, payload: dict, cameras, vocab, tol_px: float = 0.5) -> int:
+    """Assert an imported label's 2D boxes are the expected ones camera by camera (same label names, every corner
+    within `tol_px`); returns how many boxes were compared."""
+    n = 0
+    for cam in cameras:
+        ref = sorted(expected["cameras"][cam]["boxes2d"], key=lambda b: b["bbox"])
+        mine = sorted(payload["cameras"][cam]["boxes2d"], key=lambda b: b["bbox"])
+        assert [vocab.name_of(b) for b in ref] == [vocab.name_of(b) for b in mine], cam
+        assert all(max(abs(p - q) for p, q in zip(a["bbox"], b["bbox"])) <= tol_px for a, b in zip(ref, mine)), cam
+        n += len(ref)
+    return n
