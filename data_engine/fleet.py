@@ -128,6 +128,8 @@ class Fleet:
     """A fleet folder: a hydranet-sim dataset (`hydranet engine fleet`, `sim generate`) or a recorded fleet
     (`hydranet engine ingest`: FLEET/fleet.json); its rig, clips and frames, never its tags."""
 
+    calibrated = True  # a recorded fleet of a source without calibration (BDD100K) says False
+
     def __new__(cls, root: str | Path):
         if cls is Fleet and (Path(root) / RECORDED_FILE).is_file():
             return super().__new__(RecordedFleet)
@@ -196,7 +198,7 @@ class Fleet:
                              f"{missing[0]} of model {model}; run the model on a fleet of its own rig")
         if not bev:
             return
-        if not getattr(self, "calibrated", True):
+        if not self.calibrated:
             raise FleetError(f"fleet {self.root} has no camera calibration (its source records none, e.g. BDD100K); BEV "
                              f"model {model} needs it: run a camera-only model on this fleet")
         H, W = (int(v) for v in model_rig["image_size"])
