@@ -88,29 +88,27 @@ def clip_config(cfg: FleetConfig, drawn: dict) -> SimConfig:
     return dataclasses.replace(cfg.sim, conditions=cond, rare=rare)
 
 
-def generate_fleet(out: str | Path, cfg: FleetConfig, clips: int, seed: int, progress: bool = True) -> Path:
+def generate_fleet(out: str | Path, cfg: FleetConfig, clips: int, seed: int, progress: bool = True,
+                   workers: int = 1) -> Path:
     """Render `clips` clips into `out` (atomically, the sim's dataset format) and their tags into
-    out/truth/scenarios.json."""
+    out/truth/scenarios.json. `workers` > 1: clips rendered by that many processes, the output
+    byte-identical to one (`sim.generate.render_scenes`)."""
     from tqdm import tqdm
 
-    from sim.generate import dataset_meta, render_scene, scene_seed, sim_rig
-    from sim.render import Renderer
+    from sim.generate import SceneTask, check_workers, dataset_meta, render_scenes, scene_seed, sim_rig
     from sim.writer import DatasetWriter, to_json
 
     if clips < 1:
         raise ValueError(f"--clips must be at least 1, got {clips}")
+    workers = check_workers(workers)
     rig = sim_rig(cfg.sim)
-    renderer = Renderer(rig)
     meta = dataset_meta(cfg.sim, rig, seed)
-    truth = {}
+    tasks = [SceneTask(f"clip_{i:05d}", scene_seed(seed, i), clip_config(cfg, draw_clip(cfg, seed, i)), TRUTH_FILE)
+             for i in range(clips)]
     with DatasetWriter(out, meta) as writer, tqdm(total=clips * cfg.sim.frames_per_scene, desc="engine fleet",
                                                   unit="frame", disable=not progress) as bar:
-        for i in range(clips):
-            drawn = draw_clip(cfg, seed, i)
-            name = f"clip_{i:05d}"
-            got = render_scene(writer, name, scene_seed(seed, i), clip_config(cfg, drawn), rig, renderer, bar,
-                               withhold_conditions=TRUTH_FILE)
-            truth[name] = got
+        got = render_scenes(writer, tasks, rig, workers, bar)
+        truth = {t.name: g for t, g in zip(tasks, got)}
         (writer.tmp / "truth").mkdir()
         (writer.tmp / TRUTH_FILE).write_text(to_json({"seed": seed, "clips": truth,
                                                       "fleet_config": dataclasses.asdict(cfg)}))

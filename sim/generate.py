@@ -1,6 +1,8 @@
 """`hydranet sim generate`: seeded scenes rendered into a dataset on disk (docs/dataset_format.md)."""
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +12,7 @@ from hydranet.config import to_dict
 from hydranet.rig import Rig, load_rig
 from sim.classes import LANE_TYPES, OBJECT_CLASSES, SEMANTIC_CLASSES
 from sim.config import SimConfig
-from sim.render import Renderer
+from sim.render import Renderer, RenderError
 from sim.scene import simulate
 from sim.world import LIGHT_STATES, SIGN_CLASSES, World
 from sim.writer import DatasetWriter
@@ -58,18 +60,114 @@ def dataset_meta(cfg: SimConfig, rig: Rig, seed: int) -> dict:
     }
 
 
-def generate_dataset(out: str | Path, cfg: SimConfig, scenes: int, seed: int, progress: bool = True) -> Path:
-    """Render `scenes` scenes of `cfg.frames_per_scene` frames into `out` (atomically)."""
+def check_workers(workers) -> int:
+    """`workers` as an int >= 1 (worker processes that render whole scenes), or a one-line ValueError."""
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"--workers must be a whole number of processes, at least 1, got {workers!r}")
+    return int(workers)
+
+
+def generate_dataset(out: str | Path, cfg: SimConfig, scenes: int, seed: int, progress: bool = True,
+                     workers: int = 1) -> Path:
+    """Render `scenes` scenes of `cfg.frames_per_scene` frames into `out` (atomically). `workers` > 1:
+    scenes are rendered by that many processes (`render_scenes`), the output byte-identical to one."""
     if scenes < 1:
         raise ValueError(f"--scenes must be at least 1, got {scenes}")
+    workers = check_workers(workers)
     rig = sim_rig(cfg)
-    renderer = Renderer(rig)
-    total = scenes * cfg.frames_per_scene
+    tasks = [SceneTask(f"scene_{i:04d}", scene_seed(seed, i), cfg) for i in range(scenes)]
     with DatasetWriter(out, dataset_meta(cfg, rig, seed)) as writer, \
-            tqdm(total=total, desc="sim generate", unit="frame", disable=not progress) as bar:
-        for i in range(scenes):
-            render_scene(writer, f"scene_{i:04d}", scene_seed(seed, i), cfg, rig, renderer, bar)
+            tqdm(total=scenes * cfg.frames_per_scene, desc="sim generate", unit="frame", disable=not progress) as bar:
+        render_scenes(writer, tasks, rig, workers, bar)
     return Path(out)
+
+
+@dataclass(frozen=True)
+class SceneTask:
+    """One scene to render: its name in the dataset, world seed, config, and `render_scene`'s withhold_conditions."""
+
+    name: str
+    seed: int
+    cfg: SimConfig
+    withhold_conditions: str | None = None
+
+
+def render_scenes(writer: DatasetWriter, tasks: list[SceneTask], rig: Rig, workers: int = 1, bar=None) -> list[dict]:
+    """Render and write every task's scene (`render_scene`); returns their conditions in task order.
+
+    workers > 1: that many spawned processes (an OpenGL context must not cross a fork), each with its own
+    Renderer, render whole scenes and write them into the writer's temp folder (`DatasetWriter.attach`);
+    the parent adopts the scenes in task order, so dataset.json, file names and contents are byte-identical
+    to one process. A worker's exception is raised here as it is (the writer then removes the temp folder);
+    on any exception (Ctrl-C included) the workers are terminated first, so nothing writes after the removal.
+    Each worker's rasterizer and encoders get cpu_count / workers threads (LP_NUM_THREADS, unless set)."""
+    workers = check_workers(workers)
+    if workers == 1 or len(tasks) <= 1:
+        renderer = Renderer(rig)
+        try:
+            return [render_scene(writer, t.name, t.seed, t.cfg, rig, renderer, bar, t.withhold_conditions) for t in tasks]
+        finally:
+            renderer.ctx.release()
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    workers = min(workers, len(tasks))
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    part = writer.part()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                               initargs=(threads,))
+    try:
+        futures = [pool.submit(_render_task, part, rig, t) for t in tasks]
+        out = []
+        for fut, t in zip(futures, tasks):
+            try:
+                conditions, written = fut.result()
+            except BrokenProcessPool:
+                raise RenderError(f"a worker process rendering {t.name} ended abruptly (killed, or out of memory); nothing "
+                                  "was written: rerun, with fewer --workers or smaller images") from None
+            writer.adopt(written)
+            out.append(conditions)
+            if bar is not None:
+                bar.update(t.cfg.frames_per_scene)
+    except BaseException:
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):  # stop them writing, now
+            proc.terminate()
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.join()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return out
+
+
+_RENDERERS: dict = {}  # in a worker process: its Renderer, per rig
+
+
+def _init_worker(threads: int) -> None:
+    import signal
+
+    import cv2
+
+    import sim.writer
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the workers
+    os.environ.setdefault("LP_NUM_THREADS", str(threads))  # read when the GL context is made (after this)
+    cv2.setNumThreads(threads)
+    sim.writer.ENCODE_THREADS = threads
+
+
+def _render_task(part: dict, rig: Rig, task: SceneTask) -> tuple[dict, dict]:
+    """In a worker: render one scene into the parent writer's temp folder; (conditions, the writer's `written()`)."""
+    key = repr(rig.to_dict())
+    if key not in _RENDERERS:
+        for r in _RENDERERS.values():
+            r.ctx.release()
+        _RENDERERS.clear()
+        _RENDERERS[key] = Renderer(rig)
+    writer = DatasetWriter.attach(part)
+    conditions = render_scene(writer, task.name, task.seed, task.cfg, rig, _RENDERERS[key], None, task.withhold_conditions)
+    return conditions, writer.written()
 
 
 def render_scene(writer: DatasetWriter, name: str, seed: int, cfg: SimConfig, rig: Rig, renderer: Renderer,

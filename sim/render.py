@@ -406,7 +406,13 @@ class Renderer:
         motion blur's other instants of the exposure as (dynamic vertices, ego2world); the colour
         image averages them with this one, the label channels are this instant's alone. `cam2ego`:
         this frame's extrinsics (N, 4, 4) of the rig's cameras (body motion, mount jitter; None:
-        the rig's own)."""
+        the rig's own). `draw` then `read` (benchmarks time them apart)."""
+        self.draw(dynamic, ego2world, lighting, exposures, seed, subframes, cam2ego)
+        return self.read()
+
+    def draw(self, dynamic: np.ndarray, ego2world: np.ndarray, lighting: Lighting, exposures, seed: int,
+             subframes: list[tuple[np.ndarray, np.ndarray]] = (), cam2ego=None) -> None:
+        """Issue every GL pass of a frame (`render`'s arguments); the images stay on the driver until `read`."""
         if self.static_vbo is None:
             raise RenderError("set_static() must be called before render()")
         self.extrinsics = [c.cam2ego for c in self.rig.cameras] if cam2ego is None else list(cam2ego)
@@ -432,7 +438,6 @@ class Renderer:
         else:
             src = self._motion_blur(subframes, lighting, shadow_vp, seed)
         self._post(lighting, ego2world, exposures, seed, src)
-        return self._read()
 
     def _draw_cameras(self, prog, lighting: Lighting, shadow_vp, ego2world: np.ndarray, n_dyn: int, seed: int) -> None:
         """Every camera's viewport of the bound framebuffer, drawn with `prog` from ego pose `ego2world`."""
@@ -539,7 +544,8 @@ class Renderer:
             self.post_vao.render(vertices=3)
         ctx.enable(ctx.DEPTH_TEST)
 
-    def _read(self) -> list[CameraImages]:
+    def read(self) -> list[CameraImages]:
+        """The frame `draw` drew, read back: every camera's RGB and label channels."""
         W, H = self.size
         color = np.frombuffer(self.fbo_out.read(components=3), np.uint8).reshape(H, W, 3)
         normal = np.frombuffer(self.label_targets[0].read(), np.uint8).reshape(H, W, 4)[..., :3]

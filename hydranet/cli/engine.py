@@ -14,7 +14,7 @@ def cmd_engine_fleet(args) -> None:
     from data_engine.fleet import FleetConfig, generate_fleet
 
     cfg = load_config(FleetConfig, args.config, list(args.set))
-    print(f"wrote {generate_fleet(args.out, cfg, args.clips, args.seed, progress=not args.quiet)}")
+    print(f"wrote {generate_fleet(args.out, cfg, args.clips, args.seed, progress=not args.quiet, workers=args.workers)}")
 
 
 def cmd_engine_ingest(args) -> None:
@@ -245,6 +245,8 @@ def add_engine(sub) -> None:
     f.add_argument("--config", type=Path, default="fleet", help="fleet config: a YAML file or a shipped name (fleet)")
     add_override_option(f)
     f.add_argument("--quiet", action="store_true", help="no progress bar")
+    f.add_argument("--workers", type=int, default=1,
+                   help="processes rendering whole clips at once (default 1); the output is byte-identical")
     f.set_defaults(func=cmd_engine_fleet)
     ing = eng.add_parser("ingest", help="register recordings as a fleet: a dataset, camera videos or image sequences, "
                          "read in place")

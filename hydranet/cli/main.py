@@ -70,7 +70,8 @@ def _sim_config(args):
 def cmd_sim_generate(args) -> None:
     from sim.generate import generate_dataset
 
-    out = generate_dataset(args.out, _sim_config(args), args.scenes, args.seed, progress=not args.quiet)
+    out = generate_dataset(args.out, _sim_config(args), args.scenes, args.seed, progress=not args.quiet,
+                           workers=args.workers)
     print(f"wrote {out}")
 
 
@@ -260,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sim.add_parser("generate", help="render a dataset (docs/dataset_format.md)")
     g.add_argument("--out", type=Path, required=True)
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.add_argument("--workers", type=int, default=1,
+                   help="processes rendering whole scenes at once (default 1); the output is byte-identical")
     _add_sim_args(g)
     g.set_defaults(func=cmd_sim_generate)
 

@@ -31,6 +31,22 @@ def gen(*sets):
     return build
 
 
+def gen_workers(workers, *sets):
+    """`sim generate` of 2 one-frame scenes with --workers."""
+    def build(tmp, env):
+        argv = gen(*sets)(tmp, env)
+        argv[argv.index("--scenes") + 1] = "2"
+        return argv + ["--workers", workers]
+    return build
+
+
+def fleet_workers(workers):
+    def build(tmp, env):
+        return ["engine", "fleet", "--out", tmp / "out", "--clips", "2", "--quiet", "--workers", workers, "--set",
+                "sim.image_width=64", "--set", "sim.image_height=48", "--set", "sim.frames_per_scene=1"]
+    return build
+
+
 def nothing_written(tmp):
     assert not (tmp / "out").exists() and not list(tmp.glob("out.tmp-*"))
 
@@ -63,6 +79,14 @@ SIM_CASES = [
          check=nothing_written),
     Case("shutter-not-a-number", gen("look.shutter_ms=fast"), 2, ("look.shutter_ms",), check=nothing_written),
     Case("motion-blur-renders", gen("look.shutter_ms=20", "look.shutter_samples=3"), 0, stdout=("wrote",)),  # control
+    # --workers: processes rendering whole scenes (sim/generate.py render_scenes)
+    Case("workers-0", gen_workers("0"), 2, ("--workers", "at least 1", "0"), check=nothing_written),
+    Case("workers-negative", gen_workers("-2"), 2, ("--workers", "at least 1"), check=nothing_written),
+    Case("workers-error-in-a-worker", gen_workers("2", "image_width=4000"), 2, ("atlas", "over this gl driver"),
+         check=nothing_written),  # the one-process error line, raised in a worker; the partial output removed
+    Case("workers-2-renders", gen_workers("2"), 0, stdout=("wrote",)),  # control
+    Case("fleet-workers-0", fleet_workers("0"), 2, ("--workers", "at least 1"), check=nothing_written),
+    Case("fleet-workers-2-renders", fleet_workers("2"), 0, stdout=("wrote",)),  # control
 ]
 
 

@@ -1,0 +1,69 @@
+"""`workers` of `sim generate` and `engine fleet`: scenes rendered by several processes give the same bytes
+as one process (scene order, file names, JSON contents), a worker's error is the one-process error, and a
+failed run leaves nothing behind (sim/generate.py `render_scenes`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from data_engine.fleet import FleetConfig, generate_fleet
+from sim.config import SimConfig
+from sim.generate import SceneTask, dataset_meta, generate_dataset, render_scenes, sim_rig
+from sim.writer import DatasetWriter
+
+TINY = dict(rig="nuscenes6", image_width=64, image_height=48, frames_per_scene=2)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def same_tree(a: Path, b: Path) -> None:
+    ta, tb = tree(a), tree(b)
+    assert sorted(ta) == sorted(tb)
+    differ = [k for k in ta if ta[k] != tb[k]]
+    assert not differ, differ
+
+
+def test_dataset_workers_byte_identical(tmp_path):
+    cfg = SimConfig(**TINY)
+    one = generate_dataset(tmp_path / "one", cfg, scenes=2, seed=11, progress=False)
+    two = generate_dataset(tmp_path / "two", cfg, scenes=2, seed=11, progress=False, workers=2)
+    same_tree(one, two)
+    assert (two / "scenes" / "scene_0001" / "000001" / "labels.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]  # no temp folders left
+
+
+def test_fleet_workers_byte_identical(tmp_path):
+    cfg = FleetConfig(sim=SimConfig(**TINY))
+    one = generate_fleet(tmp_path / "one", cfg, clips=2, seed=3, progress=False)
+    two = generate_fleet(tmp_path / "two", cfg, clips=2, seed=3, progress=False, workers=2)
+    same_tree(one, two)
+    assert (two / "truth" / "scenarios.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True, "2"])
+def test_bad_workers_refused_before_writing(tmp_path, workers):
+    with pytest.raises(ValueError, match="--workers must be a whole number of processes, at least 1"):
+        generate_dataset(tmp_path / "ds", SimConfig(**TINY), scenes=1, seed=0, progress=False, workers=workers)
+    with pytest.raises(ValueError, match="--workers"):
+        generate_fleet(tmp_path / "fl", FleetConfig(sim=SimConfig(**TINY)), clips=1, seed=0, progress=False, workers=workers)
+    assert list(tmp_path.iterdir()) == []
+
+
+def failing_run(out: Path, workers: int) -> BaseException:
+    """A run whose second scene fails inside `render_scene` (a name the writer refuses) after the first was written."""
+    cfg = SimConfig(**TINY)
+    rig = sim_rig(cfg)
+    tasks = [SceneTask("scene_0000", 1, cfg), SceneTask("bad/name", 2, cfg)]
+    with pytest.raises(ValueError) as err, DatasetWriter(out, dataset_meta(cfg, rig, 0)) as writer:
+        render_scenes(writer, tasks, rig, workers)
+    return err.value
+
+
+def test_worker_error_is_the_one_process_error(tmp_path):
+    one, two = failing_run(tmp_path / "one", 1), failing_run(tmp_path / "two", 2)
+    assert type(one) is type(two) and str(one) == str(two) and "bad/name" in str(two)
+    assert list(tmp_path.iterdir()) == []  # neither the outputs nor their temp folders
