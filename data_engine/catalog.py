@@ -18,7 +18,8 @@ Every table and index is defined here (TABLES, INDEXES) and nowhere else: regist
 gate.py read and write their tables but never create or alter them.
 
 Tables: models, fleets, clips, frames, shadow_runs, shadow_clips (done markers), signals (one
-column per `data_engine.signals.SIGNALS`), embeddings, trigger_hits, selections, selection_items;
+column per `data_engine.signals.SIGNALS`), embeddings, offline_signals and offline_sources (server-side
+columns added after shadow mode), trigger_hits, selections, selection_items;
 and, for the labelling loop, label_jobs, labels (versioned, never overwritten), label_events (the review
 history), registry, gate_results.
 """
@@ -40,8 +41,9 @@ APPLICATION_ID = 0x48594431  # "HYD1"
 # The schema's version: bump it whenever a table or index below changes, and add the step from the
 # version before to MIGRATIONS. 1: registry and label tables were placeholders that registry.py and
 # labels.py rewrote on first use; 2: every table in its final layout, defined here only; 3: label_jobs.note
-# (why a sent job waits: a quarantined task, a partly done frame) and label_events (the review history).
-SCHEMA_VERSION = 3
+# (why a sent job waits: a quarantined task, a partly done frame) and label_events (the review history); 4:
+# offline_signals and offline_sources (the server-side ensemble and TTA columns of `hydranet engine uncertainty`).
+SCHEMA_VERSION = 4
 
 TABLES: dict[str, str] = {  # table -> its CREATE statement (the one definition of each table)
     "models": "CREATE TABLE IF NOT EXISTS models (id INTEGER PRIMARY KEY, sha256 TEXT UNIQUE NOT NULL, path TEXT, "
@@ -62,6 +64,12 @@ TABLES: dict[str, str] = {  # table -> its CREATE statement (the one definition 
                "predictions TEXT, PRIMARY KEY(run_id, frame_id))",
     "embeddings": "CREATE TABLE IF NOT EXISTS embeddings (run_id INTEGER NOT NULL, frame_id INTEGER NOT NULL, cameras INTEGER, "
                   "dim INTEGER, vec BLOB NOT NULL, PRIMARY KEY(run_id, frame_id))",
+    # server-side columns computed after shadow mode (data_engine/uncertainty.py): one row per (run, column, frame),
+    # and per (run, column) the models that computed it
+    "offline_signals": "CREATE TABLE IF NOT EXISTS offline_signals (run_id INTEGER NOT NULL, name TEXT NOT NULL, frame_id "
+                       "INTEGER NOT NULL REFERENCES frames(id), value REAL, PRIMARY KEY(run_id, name, frame_id))",
+    "offline_sources": "CREATE TABLE IF NOT EXISTS offline_sources (run_id INTEGER NOT NULL, name TEXT NOT NULL, models TEXT "
+                       "NOT NULL, created REAL, PRIMARY KEY(run_id, name))",
     "trigger_hits": "CREATE TABLE IF NOT EXISTS trigger_hits (trigger TEXT NOT NULL, version INTEGER NOT NULL, run_id INTEGER "
                     "NOT NULL, frame_id INTEGER NOT NULL, score REAL, PRIMARY KEY(trigger, version, run_id, frame_id))",
     "selections": "CREATE TABLE IF NOT EXISTS selections (id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, run_id INTEGER, "
@@ -347,6 +355,37 @@ class Catalog:
                                      "JOIN fleets f ON r.fleet_id = f.id WHERE r.id = ?", (run_id,)).fetchone()
         return {"run_id": run_id, "model": m, "candidate_id": c, "fleet": root}
 
+    # -- offline (server-side) columns ---------------------------------------------------------------
+    def write_offline(self, run_id: int, frame_ids: Sequence[int], columns: Mapping[str, np.ndarray],
+                      models: Sequence[Mapping[str, Any]], overwrite: bool = False) -> None:
+        """Store offline columns {name: (F,) values aligned with `frame_ids`} of a shadow run and the `models` that
+        computed them, in ONE transaction; a column the run holds already is a CatalogError unless `overwrite`
+        (then its old values are replaced whole). NaN and Inf are stored as NULL (no value)."""
+        with self.transaction():
+            have = sorted({r[0] for r in self.db.execute("SELECT name FROM offline_sources WHERE run_id = ?", (run_id,))}
+                          & set(columns))
+            if have and not overwrite:
+                raise CatalogError(f"catalog {self.path}: shadow run {run_id} holds offline column(s) {have} already; "
+                                   "pass --overwrite to replace them")
+            for name, values in columns.items():
+                self.db.execute("DELETE FROM offline_signals WHERE run_id = ? AND name = ?", (run_id, name))
+                self.db.executemany("INSERT INTO offline_signals (run_id, name, frame_id, value) VALUES (?, ?, ?, ?)",
+                                    [(run_id, name, int(f), _real(v)) for f, v in zip(frame_ids, values)])
+                self.db.execute("INSERT OR REPLACE INTO offline_sources (run_id, name, models, created) VALUES (?, ?, ?, ?)",
+                                (run_id, name, json.dumps(list(models)), time.time()))
+
+    def offline(self, run_id: int) -> dict[str, dict[int, float]]:
+        """The run's offline columns: {name: {frame id: value (NaN where NULL)}}."""
+        out: dict[str, dict[int, float]] = {}
+        for name, f, v in self.db.execute("SELECT name, frame_id, value FROM offline_signals WHERE run_id = ?", (run_id,)):
+            out.setdefault(name, {})[int(f)] = np.nan if v is None else float(v)
+        return out
+
+    def offline_sources(self, run_id: int) -> dict[str, list[dict]]:
+        """{column: the models that computed it} of a run's offline columns."""
+        return {n: json.loads(m) for n, m in self.db.execute("SELECT name, models FROM offline_sources WHERE run_id = ? "
+                                                              "ORDER BY name", (run_id,))}
+
     # -- trigger hits and selections ----------------------------------------------------------------
     def write_hits(self, name: str, version: int, run_id: int, hits: Sequence[tuple[int, float]]) -> None:
         """Replace the hits of one trigger version on one run (idempotent)."""
@@ -416,7 +455,12 @@ def _v2_to_v3(cat: Catalog) -> None:
         cat.db.execute("ALTER TABLE label_jobs ADD COLUMN note TEXT")
 
 
-MIGRATIONS: dict[int, Callable[[Catalog], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(cat: Catalog) -> None:
+    """3 -> 4: offline_signals and offline_sources are new tables, created (empty) by the schema after the steps;
+    nothing of version 3 changes."""
+
+
+MIGRATIONS: dict[int, Callable[[Catalog], None]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 class _Transaction:

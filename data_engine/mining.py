@@ -13,9 +13,9 @@ Strategies (the miner reads signals and embeddings only, never the fleet's scena
   pool (uncertain *and* diverse, as PPAL, CVPR 2024);
 - triggers: the frames the triggers fired on, round-robin over the triggers (each trigger's hits
   best first, within its quota), then filled by uncertainty if they run short;
-- ensemble, tta: the highest server-side offline signal (data_engine/uncertainty.py `offline_signals`:
-  an ensemble's disagreement, a flip TTA's), ties by frame id; the pool must carry that column
-  (the catalog does not store it: a benchmark or server job adds it with `add_offline`).
+- ensemble, tta: the highest server-side offline column (data_engine/uncertainty.py: an ensemble of
+  exported models' disagreement, the production model's flip TTA), ties by frame id; the run must hold
+  it (`hydranet engine uncertainty` stores it in the catalog; a benchmark may add it with `add_offline`).
 Ranked strategies (uncertainty, triggers) drop near-duplicates (cosine distance to a selected item
 below `dedup` x the pool's median nearest-neighbour distance) and are class-aware: no dominant
 predicted class may take more than `class_cap` of the budget while items of other classes remain.
@@ -120,6 +120,8 @@ def load_pool(cat: Catalog, run_id: int, unit: str) -> dict[str, Any]:
     if missing:
         raise MiningError(f"frame {missing[0]} has signals but no embedding in {cat.path}; rerun shadow into a new catalog")
     table["embedding"] = emb[[order[int(f)] for f in table["frame_id"]]] if len(ids) else emb
+    for name, values in cat.offline(run_id).items():  # server-side columns (`hydranet engine uncertainty`), NaN where absent
+        table[name] = np.asarray([values.get(int(f), np.nan) for f in table["frame_id"]], np.float64)
     preds = cat.predictions(run_id, table["frame_id"])
     table["dominant"] = np.asarray([_dominant(preds.get(int(f), {})) for f in table["frame_id"]], object)
     table["frame_ids"] = np.asarray([[int(f)] for f in table["frame_id"]] + [[]], object)[:-1]
@@ -273,8 +275,9 @@ def add_offline(pool: dict[str, Any], frame_rows: Mapping[int, int], signals: Ma
 def _offline(column: str) -> Callable[[Mapping[str, Any], int, EngineConfig], list[tuple[int, dict]]]:
     def pick(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tuple[int, dict]]:
         if column not in pool:
-            raise MiningError(f"strategy {column!r} needs the offline column {column!r} in the pool (data_engine/"
-                              "uncertainty.py offline_signals, added with mining.add_offline); the catalog does not store it")
+            raise MiningError(f"strategy {column!r} needs the offline column {column!r}, which this shadow run does not hold; "
+                              "compute it first with `hydranet engine uncertainty --catalog C --models PRODUCTION.onnx "
+                              "OTHER.onnx [...]` (an ensemble of exported models)")
         v = np.nan_to_num(np.asarray(pool[column], np.float64), nan=-np.inf)
         order = np.lexsort((np.asarray(pool["frame_id"]), -v))[:budget]
         return [(int(i), {"strategy": column, "score": round(float(v[i]), 6)}) for i in order]
@@ -285,7 +288,7 @@ def _offline(column: str) -> Callable[[Mapping[str, Any], int, EngineConfig], li
 STRATEGIES: dict[str, Callable[[Mapping[str, Any], int, EngineConfig], list[tuple[int, dict]]]] = {
     "random": _random, "uncertainty": _uncertainty, "diversity": _diversity, "hybrid": _hybrid, "triggers": _triggers,
     "ensemble": _offline("ensemble"), "tta": _offline("tta")}
-OFFLINE = ("ensemble", "tta")  # strategies that need a column the catalog does not store (`add_offline`)
+OFFLINE = ("ensemble", "tta")  # strategies that need an offline column (`hydranet engine uncertainty`, or `add_offline`)
 
 
 def _dedup_class_aware(ranked: list[tuple[int, dict]], emb: np.ndarray, dominant: np.ndarray, budget: int,

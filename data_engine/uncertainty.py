@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from hydranet.decoding import sigmoid
+
 HEADS = ("drivable", "depth", "det2d")  # the camera heads the signals read (any of them the models have)
 SIGNALS = ("ens_drivable", "ens_depth", "ens_det2d", "tta_drivable", "tta_depth", "tta_det2d", "entropy_drivable",
            "ensemble", "tta")
@@ -49,17 +51,47 @@ class UncertaintyError(ValueError):
     """Models that cannot form an ensemble, or a pool that cannot be read; one line."""
 
 
-def _dense(raw: Mapping[str, Any], head: str):
-    """(B*N, H, W) per-pixel values of a head's raw outputs: drivable probability, log depth, the strongest
-    class's det2d heatmap probability."""
-    import torch
+def dense_maps(outputs: Mapping[str, Mapping[str, Any]], heads: Sequence[str]) -> dict[str, np.ndarray]:
+    """{head: (B*N, H, W) float32} per-pixel values of the camera heads' raw outputs ({head: {key: (B*N, C, H, W)}}, numpy
+    or torch): drivable probability, depth's first output (log depth), the strongest class's det2d heatmap probability."""
+    out = {}
+    for h in heads:
+        arrays = {k: np.asarray(v.float().cpu().numpy() if hasattr(v, "cpu") else v, np.float32) for k, v in outputs[h].items()}
+        if h == "drivable":
+            out[h] = sigmoid(arrays["logits"][:, 0])
+        elif h == "depth":
+            out[h] = next(iter(arrays.values()))[:, 0]
+        else:
+            out[h] = sigmoid(arrays["heatmap"]).max(1)
+    return out
 
-    out = raw[head]
-    if head == "drivable":
-        return torch.sigmoid(out["logits"].float())[:, 0]
-    if head == "depth":
-        return next(iter(out.values())).float()[:, 0]
-    return torch.sigmoid(out["heatmap"].float()).amax(1)
+
+def frame_columns(maps: Sequence[Mapping[str, np.ndarray]], flipped: Mapping[str, np.ndarray] | None) -> dict[str, float]:
+    """One frame's columns (the module's table, less the pool-ranked `ensemble` and `tta`) from each member's
+    `dense_maps` of the frame ({head: (N, H, W)}; member 0 is the production model) and the production model's
+    maps on the horizontally flipped images, flipped back (None: no TTA)."""
+    out = {}
+    for h in maps[0]:
+        stack = np.stack([np.asarray(m[h], np.float64) for m in maps])  # (K, N, H, W)
+        spread = stack.std(0, ddof=1) if h == "depth" else stack.var(0, ddof=1)  # unbiased over the K members
+        out[f"ens_{h}"] = float(spread.mean())
+        if flipped is not None:
+            out[f"tta_{h}"] = float(np.abs(stack[0] - flipped[h]).mean())
+    if "drivable" in maps[0]:
+        p = np.clip(np.asarray(maps[0]["drivable"], np.float64), 1e-6, 1 - 1e-6)
+        out["entropy_drivable"] = float((-(p * np.log(p) + (1 - p) * np.log(1 - p))).mean())
+    return out
+
+
+def pool_columns(rows: Sequence[Mapping[str, float]]) -> dict[str, np.ndarray]:
+    """Per-frame `frame_columns` rows -> {column: (F,) array}, with `ensemble` and `tta`: the mean percentile rank
+    over the pool of each kind's per-head columns."""
+    sig = {c: np.asarray([r[c] for r in rows], np.float64) for c in (rows[0] if rows else {})}
+    for kind, name in (("ens", "ensemble"), ("tta", "tta")):
+        cols = [sig[f"{kind}_{h}"] for h in HEADS if f"{kind}_{h}" in sig]
+        if cols:
+            sig[name] = np.mean([_rank(c) for c in cols], axis=0)
+    return sig
 
 
 def _flipped_raw(model, batch: Mapping[str, Any], heads: Sequence[str]) -> dict[str, Any]:
@@ -77,9 +109,9 @@ def _flipped_raw(model, batch: Mapping[str, Any], heads: Sequence[str]) -> dict[
 def offline_signals(checkpoints: Sequence[str | Path], data: str | Path, tta: bool = True,
                     progress: bool = False) -> dict[str, Any]:
     """Run an ensemble (`checkpoints`, the first is the production model) and the production model's flip TTA
-    over every frame of dataset `data` (a fleet). Returns {"frame_ids": [[clip, frame dir]], "clips",
-    "signals": {column: (F,) array}, "errors": {"drivable", "depth": (F,) per-frame error of the first model,
-    NaN where undefined}, "members": K}."""
+    over every frame of dataset `data` (a labelled fleet) in eager PyTorch. Returns {"frame_ids": [[clip, frame
+    dir]], "clips", "signals": {column: (F,) array}, "errors": {"drivable", "depth": (F,) per-frame error of the
+    first model, NaN where undefined}, "members": K}. The columns equal `pool_signals`' on the exported models."""
     import torch
 
     from hydranet.checkpoint import load_model
@@ -100,40 +132,127 @@ def offline_signals(checkpoints: Sequence[str | Path], data: str | Path, tta: bo
             raise UncertaintyError(f"{ckpt}: heads {heads} at {cfg.data.image_size}, the first model's are "
                                    f"{first['heads']} at {list(first['size'])}; an ensemble needs the same heads and size")
         frames = evaluation_frames(model, cfg, data)
-        got: dict[str, list] = {h: [] for h in heads} | {f"tta_{h}": [] for h in heads}
+        got: dict[str, list] = {"maps": [], "flipped": []}  # per frame: {head: (N, H, W)}
 
         def keep(raw, batch, model=model, heads=heads, got=got, member=k):
             B = len(batch["images"])
-            flip = _flipped_raw(model, batch, heads) if tta and member == 0 else None
-            for h in heads:
-                v = _dense(raw, h).cpu()  # (B*N, H, W)
-                got[h].append(v.reshape(B, -1, *v.shape[1:]))
+            maps = dense_maps(raw, heads)
+            flip = dense_maps(_flipped_raw(model, batch, heads), heads) if tta and member == 0 else None
+            for b in range(B):
+                got["maps"].append({h: v.reshape(B, -1, *v.shape[1:])[b] for h, v in maps.items()})
                 if flip is not None:
-                    f = _dense(flip, h).cpu()
-                    got[f"tta_{h}"].append((v - f).abs().reshape(B, -1, *v.shape[1:]).flatten(1).mean(1))
+                    got["flipped"].append({h: v.reshape(B, -1, *v.shape[1:])[b] for h, v in flip.items()})
 
         with torch.no_grad():
             r = evaluate(model, frames, cfg.batch_size, "cpu", progress, on_outputs=keep, keep_states=(k == 0))
-        per_member.append({h: torch.cat(v) for h, v in got.items() if v})
+        per_member.append(got)
         if k == 0:
             result = r
-    heads = first["heads"]
-    sig: dict[str, np.ndarray] = {}
-    for h in heads:
-        stack = torch.stack([m[h] for m in per_member])  # (K, F, N, H, W)
-        spread = stack.std(0) if h == "depth" else stack.var(0)
-        sig[f"ens_{h}"] = spread.flatten(1).mean(1).numpy()
-        if tta:
-            sig[f"tta_{h}"] = per_member[0][f"tta_{h}"].numpy()
-    if "drivable" in heads:
-        p = per_member[0]["drivable"].clamp(1e-6, 1 - 1e-6)
-        sig["entropy_drivable"] = (-(p * p.log() + (1 - p) * (1 - p).log())).flatten(1).mean(1).numpy()
-    for kind in ("ens", "tta"):
-        cols = [sig[f"{kind}_{h}"] for h in heads if f"{kind}_{h}" in sig]
-        if cols:
-            sig["ensemble" if kind == "ens" else "tta"] = np.mean([_rank(c) for c in cols], axis=0)
-    return {"frame_ids": result["frame_ids"], "clips": [c for c, _ in result["frame_ids"]], "signals": sig,
+    rows = [frame_columns([m["maps"][f] for m in per_member], per_member[0]["flipped"][f] if tta else None)
+            for f in range(len(per_member[0]["maps"]))]
+    return {"frame_ids": result["frame_ids"], "clips": [c for c, _ in result["frame_ids"]], "signals": pool_columns(rows),
             "errors": frame_errors(result["states"]), "members": len(checkpoints)}
+
+
+def pool_signals(models: Sequence[str | Path], fleet: str | Path, frames: Sequence[tuple[str, str]], tta: bool = True,
+                 progress: bool = False) -> dict[str, np.ndarray]:
+    """The columns over `frames` ([(clip, frame dir)]) of any fleet (sim or recorded, read as shadow mode reads it)
+    from exported models (`models`: ONNX files, the first is the production model), run with the torch-free
+    runtime, one frame at a time through every member: {column: (F,) array}. A frame that cannot be read or a
+    model whose outputs are non-finite is an UncertaintyError naming it."""
+    from tqdm import tqdm
+
+    from data_engine.fleet import Fleet, FleetError, read_frame
+    from data_engine.shadow import load_runtime, uses_calibration
+    from deploy.runtime import DeployError
+
+    if len(models) < 2:
+        raise UncertaintyError(f"an ensemble needs at least 2 models, got {len(models)}")
+    fl = Fleet(fleet)
+    runtimes = []
+    for m in models:
+        try:
+            rt = load_runtime(str(m))
+        except (OSError, DeployError) as e:
+            raise UncertaintyError(f"model {m} cannot be loaded ({e}); give an ONNX file written by `hydranet export`") from None
+        heads = [h for h in HEADS if h in rt.heads]
+        if not heads:
+            raise UncertaintyError(f"model {m} has none of the heads {HEADS}; the signals need one")
+        if runtimes and (heads != runtimes[0][1] or rt.camera_names != runtimes[0][0].camera_names
+                         or rt.image_size != runtimes[0][0].image_size):
+            first = runtimes[0][0]
+            raise UncertaintyError(f"model {m}: heads {heads}, cameras {rt.camera_names} at {list(rt.image_size)}; the first "
+                                   f"model's are {runtimes[0][1]}, {first.camera_names} at {list(first.image_size)}: an "
+                                   "ensemble needs the same heads, cameras and size")
+        try:
+            fl.check_rig(rt.meta["rig"], str(m), bev=uses_calibration(rt))
+        except FleetError as e:
+            raise UncertaintyError(str(e)) from None
+        rt.allow_sizes(fl.cameras)
+        runtimes.append((rt, heads))
+    cams, heads = runtimes[0][0].camera_names, runtimes[0][1]
+
+    def maps_of(rt, images) -> dict[str, np.ndarray]:  # {head: (N, H, W)} of one frame
+        try:
+            raw = rt.run(rt.feeds(rt.preprocess(images)))
+        except DeployError as e:
+            raise UncertaintyError(str(e)) from None
+        return dense_maps({h: {o.split(".", 1)[1]: raw[o] for o in rt.heads[h]["outputs"]} for h in heads}, heads)
+
+    rows = []
+    for clip, frame_dir in tqdm(frames, desc="engine uncertainty", unit="frame", disable=not progress):
+        try:
+            images = read_frame(fl.root, clip, frame_dir, cams)
+        except ValueError as e:
+            raise UncertaintyError(f"fleet {fl.root} clip {clip} frame {frame_dir}: {e}") from None
+        maps = [maps_of(rt, images) for rt, _ in runtimes]
+        flipped = None
+        if tta:
+            back = maps_of(runtimes[0][0], [np.ascontiguousarray(im[:, ::-1]) for im in images])
+            flipped = {h: v[..., ::-1] for h, v in back.items()}
+        rows.append(frame_columns(maps, flipped))
+    return pool_columns(rows)
+
+
+def run_uncertainty(catalog: str | Path, models: Sequence[str | Path], run: int | None = None, tta: bool = True,
+                    overwrite: bool = False, progress: bool = False) -> dict[str, Any]:
+    """`hydranet engine uncertainty`: `pool_signals` over the ok frames of a shadow run (the latest by default), stored
+    in the catalog as offline columns (`Catalog.write_offline`, one transaction) for `engine mine --strategy ensemble
+    | tta` and the loop. The first model must be the run's own (its flips are the TTA column). Returns {"run_id",
+    "frames", "columns", "seconds"}."""
+    import time
+
+    from data_engine.catalog import Catalog
+    from hydranet.io import file_sha256
+
+    t0 = time.time()
+    for m in models:
+        if not Path(m).is_file():
+            raise UncertaintyError(f"model {m} does not exist; give ONNX files written by `hydranet export`")
+    with Catalog(catalog) as cat:
+        run_id = cat.latest_run(run)
+        (own_sha, own_path), = cat.db.execute("SELECT m.sha256, m.path FROM shadow_runs r JOIN models m ON r.model_id = m.id "
+                                              "WHERE r.id = ?", (run_id,)).fetchall()
+        shas = [file_sha256(m) for m in models]
+        if shas[0] != own_sha:
+            raise UncertaintyError(f"the first --models {models[0]} is not shadow run {run_id}'s model ({own_path}); give "
+                                   "that model first: the TTA column measures it, the ensemble's disagreement is around it")
+        if len(set(shas)) < len(shas):
+            raise UncertaintyError("--models holds the same model twice (equal SHA-256); an ensemble needs different models")
+        have = sorted(cat.offline_sources(run_id))
+        if have and not overwrite:
+            raise UncertaintyError(f"catalog {catalog}: shadow run {run_id} holds offline columns already ({', '.join(have)});"
+                                   " pass --overwrite to compute them again")
+        fleet = cat.run_info(run_id)["fleet"]
+        ok = cat.db.execute("SELECT s.frame_id, c.name, f.dir FROM signals s JOIN frames f ON s.frame_id = f.id JOIN clips c "
+                            "ON f.clip_id = c.id WHERE s.run_id = ? AND s.status = 'ok' ORDER BY s.frame_id", (run_id,)).fetchall()
+    if not ok:
+        raise UncertaintyError(f"shadow run {run_id} of {catalog} has no frame to score (none ok)")
+    columns = pool_signals(models, fleet, [(c, d) for _, c, d in ok], tta, progress)
+    sources = [{"path": str(Path(m).resolve()), "sha256": sha} for m, sha in zip(models, shas)]
+    with Catalog(catalog) as cat:
+        cat.write_offline(run_id, [f for f, _, _ in ok], columns, sources, overwrite)
+    return {"run_id": run_id, "frames": len(ok), "columns": sorted(columns), "seconds": time.time() - t0}
 
 
 def frame_errors(states: Mapping[str, Sequence | None]) -> dict[str, np.ndarray]:

@@ -51,8 +51,8 @@ def test_every_table_is_defined_in_the_catalog_module_only():
     assert list(created) == ["data_engine/catalog.py"], created
     assert set(TABLES) == {"models", "fleets", "clips", "frames", "shadow_runs", "shadow_clips", "signals", "embeddings",
                            "trigger_hits", "selections", "selection_items", "label_jobs", "labels", "registry",
-                           "gate_results", "label_events"}
-    assert SCHEMA_VERSION == 3
+                           "gate_results", "label_events", "offline_signals", "offline_sources"}
+    assert SCHEMA_VERSION == 4
 
 
 def test_a_new_catalog_has_the_current_layout(tmp_path):
@@ -72,11 +72,12 @@ def test_a_version_1_catalog_is_upgraded_keeping_every_row(tmp_path, registry):
     with Catalog(old) as cat:
         assert cat.latest_run() == 1 and list(cat.table(1)["frame_id"]) == [1, 2, 3, 4, 6]
         assert cat.hits(1) == {"flicker": [(2, 3.0)], "novelty": [(6, 0.2)]}
-    assert user_version(old) == SCHEMA_VERSION == 3
+    assert user_version(old) == SCHEMA_VERSION == 4
     after = dump(old)
     if registry == "placeholder":  # the empty placeholder took the final layout
         assert before.pop("registry") == after.pop("registry") == []
     assert after.pop("label_events") == []  # version 3: the review history starts empty
+    assert after.pop("offline_signals") == after.pop("offline_sources") == []  # version 4: no offline column yet
     after["label_jobs"] = [r[:-1] for r in after["label_jobs"] if r[-1] is None]  # and every job's note is NULL
     assert after == before  # every row of every table, as it was
     Catalog(tmp_path / "new.db", create=True).close()
@@ -100,7 +101,7 @@ def test_older_empty_label_placeholders_are_upgraded(tmp_path):
     old = write_v1_catalog(tmp_path / "old.db", labels="placeholder", rows=False)
     with Catalog(old) as cat:
         assert "selection" in cat.columns("label_jobs") and cat.columns("labels")[-1] == "created"
-    assert user_version(old) == 3
+    assert user_version(old) == 4
 
 
 @pytest.mark.parametrize("what,words", [("registry", "registry rows of an older layout"),
@@ -131,9 +132,9 @@ def test_one_transaction_rolls_back_a_step_already_done(tmp_path):
 def test_newer_and_unknown_older_versions_are_one_line_errors(tmp_path):
     Catalog(tmp_path / "c.db", create=True).close()
     db = sqlite3.connect(str(tmp_path / "c.db"))
-    db.execute("PRAGMA user_version = 4")
+    db.execute("PRAGMA user_version = 5")
     db.close()
-    with pytest.raises(CatalogError, match="schema version 4, newer than this package's 3; update the hydranet package"):
+    with pytest.raises(CatalogError, match="schema version 5, newer than this package's 4; update the hydranet package"):
         Catalog(tmp_path / "c.db")
     db = sqlite3.connect(str(tmp_path / "c.db"))
     db.execute("PRAGMA user_version = 0")

@@ -319,7 +319,7 @@ def test_a_version_2_catalog_gains_notes_and_the_history_keeping_its_jobs(env):
         assert cat.columns("label_jobs")[-1] == "note" and "job_id" in cat.columns("label_events")
         assert [r[:-1] for r in cat.db.execute("SELECT * FROM label_jobs ORDER BY id")] == rows
         assert cat.db.execute("SELECT count(*) FROM label_jobs WHERE note IS NOT NULL").fetchone()[0] == 0
-        assert cat.db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert cat.db.execute("PRAGMA user_version").fetchone()[0] == 4
         send(cat, OracleBackend(), "sel")
         import_labels(cat, OracleBackend(), "sel")
         transition(cat, [1], "accepted", by="x")

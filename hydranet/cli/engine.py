@@ -96,6 +96,29 @@ def format_picks(items: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def cmd_engine_uncertainty(args) -> None:
+    from data_engine.uncertainty import run_uncertainty
+
+    st = run_uncertainty(args.catalog, args.models, args.run, not args.no_tta, args.overwrite, progress=not args.quiet)
+    print(f"offline uncertainty of shadow run {st['run_id']}: {len(args.models)} models over {st['frames']} frames in "
+          f"{st['seconds']:.1f} s; columns {', '.join(st['columns'])} -> {args.catalog} (mine with --strategy ensemble"
+          f"{'' if args.no_tta else ' or tta'})")
+
+
+def _add_engine_uncertainty(eng) -> None:
+    u = eng.add_parser("uncertainty", help="server-side: an ensemble's disagreement and flip TTA over a shadow run's frames, "
+                       "stored as offline columns (`engine mine --strategy ensemble | tta`)")
+    u.add_argument("--catalog", type=Path, required=True)
+    u.add_argument("--models", type=Path, nargs="+", required=True,
+                   help="2+ exported model.onnx files: the shadow run's model first, then other members (other seeds, "
+                        "snapshots or training sets)")
+    u.add_argument("--run", type=int, default=None, help="shadow run id (default: the latest)")
+    u.add_argument("--no-tta", action="store_true", help="no flip test-time augmentation (ensemble columns only)")
+    u.add_argument("--overwrite", action="store_true", help="replace the run's offline columns")
+    u.add_argument("--quiet", action="store_true", help="no progress bar")
+    u.set_defaults(func=cmd_engine_uncertainty)
+
+
 def cmd_engine_similar(args) -> None:
     from data_engine.mining import similar
     from data_engine.shadow import similar_image
@@ -291,7 +314,8 @@ def add_engine(sub) -> None:
             add_override_option(c)
         if cmd == "mine":
             c.add_argument("--budget", type=int, required=True)
-            c.add_argument("--strategy", default="hybrid", help="random | uncertainty | diversity | hybrid | triggers")
+            c.add_argument("--strategy", default="hybrid", help="random | uncertainty | diversity | hybrid | triggers | "
+                           "ensemble | tta (these two after `engine uncertainty`)")
             c.add_argument("--unit", default="frame", help="frame or clip")
             c.add_argument("--out", type=Path, default=Path("selection.json"))
             c.add_argument("--name", default=None, help="selection name in the catalog (default: strategy-unit-budget)")
@@ -313,6 +337,7 @@ def add_engine(sub) -> None:
     add_override_option(rep)
     rep.add_argument("--overwrite", action="store_true", help="replace an existing report folder")
     rep.set_defaults(func=cmd_engine_report)
+    _add_engine_uncertainty(eng)
     _add_engine_fiftyone(eng)
     _add_engine_labels(eng)
     _add_engine_retrain(eng)

@@ -50,7 +50,7 @@ def upgraded(tmp: Path) -> None:
     db = sqlite3.connect(str(tmp / "c.db"))
     version, cols = db.execute("PRAGMA user_version").fetchone()[0], [r[1] for r in db.execute("PRAGMA table_info(registry)")]
     db.close()
-    assert version == 3 and "checkpoint" in cols, (version, cols)
+    assert version == 4 and "checkpoint" in cols, (version, cols)
     assert json.loads((tmp / "sel.json").read_text())["items"], "nothing mined from the upgraded catalog"
 
 
