@@ -161,6 +161,7 @@ class LoopConfig:
     fleet_set: tuple[str, ...] = ()  # overrides of the fleet config, e.g. ["sim.image_width=320"]
     unit_tests: bool = True  # grow the suites' unit tests with the labelled frames a trigger fired on
     workers: int | None = None  # shadow workers (None: one per CPU)
+    ensemble: tuple[str, ...] = ()  # strategies ensemble | tta: exported models (ONNX) that join the production's ensemble
 
     def __post_init__(self):
         for key in ("fleet_clips", "budget"):

@@ -119,3 +119,32 @@ def test_another_production_in_the_same_folder_is_refused(world, uninterrupted, 
              fleets=world["fleets"])
     with pytest.raises(LoopError, match="give --production"):
         Loop(tmp_path / "new", load_config(EngineConfig, "engine", SETS))
+
+
+def test_the_ensemble_strategy_scores_each_round_pool_before_mining(world, tmp_path):
+    """loop.strategy ensemble: the mine stage first stores the server-side columns of the round's shadow run (the
+    run's model and loop.ensemble's members), then selects the frames highest on them."""
+    from data_engine.catalog import Catalog
+    from data_engine.config import EngineConfig
+    from data_engine.loop import Loop
+    from deploy.export import export_checkpoint
+    from hydranet.config import ConfigError, load_config
+
+    other = train_tiny(world["tmp"] / "base", tmp_path / "other", seed=1)
+    export_checkpoint(other, tmp_path / "other.onnx", verbose=False)
+    with pytest.raises(ConfigError, match="'loop.ensemble' is empty: strategy 'ensemble' needs"):
+        Loop(tmp_path / "refused", load_config(EngineConfig, "engine", [*SETS, "loop.strategy=ensemble"]), world["prod"])
+    cfg = load_config(EngineConfig, "engine", [*SETS, "loop.strategy=ensemble", f"loop.ensemble=[{tmp_path / 'other.onnx'}]"])
+    loop = Loop(tmp_path / "run", cfg, world["prod"], progress=False, suites=world["suites"], fleets=world["fleets"])
+    loop.setup()
+    rdir = tmp_path / "run" / "rounds" / "r000"
+    rdir.mkdir(parents=True)
+    for stage in ("fleet", "shadow", "triggers", "mine"):
+        loop.journal.finish(0, stage, getattr(loop, f"stage_{stage}")(0, rdir))
+    run_id = loop.done(0, "shadow")["run_id"]
+    with Catalog(loop.catalog) as cat:
+        cols, sources = cat.offline(run_id)["ensemble"], cat.offline_sources(run_id)["ensemble"]
+        model = cat.run_info(run_id)["model"]
+    assert [s["path"] for s in sources] == [str(Path(model).resolve()), str((tmp_path / "other.onnx").resolve())]
+    picks = [it["frame_id"] for it in json.loads((rdir / "selection.json").read_text())["items"]]
+    assert picks == sorted(cols, key=lambda f: (-cols[f], f))[:2]
