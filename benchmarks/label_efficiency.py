@@ -1,7 +1,7 @@
 """Label efficiency of the closed loop: metric against labels spent, per mining strategy, over seeds, with intervals.
 
     python benchmarks/label_efficiency.py --out out/bench_le [--seeds 5] [--jobs 2] [--rounds 3] [--budget 16]
-        [--strategies random uncertainty hybrid triggers] [--base-clips 8] [--fleet-clips 24] [--prod-steps 300]
+        [--strategies random uncertainty hybrid triggers ensemble tta] [--base-clips 8] [--fleet-clips 24] [--prod-steps 300]
         [--retrain-steps 80] [--suite-clips auto] [--max-suite-clips 16] [--resamples 500]
 
 Per seed (seeds 0..N-1, each a separate process with OMP_NUM_THREADS=1, --jobs at a time): a small labelled
@@ -10,7 +10,9 @@ production model. Then, for each strategy, `data_engine.loop.Loop` runs --rounds
 --fleet-clips clips per round, shared by the strategies of a seed; shadow, triggers, mine --budget frames,
 oracle labels, retrain --retrain-steps steps on seed set + all labels so far, export, gate, promote on a
 pass). Every candidate is evaluated on the same frozen suites (8 slices, generated once); its suite metrics
-are the curve's point at the labels spent so far, whether or not the gate promoted it.
+are the curve's point at the labels spent so far, whether or not the gate promoted it. The offline strategies
+(ensemble, tta) get a second member per seed: a production of seed 1000 + S on the same base set, exported,
+as `loop.ensemble` (each round's mine stage runs `hydranet engine uncertainty` over that round's pool).
 
 Suite size (--suite-clips auto): a power calculation on a pilot. Seed 0's first production is evaluated on
 --pilot-clips-clip suites; the standard deviation over clips of its per-clip det2d mAP50 gives the clips a
@@ -45,6 +47,7 @@ import numpy as np
 
 from data_engine.intervals import (ap50, class_states, clip_groups, detectable_delta, fmt, hierarchical_draws,
                                    interval, merge, ratio_interval, required_clips, run_seeds, verdict)
+from data_engine.mining import OFFLINE
 
 RARE = ("cones_on_road", "debris_on_road", "night_pedestrian_crossing", "unusual_vehicle")
 RARE_CLASSES = (("construction_vehicle", None), ("traffic_cone", None), ("debris", None), ("pedestrian", "night"))
@@ -123,9 +126,18 @@ def worker(args) -> None:
     prod = production(sdir / "production", base, args.prod_steps, seed)
     for r in range(args.rounds):
         fleet(sdir / "fleets" / f"r{r:03d}", args.fleet_clips, 10_000 * (seed + 1) + r, args.rare)
+    ensemble = []  # the offline strategies' second member: a production of another seed on the same base, exported
+    if set(args.strategies) & set(OFFLINE):
+        from deploy.export import export_checkpoint
+
+        member = production(sdir / "member", base, args.prod_steps, 1000 + seed)
+        if not (sdir / "member.onnx").exists():
+            export_checkpoint(member, sdir / "member.onnx", base, frames=2, verbose=False)
+        ensemble = [f"loop.ensemble=[{sdir / 'member.onnx'}]"]
     res = {"points": {}, "loop_seconds": {}}
     for strategy in args.strategies:
-        cfg = load_config(EngineConfig, "engine", engine_sets(args, clips) + [f"loop.strategy={strategy}", f"mining.seed={seed}"])
+        cfg = load_config(EngineConfig, "engine", engine_sets(args, clips) + [f"loop.strategy={strategy}", f"mining.seed={seed}"]
+                          + (ensemble if strategy in OFFLINE else []))
         Loop(sdir / strategy, cfg, prod, progress=False, suites=suites, fleets=sdir / "fleets",
              log=lambda line, s=strategy: print(f"[seed {seed} {s}] {line}", flush=True)).run(args.rounds)
         res["points"][strategy] = points(sdir / strategy, args.rounds)
