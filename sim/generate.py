@@ -198,7 +198,7 @@ def render_scene(writer: DatasetWriter, name: str, seed: int, cfg: SimConfig, ri
                         for cam, im in zip(rig.cameras, frame["images"])},
             "bev": frame["bev"],
             "labels": frame["labels"],
-        })
+        }, wait=False)  # encoded while the next frame renders; written by the writer's next call
         if bar is not None:
             bar.update(1)
     writer.write_scene(scene)  # now with every ego pose

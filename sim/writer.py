@@ -133,6 +133,7 @@ class DatasetWriter:
         self._written: dict[str, list[str]] = {}  # scene name -> frame dirs written
         self._open = False
         self._attached = False  # `attach`: writes into another writer's temp folder
+        self._pending = None  # a frame of write_frame(wait=False) still encoding
 
     # -- context -------------------------------------------------------------------------
     def __enter__(self) -> "DatasetWriter":
@@ -162,9 +163,13 @@ class DatasetWriter:
 
     def _abort(self) -> None:
         self._open = False
+        if self._pending is not None:  # its encodings write nothing; let none run on
+            _stop(self._pending[2])
+            self._pending = None
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _finish(self) -> None:
+        self.flush()
         scenes = []
         for name, dirs in self._scenes.items():
             written = self._written[name]
@@ -188,7 +193,7 @@ class DatasetWriter:
 
     def write_scene(self, scene_meta: dict) -> None:
         """Write scenes/<name>/scene.json ({"name", "seed", "conditions", "frames"}); may be called again to update it."""
-        self._check_open()
+        self.flush()
         name = check_name(str(scene_meta["name"]), "scene", "write_scene", ValueError)
         dirs = [check_name(str(f["dir"]), "frame dir", f"scene {name}", ValueError) for f in scene_meta["frames"]]
         if len(set(dirs)) != len(dirs):
@@ -199,13 +204,19 @@ class DatasetWriter:
         self._scenes[name] = dirs
         self._written.setdefault(name, [])
 
-    def write_frame(self, scene_name: str, frame: dict) -> None:
+    def write_frame(self, scene_name: str, frame: dict, wait: bool = True) -> None:
         """Write one frame folder: five images per camera, bev.png and labels.json.
 
         frame = {"dir": "000000", "cameras": {name: {"rgb", "depth", "normal", "semantic", "instance"}},
                  "bev": uint8 (3, X, Y), "labels": dict}
+
+        The cameras are encoded in threads (OpenCV and numpy release the GIL) while bev.png and labels.json
+        are encoded here; files are written in one order, errors raised in one order (cameras first).
+        `wait=False`: return while the cameras encode; the files are written, and an error raised, by the
+        writer's next call (or `flush()`, or the end of the `with`). The caller must not change the frame's
+        arrays until then (sim.generate renders each frame into new arrays).
         """
-        self._check_open()
+        self.flush()
         if scene_name not in self._scenes:
             raise ValueError(f"unknown scene '{scene_name}'; call write_scene first")
         folder = self.tmp / "scenes" / scene_name / check_name(str(frame["dir"]), "frame dir", f"scene {scene_name}", ValueError)
@@ -213,35 +224,44 @@ class DatasetWriter:
         if set(frame["cameras"]) != set(self.cameras):
             raise ValueError(f"{where}: cameras {sorted(frame['cameras'])} differ from the rig's {sorted(self.cameras)}")
         _mkdir(folder)
-        # the cameras' encodings run in threads (OpenCV and numpy release the GIL); files are written here, in order
         jobs = [_encoders().submit(_encode_camera, folder, cam, frame["cameras"][cam], h, w, f"{where} {cam}")
                 for cam, (h, w) in self.cameras.items()]
+        try:  # an error here comes after the cameras' (their order): raised by flush
+            bev = np.asarray(frame["bev"])
+            _check(bev, self.bev_shape, np.uint8, f"{where} bev")
+            bev_png = _encode(folder / "bev.png", cv2.cvtColor(np.ascontiguousarray(bev.transpose(1, 2, 0)),
+                                                               cv2.COLOR_RGB2BGR), _PNG)
+            extra, late = [(folder / "bev.png", bev_png), (folder / "labels.json", to_json(frame["labels"], indent=None))], None
+        except Exception as e:  # noqa: BLE001 - raised by flush, after the cameras' errors
+            extra, late = [], e
+        self._pending = (scene_name, str(frame["dir"]), jobs, extra, late)
+        if wait:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the frame `write_frame(..., wait=False)` left encoding (a no-op when there is none)."""
+        self._check_open()
+        if self._pending is None:
+            return
+        scene_name, frame_dir, jobs, extra, late = self._pending
+        self._pending = None
         try:
-            try:  # meanwhile bev.png and labels.json here; an error in them comes after the cameras' (their order)
-                bev = np.asarray(frame["bev"])
-                _check(bev, self.bev_shape, np.uint8, f"{where} bev")
-                bev_png = _encode(folder / "bev.png", cv2.cvtColor(np.ascontiguousarray(bev.transpose(1, 2, 0)),
-                                                                   cv2.COLOR_RGB2BGR), _PNG)
-                extra, late = [(folder / "bev.png", bev_png), (folder / "labels.json", to_json(frame["labels"], indent=None))], None
-            except Exception as e:  # noqa: BLE001 - raised below, after the cameras' errors
-                extra, late = [], e
             for job in jobs:
                 for path, data in job.result():
                     _write(path, data)
         finally:
-            for job in jobs:  # an error leaves no encoding running
-                job.cancel() or job.exception()
+            _stop(jobs)
         if late is not None:
             raise late
         for path, data in extra:
             _write(path, data)
-        self._written[scene_name].append(str(frame["dir"]))
+        self._written[scene_name].append(frame_dir)
 
     def add_frame_files(self, scene_name: str, frame_dir: str, files: dict[str, Path], labels: dict) -> int:
         """Write one frame folder from existing files ({file name: source path}, each hard-linked, or
         copied where a link cannot be made) and `labels` as its labels.json: a dataset assembled from
         other datasets' frames (data_engine/retrain.py). Returns how many files were copied."""
-        self._check_open()
+        self.flush()
         if scene_name not in self._scenes:
             raise ValueError(f"unknown scene '{scene_name}'; call write_scene first")
         folder = self.tmp / "scenes" / scene_name / check_name(str(frame_dir), "frame dir", f"scene {scene_name}", ValueError)
@@ -280,6 +300,7 @@ class DatasetWriter:
 
     def written(self) -> dict:
         """{scene name: {"dirs": frame dirs of its scene.json, "written": frame dirs written}} in write_scene order."""
+        self.flush()
         return {n: {"dirs": list(d), "written": list(self._written[n])} for n, d in self._scenes.items()}
 
     def adopt(self, written: dict) -> None:
@@ -307,6 +328,12 @@ def _encoders():
         n = ENCODE_THREADS or max(1, min(4, os.cpu_count() or 1))
         _ENCODER_POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="sim-encode")
     return _ENCODER_POOL
+
+
+def _stop(jobs: list) -> None:
+    """Cancel the encodings not started and wait for the running ones (none is left running)."""
+    for job in jobs:
+        job.cancel() or job.exception()
 
 
 def _encode_camera(folder: Path, cam: str, images: dict, h: int, w: int, where: str) -> list[tuple[Path, bytes]]:

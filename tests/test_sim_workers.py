@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from data_engine.fleet import FleetConfig, generate_fleet
@@ -67,3 +68,32 @@ def test_worker_error_is_the_one_process_error(tmp_path):
     one, two = failing_run(tmp_path / "one", 1), failing_run(tmp_path / "two", 2)
     assert type(one) is type(two) and str(one) == str(two) and "bad/name" in str(two)
     assert list(tmp_path.iterdir()) == []  # neither the outputs nor their temp folders
+
+
+def blank_frame(rig, cfg: SimConfig, k: int) -> dict:
+    n = round(2 * cfg.bev_range / cfg.bev_resolution)
+    cams = {c.name: {"rgb": np.zeros((c.height, c.width, 3), np.uint8), "depth": np.zeros((c.height, c.width), np.float32),
+                     "normal": np.zeros((c.height, c.width, 3), np.float32),
+                     "semantic": np.zeros((c.height, c.width), np.uint8),
+                     "instance": np.zeros((c.height, c.width), np.int32)} for c in rig.cameras}
+    return {"dir": f"{k:06d}", "cameras": cams, "bev": np.zeros((3, n, n), np.uint8), "labels": {"boxes3d": []}}
+
+
+def test_deferred_frame_error_raised_by_the_next_call(tmp_path):
+    """write_frame(wait=False) (what render_scene uses): an encoding error of that frame is raised by the
+    writer's next call, the same line as wait=True gives, and the run leaves nothing."""
+    cfg = SimConfig(**TINY)
+    rig = sim_rig(cfg)
+    bad = blank_frame(rig, cfg, 0)
+    next(iter(bad["cameras"].values()))["instance"][0, 0] = 70000  # does not fit the uint16 PNG
+    messages = []
+    for wait in (True, False):
+        out = tmp_path / f"ds{wait}"
+        with pytest.raises(ValueError, match="instance ids must lie in 0..65535") as err:
+            with DatasetWriter(out, dataset_meta(cfg, rig, 0)) as w:
+                w.write_scene({"name": "s", "seed": 0, "conditions": {}, "frames": [{"dir": f"{k:06d}"} for k in range(2)]})
+                w.write_frame("s", bad, wait=wait)
+                w.write_frame("s", blank_frame(rig, cfg, 1), wait=wait)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert list(tmp_path.iterdir()) == []
