@@ -1,7 +1,6 @@
 """`hydranet sim generate`: seeded scenes rendered into a dataset on disk (docs/dataset_format.md)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,7 +99,8 @@ def render_scenes(writer: DatasetWriter, tasks: list[SceneTask], rig: Rig, worke
     the parent adopts the scenes in task order, so dataset.json, file names and contents are byte-identical
     to one process. A worker's exception is raised here as it is (the writer then removes the temp folder);
     on any exception (Ctrl-C included) the workers are terminated first, so nothing writes after the removal.
-    Each worker's rasterizer and encoders get cpu_count / workers threads (LP_NUM_THREADS, unless set)."""
+    Each worker keeps llvmpipe's and the writer's default threads (one per CPU; LP_NUM_THREADS set by the
+    user is inherited): on 2 cores 2 workers of 2 threads each measured faster than of 1 (docs/benchmarks.md)."""
     workers = check_workers(workers)
     if workers == 1 or len(tasks) <= 1:
         renderer = Renderer(rig)
@@ -113,10 +113,8 @@ def render_scenes(writer: DatasetWriter, tasks: list[SceneTask], rig: Rig, worke
     from concurrent.futures.process import BrokenProcessPool
 
     workers = min(workers, len(tasks))
-    threads = max(1, (os.cpu_count() or 1) // workers)
     part = writer.part()
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                               initargs=(threads,))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_init_worker)
     try:
         futures = [pool.submit(_render_task, part, rig, t) for t in tasks]
         out = []
@@ -144,17 +142,10 @@ def render_scenes(writer: DatasetWriter, tasks: list[SceneTask], rig: Rig, worke
 _RENDERERS: dict = {}  # in a worker process: its Renderer, per rig
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker() -> None:
     import signal
 
-    import cv2
-
-    import sim.writer
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the workers
-    os.environ.setdefault("LP_NUM_THREADS", str(threads))  # read when the GL context is made (after this)
-    cv2.setNumThreads(threads)
-    sim.writer.ENCODE_THREADS = threads
 
 
 def _render_task(part: dict, rig: Rig, task: SceneTask) -> tuple[dict, dict]:

@@ -315,18 +315,16 @@ class DatasetWriter:
             self._written[name] = list(d["written"])
 
 
-ENCODE_THREADS: int | None = None  # threads encoding a frame's cameras; None: one per CPU, at most 4
 _ENCODER_POOL = None
 
 
 def _encoders():
-    """This process's encoding threads (ENCODE_THREADS), made on first use."""
+    """This process's threads encoding cameras (one per CPU, at most 4), made on first use."""
     global _ENCODER_POOL
     if _ENCODER_POOL is None:
         from concurrent.futures import ThreadPoolExecutor
 
-        n = ENCODE_THREADS or max(1, min(4, os.cpu_count() or 1))
-        _ENCODER_POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="sim-encode")
+        _ENCODER_POOL = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="sim-encode")
     return _ENCODER_POOL
 
 
