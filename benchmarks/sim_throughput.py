@@ -46,18 +46,24 @@ OLD_LOOK = LookConfig(detailed_meshes=False, textures=False, antialias=1, hdr=Fa
                       sensor="gaussian")
 
 
+def warm_renderer(cfg: SimConfig, rig: Rig, seed: int) -> tuple:
+    """(world, renderer, dynamic mesh, lighting, exposures) of world `seed`, the renderer warmed up (shader JIT)."""
+    world = World(cfg, seed)
+    renderer = Renderer(rig, cfg.look)
+    renderer.set_static(static_mesh(world))
+    dynamic, lighting = DynamicMesh(world), scene_lighting(world, cfg)
+    exposures = np.ones(len(rig))
+    renderer.render(dynamic.build(), ego_pose(world), lighting, exposures, 0)
+    return world, renderer, dynamic, lighting, exposures
+
+
 def measure(width: int, height: int, frames: int, seed: int = 1, look: LookConfig | None = None,
             rig_name: str = "nuscenes6", lenses: bool = True) -> dict:
     cfg = SimConfig(rig=rig_name, image_width=width, image_height=height, look=look or LookConfig())
     rig = sim_rig(cfg)
     if not lenses:
         rig = Rig(rig.name, tuple(dataclasses.replace(c, distortion=None) for c in rig.cameras))
-    world = World(cfg, seed)
-    renderer = Renderer(rig, cfg.look)
-    renderer.set_static(static_mesh(world))
-    dynamic, lighting = DynamicMesh(world), scene_lighting(world, cfg)
-    exposures = np.ones(len(rig))
-    renderer.render(dynamic.build(), ego_pose(world), lighting, exposures, 0)  # warm-up (shader JIT)
+    world, renderer, dynamic, lighting, exposures = warm_renderer(cfg, rig, seed)
     render_s, label_s, jpegs = [], [], []
     for f in range(frames):
         world.step(FRAME_DT)
@@ -89,12 +95,7 @@ def split(width: int, height: int, frames: int, seed: int = 1) -> dict:
     """Median seconds per frame (6 cameras, default look) of draw, read-back, labels, encode + write."""
     cfg = SimConfig(image_width=width, image_height=height)
     rig = sim_rig(cfg)
-    world = World(cfg, seed)
-    renderer = Renderer(rig, cfg.look)
-    renderer.set_static(static_mesh(world))
-    dynamic, lighting = DynamicMesh(world), scene_lighting(world, cfg)
-    exposures = np.ones(len(rig))
-    renderer.render(dynamic.build(), ego_pose(world), lighting, exposures, 0)  # warm-up (shader JIT)
+    world, renderer, dynamic, lighting, exposures = warm_renderer(cfg, rig, seed)
     parts: dict[str, list[float]] = {"draw": [], "read": [], "labels": [], "write": []}
     with tempfile.TemporaryDirectory() as tmp, DatasetWriter(Path(tmp) / "ds", dataset_meta(cfg, rig, seed)) as writer:
         writer.write_scene({"name": "s", "seed": seed, "conditions": {}, "frames": [{"dir": f"{f:06d}"} for f in range(frames)]})
