@@ -59,8 +59,13 @@ class Journal:
                 raise LoopError(f"{self.path} is not valid JSON ({e}); it is the loop's journal: restore it or start a "
                                 "new --out folder") from None
             want = json.loads(json.dumps(identity))
-            if self.data.get("identity") != want:
-                diff = differing_keys(self.data.get("identity") or {}, want)
+            have = self.data.get("identity") or {}
+            if isinstance(have.get("config"), dict):  # a journal written before a config key existed holds its default
+                from data_engine.config import EngineConfig
+
+                have["config"] = with_defaults(have["config"], json.loads(json.dumps(asdict(EngineConfig()))))
+            if have != want:
+                diff = differing_keys(have, want)
                 raise LoopError(f"{out} holds a loop run with another production model or config ({self.path}; differing: "
                                 f"{', '.join(diff[:5])}{' ...' if len(diff) > 5 else ''}); rerun with the same arguments, "
                                 "or choose a new --out")
@@ -76,6 +81,13 @@ class Journal:
     def finish(self, r: int, stage: str, result: Mapping[str, Any]) -> None:
         self.round(r)["done"][stage] = dict(result)
         _atomic_json(self.path, self.data)
+
+
+def with_defaults(stored: Any, defaults: Any) -> Any:
+    """`stored` (a journal's config) with every key it lacks taken from `defaults` (the config's defaults), nested."""
+    if not isinstance(stored, dict) or not isinstance(defaults, dict):
+        return stored
+    return {**defaults, **{k: with_defaults(v, defaults.get(k)) for k, v in stored.items()}}
 
 
 def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
