@@ -132,11 +132,10 @@ class Loop:
             strategy_fn(self.cfg.loop.strategy)  # the config names it; only the miner knows its strategies
         except MiningError as e:
             raise ConfigError(f"config key 'loop.strategy': {e}") from None
-        self.ensemble = [Path(m).resolve() for m in self.cfg.loop.ensemble]
-        if self.cfg.loop.strategy in OFFLINE and not self.ensemble:
+        if self.cfg.loop.strategy in OFFLINE and not self.cfg.loop.ensemble:
             raise ConfigError(f"config key 'loop.ensemble' is empty: strategy {self.cfg.loop.strategy!r} needs at least one "
                               "exported model beside the production, e.g. --set 'loop.ensemble=[other_seed.onnx]'")
-        missing = [str(m) for m in self.ensemble if not m.is_file()]
+        missing = [str(m) for m in self.cfg.loop.ensemble if not Path(m).is_file()]
         if missing:
             raise ConfigError(f"config key 'loop.ensemble': {missing[0]} does not exist; give ONNX files written by "
                               "`hydranet export`")
@@ -264,13 +263,13 @@ class Loop:
 
         lc = self.cfg.loop
         run_id = self.done(r, "shadow")["run_id"]
-        if self.ensemble:  # the server-side columns over this round's pool: the shadow run's model and the other members
+        if lc.ensemble:  # the server-side columns over this round's pool: the shadow run's model and the other members
             from data_engine.catalog import Catalog
             from data_engine.uncertainty import run_uncertainty
 
             with Catalog(self.catalog) as cat:
                 model = cat.run_info(run_id)["model"]
-            run_uncertainty(self.catalog, [model, *self.ensemble], run_id, tta=True, overwrite=True, progress=self.progress)
+            run_uncertainty(self.catalog, [model, *lc.ensemble], run_id, tta=True, overwrite=True, progress=self.progress)
         cfg = dataclasses.replace(self.cfg, mining=dataclasses.replace(self.cfg.mining, seed=self.cfg.mining.seed + r))
         sel = mine(self.catalog, lc.budget, lc.strategy, cfg, lc.unit, run_id, f"round{r:03d}")
         write_selection(sel, rdir / "selection.json")
