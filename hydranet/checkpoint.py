@@ -24,9 +24,9 @@ from hydranet.experiment import ExperimentConfig, experiment_from_json
 from hydranet.models import HydraNet, build_model
 from hydranet.io import CHECKPOINT, atomic_path, checkpoint_file
 
-__all__ = ["CHECKPOINT", "check_finite_weights", "config_from_checkpoint", "load_checkpoint", "load_init_weights", "load_model",
-           "meta_for_rig", "model_cameras_of", "model_for_rig", "model_from_checkpoint", "model_meta", "rng_state",
-           "save_checkpoint", "set_rng_state"]
+__all__ = ["CHECKPOINT", "check_finite_weights", "config_from_checkpoint", "format_init_report", "group_by_module",
+           "load_checkpoint", "load_init_weights", "load_model", "meta_for_rig", "model_cameras_of", "model_for_rig",
+           "model_from_checkpoint", "model_meta", "rng_state", "save_checkpoint", "set_rng_state"]
 
 
 def rng_state(model: HydraNet) -> dict[str, Any]:
@@ -119,10 +119,35 @@ def load_model(checkpoint: str | Path) -> tuple[HydraNet, ExperimentConfig, dict
     return model_from_checkpoint(ckpt, cfg), cfg, ckpt
 
 
+INIT_WHERE = "config key 'init_from' (--init)"
+
+
+def module_of(key: str) -> str:
+    """The top-level module a state-dict key belongs to: 'heads.det3d' for heads.det3d.*, else its first name."""
+    parts = key.split(".")
+    return ".".join(parts[:2]) if parts[0] == "heads" and len(parts) > 2 else parts[0]
+
+
+def group_by_module(keys: list[str]) -> dict[str, int]:
+    """{top-level module: number of keys}, in the order the modules first appear."""
+    groups: dict[str, int] = {}
+    for k in keys:
+        groups[module_of(k)] = groups.get(module_of(k), 0) + 1
+    return groups
+
+
 def load_init_weights(model: HydraNet, path: str | Path) -> dict[str, Any]:
-    """Fine-tuning (config key `init_from`): the weights of checkpoint `path` into `model`, whose
-    architecture must match (one-line ValueError naming the keys otherwise). Returns what to
-    record: {"path", "sha256", "step"} of the checkpoint file."""
+    """Start a run from checkpoint `path` (config key `init_from`, `hydranet train --init`): a partial
+    load, as mmengine's `load_from` and torchvision's `weights=`. Every key whose name and shape match
+    is loaded; the model's keys the checkpoint lacks keep their initialization (missing: a new head,
+    the BEV fusion), the checkpoint's keys the model lacks are ignored (unexpected: a dropped head).
+    The same architecture is the case where both are empty. A key of another shape is a one-line
+    ValueError naming it and both shapes, as is a checkpoint that shares no key with the model (an
+    unrelated model is not an init); both raise before any weight is loaded.
+
+    Returns what to record (checkpoint key `init_from`, `format_init_report` prints it): {"path",
+    "sha256", "step"} of the checkpoint file and the "matched", "missing", "unexpected" key counts with
+    their "<kind>_modules" {top-level module: count}."""
     from hydranet.io import file_sha256
     from hydranet.models.state_dict import load_state_dict_checked
 
@@ -130,9 +155,42 @@ def load_init_weights(model: HydraNet, path: str | Path) -> dict[str, Any]:
     try:
         ckpt = load_checkpoint(file)
     except (OSError, ValueError) as e:
-        raise type(e)(f"config key 'init_from': {e}") from None
-    load_state_dict_checked(model, ckpt["model"], where=f"config key 'init_from': checkpoint {file}")
-    return {"path": str(file.resolve()), "sha256": file_sha256(file), "step": int(ckpt["step"])}
+        raise type(e)(f"{INIT_WHERE}: {e}") from None
+    where = f"{INIT_WHERE}: checkpoint {file}"
+    state, own = ckpt["model"], model.state_dict()
+    matched = [k for k in own if k in state and tuple(state[k].shape) == tuple(own[k].shape)]
+    mismatched = [k for k in own if k in state and k not in matched]
+    if not matched and not mismatched:
+        theirs = ", ".join(group_by_module(list(state))) or "none"
+        raise ValueError(f"{where} shares no weight with this model (none of its {len(state)} keys, modules {theirs}, "
+                         f"is one of the model's {len(own)}); it is not an init for this model: give a checkpoint of a "
+                         "model with the same trunk (model.backbone, model.neck_*) or start without it")
+    report = load_state_dict_checked(model, state, where=where, partial=True, refuse_mismatch=True)
+    record: dict[str, Any] = {"path": str(file.resolve()), "sha256": file_sha256(file), "step": int(ckpt["step"]),
+                              "matched": len(matched)}
+    for kind in ("missing", "unexpected"):
+        record[kind] = len(report[kind])
+        record[f"{kind}_modules"] = group_by_module(report[kind])
+    record["matched_modules"] = group_by_module(matched)
+    return record
+
+
+def format_init_report(record: Mapping[str, Any]) -> str:
+    """The summary `hydranet train --init` prints: matched, missing and unexpected keys by module."""
+    def groups(kind: str) -> str:
+        g = record.get(f"{kind}_modules") or {}
+        return ", ".join(f"{m} ({n})" for m, n in g.items())
+
+    total = record["matched"] + record["missing"]
+    lines = [f"init from {record['path']} (step {record['step']}): {record['matched']} of the model's {total} "
+             f"tensors loaded" + ("" if record["missing"] or record["unexpected"] else " (the same architecture)"),
+             f"  matched    {record['matched']:5d}  {groups('matched')}"]
+    if record["missing"] or record["unexpected"]:
+        lines.append(f"  missing    {record['missing']:5d}  kept at their initialization"
+                     + (f": {groups('missing')}" if record["missing"] else ""))
+        lines.append(f"  unexpected {record['unexpected']:5d}  in the checkpoint, ignored"
+                     + (f": {groups('unexpected')}" if record["unexpected"] else ""))
+    return "\n".join(lines)
 
 
 def model_meta(cfg: ExperimentConfig, ds) -> dict[str, Any]:

@@ -86,7 +86,8 @@ class ExperimentConfig:
     seed: int = 0
     num_workers: int = 0
     device: str = "auto"  # auto | cpu | cuda
-    init_from: str | None = None  # fine-tuning: a checkpoint (same model) whose weights start the run; optimizer fresh
+    init_from: str | None = None  # a checkpoint whose matching weights start the run (partial load, `--init`); optimizer fresh
+    overfit_batch: bool = False  # Karpathy's check: train on the first batch only, every step, no augmentation (`--overfit-batch`)
 
 
 def input_divisor(neck_levels: int) -> int:

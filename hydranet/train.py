@@ -7,6 +7,13 @@ and load with `torch.load(weights_only=True)`. A resumed run continues exactly: 
 a function of (seed, epoch) (`hydranet.loader.StepBatchSampler`), augmentation is seeded per
 (seed, epoch, frame), and every RNG state is restored.
 
+`init_from` (`hydranet train --init CHECKPOINT`) starts a run from another run's weights, loading
+every key whose name and shape match (`hydranet.checkpoint.load_init_weights`, as mmengine's
+`load_from`): a camera model's trunk and heads into a model that adds the BEV heads. `overfit_batch`
+(`--overfit-batch`) is the single-batch check of Karpathy's "A Recipe for Training Neural Networks"
+(2019): the first batch of the seeded order, without augmentation, at every step, and each head's
+loss at step 1 and at the end printed side by side.
+
 Several processes (torchrun; gloo on CPU, NCCL on GPU): each rank reads its shard of the batch
 order and gradients are averaged with one all-reduce after `model.backward(losses)`. This is
 what DistributedDataParallel does, done by hand because gradient balancers such as PCGrad write
@@ -32,8 +39,8 @@ import torch
 import torch.distributed as dist
 
 from hydranet.bevgrid import BevGrid
-from hydranet.checkpoint import (CHECKPOINT, load_checkpoint, load_init_weights, model_meta, rng_state,
-                                 save_checkpoint, set_rng_state)
+from hydranet.checkpoint import (CHECKPOINT, format_init_report, load_checkpoint, load_init_weights, model_meta,
+                                 rng_state, save_checkpoint, set_rng_state)
 from hydranet.config import ConfigError, to_dict
 from hydranet.data.sources import check_supervision, open_data, open_sources, run_dataset
 from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_json
@@ -148,6 +155,37 @@ def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None
     return LabelledFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T)
 
 
+class FixedBatchSampler(torch.utils.data.Sampler):
+    """`overfit_batch`: the same batch (this rank's share of the seeded order's first) at every global
+    step start_step .. total_steps-1, so a resumed overfit run continues on it too."""
+
+    def __init__(self, batch: list[tuple[int, int]], total_steps: int, start_step: int = 0):
+        self.batch, self.total_steps, self.start_step = list(batch), total_steps, start_step
+
+    def __iter__(self):
+        for _ in range(self.start_step, self.total_steps):
+            yield list(self.batch)
+
+    def __len__(self) -> int:
+        return max(self.total_steps - self.start_step, 0)
+
+
+def format_overfit(first: dict[str, float], last: dict[str, float], names: list[str], steps: tuple[int, int]) -> str:
+    """The per-head table `--overfit-batch` prints: the loss at the first and the last step, and its drop."""
+    w = max(len(n) for n in names)
+    lines = [f"overfit-batch: loss per head on the one batch, step {steps[0]} -> step {steps[1]}"]
+    for n in names:
+        x, y = first.get(n, float("nan")), last.get(n, float("nan"))
+        if not x > 0:
+            change = "n/a (no loss at the first step: the batch has no label for it)"
+        elif y <= x:
+            change = f"down {100.0 * (x - y) / x:.1f}%"
+        else:
+            change = f"UP {100.0 * (y - x) / x:.1f}%"
+        lines.append(f"  {n:<{w}}  {x:10.4f} -> {y:10.4f}  {change}")
+    return "\n".join(lines)
+
+
 # keys a resumed run may change: they do not alter what the finished steps computed
 RESUMABLE_KEYS = ("steps", "checkpoint_every", "log_every", "num_workers", "device", "amp")
 
@@ -205,9 +243,15 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
 
     `resume`: a run folder or checkpoint to continue from (exactly; `check_resume` says which
     config keys may change). `overwrite`: replace a run already in `out` (refused otherwise).
-    `init_from` (or config key `init_from`): fine-tune, starting from that checkpoint's weights (the
-    same architecture; optimizer, scheduler and step start fresh). It is recorded in config.json and
-    in the checkpoint (with the file's sha256); a resumed run continues from its own checkpoint.
+    `init_from` (or config key `init_from`; `hydranet train --init`): start from that checkpoint's
+    weights, a partial load (`load_init_weights`): keys matching by name and shape are loaded, missing
+    ones keep their initialization, unexpected ones are ignored, a shape mismatch or no match at all
+    raises ValueError before the run folder is touched; the same architecture is fine-tuning.
+    Optimizer, scheduler and step start fresh. The summary is printed (rank 0); the path is recorded
+    in config.json, the checkpoint's `init_from` holds its sha256, step and the matched/missing/unexpected
+    counts; a resumed run continues from its own checkpoint.
+    Config key `overfit_batch`: every step trains on the seeded order's first batch, without
+    augmentation; each head's loss at the first and the last step is printed (rank 0).
     `stop_at`: stop after this global step as if interrupted (tests). `on_step(step, {loss name:
     value})` is called after every step. Returns the trained model (this rank's copy)."""
     out = Path(out)
@@ -220,8 +264,6 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     ckpt = load_checkpoint(resume) if resume is not None else None
     if ckpt is not None:
         check_resume(cfg, ckpt, str(resume))
-    if d.main:
-        prepare_run_folder(out, resume, overwrite)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -242,19 +284,28 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         start = int(ckpt["step"])
         init = ckpt.get("init_from")
     else:
-        if cfg.init_from is not None:  # fine-tuning: weights from there, all else fresh (no RNG drawn)
+        if cfg.init_from is not None:  # partial load: matching weights from there, all else fresh (no RNG drawn)
             init = load_init_weights(model, cfg.init_from)
         if d.world > 1:
             broadcast_buffers(model)
             for p in model.parameters():
                 dist.broadcast(p.data, src=0)
+    if d.main:  # after the init checks: a refused init leaves an existing run folder as it was
+        prepare_run_folder(out, resume, overwrite)
+        if init is not None and ckpt is None:
+            print(format_init_report(init), flush=True)
 
-    frames = build_training_data(cfg, model, data=data)
-    if len(sources) > 1:  # one source per batch, drawn by weight
-        sampler = SourceBatchSampler(data.ranges, [s.weight for s in sources], cfg.batch_size, cfg.seed, cfg.steps,
-                                     start, d.rank, d.world)
-    else:
-        sampler = StepBatchSampler(len(frames), cfg.batch_size, cfg.seed, cfg.steps, start, d.rank, d.world)
+    frames = build_training_data(cfg, model, data=data, augment=not cfg.overfit_batch)
+
+    def sampler_from(first: int):
+        if len(sources) > 1:  # one source per batch, drawn by weight
+            return SourceBatchSampler(data.ranges, [s.weight for s in sources], cfg.batch_size, cfg.seed, cfg.steps,
+                                      first, d.rank, d.world)
+        return StepBatchSampler(len(frames), cfg.batch_size, cfg.seed, cfg.steps, first, d.rank, d.world)
+
+    sampler = sampler_from(start)
+    if cfg.overfit_batch:  # the first batch of the seeded order, every step
+        sampler = FixedBatchSampler(next(iter(sampler_from(0))), cfg.steps, start)
     loader = torch.utils.data.DataLoader(frames, batch_sampler=sampler, collate_fn=Collate(model.target_builders()),
                                          num_workers=cfg.num_workers, persistent_workers=False,
                                          generator=torch.Generator().manual_seed(cfg.seed))  # not the global RNG
@@ -290,6 +341,15 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         bar = tqdm(total=end, initial=start, desc="train", unit="step", dynamic_ncols=True)
     model.train()
     step, t0, batch = start, time.perf_counter(), None
+    first_losses: dict[str, float] | None = None
+    last_losses: dict[str, float] = {}
+    report_names = [*heads, "loss"]
+
+    def say(text: str) -> None:
+        if bar is not None:
+            bar.write(text)
+        else:
+            print(text, flush=True)
     try:
         for batch in loader:
             if step >= end:
@@ -309,8 +369,17 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
             if d.world > 1:
                 broadcast_buffers(model)
             step += 1
-            if on_step is not None:
-                on_step(step, {k: float(v.detach()) for k, v in losses.items()})
+            if on_step is not None or cfg.overfit_batch:
+                values = {k: float(v.detach()) for k, v in losses.items()}
+                if on_step is not None:
+                    on_step(step, values)
+                if cfg.overfit_batch:
+                    last_losses = values
+                    if first_losses is None and d.main:
+                        first_losses = values
+                        say(f"overfit-batch: frames {sorted({i for _, i in sampler.batch})} at every step, no "
+                            f"augmentation; step {step} loss "
+                            + ", ".join(f"{n} {values[n]:.4f}" for n in report_names if n in values))
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{float(losses['loss'].detach()):.3f}")
@@ -324,6 +393,9 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     finally:
         if bar is not None:
             bar.close()
+    if first_losses is not None:  # overfit_batch, rank 0
+        print(format_overfit(first_losses, last_losses, [n for n in report_names if n in first_losses],
+                             (start + 1, step)), flush=True)
     if writer is not None and batch is not None:
         _log_example(writer, model, frames, step)
         writer.close()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import sys
 import tempfile
@@ -138,7 +139,7 @@ def cmd_demo(args) -> None:
 
     t0 = time.perf_counter()
     out = Path(args.out)
-    run_demo(out)
+    run_demo(out, train_seed=args.seed)
     engine = out / "engine"
     if engine.exists():
         shutil.rmtree(engine)  # the demo's own output folder, as run_demo does for its stages
@@ -162,11 +163,20 @@ def cmd_train(args) -> None:
 
     if args.config is None and args.resume is None:
         raise ValueError("give --config FILE (a new run) or --resume RUN_DIR (continue one)")
+    if args.init is not None and args.resume is not None:
+        raise ValueError("--init starts a new run from a checkpoint's weights and --resume continues a run from its own; "
+                         "give one of them")
     ckpt = load_checkpoint(args.resume) if args.resume is not None else None
     if args.config is not None:
         cfg = load_experiment(args.config, args.set)
     else:  # resuming without a config file: the run's own resolved config
         cfg = config_from_checkpoint(ckpt, args.set)
+    if args.init is not None:  # the command line over the config file's init_from, as --set is
+        if any(s.split("=", 1)[0].strip() == "init_from" for s in args.set):
+            raise ValueError("--init and --set init_from=... both name the init checkpoint; give one of them")
+        cfg = dataclasses.replace(cfg, init_from=str(args.init))
+    if args.overfit_batch:
+        cfg = dataclasses.replace(cfg, overfit_batch=True)
     out = args.out or args.resume
     if out is None:
         raise ValueError("give --out RUN_DIR")
@@ -300,6 +310,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", type=Path, default=None, help="run folder (checkpoint.pt, config.json, tb/)")
     t.add_argument("--resume", type=Path, default=None, help="run folder or checkpoint to continue exactly")
     t.add_argument("--overwrite", action="store_true", help="replace a run already in --out (refused without it)")
+    t.add_argument("--init", type=Path, default=None, metavar="CHECKPOINT",
+                   help="start from this checkpoint (or run folder): every weight whose name and shape match is loaded, "
+                        "the rest keep their initialization (a summary is printed); a shape mismatch is refused "
+                        "(config key init_from)")
+    t.add_argument("--overfit-batch", action="store_true",
+                   help="train on one fixed batch (the first, no augmentation) every step and print each head's loss "
+                        "at step 1 and at the end: every head should go to ~0 (config key overfit_batch)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_train)
 
@@ -386,6 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="the main job on the built-in sim (what `make demo` runs)")
     d.add_argument("--out", type=Path, default=Path("out/demo"))
+    d.add_argument("--seed", type=int, default=0, help="training seed of the demo's model (default 0)")
     d.set_defaults(func=cmd_demo)
     add_engine(sub)
     return ap

@@ -20,12 +20,16 @@ def _preview(keys: list[str], limit: int = 8) -> str:
 
 
 def load_state_dict_checked(module: nn.Module, state: Mapping[str, torch.Tensor], *, where: str = "state dict",
-                            ignore_prefixes: Iterable[str] = (), partial: bool = False) -> dict[str, list[str]]:
+                            ignore_prefixes: Iterable[str] = (), partial: bool = False,
+                            refuse_mismatch: bool = False) -> dict[str, list[str]]:
     """Load `state` into `module`, raising `ValueError` listing the keys that do not fit.
 
     Keys starting with one of `ignore_prefixes` are skipped on both sides (e.g. a classifier
     `fc.` that a feature extractor drops). With `partial=True` the fitting keys are loaded and
     the report is returned instead of raised. Returns {"missing", "unexpected", "mismatched"}.
+    `refuse_mismatch=True` (with `partial`, as mmengine's `load_from`): a key present on both sides
+    with another shape is still a one-line ValueError naming it and both shapes, raised before
+    anything is loaded (missing and unexpected keys stay allowed).
     """
     if not isinstance(state, Mapping) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ValueError(f"{where}: expected a mapping of parameter names to tensors")
@@ -36,6 +40,12 @@ def load_state_dict_checked(module: nn.Module, state: Mapping[str, torch.Tensor]
     unexpected = sorted(set(given) - set(own))
     mismatched = sorted(k for k in set(own) & set(given) if own[k].shape != given[k].shape)
     report = {"missing": missing, "unexpected": unexpected, "mismatched": mismatched}
+    if mismatched and partial and refuse_mismatch:
+        k = next(k for k in own if k in given and own[k].shape != given[k].shape)  # the first in the model's order
+        more = f" (and {len(mismatched) - 1} more key(s) of another shape)" if len(mismatched) > 1 else ""
+        raise ValueError(f"{where} does not fit this model: key '{k}' has shape {tuple(given[k].shape)} in the weights "
+                         f"but {tuple(own[k].shape)} in the model{more}; a partial load takes only keys whose name and "
+                         "shape match: build the model with the same widths as the weights' model, or start without them")
     if (missing or unexpected or mismatched) and not partial:
         parts = []
         if missing:

@@ -1,5 +1,6 @@
-"""Fault rows: training runs, checkpoints and exported models (`hydranet train`, `eval`, `export`, `viz`,
-`bench`, `quantize`), and exact recovery after kill -9. One row per case; see faultlib.py for the contract.
+"""Fault rows: training runs (with `--init` and `--overfit-batch`), checkpoints and exported models
+(`hydranet train`, `eval`, `export`, `viz`, `bench`, `quantize`), and exact recovery after kill -9. One row
+per case; see faultlib.py for the contract.
 
 The rows share one tiny 2-step run of the fault dataset (1 camera at 32x64, data.on_bad_frame=skip), its
 ONNX export, and a 1-step single-frame BEV run (session fixture `run_env`, about 20 s on 2 cores)."""
@@ -198,6 +199,56 @@ def no_out(tmp):
     assert not (tmp / "out").exists(), "a run folder was created for a refused config"
 
 
+
+def with_flags(build, *flags):
+    """`build`'s argv with extra command-line flags (callables of (tmp, env) give paths)."""
+    def wrapped(tmp, env):
+        return build(tmp, env) + [f(tmp, env) if callable(f) else f for f in flags]
+    return wrapped
+
+
+def init_from_run(tmp, env):
+    return env.run
+
+
+def unrelated_checkpoint(tmp, env):
+    """The session run's checkpoint with every key renamed: a model sharing no weight with the tiny one."""
+    from hydranet.checkpoint import load_checkpoint, save_checkpoint
+
+    ckpt = load_checkpoint(env.run)
+    ckpt["model"] = {f"other.{k}": v for k, v in ckpt["model"].items()}
+    save_checkpoint(tmp / "unrelated" / "checkpoint.pt", ckpt)
+    return tmp / "unrelated"
+
+
+def overwrite_with_bad_init(tmp, env):
+    run = copy_run(tmp, env)
+    keep_original(tmp, run)
+    return train_argv(env.dataset, run, "steps=1", "model.neck_width=32") + ["--overwrite", "--init", env.run]
+
+
+INIT_CASES = [
+    Case("train-init-with-resume", with_flags(resume_with("steps=3"), "--init", init_from_run), 2,
+         ("--init", "--resume", "one of them"), check=unchanged_checkpoint()),
+    Case("train-init-shape-mismatch", with_flags(new_run("steps=1", "model.neck_width=32"), "--init", init_from_run), 2,
+         ("--init", "init_from", "key 'neck.", "in the weights but", "in the model"), check=no_out),
+    Case("train-init-overwrite-shape-mismatch", overwrite_with_bad_init, 2, ("--init", "does not fit this model"),
+         check=unchanged_checkpoint()),
+    Case("train-init-unrelated", with_flags(new_run("steps=1"), "--init", unrelated_checkpoint), 2,
+         ("--init", "shares no weight", "not an init"), check=no_out),
+    Case("train-init-missing", with_flags(new_run("steps=1"), "--init", lambda tmp, env: tmp / "nope"), 2,
+         ("--init", "nope", "does not exist"), check=no_out),
+    Case("train-init-and-set-init-from", with_flags(new_run("steps=1"), "--set", "init_from=x", "--init", init_from_run),
+         2, ("--init", "--set init_from", "one of them"), check=no_out),
+    Case("train-init-control", with_flags(new_run("steps=1", "model.tasks=[{name: det2d}, {name: depth}]"), "--init",
+                                          init_from_run), 0,
+         stdout=("init from", "matched", "backbone (", "unexpected", "heads.lanes (", "trained steps 1..1"), check=no_temp_left),
+    Case("train-overfit-batch-control", with_flags(new_run("steps=2"), "--overfit-batch"), 0,
+         stdout=("overfit-batch: frames", "no augmentation", "step 1 -> step 2", "det2d", "trained steps 1..2")),
+    Case("resume-overfit-batch", with_flags(resume_with("steps=3"), "--overfit-batch"), 2,
+         ("'overfit_batch'", "start a new run"), check=unchanged_checkpoint()),
+]
+
 TRAIN_CASES = [
     Case("train-into-existing-run", into_existing, 2, ("already holds a run", "--resume", "--overwrite"),
          check=unchanged_checkpoint()),
@@ -366,7 +417,7 @@ MODEL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", params(CHECKPOINT_CASES + TRAIN_CASES + EVAL_CASES + MODEL_CASES))
+@pytest.mark.parametrize("case", params(CHECKPOINT_CASES + TRAIN_CASES + INIT_CASES + EVAL_CASES + MODEL_CASES))
 def test_fault(case, run_env, tmp_path, monkeypatch, capsys):
     run_case(case, tmp_path, run_env, monkeypatch, capsys)
 
