@@ -1,13 +1,14 @@
 """The demo's metric figures over several training seeds: median [min, max].
 
     python benchmarks/demo_seeds.py --seeds 3 --out out/bench_demo_seeds [--jobs N] [--overwrite]
-        [--steps 600] [--bev-steps 200]
+        [--steps N] [--trunk-steps 600]
 
 Training is seeded and bit-identical on one machine, not across machines (another CPU's float kernels
 round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
 This runs what `make demo` trains and evaluates (hydranet/cli/demo.py: the sim dataset of the demo,
-generated once with its data seed 0 under --out/data; then per training seed the tiny config's camera
-heads and the 6-camera BEV model with its 3-frame video queue, det3d with velocity and bevmap) for
+generated once with its data seed 0 under --out/data; then per training seed the one HydraNet of
+configs/hydranet.yaml, its trunk stage first: six camera heads and det3d with velocity and bevmap on the
+fused BEV grid with its 3-frame video queue) for
 training seeds 0..N-1, each in its own process with OMP_NUM_THREADS=1 and torch threads 1, --jobs at a
 time (default: all at once). The export, INT8 and latency stages of the demo are left out (they do not
 train). Prints one table: every metric the demo prints for the model, median [min, max] over seeds
@@ -33,7 +34,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-STAGES = ("camera", "bev")  # the demo's two trained models: configs/tiny.yaml, configs/bev.yaml
+STAGE = "hydranet"  # the demo's one trained model: configs/hydranet.yaml
 
 
 def collect(stage: str, results: Mapping) -> dict[str, dict]:
@@ -112,9 +113,9 @@ def format_table(agg: Mapping[str, Mapping], walls: Mapping[int, Mapping[str, fl
     lines.insert(1, "-" * len(lines[0]))
     if walls:
         lines.append("")
-        lines.append("seed  camera train+eval (s)  BEV train+eval (s)  process wall (s)")
+        lines.append("seed  train+eval (s)  process wall (s)")
         for seed, w in sorted(walls.items()):
-            lines.append(f"{seed:<4}  {w['camera']:<21.1f}  {w['bev']:<18.1f}  {w['wall']:.1f}")
+            lines.append(f"{seed:<4}  {w['train_eval']:<14.1f}  {w['wall']:.1f}")
     return "\n".join(lines)
 
 
@@ -125,26 +126,22 @@ def check_out(out: Path, overwrite: bool) -> None:
         shutil.rmtree(out)
 
 
-def worker(seed: int, data: Path, val: Path, out: Path, steps: int, bev_steps: int) -> None:
-    """One training seed in this process: the demo's camera and BEV stages; writes out/result.json."""
+def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int) -> None:
+    """One training seed in this process: the demo's training and evaluation; writes out/result.json."""
     import torch
 
-    from hydranet.cli.demo import train_eval_bev, train_eval_camera
+    from hydranet.cli.demo import train_eval
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    cam = train_eval_camera(out, data, val, steps, train_seed=seed, progress=False)
+    rows = collect(STAGE, train_eval(out, data, val, steps or None, train_seed=seed, progress=False,
+                                     trunk_steps=trunk_steps))
     t1 = time.perf_counter()
-    rows = collect("camera", cam)
-    if bev_steps:
-        bev = train_eval_bev(out / "bev", data, val, bev_steps, train_seed=seed, progress=False)
-        rows.update(collect("bev", bev))
-    t2 = time.perf_counter()
     (out / "result.json").write_text(json.dumps({"seed": seed, "metrics": rows,
-                                                 "wall": {"camera": t1 - t0, "bev": t2 - t1}}, indent=1))
+                                                 "wall": {"train_eval": t1 - t0}}, indent=1))
 
 
-def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, steps: int, bev_steps: int) -> dict:
+def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, steps: int, trunk_steps: int) -> dict:
     """Each seed in its own process (OMP_NUM_THREADS=1), `jobs` at a time; returns {seed: result}."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending, running, done = list(seeds), {}, {}
@@ -155,7 +152,7 @@ def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, ste
             d.mkdir(parents=True)
             log = open(d / "log.txt", "w")
             cmd = [sys.executable, __file__, "_worker", "--seed", str(s), "--data", str(data), "--val", str(val),
-                   "--out", str(d), "--steps", str(steps), "--bev-steps", str(bev_steps)]
+                   "--out", str(d), "--steps", str(steps), "--trunk-steps", str(trunk_steps)]
             running[s] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log,
                           time.perf_counter())
             print(f"[demo_seeds] seed {s} started (log {d / 'log.txt'})", flush=True)
@@ -184,18 +181,18 @@ def main(argv: list[str] | None = None) -> dict | None:
         w = argparse.ArgumentParser()
         for k in ("--data", "--val", "--out"):
             w.add_argument(k, type=Path, required=True)
-        for k in ("--seed", "--steps", "--bev-steps"):
+        for k in ("--seed", "--steps", "--trunk-steps"):
             w.add_argument(k, type=int, required=True)
         a = w.parse_args(argv[1:])
-        worker(a.seed, a.data, a.val, a.out, a.steps, a.bev_steps)
+        worker(a.seed, a.data, a.val, a.out, a.steps, a.trunk_steps)
         return None
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=None, help="seed processes at a time (default: all)")
     ap.add_argument("--overwrite", action="store_true")
-    ap.add_argument("--steps", type=int, default=600, help="camera training steps (the demo's 600)")
-    ap.add_argument("--bev-steps", type=int, default=200, help="BEV training steps (the demo's 200; 0 skips)")
+    ap.add_argument("--steps", type=int, default=0, help="training steps of the whole model (0: the config's, as the demo)")
+    ap.add_argument("--trunk-steps", type=int, default=600, help="trunk stage steps (the demo's 600; 0 skips it)")
     ap.add_argument("--scenes", type=int, default=16)
     ap.add_argument("--val-scenes", type=int, default=4)
     a = ap.parse_args(argv)
@@ -212,16 +209,16 @@ def main(argv: list[str] | None = None) -> dict | None:
     gen = time.perf_counter() - t0
     seeds = list(range(a.seeds))
     t1 = time.perf_counter()
-    done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.bev_steps)
+    done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.trunk_steps)
     total = time.perf_counter() - t1
     agg = aggregate({s: done[s]["metrics"] for s in seeds})
     walls = {s: done[s]["wall"] for s in seeds}
-    print(f"\ndemo metrics over training seeds {seeds} ({a.steps} camera steps, {a.bev_steps} BEV steps; data "
+    print(f"\ndemo metrics over training seeds {seeds} ({a.trunk_steps} trunk steps, then {a.steps or 'the config'} steps; data "
           f"generated once in {gen:.1f} s; {len(seeds)} seed processes, {a.jobs or a.seeds} at a time, "
           f"OMP_NUM_THREADS=1, {total:.1f} s wall for all)")
     print(format_table(agg, walls))
     result = {"command": "python benchmarks/demo_seeds.py " + " ".join(argv), "seeds": seeds, "steps": a.steps,
-              "bev_steps": a.bev_steps, "jobs": a.jobs or a.seeds, "generate_s": gen, "seeds_wall_s": total,
+              "trunk_steps": a.trunk_steps, "jobs": a.jobs or a.seeds, "generate_s": gen, "seeds_wall_s": total,
               "aggregate": agg, "per_seed": {str(s): done[s] for s in seeds}}
     (out / "results.json").write_text(json.dumps(result, indent=1))
     print(f"wrote {out / 'results.json'}")

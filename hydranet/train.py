@@ -47,6 +47,7 @@ from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_j
 from hydranet.io import remove_stale_temps
 from hydranet.loader import Augmenter, Collate, LabelledFrames, SourceBatchSampler, StepBatchSampler, to_device
 from hydranet.models import HydraNet, build_model
+from hydranet.models.partial import leading_rows, split_mask, supervised_targets
 
 
 class TrainingDiverged(RuntimeError):
@@ -153,6 +154,18 @@ def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None
     aug = aug if augment and aug.active else None
     T = model.video_frames if clip_length is None else clip_length
     return LabelledFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T)
+
+
+def fit_priors(model: HydraNet, frames: LabelledFrames, count: int = 32) -> None:
+    """Every head's output bias at the label prior (`Task.fit_prior`) of `count` training frames
+    spread evenly over `frames`, unaugmented single frames (no RNG drawn)."""
+    plain = LabelledFrames(frames.data, model.heads, frames.image_hw)
+    picks = np.unique(np.linspace(0, len(plain) - 1, min(count, len(plain))).round().astype(int))
+    targets = to_device(Collate(model.heads)([plain[int(i)] for i in picks]), next(model.parameters()).device)["targets"]
+    for name, task in model.heads.items():
+        labelled = supervised_targets(targets[name], leading_rows(split_mask(targets[name])[0]))
+        if labelled is not None:  # a mixed run: the frames that have this head's labels
+            task.fit_prior(labelled)
 
 
 class FixedBatchSampler(torch.utils.data.Sampler):
@@ -273,6 +286,7 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     data = run_dataset(sources)
     meta = model_meta(cfg, data)
     model = build_model(cfg.model, meta).to(d.device)
+    frames = build_training_data(cfg, model, data=data, augment=not cfg.overfit_batch)
     optimizer = make_optimizer(cfg.optim, model)
     scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
     start, init = 0, None
@@ -284,6 +298,7 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         start = int(ckpt["step"])
         init = ckpt.get("init_from")
     else:
+        fit_priors(model, frames)  # heads the init checkpoint lacks keep theirs
         if cfg.init_from is not None:  # partial load: matching weights from there, all else fresh (no RNG drawn)
             init = load_init_weights(model, cfg.init_from)
         if d.world > 1:
@@ -295,7 +310,6 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         if init is not None and ckpt is None:
             print(format_init_report(init), flush=True)
 
-    frames = build_training_data(cfg, model, data=data, augment=not cfg.overfit_batch)
 
     def sampler_from(first: int):
         if len(sources) > 1:  # one source per batch, drawn by weight

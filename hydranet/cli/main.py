@@ -185,7 +185,15 @@ def cmd_train(args) -> None:
         start = int(ckpt["step"])
         for change in check_resume(cfg, ckpt, str(args.resume)):
             print(f"resume: config {change} (applied and recorded in {Path(out) / 'config.json'})")
-    train(cfg, out, resume=args.resume, progress=not args.quiet, overwrite=args.overwrite)
+    if args.trunk_steps:
+        from hydranet.curriculum import train_two_stage
+
+        if ckpt is not None or cfg.init_from is not None:
+            raise ValueError("--trunk-steps starts a new run with its own trunk stage; it cannot be combined with "
+                             "--resume or --init (resume the run folder, or its trunk/ run, by itself)")
+        train_two_stage(cfg, out, args.trunk_steps, progress=not args.quiet, overwrite=args.overwrite)
+    else:
+        train(cfg, out, resume=args.resume, progress=not args.quiet, overwrite=args.overwrite)
     print(f"trained steps {start + 1}..{cfg.steps}; wrote {Path(out) / CHECKPOINT} (step {cfg.steps})")
 
 
@@ -314,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start from this checkpoint (or run folder): every weight whose name and shape match is loaded, "
                         "the rest keep their initialization (a summary is printed); a shape mismatch is refused "
                         "(config key init_from)")
+    t.add_argument("--trunk-steps", type=int, default=0, metavar="N",
+                   help="first train the trunk with the camera heads on CAM_FRONT + CAM_BACK for N steps (into "
+                        "OUT/trunk), then the whole config from it (hydranet.curriculum; what make demo does)")
     t.add_argument("--overfit-batch", action="store_true",
                    help="train on one fixed batch (the first, no augmentation) every step and print each head's loss "
                         "at step 1 and at the end: every head should go to ~0 (config key overfit_batch)")

@@ -41,7 +41,8 @@ class BevConfig:
     frustum points kept (method "lss"). The input size is the model rig's (meta["rig"], resized to
     data.image_size by training). video_frames: queue length including the current frame (1 = no video
     module); video_fuse_depth: 3x3 conv layers
-    that fuse the current and the aligned past maps."""
+    that fuse the current and the aligned past maps; history_grad: whether training differentiates the
+    past frames' trunk passes (False: BEVDet4D's no-grad adjacent frames, HydraNet.clip_features)."""
 
     x_range: tuple[float, float] | None = None
     y_range: tuple[float, float] | None = None
@@ -56,6 +57,7 @@ class BevConfig:
     encoder_depth: int = 2
     video_frames: int = 1
     video_fuse_depth: int = 1  # 3x3 conv layers fusing the aligned queue
+    history_grad: bool = False  # True: a training clip's past frames are differentiated through the trunk too
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ class HydraNet(nn.Module):
     """Shared backbone + neck over all cameras, a dict of task heads, optional BEV fusion."""
 
     def __init__(self, backbone: nn.Module, neck: nn.Module, heads: Mapping[str, Task], fusion: nn.Module | None = None,
-                 balancer: FixedWeights | None = None):
+                 balancer: FixedWeights | None = None, history_grad: bool = False):
         super().__init__()
         if list(neck.in_channels) != list(backbone.out_channels):
             raise ValueError(f"neck expects input channels {list(neck.in_channels)} but the backbone gives "
@@ -85,6 +85,7 @@ class HydraNet(nn.Module):
                 raise ValueError(f"task '{name}' expects its finest level at stride {task.in_stride}, the neck's is "
                                  f"at stride {neck.strides[0]}")
         self.backbone, self.neck, self.fusion = backbone, neck, fusion
+        self.history_grad = history_grad  # False: a clip's past frames pass the trunk without gradient
         self.heads = nn.ModuleDict(heads)
         # auxiliary objectives of the fusion (LSS depth supervision): balanced like the heads' losses
         self.auxiliary = dict(fusion.auxiliary) if fusion is not None else {}
@@ -125,7 +126,7 @@ class HydraNet(nn.Module):
             raise ValueError(f"unknown mode '{mode}'; modes: {list(MODES)}")
         images = batch["images"]
         clip = images.dim() == 6  # (B, T, N, 3, H, W): heads read the last frame
-        feats = self.features(images.flatten(0, 1) if clip else images)
+        feats = self.clip_features(images) if clip else self.features(images)
         embedding = self.embedding(feats, images.shape[:3] if clip else None) if mode == "tensor" else None
         bev, state, aux = self.fusion(feats, batch) if self.fusion is not None else (None, {}, {})
         if clip and any(t.space != "bev" for t in self.heads.values()):
@@ -145,6 +146,23 @@ class HydraNet(nn.Module):
                 raise ValueError("mode 'loss' needs batch['targets'] ({task: Task.collate(...)})")
             return self.loss(outputs, batch["targets"])
         return {**self.decode(outputs), "bev_state": state} if state else self.decode(outputs)
+
+    def clip_features(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """Neck pyramid of a clip: images (B, T, N, 3, H, W) -> [(B*T*N, C, h, w)], frames in order.
+
+        While training (gradients on) and `history_grad` is False, the T-1 past frames pass the trunk
+        under `torch.no_grad()` and only the current frame's pass is differentiated, as BEVDet4D
+        (Huang & Huang, 2022) does for its adjacent frames and BEVFormer (Li et al., ECCV 2022) for its
+        history BEV: the backward pass, about two thirds of a step, then covers N images instead of
+        T*N. The video fusion and the view transform still learn from the past frames' features."""
+        B, T, N = images.shape[:3]
+        if self.history_grad or T == 1 or not torch.is_grad_enabled():
+            return self.features(images.flatten(0, 1))
+        with torch.no_grad():
+            past = self.features(images[:, :-1].flatten(0, 1))  # [(B*(T-1)*N, C, h, w)]
+        now = self.features(images[:, -1])  # [(B*N, C, h, w)]
+        return [torch.cat([p.view(B, T - 1, N, *p.shape[1:]), c.view(B, 1, N, *c.shape[1:])], 1).flatten(0, 2)
+                for p, c in zip(past, now, strict=True)]
 
     @staticmethod
     def embedding(feats: list[torch.Tensor], clip_shape: tuple[int, int, int] | None = None) -> torch.Tensor:
@@ -213,7 +231,7 @@ def build_model(cfg: ModelConfig, meta: Mapping[str, Any]) -> HydraNet:
     aux = fusion.auxiliary if fusion is not None else {}
     weights = {t.name: t.weight for t in cfg.tasks} | {name: cfg.bev.depth_weight for name in aux}
     balancer = build_balancer(cfg.balancer, names + list(aux), weights)
-    return HydraNet(backbone, neck, heads, fusion=fusion, balancer=balancer)
+    return HydraNet(backbone, neck, heads, fusion=fusion, balancer=balancer, history_grad=cfg.bev.history_grad)
 
 
 def build_fusion(cfg: BevConfig, meta: Mapping[str, Any], in_channels: int, stride: int) -> BevFusion:

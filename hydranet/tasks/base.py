@@ -85,6 +85,14 @@ class DenseHead(nn.Module):
         return {"logits": x}  # (B, K, H, W)
 
 
+def weighted_bce_prior_logit(positive: torch.Tensor, pos_weight: torch.Tensor | float = 1.0) -> torch.Tensor:
+    """The constant logit b minimizing BCE-with-logits with `pos_weight` w over targets whose
+    positive rate is `positive` p: sigmoid(b) = w p / (w p + 1 - p), clamped to [1e-4, 1 - 1e-4]."""
+    p = torch.as_tensor(positive, dtype=torch.float64)
+    q = (pos_weight * p / (pos_weight * p + 1 - p)).clamp(1e-4, 1 - 1e-4)
+    return torch.log(q / (1 - q)).float()
+
+
 class Metric(abc.ABC):
     """Accumulates over batches; `compute()` gives {name: float} over everything seen."""
 
@@ -208,6 +216,12 @@ class Task(nn.Module, abc.ABC):
         """The metric of the trivial predictor this head must beat (`baseline_name`), over the
         evaluated batches' targets (`collate` outputs). It may use statistics of these targets
         (an oracle constant), which favours the baseline."""
+
+    def fit_prior(self, targets: Mapping[str, Any]) -> None:
+        """Set the output bias so the head's first prediction is the label prior of `targets` (a
+        `collate` output of training frames), as Karpathy's recipe says ("init well"): a head whose
+        bias starts at 0 spends its first steps only reaching the class frequency. Default: nothing
+        (heads whose constructor already initializes at a fixed prior, or regress)."""
 
     def draw(self, canvas: np.ndarray, result: Mapping[str, Any], truth: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
         """Draw one decoded result on the prediction picture: camera heads get their camera's

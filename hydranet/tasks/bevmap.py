@@ -21,21 +21,28 @@ from torch import nn
 from hydranet import heads
 from hydranet.bevgrid import BevGrid, grid_of, resample_raster
 from hydranet.models.layers import conv_bn_relu
-from hydranet.tasks.base import Metric, PrimaryMetric, Task, decode_numpy, masked_mean, require, score_constant
+from hydranet.tasks.base import (Metric, PrimaryMetric, Task, decode_numpy, masked_mean, require, score_constant,
+                                 weighted_bce_prior_logit)
 
 CHANNELS = ("drivable", "lanes", "objects")  # the bev.png channels, in order
 
 
 class BevMapHead(nn.Module):
-    """BEV features (B, C, X, Y) -> {"logits": (B, K, X, Y)}: 3x3 conv-BN-ReLU (x depth), 1x1 conv."""
+    """BEV features (B, C, X, Y) -> {"logits": (B, K, X, Y)}: 3x3 conv-BN-ReLU (x depth), 1x1 conv, plus a
+    learned per-cell logit (K, X, Y) when `grid_shape` is given: the layout prior of the ego frame (a road
+    ahead of the car, kerbs at the sides), as BEVFormer's learned BEV queries carry one, so the features
+    only have to explain how this frame differs from it."""
 
-    def __init__(self, in_channels: int, num_channels: int, width: int = 32, depth: int = 2):
+    def __init__(self, in_channels: int, num_channels: int, width: int = 32, depth: int = 2,
+                 grid_shape: tuple[int, int] | None = None):
         super().__init__()
         self.body = conv_bn_relu(in_channels, width, depth)
         self.out = nn.Conv2d(width if depth else in_channels, num_channels, 1)
+        self.cell_prior = nn.Parameter(torch.zeros(num_channels, *grid_shape)) if grid_shape is not None else None
 
     def forward(self, bev: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"logits": self.out(self.body(bev))}
+        logits = self.out(self.body(bev))  # (B, K, X, Y)
+        return {"logits": logits + self.cell_prior if self.cell_prior is not None else logits}
 
 
 class BevMapTask(Task):
@@ -51,7 +58,7 @@ class BevMapTask(Task):
 
     def __init__(self, in_channels: int, grid: BevGrid, source_grid: BevGrid | None, channels: Sequence[str] = CHANNELS,
                  width: int = 32, depth: int = 2, drivable_fraction: float = 0.5,
-                 pos_weight: Sequence[float] | None = None, threshold: float = 0.5):
+                 pos_weight: Sequence[float] | None = None, threshold: float = 0.5, cell_prior: bool = True):
         super().__init__(in_channels, in_stride=1)
         unknown = [c for c in channels if c not in CHANNELS]
         if unknown or not channels:
@@ -60,7 +67,7 @@ class BevMapTask(Task):
         if pos_weight is not None and len(pos_weight) != len(channels):
             raise ValueError(f"task '{self.name}': pos_weight has {len(pos_weight)} values for {len(channels)} channels")
         self.channels, self.grid, self.source_grid = list(channels), grid, source_grid
-        self.head = BevMapHead(in_channels, len(self.channels), width, depth)
+        self.head = BevMapHead(in_channels, len(self.channels), width, depth, grid.shape if cell_prior else None)
         self.drivable_fraction, self.threshold = drivable_fraction, threshold
         self.register_buffer("pos_weight", torch.tensor(pos_weight if pos_weight is not None else [1.0] * len(channels),
                                                         dtype=torch.float32).view(-1, 1, 1), persistent=False)
@@ -88,6 +95,25 @@ class BevMapTask(Task):
                              "targets must be built on the model's BEV grid")
         bce = F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=self.pos_weight, reduction="none")
         return {"bce": masked_mean(bce, targets["valid"][:, None].expand_as(bce))}
+
+    @torch.no_grad()
+    def fit_prior(self, targets: Mapping[str, Any]) -> None:
+        """Each channel's bias at its positive rate over the valid cells of `targets`; with the per-cell
+        prior, the bias stays 0 and each cell's logit starts at that cell's rate (3x3-smoothed, with one
+        pseudo-count of the channel's rate so a cell seen in few frames keeps near the channel's)."""
+        valid = targets["valid"][:, None].expand_as(targets["mask"]).float()  # (B, K, X, Y)
+        pos = (targets["mask"] * valid).sum(0)  # (K, X, Y)
+        seen = valid.sum(0)
+        rate = pos.sum((1, 2)) / seen.sum((1, 2)).clamp(min=1)  # (K,)
+        w = self.pos_weight.view(-1, 1, 1).cpu()
+        if self.head.cell_prior is None:
+            self.head.out.bias.copy_(weighted_bce_prior_logit(rate, w.view(-1)))
+            return
+        box = torch.ones(len(self.channels), 1, 3, 3, device=pos.device)
+        pos3, seen3 = (F.conv2d(x[None], box, padding=1, groups=len(self.channels))[0] for x in (pos, seen))
+        cell = (pos3 + rate[:, None, None]) / (seen3 + 1)  # (K, X, Y)
+        self.head.out.bias.zero_()
+        self.head.cell_prior.copy_(weighted_bce_prior_logit(cell.cpu(), w).to(self.head.cell_prior.device))
 
     def decoding(self) -> dict[str, Any]:
         return {"kind": "multi_mask", "params": {"threshold": self.threshold}}

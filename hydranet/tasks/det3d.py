@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hydranet import heads
@@ -32,10 +33,11 @@ from hydranet.metrics.nuscenes_detection import merge_sample_states, sample_stat
 from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
                                        write_results)
 from hydranet.tasks.base import Metric, PrimaryMetric, Task, decode_numpy, no_detections, require, score_constant
-from hydranet.tasks.det2d import _GAUSS_ALPHA, focal_loss_with_logits
+from hydranet.tasks.det2d import _GAUSS_ALPHA, HEATMAP_PRIOR, HEATMAP_PRIOR_LOGIT, focal_loss_with_logits
 
 BOX_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle",
                "barrier", "trailer", "motorcycle")
+PRIOR_CAP = 0.05  # the per-cell heatmap prior's ceiling, under score_threshold 0.1
 REG = {"offset": 2, "height": 1, "size": 3, "rot": 2, "vel": 2}  # regression branches and their channels
 
 
@@ -44,7 +46,7 @@ class CenterPointHead(nn.Module):
     (B, 2, X, Y) d_row, d_col, "height": (B, 1, X, Y) z, "size": (B, 3, X, Y) log l, w, h,
     "rot": (B, 2, X, Y) sin, cos of yaw, "vel": (B, 2, X, Y) vx, vy}."""
 
-    def __init__(self, in_channels: int, num_classes: int, width: int = 64):
+    def __init__(self, in_channels: int, num_classes: int, width: int = 64, grid_shape: tuple[int, int] | None = None):
         super().__init__()
         self.shared = nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
                                     nn.ReLU(inplace=True))
@@ -53,11 +55,17 @@ class CenterPointHead(nn.Module):
             return nn.Sequential(nn.Conv2d(width, width, 3, padding=1), nn.ReLU(inplace=True), nn.Conv2d(width, cout, 1))
 
         self.branches = nn.ModuleDict({"heatmap": branch(num_classes), **{k: branch(c) for k, c in REG.items()}})
-        nn.init.constant_(self.branches["heatmap"][-1].bias, -2.19)  # prior probability 0.1
+        nn.init.constant_(self.branches["heatmap"][-1].bias, HEATMAP_PRIOR_LOGIT)
+        # a learned per-cell heatmap logit (K, X, Y) (zeros: none until fitted): where the ego frame's objects
+        # tend to be (parked cars along the kerbs, traffic ahead), as bevmap's cell prior
+        self.cell_prior = nn.Parameter(torch.zeros(num_classes, *grid_shape)) if grid_shape is not None else None
 
     def forward(self, bev: torch.Tensor) -> dict[str, torch.Tensor]:
         x = self.shared(bev)
-        return {k: b(x) for k, b in self.branches.items()}
+        out = {k: b(x) for k, b in self.branches.items()}
+        if self.cell_prior is not None:
+            out["heatmap"] = out["heatmap"] + self.cell_prior
+        return out
 
 
 def encode_boxes3d(boxes: np.ndarray, labels: np.ndarray, num_classes: int, grid: BevGrid,
@@ -108,12 +116,12 @@ class Det3dTask(Task):
     def __init__(self, classes: Sequence[str], in_channels: int, grid: BevGrid, width: int = 64,
                  heatmap_weight: float = 1.0, offset_weight: float = 1.0, height_weight: float = 1.0,
                  size_weight: float = 1.0, rot_weight: float = 1.0, vel_weight: float = 0.5,
-                 min_pixels: int = 1, score_threshold: float = 0.1, max_detections: int = 200):
+                 min_pixels: int = 1, score_threshold: float = 0.1, max_detections: int = 200, cell_prior: bool = True):
         super().__init__(in_channels, in_stride=1)
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
         self.classes, self.grid = list(classes), grid
-        self.head = CenterPointHead(in_channels, len(self.classes), width)
+        self.head = CenterPointHead(in_channels, len(self.classes), width, grid.shape if cell_prior else None)
         self.weights = {"heatmap": heatmap_weight, "offset": offset_weight, "height": height_weight,
                         "size": size_weight, "rot": rot_weight, "vel": vel_weight}
         self.min_pixels, self.score_threshold, self.max_detections = min_pixels, score_threshold, max_detections
@@ -164,6 +172,27 @@ class Det3dTask(Task):
                 t = torch.nan_to_num(t)
             out[k] = self.weights[k] * ((outputs[k].float() - t).abs() * m).sum() / m.sum().clamp(min=1)
         return out
+
+    @torch.no_grad()
+    def fit_prior(self, targets: Mapping[str, Any]) -> None:
+        """Regressions at their targets' mean (height z, log size; offsets, heading and velocity stay at 0)
+        and, with the per-cell prior, each class's heatmap logit per cell at its mean target there
+        (3x3-smoothed, one pseudo-frame at the global prior, at most PRIOR_CAP: the prior alone detects
+        nothing at score_threshold)."""
+        mask = targets["mask"].bool()  # (B, X, Y)
+        if mask.any():
+            for k in ("height", "size"):
+                mean = targets[k].permute(0, 2, 3, 1)[mask].mean(0)  # (c,)
+                self.head.branches[k][-1].bias.copy_(mean.to(self.head.branches[k][-1].bias))
+        if self.head.cell_prior is None:
+            return
+        heat = targets["heatmap"].float()  # (B, K, X, Y)
+        K, B = heat.shape[1], heat.shape[0]
+        box = torch.ones(K, 1, 3, 3, device=heat.device) / 9
+        mean = F.conv2d(heat.mean(0, keepdim=True), box, padding=1, groups=K)[0]  # (K, X, Y)
+        p = ((mean * B + HEATMAP_PRIOR) / (B + 1)).clamp(1e-4, PRIOR_CAP)
+        self.head.branches["heatmap"][-1].bias.zero_()
+        self.head.cell_prior.copy_(torch.log(p / (1 - p)).to(self.head.cell_prior))
 
     def decoding(self) -> dict[str, Any]:
         return {"kind": "centerpoint", "params": {"x_range": list(self.grid.x_range), "y_range": list(self.grid.y_range),

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from hydranet import heads
 from hydranet.viz import draw_camera
 
-from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, decode_numpy, require, score_constant
+from hydranet.tasks.base import (DenseHead, Metric, PrimaryMetric, Task, decode_numpy, require, score_constant,
+                                 weighted_bce_prior_logit)
 
 
 class DrivableTask(Task):
@@ -47,6 +48,11 @@ class DrivableTask(Task):
         logits = outputs["logits"].float()  # (B*N, 1, H, W)
         pw = torch.tensor(self.pos_weight, device=logits.device)
         return {"bce": F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=pw)}
+
+    @torch.no_grad()
+    def fit_prior(self, targets: Mapping[str, Any]) -> None:
+        """The output bias at the positive rate of `targets` under this head's pos_weight."""
+        self.head.out.bias.fill_(float(weighted_bce_prior_logit(targets["mask"].float().mean(), self.pos_weight)))
 
     def decoding(self) -> dict[str, Any]:
         return {"kind": "binary_mask", "params": {"threshold": self.threshold}}

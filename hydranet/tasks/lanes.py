@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from hydranet import heads
-from hydranet.tasks.base import DenseHead, Metric, PrimaryMetric, Task, camera_labels, decode_numpy, image_hw, score_constant
+from hydranet.tasks.base import (DenseHead, Metric, PrimaryMetric, Task, camera_labels, decode_numpy, image_hw,
+                                 score_constant, weighted_bce_prior_logit)
 from hydranet.tasks.drivable import BinaryIoU
 
 CULANE_WIDTH_FRAC = 30 / 590  # CULane evaluation draws lanes 30 px wide on 590-row images
@@ -82,6 +83,11 @@ class LanesTask(Task):
         logits = outputs["logits"].float()  # (B*N, 1, H, W)
         pw = torch.tensor(self.pos_weight, device=logits.device)
         return {"bce": F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=pw)}
+
+    @torch.no_grad()
+    def fit_prior(self, targets: Mapping[str, Any]) -> None:
+        """The output bias at the positive rate of `targets` under this head's pos_weight."""
+        self.head.out.bias.fill_(float(weighted_bce_prior_logit(targets["mask"].float().mean(), self.pos_weight)))
 
     def decoding(self) -> dict[str, Any]:
         return {"kind": "lanes", "params": {"threshold": self.threshold, "min_area_frac": self.min_area_frac}}

@@ -1,0 +1,52 @@
+"""Two-stage training of one HydraNet: the trunk first, on the camera heads' cheap steps, then every head.
+
+A step of the whole HydraNet (six cameras, a 3-frame clip, the view transform, the video queue, eight
+heads) costs about three times a step of its camera heads on two cameras of single frames, and the
+camera heads' dense supervision (depth, drivable area, lanes, normals) is what makes the trunk's
+features worth lifting into the bird's-eye view (BEVDepth, Li et al., AAAI 2023: BEV detection learns
+far faster from image features trained with depth). So stage 1 trains the backbone, the neck and the
+camera heads on `cameras` (single frames, no fusion); stage 2 builds the full model from the config and
+starts it from stage 1's checkpoint (`init_from`, the partial load: the fusion and the BEV heads are
+the missing keys), and trains all heads together on every camera. The result is one network, one
+checkpoint (the run folder); stage 1's run stays inside it (RUN/trunk).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from hydranet.experiment import ExperimentConfig
+from hydranet.models.hydranet import HydraNet
+from hydranet.tasks import BEV_TASKS
+
+TRUNK_CAMERAS = ("CAM_FRONT", "CAM_BACK")
+TRUNK_DIR = "trunk"  # stage 1's run, inside the run folder
+
+
+def trunk_stage(cfg: ExperimentConfig, steps: int, cameras: tuple[str, ...] | None = TRUNK_CAMERAS,
+                batch_size: int | None = None) -> ExperimentConfig:
+    """Stage 1 of `cfg`: its camera heads only (no fusion, single frames) on `cameras` (None: the config's),
+    `steps` steps, batch `batch_size` (default: twice the config's). Raises when `cfg` has no camera head."""
+    tasks = tuple(t for t in cfg.model.tasks if t.name not in BEV_TASKS)
+    if not tasks:
+        raise ValueError("a trunk stage trains the camera heads, and model.tasks has none; train without it")
+    model = dataclasses.replace(cfg.model, tasks=tasks)
+    data = dataclasses.replace(cfg.data, cameras=tuple(cameras) if cameras else cfg.data.cameras)
+    return dataclasses.replace(cfg, model=model, data=data, steps=steps, batch_size=batch_size or 2 * cfg.batch_size,
+                               checkpoint_every=steps, init_from=None)
+
+
+def train_two_stage(cfg: ExperimentConfig, out: str | Path, trunk_steps: int, progress: bool = True,
+                    cameras: tuple[str, ...] | None = TRUNK_CAMERAS, overwrite: bool = False, **train_args) -> HydraNet:
+    """Stage 1 (`trunk_stage`, `trunk_steps` steps) into out/trunk, then `cfg` from it into the run folder
+    `out`; returns the trained model. `trunk_steps` 0 trains `cfg` alone. `train_args` go to the second
+    stage's `hydranet.train.train` (e.g. on_step)."""
+    from hydranet.train import train
+
+    out = Path(out)
+    if trunk_steps <= 0:
+        return train(cfg, out, progress=progress, overwrite=overwrite, **train_args)
+    if cfg.init_from is not None:
+        raise ValueError(f"config key 'init_from' ({cfg.init_from}) and a trunk stage both start the run; give one")
+    train(trunk_stage(cfg, trunk_steps, cameras), out / TRUNK_DIR, progress=progress, overwrite=overwrite)
+    return train(cfg, out, progress=progress, overwrite=overwrite, init_from=out / TRUNK_DIR, **train_args)
