@@ -185,6 +185,8 @@ def cmd_train(args) -> None:
         start = int(ckpt["step"])
         for change in check_resume(cfg, ckpt, str(args.resume)):
             print(f"resume: config {change} (applied and recorded in {Path(out) / 'config.json'})")
+    if args.trunk_steps < 0:
+        raise ValueError(f"--trunk-steps {args.trunk_steps}: give N >= 1 trunk steps, or 0 (the default) for none")
     if args.trunk_steps:
         from hydranet.curriculum import train_two_stage
 

@@ -247,6 +247,14 @@ INIT_CASES = [
          stdout=("overfit-batch: frames", "no augmentation", "step 1 -> step 2", "det2d", "trained steps 1..2")),
     Case("resume-overfit-batch", with_flags(resume_with("steps=3"), "--overfit-batch"), 2,
          ("'overfit_batch'", "start a new run"), check=unchanged_checkpoint()),
+    Case("train-trunk-steps-with-resume", with_flags(resume_with("steps=3"), "--trunk-steps", "2"), 2,
+         ("--trunk-steps", "--resume"), check=unchanged_checkpoint()),
+    Case("train-trunk-steps-with-init", with_flags(new_run("steps=1"), "--trunk-steps", "2", "--init", init_from_run), 2,
+         ("--trunk-steps", "--init"), check=no_out),
+    Case("train-trunk-steps-negative", with_flags(new_run("steps=1"), "--trunk-steps", "-3"), 2,
+         ("--trunk-steps -3", "N >= 1"), check=no_out),
+    Case("train-trunk-steps-control", with_flags(new_run("steps=1"), "--trunk-steps", "1"), 0,
+         stdout=("init from", "trunk", "trained steps 1..1"), check=no_temp_left),
 ]
 
 TRAIN_CASES = [
