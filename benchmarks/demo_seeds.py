@@ -7,7 +7,7 @@ Training is seeded and bit-identical on one machine, not across machines (anothe
 round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
 This runs what `make demo` trains and evaluates (hydranet/cli/demo.py: the sim dataset of the demo,
 generated once with its data seed 0 under --out/data; then per training seed the one HydraNet of
-configs/hydranet.yaml, its trunk stage first: six camera heads and det3d with velocity and bevmap on the
+configs/full.yaml, its trunk stage first: six camera heads and det3d with velocity and bevmap on the
 fused BEV grid with its 3-frame video queue) for
 training seeds 0..N-1, each in its own process with OMP_NUM_THREADS=1 and torch threads 1, --jobs at a
 time (default: all at once). The export, INT8 and latency stages of the demo are left out (they do not
@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-STAGE = "hydranet"  # the demo's one trained model: configs/hydranet.yaml
+STAGE = "hydranet"  # the demo's one trained model: configs/full.yaml
 
 
 def collect(stage: str, results: Mapping) -> dict[str, dict]:

@@ -8,7 +8,7 @@ curve per head.
 The data is the demo's (sim seed 0: `--scenes` training scenes and `--val-scenes` held-out scenes of other
 seeds, six cameras at 320x192, 6 frames at 2 Hz), generated once under --out/data. Per training seed the
 recipe of `make demo` runs in this process, seeds one after another, with `--threads` torch threads:
-`hydranet.curriculum.train_two_stage` of configs/hydranet.yaml (the trunk stage, then every head). A copy of
+`hydranet.curriculum.train_two_stage` of configs/full.yaml (the trunk stage, then every head). A copy of
 the run's checkpoint is kept at `--snapshots` evenly spaced steps of the second stage; each is evaluated after
 training (evaluation is not counted). The clock is wall seconds of training (trunk stage included) at
 `--threads` threads: on a quiet 2-core machine with --threads 2, that is the machine's CPU time.
@@ -75,7 +75,7 @@ def run_seed(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_step
     from hydranet.experiment import load_experiment
 
     marks = sorted({max(1, round(steps * (i + 1) / snapshots)) for i in range(snapshots)})
-    cfg = load_experiment(SHIPPED_CONFIGS / "hydranet.yaml", [
+    cfg = load_experiment(SHIPPED_CONFIGS / "full.yaml", [
         f"data.root={data}", f"data.val_root={val}", f"seed={seed}", f"steps={steps}",
         f"checkpoint_every={math.gcd(*marks)}"])
     clock = {"t0": time.perf_counter(), "stage2": None, "taken": {}}
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> dict:
     from hydranet.experiment import load_experiment
 
     torch.set_num_threads(a.threads)
-    steps = a.steps or load_experiment(SHIPPED_CONFIGS / "hydranet.yaml", []).steps
+    steps = a.steps or load_experiment(SHIPPED_CONFIGS / "full.yaml", []).steps
     data, val = make_data(a.out / "data", a.scenes, a.val_scenes)
     per_seed = {}
     for seed in range(a.seeds):

@@ -1,5 +1,5 @@
 """The training recipe's checks (Karpathy, "A Recipe for Training Neural Networks", 2019; DESIGN.md
-convention 11) on the one HydraNet of configs/hydranet.yaml at tiny size: every head's loss at
+convention 11) on the one HydraNet of configs/full.yaml at tiny size: every head's loss at
 initialization is its expected value (heatmaps at the 0.01 prior, BCE heads at their label prior after
 `fit_priors`), a single batch overfits for the BEV heads (det3d, bevmap; the camera heads:
 tests/test_overfit_batch.py), a clip's past frames pass the trunk without gradient, and the trunk stage
@@ -47,7 +47,7 @@ def one_thread():
 
 
 def config(root, *sets):
-    return load_experiment(REPO / "configs" / "hydranet.yaml", [f"data.root={root}", *TINY, *sets])
+    return load_experiment(REPO / "configs" / "full.yaml", [f"data.root={root}", *TINY, *sets])
 
 
 def model_and_batch(root, *sets):
@@ -158,6 +158,6 @@ def test_trunk_stage_is_the_camera_model_of_the_same_trunk(sim, tmp_path):
     assert ckpt["init_from"]["missing"] > 0 and ckpt["init_from"]["unexpected"] == 0
     assert set(trunk) < set(model.state_dict()), "the trunk stage is a part of the full model"
     with pytest.raises(ValueError, match="init_from"):
-        train_two_stage(load_experiment(REPO / "configs" / "hydranet.yaml",
+        train_two_stage(load_experiment(REPO / "configs" / "full.yaml",
                                         [f"data.root={sim}", *TINY, f"init_from={tmp_path / 'run' / 'trunk'}"]),
                         tmp_path / "again", trunk_steps=3, progress=False)

@@ -1,6 +1,6 @@
 """The demo `make demo` runs, end to end on the built-in sim:
 
-generate a dataset and its preview, train the one HydraNet (configs/hydranet.yaml: all six cameras
+generate a dataset and its preview, train the one HydraNet (configs/full.yaml: all six cameras
 through one shared trunk; the six camera heads on every camera, the view transform and a 3-frame
 video queue into the bird's-eye view, det3d with velocity and bevmap on the fused grid), evaluate it
 on held-out scenes against trivial baselines (the nuScenes metrics for det3d), draw the cameras and
@@ -22,7 +22,7 @@ from hydranet.viz import sample_preview, write_png
 from sim.config import SimConfig
 from sim.generate import generate_dataset
 
-HYDRANET = SHIPPED_CONFIGS / "hydranet.yaml"  # package data: works from a wheel
+HYDRANET = SHIPPED_CONFIGS / "full.yaml"  # package data: works from a wheel
 
 
 def _stage(name: str, t0: float) -> float:
@@ -52,7 +52,7 @@ TRUNK_STEPS = 600  # the trunk stage (hydranet.curriculum): the camera heads on 
 
 def train_eval(out: Path, data: Path, val: Path, steps: int | None = None, train_seed: int = 0,
                progress: bool = True, trunk_steps: int = TRUNK_STEPS) -> dict:
-    """Train the one HydraNet (configs/hydranet.yaml: six cameras, every camera head and the fused BEV heads on
+    """Train the one HydraNet (configs/full.yaml: six cameras, every camera head and the fused BEV heads on
     one trunk, a 3-frame video queue; its trunk first trained `trunk_steps` steps with the camera heads,
     `hydranet.curriculum`) into out/run with training seed `train_seed`, evaluate it on `val`
     (out/metrics.json, out/nuscenes_results.json, out/predictions) and print the table; returns the results."""
@@ -64,7 +64,7 @@ def train_eval(out: Path, data: Path, val: Path, steps: int | None = None, train
                           + ([f"steps={steps}", f"checkpoint_every={steps}"] if steps else []))
     train_two_stage(cfg, run, trunk_steps, progress=progress)
     t0 = _stage(f"train ({trunk_steps} trunk steps of the camera heads on 2 cameras, then {cfg.steps} steps of "
-                "configs/hydranet.yaml: 8 heads on one trunk, 6 cameras, video queue of 3)", t0)
+                "configs/full.yaml: 8 heads on one trunk, 6 cameras, video queue of 3)", t0)
     results = evaluate_checkpoint(run, val, out / "metrics.json", out / "predictions", progress=False)
     print(format_table(results))
     _stage("evaluate", t0)

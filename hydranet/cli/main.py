@@ -259,8 +259,27 @@ def cmd_bench(args) -> None:
 
 
 def cmd_viz(args) -> None:
+    if args.targets:
+        import dataclasses
+
+        from hydranet.checkpoint import config_from_checkpoint, load_checkpoint
+        from hydranet.experiment import load_experiment
+        from hydranet.viz_targets import viz_targets
+
+        if (args.config is None) == (args.checkpoint is None):
+            raise ValueError("--targets draws an experiment's training items: give --config FILE or --checkpoint RUN "
+                             "(its config), one of them")
+        cfg = load_experiment(args.config, args.set) if args.config is not None else \
+            config_from_checkpoint(load_checkpoint(args.checkpoint), args.set)
+        if args.data is not None:
+            cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, root=str(args.data)))
+        print(f"wrote {viz_targets(cfg, args.out, args.frame, args.epoch)}")
+        return
     from hydranet.evaluate import viz_checkpoint
 
+    if args.checkpoint is None or args.data is None or args.config is not None or args.set:
+        raise ValueError("viz draws a checkpoint's predictions: give --checkpoint RUN and --data DATASET "
+                         "(--config and --set belong to --targets)")
     print(f"wrote {viz_checkpoint(args.checkpoint, args.data, args.out, args.frame)}")
 
 
@@ -352,11 +371,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--quiet", action="store_true", help="no progress bar")
     ev.set_defaults(func=cmd_eval)
 
-    v = sub.add_parser("viz", help="PNG: predictions next to ground truth for every camera")
-    v.add_argument("--checkpoint", type=Path, required=True)
-    v.add_argument("--data", type=Path, required=True)
+    v = sub.add_parser("viz", help="PNG: predictions next to ground truth for every camera (--targets: the network's "
+                                   "inputs and targets)")
+    v.add_argument("--checkpoint", type=Path, default=None, help="run folder or checkpoint.pt")
+    v.add_argument("--data", type=Path, default=None, help="dataset (--targets: default the config's data.root)")
     v.add_argument("--out", type=Path, default=Path("predictions.png"))
     v.add_argument("--frame", type=int, default=0)
+    v.add_argument("--targets", action="store_true",
+                   help="draw training item --frame as the network sees it (augmented inputs, every head's targets), "
+                        "from --config (or the --checkpoint's config)")
+    v.add_argument("--config", type=Path, default=None, help="--targets: experiment YAML or shipped config name")
+    add_override_option(v)
+    v.add_argument("--epoch", type=int, default=0, help="--targets: the epoch whose augmentation is drawn")
     v.set_defaults(func=cmd_viz)
 
     n = sub.add_parser("eval-nuscenes", help="nuScenes detection metrics (mAP, NDS, TP errors) of a submission file")

@@ -29,16 +29,18 @@ CHANNELS = ("drivable", "lanes", "objects")  # the bev.png channels, in order
 
 class BevMapHead(nn.Module):
     """BEV features (B, C, X, Y) -> {"logits": (B, K, X, Y)}: 3x3 conv-BN-ReLU (x depth), 1x1 conv, plus a
-    learned per-cell logit (K, X, Y) when `grid_shape` is given: the layout prior of the ego frame (a road
-    ahead of the car, kerbs at the sides), as BEVFormer's learned BEV queries carry one, so the features
-    only have to explain how this frame differs from it."""
+    per-cell logit (K, X, Y) when `grid_shape` is given: the layout prior of the ego frame (a road ahead of
+    the car, kerbs at the sides) fitted to the training labels, as BEVFormer's learned BEV queries carry
+    one, so the features only have to explain how this frame differs from it."""
 
     def __init__(self, in_channels: int, num_channels: int, width: int = 32, depth: int = 2,
                  grid_shape: tuple[int, int] | None = None):
         super().__init__()
         self.body = conv_bn_relu(in_channels, width, depth)
         self.out = nn.Conv2d(width if depth else in_channels, num_channels, 1)
-        self.cell_prior = nn.Parameter(torch.zeros(num_channels, *grid_shape)) if grid_shape is not None else None
+        # fitted to the training labels (BevMapTask.fit_prior), not trained: Adam moves every cell's own logit by
+        # about lr a step whatever its gradient, so batches of 2 frames would random-walk the prior away
+        self.register_buffer("cell_prior", torch.zeros(num_channels, *grid_shape) if grid_shape is not None else None)
 
     def forward(self, bev: torch.Tensor) -> dict[str, torch.Tensor]:
         logits = self.out(self.body(bev))  # (B, K, X, Y)

@@ -56,9 +56,9 @@ class CenterPointHead(nn.Module):
 
         self.branches = nn.ModuleDict({"heatmap": branch(num_classes), **{k: branch(c) for k, c in REG.items()}})
         nn.init.constant_(self.branches["heatmap"][-1].bias, HEATMAP_PRIOR_LOGIT)
-        # a learned per-cell heatmap logit (K, X, Y) (zeros: none until fitted): where the ego frame's objects
-        # tend to be (parked cars along the kerbs, traffic ahead), as bevmap's cell prior
-        self.cell_prior = nn.Parameter(torch.zeros(num_classes, *grid_shape)) if grid_shape is not None else None
+        # a per-cell heatmap logit (K, X, Y) fitted to the training labels (zeros until Det3dTask.fit_prior), not
+        # trained: where the ego frame's objects tend to be (parked cars along the kerbs), as bevmap's cell prior
+        self.register_buffer("cell_prior", torch.zeros(num_classes, *grid_shape) if grid_shape is not None else None)
 
     def forward(self, bev: torch.Tensor) -> dict[str, torch.Tensor]:
         x = self.shared(bev)
