@@ -47,7 +47,7 @@ def demo_data(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0) -
     return data, val
 
 
-TRUNK_STEPS = 600  # the trunk stage (hydranet.curriculum): the camera heads on 2 cameras, single frames
+TRUNK_STEPS = 400  # the trunk stage (hydranet.curriculum): the camera heads on 2 cameras, single frames
 
 
 def train_eval(out: Path, data: Path, val: Path, steps: int | None = None, train_seed: int = 0,
