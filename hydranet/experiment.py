@@ -87,6 +87,7 @@ class ExperimentConfig:
     num_workers: int = 0
     device: str = "auto"  # auto | cpu | cuda
     init_from: str | None = None  # a checkpoint whose matching weights start the run (partial load, `--init`); optimizer fresh
+    label_priors: bool = False  # heads start at their label prior (hydranet.train.fit_priors; configs/full.yaml)
     overfit_batch: bool = False  # Karpathy's check: train on the first batch only, every step, no augmentation (`--overfit-batch`)
 
 

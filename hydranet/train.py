@@ -298,7 +298,8 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         start = int(ckpt["step"])
         init = ckpt.get("init_from")
     else:
-        fit_priors(model, frames)  # heads the init checkpoint lacks keep theirs
+        if cfg.label_priors:
+            fit_priors(model, frames)  # heads the init checkpoint lacks keep theirs
         if cfg.init_from is not None:  # partial load: matching weights from there, all else fresh (no RNG drawn)
             init = load_init_weights(model, cfg.init_from)
         if d.world > 1:

@@ -11,8 +11,8 @@ from sim.config import SimConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # bev.yaml, full.yaml and engine_tiny.yaml need a rig in the meta (tests/test_bev_train_eval.py,
-# tests/test_recipe.py and the engine tests train them on generated data); sim.yaml, fleet.yaml and engine.yaml are not experiment configs (their
-# own schemas are tested in test_sim_* and test_engine_*)
+# tests/test_recipe.py and the engine tests train them on generated data); sim.yaml, fleet.yaml and
+# engine.yaml are not experiment configs (their own schemas are tested in test_sim_* and test_engine_*)
 EXPERIMENTS = sorted(p.name for p in CONFIGS.glob("*.yaml")
                      if p.name not in ("sim.yaml", "bev.yaml", "full.yaml", "engine_tiny.yaml", "fleet.yaml", "engine.yaml"))
 

@@ -60,7 +60,7 @@ class BevMapTask(Task):
 
     def __init__(self, in_channels: int, grid: BevGrid, source_grid: BevGrid | None, channels: Sequence[str] = CHANNELS,
                  width: int = 32, depth: int = 2, drivable_fraction: float = 0.5,
-                 pos_weight: Sequence[float] | None = None, threshold: float = 0.5, cell_prior: bool = True):
+                 pos_weight: Sequence[float] | None = None, threshold: float = 0.5, cell_prior: bool = False):
         super().__init__(in_channels, in_stride=1)
         unknown = [c for c in channels if c not in CHANNELS]
         if unknown or not channels:

@@ -32,18 +32,18 @@ from hydranet.tasks.base import (Metric, PrimaryMetric, Task, camera_labels, dec
 from hydranet.viz import draw_camera
 
 _GAUSS_ALPHA = 0.54  # TTFNet: Gaussian sigma = alpha * size / 6
-# heatmap logits start at prior probability 0.01 (RetinaNet, Lin et al. ICCV 2017), not CenterNet's 0.1: with
+# configs/full.yaml starts heatmap logits at prior probability 0.01 (RetinaNet, Lin et al. ICCV 2017), not CenterNet's 0.1: with
 # tens of classes over every cell of 6 cameras and a few peaks a batch, 0.1 makes the negatives' focal term
 # 10-15x every other head's loss at step 1 (signs_lights: 100-200), 0.01 about 100x smaller
 HEATMAP_PRIOR = 0.01
-HEATMAP_PRIOR_LOGIT = math.log(HEATMAP_PRIOR / (1 - HEATMAP_PRIOR))
 
 
 class CenterNetHead(nn.Module):
     """Merged pyramid (stride 8) -> optional 2x upsampling to `out_stride` 4 -> two branches:
     {"heatmap": (B, C, H/s, W/s) class logits, "box": (B, 4, H/s, W/s) dx, dy, log w/s, log h/s}."""
 
-    def __init__(self, in_channels: int, num_classes: int, width: int = 64, in_stride: int = 8, out_stride: int = 4):
+    def __init__(self, in_channels: int, num_classes: int, width: int = 64, in_stride: int = 8, out_stride: int = 4,
+                 prior: float = 0.1):
         super().__init__()
         if in_stride % out_stride:
             raise ValueError(f"det2d out_stride {out_stride} must divide the neck's finest stride {in_stride}")
@@ -56,7 +56,7 @@ class CenterNetHead(nn.Module):
 
         self.heatmap = branch(num_classes)
         self.box = branch(4)
-        nn.init.constant_(self.heatmap[-1].bias, HEATMAP_PRIOR_LOGIT)
+        nn.init.constant_(self.heatmap[-1].bias, math.log(prior / (1 - prior)))  # CenterNet's 0.1 by default
 
     def forward(self, feats: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         x = self.merge(feats)  # (B, C_in, H/8, W/8)
@@ -121,13 +121,13 @@ class Det2dTask(Task):
     def __init__(self, classes: Sequence[str], in_channels: int, in_stride: int = 8, out_stride: int = 4,
                  width: int = 64, heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
                  score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100,
-                 min_size: float = 6.0, min_visibility: float = 0.1):
+                 min_size: float = 6.0, min_visibility: float = 0.1, heatmap_prior: float = 0.1):
         super().__init__(in_channels, in_stride)
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
         self.classes = list(classes)
         self.out_stride = out_stride
-        self.head = CenterNetHead(in_channels, len(self.classes), width, in_stride, out_stride)
+        self.head = CenterNetHead(in_channels, len(self.classes), width, in_stride, out_stride, heatmap_prior)
         self.weights = {"heatmap": heatmap_weight, "offset": offset_weight, "size": size_weight}
         self.score_threshold, self.nms_iou, self.max_detections = score_threshold, nms_iou, max_detections
         # boxes smaller than `min_size` pixels (short side, at the model input size) or less visible

@@ -33,7 +33,7 @@ from hydranet.metrics.nuscenes_detection import merge_sample_states, sample_stat
 from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
                                        write_results)
 from hydranet.tasks.base import Metric, PrimaryMetric, Task, decode_numpy, no_detections, require, score_constant
-from hydranet.tasks.det2d import _GAUSS_ALPHA, HEATMAP_PRIOR, HEATMAP_PRIOR_LOGIT, focal_loss_with_logits
+from hydranet.tasks.det2d import _GAUSS_ALPHA, HEATMAP_PRIOR, focal_loss_with_logits
 
 BOX_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle",
                "barrier", "trailer", "motorcycle")
@@ -55,7 +55,7 @@ class CenterPointHead(nn.Module):
             return nn.Sequential(nn.Conv2d(width, width, 3, padding=1), nn.ReLU(inplace=True), nn.Conv2d(width, cout, 1))
 
         self.branches = nn.ModuleDict({"heatmap": branch(num_classes), **{k: branch(c) for k, c in REG.items()}})
-        nn.init.constant_(self.branches["heatmap"][-1].bias, HEATMAP_PRIOR_LOGIT)
+        nn.init.constant_(self.branches["heatmap"][-1].bias, -2.19)  # prior 0.1 (CenterNet)
         # a per-cell heatmap logit (K, X, Y) fitted to the training labels (zeros until Det3dTask.fit_prior), not
         # trained: where the ego frame's objects tend to be (parked cars along the kerbs), as bevmap's cell prior
         self.register_buffer("cell_prior", torch.zeros(num_classes, *grid_shape) if grid_shape is not None else None)
@@ -116,7 +116,7 @@ class Det3dTask(Task):
     def __init__(self, classes: Sequence[str], in_channels: int, grid: BevGrid, width: int = 64,
                  heatmap_weight: float = 1.0, offset_weight: float = 1.0, height_weight: float = 1.0,
                  size_weight: float = 1.0, rot_weight: float = 1.0, vel_weight: float = 0.5,
-                 min_pixels: int = 1, score_threshold: float = 0.1, max_detections: int = 200, cell_prior: bool = True):
+                 min_pixels: int = 1, score_threshold: float = 0.1, max_detections: int = 200, cell_prior: bool = False):
         super().__init__(in_channels, in_stride=1)
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
