@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from dataset_fixtures import make_sim
 
 import hydranet.train as train_module
@@ -38,14 +37,7 @@ def sim(tmp_path_factory) -> Path:
     return make_sim(tmp_path_factory.mktemp("sim") / "sim")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a 2-core machine shared with another job, two OpenMP threads spin against it
-    (measured: the overfit test took 411 s with 2 threads there, 8 s with 1); restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_every_head_overfits_one_batch(sim, tmp_path, capsys):

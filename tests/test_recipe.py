@@ -38,12 +38,7 @@ def sim(tmp_path_factory) -> Path:
     return generate_dataset(tmp_path_factory.mktemp("recipe") / "sim", SIM, scenes=2, seed=0, progress=False)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def config(root, *sets):

@@ -47,14 +47,7 @@ def camera_run(sim, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a 2-core machine shared with another job, two OpenMP threads spin against it
-    (measured: the overfit test took 411 s with 2 threads there, 8 s with 1); restored afterwards."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_partial_init_loads_the_trunk_and_keeps_the_new_heads_at_their_initialization(sim, camera_run, tmp_path,
