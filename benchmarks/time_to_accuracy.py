@@ -58,6 +58,10 @@ def number(v) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
+def fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
 def make_data(out: Path, scenes: int, val_scenes: int) -> tuple[Path, Path]:
     from sim.config import SimConfig
     from sim.generate import generate_dataset
@@ -102,7 +106,7 @@ def run_seed(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_step
         points.append({"step": m, "seconds": clock["taken"][m], "results": {
             k: results[k] for k in ("primary", "model", "baseline", "higher_is_better")}})
         print(f"[tta] seed {seed} step {m} at {clock['taken'][m]:.0f} s: " + ", ".join(
-            f"{h} {number(results['model'][h][results['primary'][h]]) or float('nan'):.3f}" for h in results["primary"]),
+            f"{h} {fmt(number(results['model'][h][results['primary'][h]]))}" for h in results["primary"]),
               flush=True)
     trunk = (clock["stage2"] - clock["t0"]) if clock["stage2"] else 0.0
     return {"points": points, "trunk_seconds": trunk}
