@@ -156,3 +156,21 @@ def test_trunk_stage_is_the_camera_model_of_the_same_trunk(sim, tmp_path):
         train_two_stage(load_experiment(REPO / "configs" / "full.yaml",
                                         [f"data.root={sim}", *TINY, f"init_from={tmp_path / 'run' / 'trunk'}"]),
                         tmp_path / "again", trunk_steps=3, progress=False)
+
+
+def test_bevmap_cell_prior_keeps_one_cell_wide_lines():
+    """Each cell's prior is its own label rate (one pseudo-count of the channel's rate), not its
+    neighbours': a lane line one cell wide, present in every frame, stays a line in the prior."""
+    from hydranet.bevgrid import BevGrid
+    from hydranet.tasks.bevmap import BevMapTask
+
+    grid = BevGrid((-8.0, 8.0), (-8.0, 8.0), 2.0)  # 8 x 8 cells
+    task = BevMapTask(4, grid, None, channels=("lanes",), cell_prior=True)
+    mask = torch.zeros(10, 1, 8, 8)
+    mask[:, 0, :, 3] = 1.0  # a line along x in column 3 of every frame
+    task.fit_prior({"mask": mask, "valid": torch.ones(10, 8, 8, dtype=torch.bool)})
+    p = torch.sigmoid(task.head.cell_prior[0])  # (X, Y)
+    rate = 1 / 8  # the channel's rate: one column of eight
+    assert torch.allclose(p[:, 3], torch.full((8,), (10 + rate) / 11), atol=1e-5)
+    assert torch.allclose(p[:, [2, 4]], torch.full((8, 2), rate / 11), atol=1e-5)  # neighbours: none of the line
+    assert float(task.head.out.bias.abs().max()) == 0.0
