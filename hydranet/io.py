@@ -8,6 +8,8 @@
 - `atomic_write_text`/`atomic_write_bytes`/`atomic_path`: NAME.tmp-<pid> then rename, so a crash
   never leaves a half-written file; `remove_stale_temps` clears the temps of killed writers.
 - `checkpoint_file`: "a run folder or a checkpoint.pt" -> the checkpoint file.
+- `check_apart`: no output is, contains or sits inside an input (symlinks resolved), checked before
+  anything is written; `check_replaceable`: a file or folder an output replaces is of its own kind.
 - `file_sha256`, `exclusive_lock`.
 """
 from __future__ import annotations
@@ -17,13 +19,14 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from hydranet.rig import check_name
 
-__all__ = ["CHECKPOINT", "PathOutsideRoot", "TMP", "atomic_path", "atomic_write_bytes", "atomic_write_text", "temp_path",
+__all__ = ["CHECKPOINT", "PathOutsideRoot", "RUN_FILES", "TMP", "atomic_path", "check_apart", "check_replaceable",
+           "file_kind", "atomic_write_bytes", "atomic_write_text", "temp_path",
            "check_name", "checkpoint_file", "exclusive_lock", "file_sha256", "frame_path", "path_inside", "pid_alive",
            "read_json", "remove_stale_temps", "replace_folder"]
 
@@ -184,6 +187,84 @@ def checkpoint_file(path: str | Path) -> Path:
     (not checked: each caller says in its own words that it is missing)."""
     path = Path(path)
     return path / CHECKPOINT if path.is_dir() else path
+
+
+RUN_FILES = (CHECKPOINT, "config.json", "retrain.json", "accepted", "trunk")  # what reading a run folder reads
+
+
+def read_parts(path: Path) -> list[Path]:
+    """What reading `path` reads: a run folder (one holding checkpoint.pt) is its RUN_FILES, so an output
+    beside them (RUN/metrics.json, RUN/model.onnx) is fine; any other file or folder is itself."""
+    if (path / CHECKPOINT).is_file():
+        return [path / n for n in RUN_FILES if (path / n).exists()]
+    return [path]
+
+
+def check_apart(outputs: Mapping[str, str | Path | None], inputs: Mapping[str, object],
+                error: type[Exception] = ValueError, refuse: tuple[str, ...] = ("is", "contains", "sits inside")) -> None:
+    """Refuse, before anything is written, an output that is, contains or sits inside an input.
+
+    `outputs` and `inputs` map a name the user knows ("--out", "--videos", "the catalog's fleet") to a
+    path, or (inputs) a list of paths; None and missing paths are skipped. Symlinks are resolved, so a
+    link to the input is the input. `refuse`: which of the three relations are refused (a command whose
+    output folder only gains its own files may allow "contains"). One line naming both paths and what to do.
+    """
+    for oname, out in outputs.items():
+        if out is None:
+            continue
+        real_out = Path(out).resolve()
+        for iname, given in inputs.items():
+            for path in given if isinstance(given, (list, tuple)) else [given]:
+                if path is None or not Path(path).exists():
+                    continue
+                for part in read_parts(Path(path)):
+                    real = part.resolve()
+                    how = ("is" if real == real_out else "contains" if real_out in real.parents
+                           else "sits inside" if real in real_out.parents else None)
+                    if how not in refuse:
+                        continue
+                    shown = f"{part}" + (f" (resolves to {real})" if real != part.absolute() else "")
+                    out_shown = f"{out}" + (f" (resolves to {real_out})" if real_out != Path(out).absolute() else "")
+                    raise error(f"{oname} {out_shown} {how} {iname} {shown}, which this command reads: writing there would "
+                                f"destroy its input; choose {oname} outside it")
+
+
+_MAGIC = ((b"PK\x03\x04", "zip archive (a checkpoint)"), (b"SQLite format 3\x00", "SQLite database (a catalog)"),
+          (b"\x89PNG", "PNG image"), (b"\xff\xd8\xff", "JPEG image"))
+
+
+def file_kind(path: str | Path) -> str:
+    """What an existing file is, from its first bytes (then its suffix): "json", "onnx", "tensorrt", a
+    magic-number kind from _MAGIC, "folder", or "other"."""
+    path = Path(path)
+    if path.is_dir():
+        return "folder"
+    with open(path, "rb") as f:
+        head = f.read(64)
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if path.suffix in (".onnx", ".engine", ".plan"):
+        return "onnx" if path.suffix == ".onnx" else "tensorrt"
+    return "json" if head.lstrip()[:1] in (b"{", b"[") else "other"
+
+
+def check_replaceable(path: str | Path, kind: str, error: type[Exception] = ValueError, flag: str = "--out",
+                      marker: str | None = None) -> None:
+    """An existing `path` that an output would replace must be of the output's own `kind` (file_kind's
+    words; "folder" with `marker`: a folder holding that file, or an empty one); else one line naming it."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    have = file_kind(path) if path.exists() else "other"
+    if kind == "folder" and have == "folder":
+        if marker is None or (path / marker).exists() or not any(path.iterdir()):
+            return
+        raise error(f"{flag} {path} is a folder but not one this command wrote (no {marker} in it); it is never replaced, "
+                    f"even with --overwrite: choose another {flag}")
+    if have != kind:
+        raise error(f"{flag} {path} exists and is a {have}, not the {kind} this command writes; it is never replaced: "
+                    f"choose another {flag}")
 
 
 def remove_stale_temps(folder: Path, dirs: bool = False) -> list[Path]:

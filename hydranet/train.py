@@ -44,7 +44,7 @@ from hydranet.checkpoint import (CHECKPOINT, format_init_report, load_checkpoint
 from hydranet.config import ConfigError, to_dict
 from hydranet.data.sources import check_supervision, open_data, open_sources, run_dataset
 from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_json
-from hydranet.io import remove_stale_temps
+from hydranet.io import check_apart, remove_stale_temps
 from hydranet.loader import Augmenter, Collate, LabelledFrames, SourceBatchSampler, StepBatchSampler, to_device
 from hydranet.models import HydraNet, build_model
 from hydranet.models.partial import leading_rows, split_mask, supervised_targets
@@ -307,6 +307,10 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
             for p in model.parameters():
                 dist.broadcast(p.data, src=0)
     if d.main:  # after the init checks: a refused init leaves an existing run folder as it was
+        # a run folder beside or above its data is fine (a run writes only its own files); in it, not
+        check_apart({"--out": out}, {"data.root": cfg.data.root, "data.val_root": cfg.data.val_root,
+                                     "data.sources": [s.root for s in cfg.data.sources]},
+                    error=ConfigError, refuse=("is", "sits inside"))
         prepare_run_folder(out, resume, overwrite)
         if init is not None and ckpt is None:
             print(format_init_report(init), flush=True)

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from hydranet.cli.engine import add_engine
+from hydranet.cli.paths import check_command_paths
 from hydranet.config import ConfigError, add_override_option, load_config
 from hydranet.rig import RigError
 
@@ -451,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_command_paths(args, command_name(args))
         args.func(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

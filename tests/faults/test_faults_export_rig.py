@@ -85,7 +85,7 @@ CASES = [
          words=("rig.yaml",), check=nothing_written),
     Case("export-rig-lacks-model-camera", lambda t, e: export(t, rig_yaml(t, e, drop_front)),
          words=("rig.yaml", "lacks camera CAM_FRONT", "every camera the model"), check=nothing_written),
-    Case("export-rig-folder-neither", lambda t, e: export(t, t), words=("neither", "dataset.json", "fleet.json"),
+    Case("export-rig-folder-neither", lambda t, e: export(t, (t / "neither").mkdir() or t / "neither"), words=("neither", "dataset.json", "fleet.json"),
          check=nothing_written),
     Case("export-rig-recorded-fleet-other-format", other_format_fleet, words=("fleet.json", "not a recorded fleet"),
          check=nothing_written),
