@@ -198,7 +198,7 @@ class _Labels:
     """The labels of a fleet's frames for a suite: {"labels", "supervises", "label" (provenance)} or None."""
 
     def __init__(self, fleet: Fleet, meta: Mapping[str, Any], accepted: Mapping[tuple[str, int], Mapping[str, Any]]):
-        from hydranet.data.dataset import SIM_HEADS
+        from hydranet.data.sim_reader import SIM_HEADS
 
         self.fleet, self.meta, self.accepted = fleet, meta, accepted
         self.recorded = (fleet.root / RECORDED_FILE).is_file()
@@ -249,7 +249,8 @@ class _Labels:
         return out
 
     def _checked(self, labels: Any, heads: list[str] | None, prov: dict, where: str) -> dict[str, Any]:
-        from hydranet.data.dataset import DatasetError, check_labels
+        from hydranet.data.reader import DatasetError
+        from hydranet.data.sim_reader import check_labels
         from sim.writer import to_json
 
         labels = json.loads(to_json(labels))
@@ -318,7 +319,7 @@ def _sim_frame(fleet: Fleet, clip: str) -> dict[str, dict]:
 def write_slice(dst: Path, fleet: Fleet, meta: Mapping[str, Any], picked: list[tuple[str, dict, dict]],
                 source: Mapping[str, Any], bar=None) -> None:
     """One slice as a sim-format dataset at `dst` (written to dst.tmp-<pid> by the sim's writer, then renamed)."""
-    from hydranet.data.dataset import BEV_FILE, CHANNEL_SUFFIX
+    from hydranet.data.sim_reader import BEV_FILE, CHANNEL_SUFFIX
     from sim.writer import DatasetWriter
 
     cameras = [str(c["name"]) for c in meta["rig"]["cameras"]]

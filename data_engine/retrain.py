@@ -134,7 +134,7 @@ def _check_recorded(root: Path, clip: str, fdir: str, cameras: list[str]) -> Non
 def supervised(payload: Mapping[str, Any], source: str, recorded: bool) -> list[str]:
     """The heads an accepted label supervises: the sim oracle's exact truth all the sim's heads; a dataset's own
     annotations (the stand-in oracle of a recorded fleet) the heads it names; a person's 2D boxes HUMAN_HEADS."""
-    from hydranet.data.dataset import SIM_HEADS
+    from hydranet.data.sim_reader import SIM_HEADS
 
     if source != "oracle":
         return list(HUMAN_HEADS)
@@ -171,7 +171,8 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
     from tqdm import tqdm
 
     from hydranet.io import remove_stale_temps
-    from hydranet.data.dataset import BEV_FILE, CHANNEL_SUFFIX, DatasetError, check_labels
+    from hydranet.data.reader import DatasetError
+    from hydranet.data.sim_reader import BEV_FILE, CHANNEL_SUFFIX, check_labels
     from sim.writer import DatasetWriter
 
     if not isinstance(catalog, Catalog):

@@ -254,7 +254,8 @@ def _entry_key(frame_dir: Path, cameras: list[str], payload: Mapping[str, Any]) 
 
 
 def _check_payload(frame_dir: Path, payload: Any, meta: Mapping[str, Any]) -> None:
-    from hydranet.data.dataset import DatasetError, check_labels
+    from hydranet.data.reader import DatasetError
+    from hydranet.data.sim_reader import check_labels
 
     cams = {str(c["name"]): (int(c["width"]), int(c["height"])) for c in meta["rig"]["cameras"]}
     if not isinstance(payload, Mapping) or not isinstance(payload.get("cameras"), Mapping):

@@ -40,7 +40,7 @@ def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = 
     map (`hydranet.data.sources.cross_mapped`: classes renamed to the model's, those without a
     counterpart dropped, heads whose label names have none unscored); `model_classes`: the model's
     class list (its checkpoint meta), else its heads'."""
-    from hydranet.data.dataset import DatasetError
+    from hydranet.data.reader import DatasetError
     from hydranet.experiment import check_heads
 
     try:
