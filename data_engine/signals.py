@@ -56,7 +56,7 @@ import numpy as np
 from hydranet.decoding import NonFiniteError, box_iou, first_non_finite, sigmoid
 from hydranet.heads import HEADS, PEAK_TOP_K, UNCERTAIN_BAND, signal_columns
 from hydranet.heads import entropy  # noqa: F401 (data_engine.signals.entropy: H(p) of the docstring)
-from hydranet.geometry import Distortion, distortion_from_row
+from hydranet.geometry import Distortion, boxes_corners, distortion_from_row
 from hydranet.geometry import project as project_camera
 
 # signals across heads (temporal, geometric, model disagreement), computed here; every head's own
@@ -124,18 +124,6 @@ def match(a: np.ndarray, la: np.ndarray, b: np.ndarray, lb: np.ndarray, thr: flo
 
 def f1_disagreement(n_a: int, n_b: int, matched: int) -> float:
     return 0.0 if n_a + n_b == 0 else 1.0 - 2.0 * matched / (n_a + n_b)
-
-
-def box_corners(boxes: np.ndarray) -> np.ndarray:
-    """(M, >=7) x, y, z (centre), l, w, h, yaw -> (M, 8, 3) corners in the ego frame."""
-    b = np.asarray(boxes, np.float64)
-    sx, sy, sz = (np.array([1, 1, 1, 1, -1, -1, -1, -1]), np.array([1, -1, 1, -1, 1, -1, 1, -1]),
-                  np.array([1, 1, -1, -1, 1, 1, -1, -1]))
-    local = np.stack([sx[None] * b[:, 3:4] / 2, sy[None] * b[:, 4:5] / 2, sz[None] * b[:, 5:6] / 2], -1)  # (M, 8, 3)
-    c, s = np.cos(b[:, 6])[:, None], np.sin(b[:, 6])[:, None]
-    x = c * local[..., 0] - s * local[..., 1]
-    y = s * local[..., 0] + c * local[..., 1]
-    return np.stack([x, y, local[..., 2]], -1) + b[:, None, :3]
 
 
 def project(points_ego: np.ndarray, K: np.ndarray, cam2ego: np.ndarray,
@@ -297,7 +285,7 @@ def _geometry(info: ModelInfo, dets2d, dets3d, decoded, sig: dict, H: int, W: in
         confident = sum(len(b) for b, _ in dets2d)
         sig["box2d_vs_3d"] = 1.0 if confident else 0.0
         return
-    corners = box_corners(boxes3d)  # (M, 8, 3)
+    corners = boxes_corners(boxes3d)  # (M, 8, 3)
     ious, depth_err = [], []
     inside = np.zeros((len(boxes3d), len(info.cameras)), bool)
     centre_px = np.zeros((len(boxes3d), len(info.cameras), 2))

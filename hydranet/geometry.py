@@ -273,15 +273,26 @@ def quaternion_to_matrix(q) -> np.ndarray:
     ])
 
 
+# a box's 8 corners in its own frame, in units of half its size: bottom face first, counter-clockwise from front-left
+_CORNER_SIGNS = np.array([[1, 1, -1], [1, -1, -1], [-1, -1, -1], [-1, 1, -1],
+                          [1, 1, 1], [1, -1, 1], [-1, -1, 1], [-1, 1, 1]], np.float64)  # (8, 3)
+
+
+def boxes_corners(boxes: np.ndarray) -> np.ndarray:
+    """(M, >=7) rows x, y, z (centre), l, w, h (along the box's x, y, z), yaw about z -> (M, 8, 3)
+    corners: bottom face first, counter-clockwise from front-left (`box_corners`' order)."""
+    b = np.asarray(boxes, np.float64).reshape(-1, max(np.shape(boxes)[-1], 7))
+    local = _CORNER_SIGNS[None] * b[:, None, 3:6] / 2  # (M, 8, 3)
+    c, s = np.cos(b[:, 6])[:, None], np.sin(b[:, 6])[:, None]
+    x = c * local[..., 0] - s * local[..., 1]
+    y = s * local[..., 0] + c * local[..., 1]
+    return np.stack([x, y, local[..., 2]], -1) + b[:, None, :3]
+
+
 def box_corners(center, size, yaw: float) -> np.ndarray:
-    """8 corners (8, 3) of a box with `size` = (length, width, height) along (x, y, z) of its
+    """8 corners (8, 3) of one box with `size` = (length, width, height) along (x, y, z) of its
     own frame, rotated by `yaw` about z. Bottom face first, counter-clockwise from front-left."""
-    l, w, h = size
-    x = np.array([1, 1, -1, -1, 1, 1, -1, -1]) * l / 2
-    y = np.array([1, -1, -1, 1, 1, -1, -1, 1]) * w / 2
-    z = np.array([-1, -1, -1, -1, 1, 1, 1, 1]) * h / 2
-    pts = np.stack([x, y, z], axis=1)
-    return pts @ rot_z(yaw).T + np.asarray(center, dtype=np.float64)
+    return boxes_corners(np.array([*center, *size, yaw], np.float64)[None])[0]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ import pytest
 
 from data_engine.catalog import Catalog, CatalogError
 from data_engine.mining import k_center_greedy, percentile_rank
-from data_engine.signals import ClipState, ModelInfo, box_corners, entropy, frame_signals, project
+from data_engine.signals import ClipState, ModelInfo, entropy, frame_signals, project
+from hydranet.geometry import boxes_corners
 from data_engine.triggers import build_triggers, registry
 
 K = np.array([[50.0, 0, 48], [0, 50.0, 32], [0, 0, 1]])
@@ -61,7 +62,7 @@ def test_jitter_is_zero_for_smooth_motion_and_high_for_shaking_boxes():
 
 def test_box2d_vs_3d_agrees_on_the_exact_projection():
     box = [10.0, 0.0, 1.5, 4.0, 2.0, 1.5, 0.0, 0.0, 0.0]  # a car 10 m ahead
-    uv, z = project(box_corners(np.array([box])), K, CAM2EGO)
+    uv, z = project(boxes_corners(np.array([box])), K, CAM2EGO)
     proj = [*uv[0].min(0), *uv[0].max(0)]
     depth = np.full((64, 96), 10.0, np.float32)
     agree = run([{"det2d": [det2d(proj)], "det3d": [det3d(box)], "depth": [{"depth": depth}]}])[0]
@@ -72,7 +73,7 @@ def test_box2d_vs_3d_agrees_on_the_exact_projection():
 
 def test_cross_camera_disagreement_in_the_overlap():
     box = [10.0, 0.0, 1.5, 4.0, 2.0, 1.5, 0.0, 0.0, 0.0]  # two cameras with the same view: a full overlap
-    uv, _ = project(box_corners(np.array([box])), K, CAM2EGO)
+    uv, _ = project(boxes_corners(np.array([box])), K, CAM2EGO)
     proj = [*uv[0].min(0), *uv[0].max(0)]
     both = run([{"det2d": [det2d(proj), det2d(proj)], "det3d": [det3d(box)]}], n_cams=2)[0]
     one = run([{"det2d": [det2d(proj), det2d()], "det3d": [det3d(box)]}], n_cams=2)[0]

@@ -180,3 +180,14 @@ def test_box_corners():
     np.testing.assert_allclose(np.ptp(c, 0), [2, 4, 1.5], atol=1e-12)
     np.testing.assert_allclose(c[:4, 2], 0.0, atol=1e-12)  # bottom face first
     np.testing.assert_allclose(c[0], [1 - 1, 2 + 2, 0], atol=1e-12)  # front-left: front = +y after the turn
+
+
+def test_boxes_corners_is_box_corners_per_row():
+    """The batched corners (the engine's signals) in the same order as one box's (labels, pictures)."""
+    from hydranet.geometry import boxes_corners
+
+    rows = np.array([[1.0, 2.0, 0.75, 4.0, 2.0, 1.5, 0.3, 9.9], [-3.0, 0.5, 1.0, 1.0, 0.6, 1.8, -2.0, 0.0]])
+    got = boxes_corners(rows)
+    assert got.shape == (2, 8, 3)
+    for r, c in zip(rows, got):
+        np.testing.assert_allclose(c, box_corners(r[:3], r[3:6], r[6]), atol=1e-12)
