@@ -175,7 +175,7 @@ class LoopConfig:
 @dataclass(frozen=True)
 class EngineConfig:
     """configs/engine.yaml, every section."""
-    triggers: dict[str, TriggerParams] = field(default_factory=dict)  # empty: every registered trigger, defaults
+    triggers: dict[str, TriggerParams] = field(default_factory=dict)  # overrides: every registered trigger runs
     mining: MiningConfig = field(default_factory=MiningConfig)
     retrain: RetrainConfig = field(default_factory=RetrainConfig)
     suites: SuitesConfig = field(default_factory=SuitesConfig)  # data_engine/suites.py: the frozen scenario suites

@@ -62,8 +62,12 @@ class Journal:
             have = self.data.get("identity") or {}
             if isinstance(have.get("config"), dict):  # a journal written before a config key existed holds its default
                 from data_engine.config import EngineConfig
+                from data_engine.triggers import overrides_only
 
                 have["config"] = with_defaults(have["config"], json.loads(json.dumps(asdict(EngineConfig()))))
+                for config in (have["config"], want.get("config")):  # triggers: overrides of the table, defaults dropped
+                    if isinstance(config, dict) and isinstance(config.get("triggers"), dict):
+                        config["triggers"] = overrides_only(config["triggers"])
             if have != want:
                 diff = differing_keys(have, want)
                 raise LoopError(f"{out} holds a loop run with another production model or config ({self.path}; differing: "

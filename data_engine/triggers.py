@@ -114,21 +114,24 @@ def registry() -> dict[str, Trigger]:
 
 
 def build_triggers(params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Trigger]:
-    """The triggers named in `params` ({name: {threshold, quota, enabled}}), or all registered ones."""
+    """Every registered trigger, in the table's order, with its overrides from `params` ({name: {threshold,
+    quota, enabled}}, configs/engine.yaml's `triggers:`): a registered trigger runs with the table's
+    threshold and quota unless an override changes them or says `enabled: false`; an override naming an
+    unknown trigger or parameter is an error."""
     known = registry()
-    if not params:
-        return list(known.values())
+    params = dict(params or {})
+    unknown = [n for n in params if n not in known]
+    if unknown:
+        raise ValueError(f"unknown trigger '{unknown[0]}'; known triggers: {sorted(known)}")
     out = []
-    for name, p in params.items():
-        if name not in known:
-            raise ValueError(f"unknown trigger '{name}'; known triggers: {sorted(known)}")
-        p = dict(p or {})
+    for name, trigger in known.items():
+        p = dict(params.get(name) or {})
         if not p.pop("enabled", True):
             continue
         bad = sorted(set(p) - {"threshold", "quota"})
         if bad:
             raise ValueError(f"trigger '{name}': unknown parameter '{bad[0]}'; allowed: threshold, quota, enabled")
-        t = dataclasses.replace(known[name], **p)
+        t = dataclasses.replace(trigger, **p)
         if isinstance(t.threshold, bool) or not isinstance(t.threshold, (int, float)) or not math.isfinite(t.threshold):
             raise ValueError(f"trigger '{name}': threshold must be a finite number, got {t.threshold!r} (a NaN threshold "
                              "never fires)")
@@ -137,6 +140,19 @@ def build_triggers(params: Mapping[str, Mapping[str, Any]] | None = None) -> lis
         if t.quota < 1:
             raise ValueError(f"trigger '{name}': quota must be at least 1, got {t.quota}")
         out.append(t)
+    return out
+
+
+def overrides_only(params: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`params` without the values that equal the table's own (a config written when configs/engine.yaml listed
+    every trigger with its defaults means the same as an empty one): {name: {key: value}} of real overrides."""
+    known, out = registry(), {}
+    for name, p in params.items():
+        t = known.get(name)
+        kept = {k: v for k, v in (p or {}).items() if v is not None and not (
+            t is not None and ((k == "enabled" and v is True) or (k in ("threshold", "quota") and v == getattr(t, k))))}
+        if kept or t is None:
+            out[name] = kept
     return out
 
 

@@ -66,11 +66,27 @@ def test_the_table_gives_the_same_hits_as_the_modules(tmp_path):
 
 def test_config_parameters_give_the_same_hits_as_the_modules(tmp_path):
     cat = write_fixture_catalog(tmp_path / "c.db")
-    triggers = build_triggers(QUOTAS)
-    assert [t.name for t in triggers] == ["flicker", "novelty", "accel"]
+    triggers = build_triggers(QUOTAS)  # overrides: the others run with their table's parameters, jitter is off
+    assert [t.name for t in triggers] == [n for n in DECLARED if n != "jitter"]
     _, hits = fire_all(cat, triggers)
     assert len(hits["flicker"]) == 3 and len(hits["novelty"]) == 5
-    assert digest(hits) == EXPECTED_QUOTA_DIGEST
+    assert digest({n: hits[n] for n in ("flicker", "novelty", "accel")}) == EXPECTED_QUOTA_DIGEST
+    assert {n: len(hits[n]) for n in hits if n not in QUOTAS} == {n: k for n, k in EXPECTED_COUNTS.items() if n not in QUOTAS}
+
+
+def test_a_new_row_runs_without_a_config(monkeypatch):
+    """A trigger added to the table runs by default: the shipped config holds overrides only."""
+    import dataclasses
+
+    from data_engine import triggers as trig
+    from data_engine.config import EngineConfig
+    from hydranet.config import load_config
+
+    extra = dataclasses.replace(registry()["flicker"], name="flicker_twice", threshold=2)
+    monkeypatch.setattr(trig, "TRIGGERS", {**registry(), "flicker_twice": extra})
+    cfg = load_config(EngineConfig, "engine", [])
+    assert "flicker_twice" in [t.name for t in build_triggers(cfg.trigger_params())]
+    assert "flicker_twice" in [t.name for t in build_triggers({"jitter": {"quota": 3}})]  # an override of another
 
 
 def test_unknown_trigger_lists_the_known_ones():
@@ -85,3 +101,24 @@ def test_fixture_catalog_is_a_plain_catalog(tmp_path):
     db = sqlite3.connect(str(p))
     assert db.execute("SELECT count(*) FROM signals WHERE status = 'ok'").fetchone()[0] == 39
     db.close()
+
+
+def test_a_loop_journal_that_listed_every_trigger_resumes_under_overrides_only(tmp_path):
+    """A loop run started when configs/engine.yaml listed the 13 triggers with their defaults holds them in its
+    journal: the same run under the overrides-only config resumes; a real change is refused naming it."""
+    import json
+    from dataclasses import asdict
+
+    from data_engine.config import EngineConfig
+    from data_engine.loop import JOURNAL, Journal, LoopError
+
+    now = {"production": None, "config": asdict(EngineConfig())}
+    listed = json.loads(json.dumps(now))
+    listed["config"]["triggers"] = {n: {"threshold": t.threshold, "quota": t.quota, "enabled": None}
+                                    for n, t in registry().items()}
+    (tmp_path / JOURNAL).write_text(json.dumps({"identity": listed, "rounds": []}))
+    Journal(tmp_path, now)  # same meaning: resumes
+    listed["config"]["triggers"]["flicker"]["quota"] = 7
+    (tmp_path / JOURNAL).write_text(json.dumps({"identity": listed, "rounds": []}))
+    with pytest.raises(LoopError, match="config.triggers.flicker"):
+        Journal(tmp_path, now)
