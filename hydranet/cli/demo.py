@@ -55,7 +55,7 @@ def train_eval(out: Path, data: Path, val: Path, steps: int | None = None, train
     """Train the one HydraNet (configs/full.yaml: six cameras, every camera head and the fused BEV heads on
     one trunk, a 3-frame video queue; its trunk first trained `trunk_steps` steps with the camera heads,
     `hydranet.curriculum`) into out/run with training seed `train_seed`, evaluate it on `val`
-    (out/metrics.json, out/nuscenes_results.json, out/predictions) and print the table; returns the results."""
+    (out/metrics.json; out/predictions: det2d COCO JSON, det3d nuScenes submission) and print the table; returns the results."""
     run = out / "run"
     if run.exists():
         shutil.rmtree(run)
@@ -92,7 +92,7 @@ def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, st
 
     results = train_eval(out, data, val, steps, train_seed)
     t0 = time.perf_counter()
-    print(f"wrote {out / 'metrics.json'}, {out / 'nuscenes_results.json'} (nuScenes submission format) and "
+    print(f"wrote {out / 'metrics.json'}, {out / 'predictions' / 'nuscenes_results.json'} (nuScenes submission format) and "
           f"{viz_checkpoint(run, val, out / 'predictions.png', frame=5)}")
     t0 = _stage("picture", t0)
 
