@@ -146,6 +146,9 @@ class Loop:
         self.catalog = self.out / "catalog.sqlite"
         self.suites = Path(suites) if suites is not None else self.out / "suites"
         self.fleets = Path(fleets) if fleets is not None else None
+        if self.fleets is not None and not self.fleets.is_dir():  # refused before anything is written
+            raise LoopError(f"--fleets {self.fleets} is not a folder; give the folder that holds one fleet per round "
+                            f"({self.fleets}/r000, r001, ...)")
         identity = {"production": str(Path(production).resolve()) if production else None, "config": asdict(self.cfg),
                     "suites": str(self.suites.resolve()), "fleets": str(self.fleets.resolve()) if self.fleets else None}
         if production is None and not (self.out / JOURNAL).exists():
@@ -203,6 +206,10 @@ class Loop:
             return self._run(rounds)
 
     def _run(self, rounds: int) -> list[dict[str, Any]]:
+        if self.fleets is not None:  # every round's fleet is there before the set-up exports and promotes anything
+            for r in range(rounds):
+                if "fleet" not in self.journal.round(r)["done"]:
+                    self.round_fleet(r)
         self.setup()
         summaries = []
         for r in range(rounds):
@@ -223,6 +230,16 @@ class Loop:
     def done(self, r: int, stage: str) -> dict[str, Any]:
         return self.journal.round(r)["done"][stage]
 
+    def round_fleet(self, r: int) -> Path:
+        """--fleets/rNNN, the fleet of round r; LoopError when it is not a fleet."""
+        from data_engine.fleet import RECORDED_FILE
+
+        fleet = self.fleets / f"r{r:03d}"
+        if not any((fleet / f).is_file() for f in ("dataset.json", RECORDED_FILE)):
+            raise LoopError(f"{fleet} is not a fleet (no dataset.json or {RECORDED_FILE}); render one with `hydranet engine "
+                            f"fleet --out {fleet}` or ingest recordings with `hydranet engine ingest --out {fleet}`")
+        return fleet
+
     # -- the stages ------------------------------------------------------------------------------------
     def stage_fleet(self, r: int, rdir: Path) -> dict[str, Any]:
         from data_engine.fleet import generate_fleet
@@ -230,10 +247,7 @@ class Loop:
         if self.fleets is not None:  # rendered or recorded fleets, one per round
             from data_engine.fleet import RECORDED_FILE, Fleet, FleetError
 
-            fleet = self.fleets / f"r{r:03d}"
-            if not any((fleet / f).is_file() for f in ("dataset.json", RECORDED_FILE)):
-                raise LoopError(f"{fleet} is not a fleet (no dataset.json or {RECORDED_FILE}); render one with `hydranet engine "
-                                f"fleet --out {fleet}` or ingest recordings with `hydranet engine ingest --out {fleet}`")
+            fleet = self.round_fleet(r)
             try:
                 clips = len(Fleet(fleet).clip_names)
             except FleetError as e:

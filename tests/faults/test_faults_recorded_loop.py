@@ -48,6 +48,20 @@ def not_a_fleet(tmp: Path, env) -> list:
     return run(tmp)
 
 
+def fleets_missing(tmp: Path, env) -> list:
+    return run(tmp)  # no tmp/fleets at all
+
+
+def nothing_exported(tmp: Path) -> None:
+    """Refused before the set-up: no catalog, no exported model (a second round's missing fleet too)."""
+    assert not (tmp / "loop" / "catalog.sqlite").exists() and not (tmp / "loop" / "models").exists()
+
+
+def second_round_missing(tmp: Path, env) -> list:
+    fleets(tmp)
+    return [*run(tmp), "--rounds", "2"]
+
+
 def broken_fleet_json(tmp: Path, env) -> list:
     (fleets(tmp) / "r000" / "fleet.json").write_text("{half")
     return run(tmp)
@@ -103,7 +117,10 @@ def waiting(tmp: Path) -> None:
 
 
 CASES = [
-    Case("round-folder-not-a-fleet", not_a_fleet, words=("r000", "not a fleet", "engine ingest"), check=no_labels),
+    Case("round-folder-not-a-fleet", not_a_fleet, words=("r000", "not a fleet", "engine ingest"), check=nothing_exported),
+    Case("fleets-folder-missing", fleets_missing, words=("--fleets", "not a folder", "r000"),
+         check=lambda t: None if not (t / "loop").exists() else pytest.fail("the loop folder was created")),
+    Case("second-round-fleet-missing", second_round_missing, words=("r001", "not a fleet"), check=nothing_exported),
     Case("recorded-fleet-json-broken", broken_fleet_json, words=("fleet.json", "not valid json", "ingest"), check=no_labels),
     Case("recorded-fleet-recordings-gone", recordings_gone, words=("fleet.json", "gone", "ingest again"), check=no_labels),
     Case("oracle-on-camera-videos", oracle_on_videos, words=("oracle", "video recordings", "--backend files"),
