@@ -252,8 +252,15 @@ class Catalog:
 
     # -- reading ----------------------------------------------------------------------------------
     def latest_run(self, run_id: int | None = None) -> int:
-        row = self.db.execute("SELECT id FROM shadow_runs WHERE id = ?" if run_id else
-                              "SELECT id FROM shadow_runs ORDER BY id DESC LIMIT 1", (run_id,) if run_id else ()).fetchone()
+        """`run_id` if the catalog holds it; by default the newest run with a frame that shadowed fine, so a run
+        refused for non-finite outputs (every frame 'bad') never becomes what mine, report and triggers read
+        while a good one exists; the newest run of all when none is good."""
+        if run_id:
+            row = self.db.execute("SELECT id FROM shadow_runs WHERE id = ?", (run_id,)).fetchone()
+        else:
+            row = self.db.execute("SELECT r.id FROM shadow_runs r WHERE EXISTS (SELECT 1 FROM signals s WHERE "
+                                  "s.run_id = r.id AND s.status = 'ok') ORDER BY r.id DESC LIMIT 1").fetchone() or \
+                self.db.execute("SELECT id FROM shadow_runs ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:
             raise CatalogError(f"catalog {self.path} holds no shadow run{f' {run_id}' if run_id else ''}; run "
                                "`hydranet engine shadow --model M --fleet F --catalog C` first")

@@ -230,6 +230,21 @@ def test_a_nan_model_marks_every_clip_bad_and_stores_no_signals(env, tmp_path, h
     assert (e.value.stats["done_before"], e.value.stats["frames"]) == (3, 0)
 
 
+def test_a_refused_nan_run_is_not_the_default_run(env, tmp_path):
+    """After a good run, a NaN model's refused run (every frame 'bad') is not what mine, report and triggers
+    read by default: the last good run is; named with --run it is still there."""
+    from data_engine.shadow import BadClipsError
+
+    cat = tmp_path / "c.db"
+    run_shadow(env["model"], env["fleet"], cat, workers=1, progress=False)
+    with pytest.raises(BadClipsError):
+        run_shadow(_with_nan_weight(env["model"], tmp_path / "nan.onnx", "det2d"), env["fleet"], cat, workers=1,
+                   progress=False)
+    with Catalog(cat) as c:
+        runs = [r for (r,) in c.db.execute("SELECT id FROM shadow_runs ORDER BY id")]
+        assert len(runs) == 2 and c.latest_run() == runs[0] and c.latest_run(runs[1]) == runs[1]
+
+
 @pytest.mark.parametrize("strategy", [s for s in STRATEGIES if s not in OFFLINE])  # offline: test_engine_intervals.py
 @pytest.mark.parametrize("unit", ["frame", "clip"])
 def test_mining_respects_the_budget_without_repeats(env, tmp_path, strategy, unit):
