@@ -297,9 +297,15 @@ def rig_line(source: Mapping[str, Any]) -> str:
     if r.get("bev_coverage") is None:
         return (f"rig {r['name']} ({r['from']}): the model's cameras found and recorded (camera-only model: nothing "
                 "in it is bound to the calibration)")
-    cam, d = max(r["change"].items(), key=lambda kv: (kv[1]["moved_m"], kv[1]["turned_deg"], kv[1]["K_px"]))
+    cam, d = max(r["change"].items(), key=lambda kv: (kv[1]["moved_m"], kv[1]["turned_deg"], kv[1]["K_px"],
+                                                       kv[1].get("lens", 0.0)))
+    lenses = sorted(c for c, v in r["change"].items() if v.get("lens", 0.0) > 1e-9)
     what = (f"largest change: {cam} moved {100 * d['moved_m']:.1f} cm, turned {d['turned_deg']:.2f} deg, K "
             f"{d['K_px']:.2f} px" if max(d.values()) > 1e-6 else "the trained calibration (tables unchanged)")
+    if lenses and not any(d[k] > 1e-6 for k in ("moved_m", "turned_deg", "K_px")):
+        what = f"another lens on {', '.join(lenses)}; mounts and K unchanged"
+    elif lenses:
+        what += f"; another lens on {', '.join(lenses)}"
     return (f"rig {r['name']} ({r['from']}; trained on rig {r['trained_rig']}): view transform tables rebuilt from its "
             f"calibration ({what}), weights unchanged; BEV cells seen {100 * r['bev_coverage']:.0f}%")
 

@@ -453,7 +453,8 @@ def rig_from_path(path: str | Path) -> Rig:
 
 def calibration_difference(a: Rig, b: Rig) -> dict[str, dict[str, float]]:
     """Per camera of `a` found in `b` (by name; give both at one image size): the largest intrinsics difference
-    in pixels, how far it is mounted away (metres) and turned (degrees)."""
+    in pixels, how far it is mounted away (metres) and turned (degrees), and its lens: 1.0 where the lens
+    model differs (a pinhole against a fisheye), else the largest distortion coefficient difference."""
     by = {c.name: c for c in b.cameras}
     out = {}
     for c in a.cameras:
@@ -463,5 +464,13 @@ def calibration_difference(a: Rig, b: Rig) -> dict[str, dict[str, float]]:
             sin = np.linalg.norm([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]]) / 2
             out[c.name] = {"K_px": float(np.abs(c.K - d.K).max()),
                            "moved_m": float(np.linalg.norm(c.cam2ego[:3, 3] - d.cam2ego[:3, 3])),
-                           "turned_deg": float(np.degrees(np.arctan2(sin, (np.trace(R) - 1) / 2)))}
+                           "turned_deg": float(np.degrees(np.arctan2(sin, (np.trace(R) - 1) / 2))),
+                           "lens": _lens_difference(c.distortion, d.distortion)}
     return out
+
+
+def _lens_difference(a, b) -> float:
+    """1.0 for another lens model (None: a pinhole), else the largest coefficient difference."""
+    if (a.model if a is not None else "pinhole") != (b.model if b is not None else "pinhole"):
+        return 1.0
+    return 0.0 if a is None else float(np.abs(np.subtract(a.coeffs, b.coeffs)).max())

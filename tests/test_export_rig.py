@@ -214,3 +214,22 @@ def test_both_view_transforms_rebuild_their_tables_from_meta_for_rig(method):
         assert all(torch.equal(p, q) for p, q in zip(m.parameters(), base.parameters()))
         equal = [torch.equal(getattr(m.fusion.view, n), getattr(base.fusion.view, n)) for n in base.fusion.view.table_names]
         assert all(equal) if same else not all(equal)
+
+
+def test_another_lens_is_named_not_called_the_trained_calibration():
+    """A fleet whose CAM_FRONT is a fisheye at the same mount and K: the tables are rebuilt for its lens, and the
+    line says so (it said "the trained calibration (tables unchanged)")."""
+    import dataclasses
+
+    from hydranet.geometry import Distortion
+    from hydranet.rig import calibration_difference, load_rig
+
+    trained = load_rig("nuscenes6")
+    front = trained.cameras[0]
+    fisheye = dataclasses.replace(front, distortion=Distortion("fisheye", (0.05, 0.01, 0.0, 0.0)))
+    other = dataclasses.replace(trained, cameras=(fisheye, *trained.cameras[1:]))
+    change = calibration_difference(trained, other)
+    assert change[front.name]["lens"] == 1.0 and all(d["lens"] == 0.0 for c, d in change.items() if c != front.name)
+    line = rig_line({"rig": {"name": "dash", "from": "fleet", "trained_rig": trained.name, "bev_coverage": 0.5,
+                             "change": change}})
+    assert f"another lens on {front.name}" in line and "tables unchanged" not in line
