@@ -358,6 +358,7 @@ def gate(candidate: str | Path, production: str | Path, suites_dir: str | Path, 
     if missing:
         raise GateError(f"gate.targeted names slice {missing[0]!r}, not a suite of {suites_dir} ({list(info['suites'])})")
     cand, prod = checkpoint_file(candidate), checkpoint_file(production)
+    check_held_out(info["index"], {"candidate": cand, "production": prod})
     tables = {who: suite_table(p, suites_dir, catalog, progress, info["suites"]) for who, p in (("candidate", cand),
                                                                                                  ("production", prod))}
     report = decide(tables["candidate"], tables["production"], rule, state_metrics(cand) if rule.resamples else None)
@@ -372,6 +373,25 @@ def gate(candidate: str | Path, production: str | Path, suites_dir: str | Path, 
                            "VALUES (?, ?, ?, ?, ?, ?)", (*ids, report["suites"]["dir"], json.dumps(report),
                                                          report["verdict"], time.time()))
     return report
+
+
+def check_held_out(index: Mapping[str, Any], checkpoints: Mapping[str, Path]) -> None:
+    """Refuse a slice frozen from a fleet that a checkpoint trained on (a data root of its config): its frames
+    are not held out, and a gate on them would reward memorizing them. GateError naming slice, fleet and model."""
+    fleets = {name: Path(s["source"]["fleet"]).resolve() for name, s in index.get("slices", {}).items()
+              if isinstance(s.get("source"), Mapping) and s["source"].get("kind") == "fleet" and s["source"].get("fleet")}
+    if not fleets:
+        return
+    from hydranet.checkpoint import config_from_checkpoint, load_checkpoint
+
+    for who, ckpt in checkpoints.items():
+        data = config_from_checkpoint(load_checkpoint(ckpt)).data
+        roots = {Path(r).resolve() for r in (data.root, data.val_root, *(s.root for s in data.sources)) if r}
+        for name, fleet in fleets.items():
+            if fleet in roots:
+                raise GateError(f"slice {name!r} is frozen from fleet {fleet}, which the {who} {ckpt} trained on (a data "
+                                "root of its config): its frames are not held out; freeze the slice from another fleet "
+                                "(`hydranet engine suites --from-fleet`) or gate on rendered suites")
 
 
 def state_metrics(checkpoint: str | Path) -> dict[str, Any]:

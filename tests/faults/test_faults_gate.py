@@ -61,6 +61,15 @@ def gate(tmp: Path, *extra, candidate=None, suites_dir=None) -> list:
             "--out", tmp / "g", *extra]
 
 
+def training_fleet_suites(tmp: Path, env) -> list:
+    """A slice frozen from the fault dataset, the very data ENV["run"] trained on (its data.root)."""
+    from hydranet.cli import main
+
+    assert main(["engine", "suites", "--from-fleet", str(env.dataset), "--out", str(tmp / "fs"), "--quiet",
+                 "--slice", "all=clip:scene_0000"]) == 0
+    return gate(tmp, "--production", ENV["run"], suites_dir=tmp / "fs")
+
+
 def catalog(tmp: Path, *runs: Path) -> Path:
     """A catalog whose registry promoted `runs` in order."""
     from data_engine.registry import promote
@@ -171,6 +180,8 @@ CASES = [
          words=("image_width", "image_height")),
     Case("suites-bad-fleet-config", lambda t, e: suites(t, "--fleet-set", "sim.wheels=3"), words=("wheels",)),
     # engine gate
+    Case("gate-slice-from-the-training-fleet", training_fleet_suites, words=("slice 'all'", "trained on", "not held out"),
+         check=lambda t: None if not (t / "g").exists() else pytest.fail("a gate report was written")),
     Case("gate-suites-missing", lambda t, e: gate(t, "--production", ENV["run"], suites_dir=t / "none"),
          words=("none", "does not exist", "engine suites")),
     Case("gate-suites-not-a-suites-folder", lambda t, e: gate(t, "--production", ENV["run"], suites_dir=e.dataset),
