@@ -369,9 +369,12 @@ def ingest_images(root: Path, rig_file: Path, hz: float | None = None, poses: Pa
         clip = check_name(cdir.name, "clip", f"--root {root}", IngestError)
         _check_cameras(cdir, {p.name: p for p in cdir.iterdir() if p.is_dir()}, rig, rig_file, "image folder")
         times, names = {}, {}
-        for cam in rig.names:
+        for cam in rig.names:  # a camera folder or image linked outside --root is refused, as a video is
+            path_inside(root, f"{clip}/{cam}", f"--root {root}", IngestError)
             files = sorted((p for p in (cdir / cam).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES),
                            key=lambda p: _stamp_us(p.stem, p))
+            for f in files:
+                path_inside(root, f"{clip}/{cam}/{f.name}", f"--root {root}", IngestError)
             if not files:
                 raise IngestError(f"{cdir / cam}: no .jpg or .png images")
             ts = [_stamp_us(p.stem, p) for p in files]

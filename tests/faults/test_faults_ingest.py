@@ -104,6 +104,14 @@ def rename_first_image(root: Path) -> None:
     img.rename(img.with_name("frame_a.jpg"))
 
 
+def camera_folder_linked_outside(root: Path) -> None:
+    """clip/CAM_FRONT moved outside --root and linked back: shadow would read it as corrupt later."""
+    cam = next(p for p in sorted(root.iterdir())[0].iterdir() if p.is_dir())
+    outside = root.parent / "elsewhere"
+    cam.rename(outside)
+    cam.symlink_to(outside, target_is_directory=True)
+
+
 def broken_sweep_chain(tmp: Path, env) -> list:
     """A sweep's `next` points at a sample_data record that does not exist."""
     from hydranet.cli import main
@@ -170,6 +178,8 @@ CASES = [
     Case("ingest-out-exists", existing_out, words=("fleet", "exists", "--overwrite"), check=old_fleet_kept),
     Case("ingest-images-name-not-a-timestamp", lambda t, e: images_argv(t, e, rename_first_image),
          words=("frame_a.jpg", "timestamp"), check=no_fleet),
+    Case("ingest-images-camera-folder-linked-outside", lambda t, e: images_argv(t, e, camera_folder_linked_outside),
+         words=("--root", "leaves", "resolves to", "elsewhere"), check=no_fleet),
     Case("ingest-nuscenes-broken-sweep-chain", broken_sweep_chain, words=("sample_data", "chain"), check=no_fleet),
     Case("ingest-video-control", lambda t, e: ingest_video(t, e), status=0, stdout=("ingested 1 clip(s), 2 frames",)),
     Case("ingest-video-truncated-skipped-and-counted", one_clip_truncated_skip, status=0,
