@@ -249,19 +249,13 @@ def file_kind(path: str | Path) -> str:
     return "json" if head.lstrip()[:1] in (b"{", b"[") else "other"
 
 
-def check_replaceable(path: str | Path, kind: str, error: type[Exception] = ValueError, flag: str = "--out",
-                      marker: str | None = None) -> None:
-    """An existing `path` that an output would replace must be of the output's own `kind` (file_kind's
-    words; "folder" with `marker`: a folder holding that file, or an empty one); else one line naming it."""
+def check_replaceable(path: str | Path, kind: str, error: type[Exception] = ValueError, flag: str = "--out") -> None:
+    """An existing `path` that an output would replace must be of the output's own `kind` (file_kind's words);
+    else one line naming it."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return
     have = file_kind(path) if path.exists() else "other"
-    if kind == "folder" and have == "folder":
-        if marker is None or (path / marker).exists() or not any(path.iterdir()):
-            return
-        raise error(f"{flag} {path} is a folder but not one this command wrote (no {marker} in it); it is never replaced, "
-                    f"even with --overwrite: choose another {flag}")
     if have != kind:
         raise error(f"{flag} {path} exists and is a {have}, not the {kind} this command writes; it is never replaced: "
                     f"choose another {flag}")
