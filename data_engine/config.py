@@ -131,6 +131,11 @@ class GateRule:
     confidence: float = 0.95  # the two-sided interval's level
     resamples: int = 1000
     seed: int = 0  # of the resampling (the same resample of clips for both models and every head of a suite)
+    # what is resampled (issue 34): a clip's frames are not independent, so the unit is the recorded clip (a suite
+    # frozen from a recorded fleet keeps each frame's clip), split into blocks of block_s seconds (0: whole clips);
+    # a slice of fewer than min_units units is "undecided" (it may still fail on a clear drop), never "improved"
+    block_s: float = 10.0
+    min_units: int = 5
 
     def __post_init__(self):
         for key in ("tolerance", "min_gain", "aggregate_tolerance"):
@@ -145,6 +150,10 @@ class GateRule:
         for head, v in self.head_tolerance.items():
             if not (math.isfinite(v) and v >= 0):
                 raise ConfigError(f"gate.head_tolerance.{head} must be a finite number >= 0, got {v!r}")
+        if not (isinstance(self.block_s, (int, float)) and math.isfinite(self.block_s) and self.block_s >= 0):
+            raise ConfigError(f"gate.block_s must be a finite number of seconds >= 0 (0: whole clips), got {self.block_s!r}")
+        if isinstance(self.min_units, bool) or not isinstance(self.min_units, int) or self.min_units < 2:
+            raise ConfigError(f"gate.min_units must be an integer >= 2, got {self.min_units!r}")
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from data_engine.catalog import Catalog
 from hydranet.io import file_sha256
 from data_engine.registry import checkpoint_file, model_id, open_registry
 from data_engine.config import GateRule
+from data_engine.retrain import RECORD as RETRAIN_RECORD, label_sources_line
 from data_engine.suites import load_suites
 
 AGGREGATE = "aggregate"
@@ -61,8 +62,9 @@ class GateError(ValueError):
 # -- evaluation with its cache ------------------------------------------------------------------------------
 # bumped when what a suite evaluation measures changes: v2 evaluates a model on the cameras it is built on
 # (a retrained model's are its first source's; v1 read every camera of the suite for it), so v1 entries are stale;
-# v3 keeps every frame's metric states and clip (the bootstrap needs them), so v2 entries lack them
-EVAL_VERSION = 3
+# v3 keeps every frame's metric states and clip (the bootstrap needs them), so v2 entries lack them; v4 keeps the
+# recorded clip (not the suite's scene: a pose-less recording writes one scene per frame) and each frame's time
+EVAL_VERSION = 4
 
 
 def _evaluate(checkpoint: Path, data: Path) -> dict[str, Any]:
@@ -78,8 +80,24 @@ def _evaluate(checkpoint: Path, data: Path) -> dict[str, Any]:
         heads[head] = {"metric": metric, "value": float(v) if v is not None and math.isfinite(v) else None,
                        "higher_is_better": bool(r["higher_is_better"][head]),
                        "states": plain_json(r["states"].get(head))}
-    return {"frames": int(r["frames"]), "cameras": list(r["cameras"]), "clips": [c for c, _ in r["frame_ids"]],
-            "heads": heads}
+    clips, times = _frame_clocks(data, r["frame_ids"])
+    return {"frames": int(r["frames"]), "cameras": list(r["cameras"]), "clips": clips, "times": times, "heads": heads}
+
+
+def _frame_clocks(data: Path, frame_ids: Sequence[Sequence[str]]) -> tuple[list[str], list[float | None]]:
+    """Per evaluated frame ([scene, frame dir]): the clip it was recorded in (scene.json's "clip", "FLEET/NAME": a
+    suite frozen from a fleet keeps it; else the scene) and its time in seconds (None where not recorded)."""
+    from hydranet.data import SimDataset
+
+    scenes = {sc["name"]: sc for sc in SimDataset(data, channels=("images",)).scenes}
+    clips, times = [], []
+    for scene, fdir in frame_ids:
+        sc = scenes[scene]
+        src = sc.get("clip")
+        clips.append(f"{src['fleet']}/{src['name']}" if isinstance(src, Mapping) and src.get("name") else scene)
+        ts = next((f.get("timestamp_us") for f in sc["frames"] if str(f.get("dir")) == fdir), None)
+        times.append(None if ts is None else float(ts) / 1e6)
+    return clips, times
 
 
 class _Cache:
@@ -155,12 +173,31 @@ def _missing(v: float | None) -> bool:
     return v is None or not math.isfinite(v)
 
 
-def _clip_groups(clips: Sequence[str]) -> list[list[int]]:
-    """Frame indices of each clip, clips in order of first appearance."""
-    groups: dict[str, list[int]] = {}
+def _clip_groups(clips: Sequence[str], times: Sequence[float | None] | None = None, block_s: float = 0.0) -> list[list[int]]:
+    """Frame indices of each resampling unit, in order of first appearance: a clip, or with `block_s` > 0 and the
+    frames' times, each block_s-second block of a clip (counted from the clip's first frame)."""
+    start: dict[str, float] = {}
+    if block_s > 0 and times is not None:
+        for c, t in zip(clips, times):
+            if t is not None:
+                start[c] = min(start.get(c, t), t)
+    groups: dict[tuple[str, int], list[int]] = {}
     for i, c in enumerate(clips):
-        groups.setdefault(c, []).append(i)
+        t = times[i] if times is not None else None
+        block = int((t - start[c]) // block_s) if c in start and t is not None else 0
+        groups.setdefault((c, block), []).append(i)
     return list(groups.values())
+
+
+def _units(table: Mapping[str, Any], rule: GateRule) -> tuple[int, str] | None:
+    """(independent units, their description) of a suite table, or None when it records no clips."""
+    clips = table.get("clips")
+    if not clips:
+        return None
+    n = len(_clip_groups(clips, table.get("times"), rule.block_s))
+    k = len(set(clips))
+    what = f"{k} clip{'s' * (k != 1)}"
+    return n, what if n == k else f"{what} in {n} blocks of {rule.block_s:g} s"
 
 
 def _resample(rule: GateRule, suite: str, n: int) -> np.ndarray:
@@ -182,7 +219,7 @@ def _bootstrap(rule: GateRule, suite: str, cand: Mapping[str, Any], prod: Mappin
     clips = cand.get("clips")
     if clips is None or clips != prod.get("clips") or len(clips) != len(c_states) or len(clips) != len(p_states):
         return "the models' suite metrics hold no matching per-frame clips"
-    groups = _clip_groups(clips)
+    groups = _clip_groups(clips, cand.get("times"), rule.block_s)
     if len(groups) < 2:
         return "one clip: nothing to resample"
     name = cand["heads"][head]["metric"]
@@ -233,6 +270,7 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
     if missing:
         raise GateError(f"gate.targeted names slice {missing[0]!r}, not a suite here ({list(candidate)})")
     rows: list[dict[str, Any]] = []
+    units = {suite: u for suite in candidate if (u := _units(candidate[suite], rule)) is not None}
     first = next(iter(candidate))
     heads = list(candidate[first]["heads"])
     for suite in candidate:
@@ -266,7 +304,7 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
             boot = (_bootstrap(rule, suite, candidate[suite], production[suite], head, metrics.get(head))
                     if rule.resamples else "gate.resamples is 0")
             row = _row(rule, suite, head, c["metric"], c["higher_is_better"], float(p["value"]), float(c["value"]),
-                       boot)
+                       boot, units.get(suite))
             rows.append(row)
     frames = {s: candidate[s]["frames"] for s in candidate}
     total = sum(frames.values())
@@ -288,8 +326,10 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
             boot = "gate.resamples is 0"
         elif all(r.get("_boot") is not None for r in mine):  # each slice resampled on its own, weighted by frames
             boot = tuple(sum(frames[r["slice"]] * r["_boot"][w] for r in mine) / scored for w in (0, 1))
+        n = sum(units[r["slice"]][0] for r in mine) if all(r["slice"] in units for r in mine) else None
         rows.append(_row(rule, AGGREGATE, head, mine[0]["metric"], mine[0]["higher_is_better"], agg["production"],
-                         agg["candidate"], boot))
+                         agg["candidate"], boot,
+                         None if n is None else (n, f"{n} unit{'s' * (n != 1)} over {len(mine)} slice{'s' * (len(mine) != 1)}")))
     for r in rows:
         r.pop("_boot", None)
     failing = list(dict.fromkeys(r["slice"] for r in rows if r["verdict"] == "fail"))
@@ -299,17 +339,19 @@ def decide(candidate: Mapping[str, Any], production: Mapping[str, Any], rule: Ga
     ungated = [r["head"] for r in rows if r["slice"] == AGGREGATE and r["verdict"] == "n/a"]
     if len(ungated) == len(heads):
         raise GateError("no suite holds anything any head scores; generate the suites with more --clips")
+    undecided = {r["slice"]: r["units"] for r in rows if r["verdict"] == "undecided"}
     return {"promote": not failing, "verdict": "promote" if not failing else "reject", "failing": failing, "rows": rows,
-            "ungated": ungated,
+            "ungated": ungated, "undecided": undecided,
             "slices": {r["slice"]: r["candidate"] for r in rows
                        if r["head"] == summary and r["slice"] != AGGREGATE and r["candidate"] is not None},
             "summary_head": summary, "frames": frames, "rule": asdict(rule)}
 
 
 def _row(rule: GateRule, suite: str, head: str, metric: str, hib: bool, prod: float, cand: float,
-         boot: tuple[np.ndarray, np.ndarray] | str = "no states") -> dict[str, Any]:
+         boot: tuple[np.ndarray, np.ndarray] | str = "no states", units: tuple[int, str] | None = None) -> dict[str, Any]:
     """One row's verdict. `boot`: (candidate, production) values over the paired resamples, or why there
-    are none (the point estimate then decides)."""
+    are none (the point estimate then decides). `units`: (independent units, their description) of the slice;
+    under rule.min_units a row that does not fail is "undecided" (a targeted one fails: no gain can be shown)."""
     delta = cand - prod
     gain = (delta if hib else -delta) + 0.0  # > 0: better (+ 0.0: no negative zero)
     ci = None
@@ -327,7 +369,9 @@ def _row(rule: GateRule, suite: str, head: str, metric: str, hib: bool, prod: fl
         tol, why = rule.head_tolerance.get(head, rule.tolerance), "dropped"
     level = f"{100 * rule.confidence:g}%"
     span = "" if ci is None else f" (gain {level} interval [{ci[0]:+.4f}, {ci[1]:+.4f}])"
-    verdict, reason = "pass", "improved" if gain > _EPS else "no change" if gain >= -_EPS else f"within tolerance {tol:g}"
+    verdict, reason = "pass", "no change" if abs(gain) <= _EPS else f"within tolerance {tol:g}"
+    if gain > _EPS:  # "improved" only where the interval says so
+        reason = "improved" if ci is None or ci[0] > _EPS else "better, but the interval includes no change"
     if gain < -tol - _EPS and best >= -tol - _EPS:
         reason = f"worse by {-gain:.4f} but not beyond tolerance {tol:g} with {level} confidence"
     if best < -tol - _EPS:
@@ -340,11 +384,18 @@ def _row(rule: GateRule, suite: str, head: str, metric: str, hib: bool, prod: fl
         else:
             reason = f"targeted: gained {gain:+.4f}" + (f" >= min_gain {rule.min_gain:g}" if gain >= rule.min_gain - _EPS
                                                         else f", min_gain {rule.min_gain:g} within the interval")
+    if units is not None and units[0] < rule.min_units and verdict == "pass":
+        if reason.startswith("targeted"):
+            verdict, reason = "fail", (f"targeted: undecided, {units[1]} (a verdict needs {rule.min_units}): a gain cannot "
+                                       "be shown; freeze the slice with more clips")
+        else:
+            verdict, reason = "undecided", f"undecided: {units[1]} (a verdict needs {rule.min_units}); gain {gain:+.4f}"
     reason += span if ci is not None else f" (point estimate: {boot})"
     sign = 1 if hib else -1
     return {"slice": suite, "head": head, "metric": metric, "higher_is_better": hib, "production": prod, "candidate": cand,
             "delta": delta, "gain": gain, "gain_ci": None if ci is None else list(ci),
             "delta_ci": None if ci is None else sorted([sign * ci[0], sign * ci[1]]), "verdict": verdict, "reason": reason,
+            "units": None if units is None else units[1],
             "_boot": None if ci is None else boot}
 
 
@@ -362,6 +413,12 @@ def gate(candidate: str | Path, production: str | Path, suites_dir: str | Path, 
     tables = {who: suite_table(p, suites_dir, catalog, progress, info["suites"]) for who, p in (("candidate", cand),
                                                                                                  ("production", prod))}
     report = decide(tables["candidate"], tables["production"], rule, state_metrics(cand) if rule.resamples else None)
+    record = cand.parent / RETRAIN_RECORD
+    if record.is_file():  # a retrained candidate: the label sets it trained on
+        try:
+            report["labels"] = label_sources_line(json.loads(record.read_text()))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise GateError(f"{record}: unreadable ({e}); it records the candidate's label sources: restore it") from None
     report.update({"candidate": {"checkpoint": str(cand), "sha256": file_sha256(cand)},
                    "production": {"checkpoint": str(prod), "sha256": file_sha256(prod)},
                    "suites": {"dir": str(Path(suites_dir).resolve()),
@@ -414,7 +471,7 @@ def format_gate(report: Mapping[str, Any]) -> str:
         if r["verdict"] == "n/a":
             lines.append(f"| {r['slice']} | {r['head']} | {r['metric']}{arrow} | - | - | - | - | n/a: {r['reason']} |")
             continue
-        verdict = "pass" if r["verdict"] == "pass" else "**FAIL**"
+        verdict = {"pass": "pass", "undecided": "undecided"}.get(r["verdict"], "**FAIL**")
         num = lambda v, fmt=".4f": "n/a" if v is None else format(v, fmt)  # noqa: E731 - undefined for one model
         ci = r.get("delta_ci")
         span = "-" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
@@ -430,12 +487,27 @@ def format_gate(report: Mapping[str, Any]) -> str:
            (f"{with_ci} of {scored} rows have an interval, the others are decided on the point estimate"
             if with_ci < scored else f"all {scored} rows have an interval") if with_ci else
            "point estimates: no row has an interval" + ("" if rule.get("resamples") else " (gate.resamples 0)"))
+    caveats = "".join(f"; {c}" for c in verdict_caveats(report))
     if report["promote"]:
         sure = f" with {level} confidence" if with_ci else ""
-        lines.append(f"\n**verdict: PROMOTE** (no slice regressed beyond the rule{sure}; {how})")
+        lines.append(f"\n**verdict: PROMOTE** (no slice regressed beyond the rule{sure}; {how}){caveats}")
     else:
-        lines.append(f"\n**verdict: REJECT** (failing: {', '.join(report['failing'])}; {how})")
+        lines.append(f"\n**verdict: REJECT** (failing: {', '.join(report['failing'])}; {how}){caveats}")
     return "\n".join(lines)
+
+
+def verdict_caveats(report: Mapping[str, Any]) -> list[str]:
+    """What the verdict does not cover, for every line that states it: heads not gated, slices undecided, and the
+    candidate's label sources (its retrain.json)."""
+    out = []
+    if report.get("ungated"):
+        out.append(f"not gated (nothing to score): {', '.join(report['ungated'])}")
+    if report.get("undecided"):
+        out.append("undecided (too few independent clips): " + ", ".join(
+            f"{sl} ({why})" if why else sl for sl, why in report["undecided"].items()))
+    if report.get("labels"):
+        out.append(f"candidate's {report['labels']}")
+    return out
 
 
 def write_gate(report: Mapping[str, Any], out: str | Path) -> Path:

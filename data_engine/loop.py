@@ -391,7 +391,7 @@ class Loop:
         return {"onnx": str(onnx)}
 
     def stage_gate(self, r: int, rdir: Path) -> dict[str, Any]:
-        from data_engine.gate import AGGREGATE, gate, write_gate
+        from data_engine.gate import AGGREGATE, gate, verdict_caveats, write_gate
 
         report = gate(self.done(r, "retrain")["run"], self.done(r, "shadow")["production"], self.suites, self.cfg.gate,
                       catalog=self.catalog)
@@ -403,7 +403,7 @@ class Loop:
         return {"promote": bool(report["promote"]), "failing": report["failing"], "slices": report["slices"],
                 "production_slices": {r["slice"]: r["production"] for r in rows if r["slice"] in report["slices"]},
                 "metric": f"{head} {rows[0]['metric']}" if rows else head, "aggregate": aggregate,
-                "dir": str(rdir / "gate")}
+                "caveats": verdict_caveats(report), "dir": str(rdir / "gate")}
 
     def stage_promote(self, r: int, rdir: Path) -> dict[str, Any]:
         """Promote on a pass (promote is idempotent: a rerun after a kill promotes once)."""
@@ -425,8 +425,9 @@ class Loop:
                            for s, v in g["slices"].items())
         agg = ", ".join(f"{k} {v:+.3f}" for k, v in (g.get("aggregate") or {}).items())
         verdict = "promoted" if g["promote"] else f"rejected ({', '.join(g['failing'])})"
+        caveats = "".join(f"; {c}" for c in g.get("caveats") or ())
         line = (f"round {r}: {d['label']['accepted']} labels ({total} in all); {g.get('metric', 'summary metric')} per slice, "
-                f"candidate (production): {slices}; aggregate change: {agg or 'none'} -> {verdict}; "
+                f"candidate (production): {slices}; aggregate change: {agg or 'none'} -> {verdict}{caveats}; "
                 f"{Path(g['dir']) / 'gate.md'}")
         return {"round": r, "labels": d["label"]["accepted"], "labels_total": total, "slices": g["slices"],
                 "promoted": g["promote"], "line": line}

@@ -211,8 +211,12 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
         shutil.rmtree(out)
     summary: dict[str, Any] = {"root": str(out), "frames": len(accepted), "scenes": len(clips), "by_source": {},
                                "labels": [], "copied": 0}
+    by_source: dict[str, int] = {}
+    for lab in accepted.values():
+        by_source[lab["source"]] = by_source.get(lab["source"], 0) + 1
     dataset_meta = {**meta, "seed": None, "sim_config": None,
-                    "accepted": {"catalog_frames": len(accepted), "fleets": [root for _, root in fleets]}}
+                    "accepted": {"catalog": _abs(str(cat.path)), "catalog_frames": len(accepted),
+                                 "by_source": dict(sorted(by_source.items())), "fleets": [root for _, root in fleets]}}
     with DatasetWriter(out, dataset_meta) as writer, tqdm(total=len(accepted), desc="materialize accepted labels",
                                                            unit="frame", disable=not progress) as bar:
         for (fid, clip), frame_ids in clips.items():
@@ -271,6 +275,21 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
     return summary
 
 
+def label_sources_line(record: Mapping[str, Any]) -> str:
+    """retrain.json's label sets in one line: each set's frames by label source and its catalog, then what was left
+    out and why (records written before "label_sources": the accepted set alone)."""
+    def counts(by: Mapping[str, int] | None) -> str:
+        return f" ({', '.join(f'{s} {n}' for s, n in sorted(by.items()))})" if by else ""
+
+    sets = record.get("label_sources") or [{"name": ACCEPTED, "catalog": record.get("catalog"),
+                                             **{k: (record.get("accepted") or {}).get(k) for k in ("frames", "by_source")},
+                                             "carried": False}]
+    parts = [f"{s['name']}{' (carried)' if s.get('carried') else ''}: {s.get('frames', '?')} frames{counts(s.get('by_source'))} "
+             f"from catalog {s.get('catalog') or 'not recorded'}" for s in sets]
+    left = [f"{d['root']} ({d['why']})" for d in record.get("dropped_labels") or ()]
+    return "labels: " + "; ".join(parts) + (f"; left out: {', '.join(left)}" if left else "")
+
+
 # -- the run ----------------------------------------------------------------------------------------------
 def _retrain_config(cfg) -> RetrainConfig:
     """cfg: a RetrainConfig, an EngineConfig (its `retrain` section) or None (the defaults)."""
@@ -283,33 +302,88 @@ def _abs(path: str) -> str:
     return str(Path(path).resolve())
 
 
-def base_sources(pdata, mix: float, base: str | Path | None) -> list:
-    """The production's base training set as data.sources, weights summing to 1 - mix: `base` (a
-    dataset folder), else the production's data.sources without an earlier retrain's accepted set,
-    else its data.root."""
+def is_label_set(source) -> bool:
+    """A data source that is an earlier retrain's accepted labels ("accepted", or "accepted-K" when carried)."""
+    return bool(source.name) and (source.name == ACCEPTED or source.name.startswith(f"{ACCEPTED}-"))
+
+
+def label_set_info(root: str | Path) -> dict[str, Any]:
+    """{"catalog" (absolute path or None: not recorded), "frames", "by_source"} of an accepted-labels set: its
+    dataset.json's "accepted" entry, else (sets written before it recorded them) its retrain run's retrain.json."""
+    root = Path(root)
+    meta = _read_json(root / "dataset.json", "accepted labels set").get("accepted") or {}
+    if "catalog" not in meta and (root.parent / RECORD).is_file():
+        rec = _read_json(root.parent / RECORD, "retrain record")
+        meta = {**meta, "catalog": rec.get("catalog"), **{k: v for k, v in (rec.get("accepted") or {}).items()
+                                                           if k in ("frames", "by_source")}}
+    return {"catalog": meta.get("catalog"), "frames": meta.get("frames", meta.get("catalog_frames")),
+            "by_source": meta.get("by_source")}
+
+
+def carried_label_sets(pdata, catalog: str | Path, drop: tuple[str | Path, ...] = ()) -> tuple[list, list[dict[str, Any]]]:
+    """The production's accepted-labels sources that this retrain keeps: every one, except one from `catalog` itself
+    (its labels are all in the new accepted set, at their latest versions: superseded) and one a person removed
+    (`drop`: the set's folder or its catalog). Returns (kept SourceConfigs, [{"root", "catalog", "why"}] left out).
+    RetrainError for a set that is gone and not removed: labels never leave training silently."""
+    here = _abs(str(catalog))
+    dropped_paths = {_abs(str(d)) for d in drop}
+    kept, left = [], []
+    for s in (x for x in pdata.sources if is_label_set(x)):
+        root = _abs(s.root)
+        if not (Path(root) / "dataset.json").is_file():
+            if root in dropped_paths:
+                left.append({"root": root, "catalog": None, "why": "removed (--drop-labels)"})
+                continue
+            raise RetrainError(f"the production trained on accepted labels at {root}, which no longer exist; restore "
+                               f"them, or retrain without them with --drop-labels {root} (recorded in {RECORD})")
+        info = label_set_info(root)
+        if info["catalog"] is not None and _abs(info["catalog"]) == here:
+            left.append({"root": root, "catalog": info["catalog"], "why": "superseded: the catalog's accepted labels are "
+                                                                          "materialized again"})
+        elif root in dropped_paths or (info["catalog"] is not None and _abs(info["catalog"]) in dropped_paths):
+            left.append({"root": root, "catalog": info["catalog"], "why": "removed (--drop-labels)"})
+        else:
+            kept.append(dataclasses.replace(s, root=root, name=f"{ACCEPTED}-{len(kept) + 1}"))
+    unknown = sorted(dropped_paths - {d["root"] for d in left} - {_abs(d["catalog"]) for d in left if d["catalog"]})
+    if unknown:
+        raise RetrainError(f"--drop-labels {unknown[0]} is neither an accepted-labels set the production trained on nor "
+                           f"its catalog; the production's label sets: "
+                           f"{[_abs(x.root) for x in pdata.sources if is_label_set(x)] or 'none'}")
+    return kept, left
+
+
+def base_sources(pdata, mix: float, base: str | Path | None, carried: list | tuple = ()) -> list:
+    """The production's base training set as data.sources, with the `carried` accepted-labels sets, weights summing
+    to 1 - mix in their old proportions: `base` (a dataset folder) in place of the production's other sources,
+    else the production's data.sources that are not accepted labels, else its data.root."""
     from hydranet.data.sources import model_cameras
     from hydranet.experiment import SourceConfig
 
     cams = model_cameras(pdata)
     cams = tuple(cams) if cams else None
+    plain = [s for s in pdata.sources if not is_label_set(s)]
     if base is not None:
         if not Path(base).is_dir():
             raise RetrainError(f"--base {base} is not a folder; give the base training dataset")
-        return [SourceConfig(root=_abs(str(base)), cameras=cams, name="base", weight=1.0 - mix)]
-    if pdata.sources:
-        kept = [s for s in pdata.sources if s.name != ACCEPTED]
-        total = sum(s.weight for s in kept)
-        return [dataclasses.replace(s, root=_abs(s.root), weight=s.weight * (1.0 - mix) / total) for s in kept]
-    return [SourceConfig(root=_abs(pdata.root), format=pdata.format, split=pdata.split, version=pdata.version,
-                         cameras=pdata.cameras, name="base", weight=1.0 - mix)]
+        kept = [SourceConfig(root=_abs(str(base)), cameras=cams, name="base",
+                             weight=sum(s.weight for s in plain) if plain else 1.0)]
+    elif pdata.sources:
+        kept = [dataclasses.replace(s, root=_abs(s.root)) for s in plain]
+    else:
+        kept = [SourceConfig(root=_abs(pdata.root), format=pdata.format, split=pdata.split, version=pdata.version,
+                             cameras=pdata.cameras, name="base", weight=1.0)]
+    kept += list(carried)
+    total = sum(s.weight for s in kept)
+    return [dataclasses.replace(s, weight=s.weight * (1.0 - mix) / total) for s in kept]
 
 
 def retrain_experiment(pcfg, production: Path, accepted_root: Path, steps: int, mix: float, lr: float | None,
-                       base: str | Path | None = None):
-    """The fine-tuning config: the production's, on base + accepted, from the production's weights."""
+                       base: str | Path | None = None, carried: list | tuple = ()):
+    """The fine-tuning config: the production's, on base (+ `carried` earlier label sets) + accepted, from the
+    production's weights."""
     from hydranet.experiment import SourceConfig, check_experiment
 
-    src = base_sources(pcfg.data, mix, base)
+    src = base_sources(pcfg.data, mix, base, carried)
     missing = next((s.root for s in src if not Path(s.root).exists()), None)
     if missing is not None:
         raise RetrainError(f"the production's base training set {missing} does not exist here; pass --base DATA "
@@ -349,12 +423,14 @@ def _clear_run(out: Path) -> None:
 
 def retrain(production: str | Path, catalog: str | Path, out: str | Path, steps: int | None = None, mix: float | None = None,
             base: str | Path | None = None, resume: bool = False, overwrite: bool = False, progress: bool = True, *,
-            cfg=None, stop_at: int | None = None) -> Path:
+            cfg=None, stop_at: int | None = None, drop_labels: tuple[str | Path, ...] = ()) -> Path:
     """Fine-tune `production` (a checkpoint or run folder) on its base training set plus the accepted
     labels of `catalog` into run folder `out`; returns `out`. `cfg`: an EngineConfig (its `retrain`
     section, configs/engine.yaml) or a RetrainConfig; `steps`/`mix` override it; `base` replaces the production's training set.
     `resume`: continue the run in `out` exactly (a finished run is left as it is). `stop_at`: stop
-    after this step as if killed (tests)."""
+    after this step as if killed (tests). Accepted labels an earlier retrain trained on (from another catalog) are
+    carried into this one (`carried_label_sets`) unless `drop_labels` names their set or catalog; retrain.json's
+    "label_sources" lists every label set with its catalog and counts, "dropped_labels" what was left out and why."""
     from hydranet.checkpoint import config_from_checkpoint, load_checkpoint
     from hydranet.config import ConfigError, to_dict
     from hydranet.experiment import experiment_from_json
@@ -417,7 +493,8 @@ def retrain(production: str | Path, catalog: str | Path, out: str | Path, steps:
             raise RetrainError(f"catalog {cat_path} has no accepted labels; label frames and accept them "
                                f"(`hydranet engine jobs --catalog {cat_path} --accept all`)")
         # what can be checked before anything is written: the config (base exists), enough frames
-        exp = retrain_experiment(pcfg, prod, out / ACCEPTED, rc.steps, rc.mix, rc.lr, base)
+        carried, left = carried_label_sets(pcfg.data, cat_path, tuple(drop_labels))
+        exp = retrain_experiment(pcfg, prod, out / ACCEPTED, rc.steps, rc.mix, rc.lr, base, carried)
         if n < exp.batch_size:
             raise RetrainError(f"catalog {cat_path} has {n} accepted frames, fewer than the production's batch_size "
                                f"{exp.batch_size}; accept more labels first")
@@ -427,7 +504,10 @@ def retrain(production: str | Path, catalog: str | Path, out: str | Path, steps:
               "lr": exp.optim.lr, "base": _abs(str(base)) if base else None,
               "sources": [{"name": s.name, "root": s.root, "weight": s.weight} for s in exp.data.sources],
               "accepted": {k: summary[k] for k in ("root", "frames", "scenes", "by_source")}, "labels": summary["labels"],
-              "experiment": to_dict(exp)}
+              "label_sources": [{"name": ACCEPTED, "root": _abs(str(out / ACCEPTED)), "catalog": _abs(str(cat_path)),
+                                 "frames": summary["frames"], "by_source": summary["by_source"], "carried": False}]
+              + [{"name": s.name, "root": s.root, **label_set_info(s.root), "carried": True} for s in carried],
+              "dropped_labels": left, "experiment": to_dict(exp)}
     _write_record(record_path, record)
     train(exp, out, progress=progress, stop_at=stop_at)
     return out

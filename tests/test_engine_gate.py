@@ -578,3 +578,83 @@ def test_passing_gate_promotes_through_the_cli(models, small_suites, gated, tmp_
     assert main(["engine", "registry", "--catalog", str(cat)]) == 0
     text = capsys.readouterr().out
     assert text.count("| promote |") == 2 and "| **production** | rollback |" in text
+
+
+# -- what is resampled: clips (and time blocks), not frames (issue 34 item 2) --------------------------------
+def timed_table(per_clip: dict[str, list[list[float]]], seconds: float):
+    """{slice: [[frame values] per clip]} with frames `seconds` apart: a suite table with per-frame times."""
+    out = {}
+    for s, clips in per_clip.items():
+        names = [f"{s}-clip{k}" for k, vals in enumerate(clips) for _ in vals]
+        times = [i * seconds for vals in clips for i, _ in enumerate(vals)]
+        states = [[{"v": v}] for vals in clips for v in vals]
+        out[s] = {"frames": len(names), "clips": names, "times": times,
+                  "heads": {"det": {"metric": "m_det", "value": float(np.mean([v for vals in clips for v in vals])),
+                                    "higher_is_better": True, "states": states}}}
+    return out
+
+
+def test_frames_of_one_clip_are_one_unit_and_a_slice_of_few_units_is_undecided():
+    """One 1.5 s recorded clip of 16 frames gains +0.04 on every frame: resampled as frames the interval would exclude 0
+    and say "improved"; as one clip it is undecided, never improved, and says so in the verdict line."""
+    rng = np.random.default_rng(0)
+    prod = [[float(v) for v in rng.uniform(0.3, 0.6, 16)]]
+    cand = [[v + 0.04 for v in prod[0]]]
+    rep = decide(timed_table({"rec": cand}, 0.1), timed_table({"rec": prod}, 0.1), GateRule(), {"det": MeanMetric()})
+    row = next(r for r in rep["rows"] if r["slice"] == "rec")
+    assert row["verdict"] == "undecided" and row["reason"].startswith("undecided: 1 clip (a verdict needs 5); gain +0.0400")
+    assert "improved" not in row["reason"] and rep["promote"] and rep["undecided"] == {"rec": "1 clip", AGGREGATE: "1 unit over 1 slice"}
+    assert "undecided (too few independent clips): rec (1 clip)" in format_gate(rep).splitlines()[-1]
+    # a clear drop on few clips still fails (the point estimate decides a one-clip slice)
+    worse = decide(timed_table({"rec": [[v - 0.2 for v in prod[0]]]}, 0.1), timed_table({"rec": prod}, 0.1), GateRule(),
+                   {"det": MeanMetric()})
+    assert worse["failing"] == ["rec", AGGREGATE]
+    # a targeted slice cannot show its gain on one clip
+    tgt = decide(timed_table({"rec": cand}, 0.1), timed_table({"rec": prod}, 0.1), GateRule(targeted=("rec",)),
+                 {"det": MeanMetric()})
+    assert "rec" in tgt["failing"] and "targeted: undecided, 1 clip" in tgt["rows"][0]["reason"]
+
+
+def test_a_long_clip_is_resampled_in_time_blocks_of_block_s():
+    """A 60 s drive at 1 Hz: 6 blocks of 10 s are independent enough units; with block_s 0 it is one clip."""
+    prod = [[0.4 + 0.1 * math.sin(i) for i in range(60)]]
+    cand = [[v + 0.05 for v in prod[0]]]
+    rep = decide(timed_table({"drive": cand}, 1.0), timed_table({"drive": prod}, 1.0), GateRule(), {"det": MeanMetric()})
+    row = next(r for r in rep["rows"] if r["slice"] == "drive")
+    assert row["verdict"] == "pass" and row["reason"].startswith("improved") and row["gain_ci"][0] > 0
+    whole = decide(timed_table({"drive": cand}, 1.0), timed_table({"drive": prod}, 1.0), GateRule(block_s=0.0),
+                   {"det": MeanMetric()})
+    assert whole["rows"][0]["verdict"] == "undecided" and whole["rows"][0]["reason"].startswith("undecided: 1 clip")
+    few = decide(timed_table({"drive": cand}, 1.0), timed_table({"drive": prod}, 1.0), GateRule(block_s=20.0),
+                 {"det": MeanMetric()})
+    assert few["rows"][0]["reason"].startswith("undecided: 1 clip in 3 blocks of 20 s")
+    for bad in ({"block_s": -1.0}, {"block_s": math.inf}, {"min_units": 1}, {"min_units": True}):
+        with pytest.raises(ValueError, match="gate"):
+            GateRule(**bad)
+
+
+def test_a_gain_whose_interval_includes_zero_is_not_called_improved():
+    diffs = [+0.12, -0.05, +0.09, -0.04, +0.06, -0.02]  # mean +0.027, scattered around it
+    cand = {"day": PROD_CLIPS["day"], "night": [p + d for p, d in zip(PROD_CLIPS["night"], diffs)]}
+    rep = decide(clip_table(cand), clip_table(PROD_CLIPS), GateRule(), {"det": MeanMetric()})
+    night = next(r for r in rep["rows"] if r["slice"] == "night")
+    assert night["gain"] > 0 and night["gain_ci"][0] < 0 < night["gain_ci"][1]
+    assert night["verdict"] == "pass" and night["reason"].startswith("better, but the interval includes no change")
+
+
+def test_a_suite_frame_keeps_its_recorded_clip_and_time(tmp_path):
+    """A suite frozen from a pose-less recording writes one scene per frame; the gate resamples the recorded clip."""
+    from data_engine.gate import _frame_clocks
+
+    fleet = make_fleet(tmp_path / "fleet", clips=2, frames=2)
+    meta = json.loads((fleet / "dataset.json").read_text())
+    for entry in meta["scenes"]:
+        path = fleet / "scenes" / entry["name"] / "scene.json"
+        scene = json.loads(path.read_text())
+        path.write_text(json.dumps({**scene, "clip": {"fleet": "/rec", "name": "drive"}}))
+    names = [e["name"] for e in meta["scenes"]]
+    dirs = [json.loads((fleet / "scenes" / n / "scene.json").read_text())["frames"] for n in names]
+    ids = [[n, f["dir"]] for n, frames in zip(names, dirs) for f in frames]
+    clips, times = _frame_clocks(fleet, ids)
+    assert clips == ["/rec/drive"] * 4
+    assert times == [f["timestamp_us"] / 1e6 for frames in dirs for f in frames]

@@ -63,6 +63,12 @@ def test_one_round_runs_every_stage(world, uninterrupted):
         assert len(accepted_labels(cat)) == 2  # the budget, labelled by the oracle, accepted
     gate = json.loads((uninterrupted / "rounds" / "r000" / "gate" / "gate.json").read_text())
     assert gate["promote"] == done["gate"]["promote"]
+    # the candidate's label sources, on the gate's verdict line and the round's summary (issue 34 item 1)
+    cat = (uninterrupted / "catalog.sqlite").resolve()
+    assert gate["labels"] == f"labels: accepted: 2 frames (oracle 2) from catalog {cat}"
+    md = (uninterrupted / "rounds" / "r000" / "gate" / "gate.md").read_text().splitlines()
+    assert f"candidate's labels: accepted: 2 frames (oracle 2) from catalog {cat}" in md[-1]
+    assert any("candidate's labels" in c for c in done["gate"]["caveats"])
     prod = production(uninterrupted / "catalog.sqlite")
     retrained = str((uninterrupted / "rounds" / "r000" / "retrain" / "checkpoint.pt").resolve())
     # promoted exactly when the gate said so; the initial production is kept for rollback

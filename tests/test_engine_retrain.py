@@ -235,3 +235,60 @@ def test_clips_of_several_fleets_stay_apart(world, tmp_path):
         {"fleet": str(world["fleet"].resolve()), "name": "clip_00000"}, {"fleet": str(other.resolve()), "name": "clip_00000"}]
     assert len({s["name"] for s in ds.scenes}) == 2 and ds.meta["accepted"]["fleets"] == [str(world["fleet"].resolve()),
                                                                                           str(other.resolve())]
+
+
+def _one_label_catalog(world, path: Path, frame: tuple[int, int]) -> Path:
+    """Another catalog over the same fleet with one accepted oracle label (a user's own, or a loop's)."""
+    oracle = build_backend("oracle")
+    with Catalog(path, create=True) as c:
+        c.add_fleet(Fleet(world["fleet"]))
+    with open_catalog(path) as cat:
+        create_jobs(cat, _select(path.parent, f"own-{path.stem}", [frame]), "oracle")
+        send(cat, oracle, f"own-{path.stem}")
+        import_labels(cat, oracle, f"own-{path.stem}")
+        transition(cat, [j.id for j in load_jobs(cat, f"own-{path.stem}")], "accepted")
+    return path
+
+
+def test_labels_of_an_earlier_retrain_are_carried_unless_a_person_drops_them(world, tmp_path):
+    """Issue 34 item 1: a production retrained on catalog A's labels, retrained again from catalog B (a loop's own),
+    keeps A's labels in training; from A again they are superseded (A's labels are materialized anew); a person may
+    drop them (recorded); a label set that is gone is refused, never silently left out."""
+    import shutil
+
+    from data_engine.retrain import label_sources_line
+
+    rc = RetrainConfig(steps=1, mix=0.5, lr=1e-3)
+    first = retrain(world["production"], world["catalog"], tmp_path / "first", cfg=rc, progress=False)
+    other = _one_label_catalog(world, tmp_path / "loop.db", (0, 2))
+
+    def sources(run: Path) -> list[tuple[str, float, str]]:
+        cfg = json.loads((run / "config.json").read_text())
+        return [(s["name"], round(s["weight"], 6), s["root"]) for s in cfg["data"]["sources"]]
+
+    second = retrain(first, other, tmp_path / "second", cfg=rc, progress=False)
+    assert [(n, w) for n, w, _ in sources(second)] == [("base", 0.25), ("accepted-1", 0.25), ("accepted", 0.5)]
+    assert sources(second)[1][2] == str((first / "accepted").resolve())
+    rec = json.loads((second / "retrain.json").read_text())
+    assert [(s["name"], s["catalog"], s["frames"], s["carried"]) for s in rec["label_sources"]] == [
+        ("accepted", str(other.resolve()), 1, False), ("accepted-1", str(world["catalog"].resolve()), 4, True)]
+    line = label_sources_line(rec)
+    assert "accepted-1 (carried): 4 frames (file 1, oracle 3)" in line and str(world["catalog"].resolve()) in line
+
+    third = retrain(second, other, tmp_path / "third", cfg=rc, progress=False)  # B again: B's set superseded, A's kept
+    assert [n for n, _, _ in sources(third)] == ["base", "accepted-1", "accepted"]
+    assert sources(third)[1][2] == str((first / "accepted").resolve())
+    rec = json.loads((third / "retrain.json").read_text())
+    assert [d["root"] for d in rec["dropped_labels"]] == [str((second / "accepted").resolve())]
+    assert "superseded" in rec["dropped_labels"][0]["why"]
+
+    dropped = retrain(second, other, tmp_path / "dropped", cfg=rc, progress=False, drop_labels=(world["catalog"],))
+    assert [n for n, _, _ in sources(dropped)] == ["base", "accepted"]
+    assert "removed (--drop-labels)" in label_sources_line(json.loads((dropped / "retrain.json").read_text()))
+    with pytest.raises(RetrainError, match="--drop-labels .* is neither"):
+        retrain(second, other, tmp_path / "x", cfg=rc, progress=False, drop_labels=(tmp_path / "elsewhere",))
+
+    shutil.rmtree(first / "accepted")
+    with pytest.raises(RetrainError, match=r"accepted labels at .*first/accepted, which no longer exist.*--drop-labels"):
+        retrain(second, other, tmp_path / "gone", cfg=rc, progress=False)
+    assert not (tmp_path / "gone").exists()

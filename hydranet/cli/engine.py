@@ -372,15 +372,14 @@ def _add_engine_loop(eng) -> None:
 def cmd_engine_retrain(args) -> None:
     import json
 
-    from data_engine.retrain import RECORD, retrain
+    from data_engine.retrain import RECORD, label_sources_line, retrain
 
     out = retrain(args.production, args.catalog, args.out, args.steps, args.mix, args.base, args.resume, args.overwrite,
-                  progress=not args.quiet, cfg=_engine_config(args))
+                  progress=not args.quiet, cfg=_engine_config(args), drop_labels=tuple(args.drop_labels))
     rec = json.loads((out / RECORD).read_text())
-    acc = rec["accepted"]
-    by = ", ".join(f"{n} {s}" for s, n in sorted(acc["by_source"].items()))
-    print(f"retrained {rec['production']} for {rec['steps']} steps on the base set + {acc['frames']} accepted labels ({by}), "
-          f"mix {rec['mix']} -> {out / 'checkpoint.pt'}; export it with `hydranet export --checkpoint {out} --out MODEL.onnx`")
+    print(f"retrained {rec['production']} for {rec['steps']} steps on the base set + accepted labels, mix {rec['mix']} -> "
+          f"{out / 'checkpoint.pt'}; export it with `hydranet export --checkpoint {out} --out MODEL.onnx`")
+    print(label_sources_line(rec))
 
 
 def _add_engine_retrain(eng) -> None:
@@ -392,6 +391,9 @@ def _add_engine_retrain(eng) -> None:
     r.add_argument("--steps", type=int, default=None, help="fine-tuning steps (default: retrain.steps of --config)")
     r.add_argument("--mix", type=float, default=None, help="fraction of batches from the accepted labels (default: retrain.mix)")
     r.add_argument("--base", type=Path, default=None, help="base training set (default: the production's data.root/sources)")
+    r.add_argument("--drop-labels", type=Path, action="append", default=[], metavar="SET_OR_CATALOG",
+                   help="leave out accepted labels the production trained on (their set's folder or catalog; recorded "
+                        "in retrain.json); by default every earlier label set is carried into the retrain")
     r.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
     r.add_argument("--overwrite", action="store_true", help="replace a run already in --out (refused without it)")
     r.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")

@@ -234,6 +234,13 @@ CASES = [
          stdout=("verdict: PROMOTE", "point estimates")),
     Case("gate-same-model-states-its-confidence", lambda t, e: gate(t, "--production", ENV["run"]), status=0,
          stdout=("interval", "95%")),
+    # what is resampled (issue 34 item 2): clips in blocks of block_s seconds; a slice of few units is undecided
+    Case("gate-block-negative", lambda t, e: gate(t, "--production", ENV["run"], "--set", "gate.block_s=-1"),
+         words=("gate.block_s", ">= 0")),
+    Case("gate-min-units-one", lambda t, e: gate(t, "--production", ENV["run"], "--set", "gate.min_units=1"),
+         words=("gate.min_units", ">= 2")),
+    Case("gate-few-clips-are-undecided", lambda t, e: gate(t, "--production", ENV["run"]), status=0,
+         stdout=("undecided (too few independent clips)", "verdict: PROMOTE")),
     # engine promote | rollback | registry
     Case("promote-checkpoint-missing", lambda t, e: ["engine", "promote", "--catalog", t / "c.db", "--checkpoint", t / "x"],
          words=("does not exist",)),

@@ -73,6 +73,11 @@ def run_kept(tmp: Path) -> None:
     no_temp_left(tmp)
 
 
+def _second_not_written(tmp: Path) -> None:
+    assert not (tmp / "run2").exists(), "a refused retrain wrote its run folder"
+    no_temp_left(tmp)
+
+
 def _earlier_run(tmp: Path, env: Env) -> list:
     from hydranet.cli import main
 
@@ -170,7 +175,16 @@ CASES = [
         t, config=lambda c: c.update(batch_size=2))), 2, ("1 accepted frames", "batch_size 2", "accept more"), check=nothing_written),
     Case("model-lacks-a-class", lambda t, e: _argv(t, e, production=_edited_production(
         t, meta=lambda m: m.update(classes=m["classes"][:-1]))), 2, ("classes", "the model lacks"), check=nothing_written),
-    Case("control-retrain", lambda t, e: _argv(t, e, "--steps", "1"), 0, stdout=("retrained", "2 accepted labels", "2 oracle"),
+    Case("drop-labels-not-a-label-set", lambda t, e: _earlier_run(t, e) and _argv(
+        t, e, "--drop-labels", t / "elsewhere", production=t / "run", catalog=_catalog(t, e.dataset, name="other.db"),
+        out=t / "run2"), 2, ("--drop-labels", "elsewhere", "is neither"), check=_second_not_written),
+    Case("carried-labels-gone", lambda t, e: _earlier_run(t, e) and shutil.rmtree(t / "run" / "accepted") or _argv(
+        t, e, production=t / "run", catalog=_catalog(t, e.dataset, name="other.db"), out=t / "run2"), 2,
+         ("accepted labels at", "no longer exist", "--drop-labels"), check=_second_not_written),
+    Case("control-carried-labels", lambda t, e: _earlier_run(t, e) and _argv(
+        t, e, "--steps", "1", production=t / "run", catalog=_catalog(t, e.dataset, name="other.db"), out=t / "run2"), 0,
+         stdout=("accepted: 2 frames (oracle 2)", "accepted-1 (carried): 2 frames (oracle 2)", "cat.db"), check=no_temp_left),
+    Case("control-retrain", lambda t, e: _argv(t, e, "--steps", "1"), 0, stdout=("retrained", "accepted: 2 frames (oracle 2)"),
          check=no_temp_left),
     Case("control-resume-finished", lambda t, e: _earlier_run(t, e) and _argv(t, e, "--resume"), 0, stdout=("retrained",),
          check=run_kept),
