@@ -41,6 +41,12 @@ class MiningConfig:
     dedup: float = 0.25  # near-duplicate: distance below dedup x the median nearest-neighbour distance
     class_cap: float = 0.5  # share of the budget one dominant class may take
     seed: int = 0  # random strategy
+    min_gap_s: float = 1.0  # two picks of one clip at least this many seconds apart (0: no gap); issue 34
+
+    def __post_init__(self):
+        v = self.min_gap_s
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+            raise ConfigError(f"config key 'mining.min_gap_s' must be a finite number of seconds >= 0 (0: no gap), got {v!r}")
 
 
 @dataclass(frozen=True)

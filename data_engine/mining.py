@@ -19,6 +19,10 @@ Strategies (the miner reads signals and embeddings only, never the fleet's scena
 Ranked strategies (uncertainty, triggers) drop near-duplicates (cosine distance to a selected item
 below `dedup` x the pool's median nearest-neighbour distance) and are class-aware: no dominant
 predicted class may take more than `class_cap` of the budget while items of other classes remain.
+Every strategy that ranks frames (uncertainty, diversity, hybrid, triggers, ensemble, tta; not random) keeps
+two picks of one clip at least `min_gap_s` seconds apart (the frames' catalog timestamps; 0: no gap): a frame
+0.1 s from a pick of its clip is the same scene again. Like the rules above it relaxes only to fill the budget
+(a pool of one short clip); with `--unit clip` every item is a whole clip and the gap does not apply.
 Every item carries why it was chosen, whatever the strategy: {"strategy", "score" (the strategy's own),
 "rank" (in the selection), "triggers" (every trigger that fires on the item, by name) and "trigger_scores"
 ({trigger: score})}; the triggers strategy adds "trigger", the one that chose it. The triggers are fired
@@ -26,6 +30,7 @@ in memory over the pool with the engine config (the hits `hydranet engine trigge
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -80,23 +85,39 @@ def uncertainty_score(table: Mapping[str, np.ndarray]) -> np.ndarray:
     return np.nan_to_num(s, nan=0.0)
 
 
-def k_center_greedy(emb: np.ndarray, k: int, candidates: np.ndarray | None = None) -> tuple[list[int], list[float]]:
+def k_center_greedy(emb: np.ndarray, k: int, candidates: np.ndarray | None = None,
+                    near: Callable[[int], np.ndarray] | None = None) -> tuple[list[int], list[float]]:
     """Indices of k rows of `emb` (unit rows) chosen by k-center greedy among `candidates` (default all);
-    the first is the row farthest from the candidates' mean; returns (indices, distance at pick)."""
+    the first is the row farthest from the candidates' mean; returns (indices, distance at pick).
+    `near(row)`: (M,) bool, the rows too close in time to a pick of `row` (`gap_rule`): taken only once
+    every other candidate is."""
     cand = np.arange(len(emb)) if candidates is None else np.asarray(candidates)
     X = emb[cand].astype(np.float64)
     mean = X.mean(0)
     first = int(np.argmax(((X - mean) ** 2).sum(1)))
     picked, dist_at = [first], [float(np.sqrt(((X[first] - mean) ** 2).sum()))]
+    late = np.zeros(len(cand))  # 10 (> any distance, <= 2) for rows near a pick in time: they come after every free row
     d = np.sqrt(np.maximum(2 - 2 * X @ X[first], 0))
-    d[first] = -1.0  # never picked twice (rows identical to the first are at distance 0 too)
+    d[first] = -np.inf  # never picked twice (rows identical to the first are at distance 0 too)
     while len(picked) < min(k, len(cand)):
-        i = int(np.argmax(d))
+        if near is not None:
+            late[near(int(cand[picked[-1]]))[cand]] = 10.0
+        i = int(np.argmax(d - late))
         picked.append(i)
         dist_at.append(float(d[i]))
         d = np.minimum(d, np.sqrt(np.maximum(2 - 2 * X @ X[i], 0)))
-        d[picked] = -1.0
+        d[picked] = -np.inf
     return [int(cand[i]) for i in picked], dist_at
+
+
+def gap_rule(pool: Mapping[str, Any], min_gap_s: float) -> Callable[[int], np.ndarray] | None:
+    """near(row) -> (M,) bool: the rows of row's clip less than `min_gap_s` seconds from it (by the pool's
+    `t_s`, NaN: never near); None when there is no rule (min_gap_s 0, or a pool of whole clips without `t_s`)."""
+    if min_gap_s <= 0 or "t_s" not in pool:
+        return None
+    clip = np.unique(np.asarray(pool["clip"], object).astype(str), return_inverse=True)[1]  # (M,) clip codes
+    t = np.asarray(pool["t_s"], np.float64)
+    return lambda i: (clip == clip[i]) & (np.abs(t - t[i]) < min_gap_s)
 
 
 def nn_scale(emb: np.ndarray, rng: np.random.Generator, sample: int = 512) -> float:
@@ -125,6 +146,9 @@ def load_pool(cat: Catalog, run_id: int, unit: str) -> dict[str, Any]:
     preds = cat.predictions(run_id, table["frame_id"])
     table["dominant"] = np.asarray([_dominant(preds.get(int(f), {})) for f in table["frame_id"]], object)
     table["frame_ids"] = np.asarray([[int(f)] for f in table["frame_id"]] + [[]], object)[:-1]
+    times = dict(cat.db.execute("SELECT f.id, f.timestamp_us FROM frames f JOIN clips c ON f.clip_id = c.id JOIN shadow_runs r "
+                                "ON c.fleet_id = r.fleet_id WHERE r.id = ?", (run_id,)).fetchall())
+    table["t_s"] = np.asarray([np.nan if times.get(int(f)) is None else times[int(f)] / 1e6 for f in table["frame_id"]])
     if unit == "frame":
         return table
     clips = sorted(set(table["clip"]))
@@ -132,7 +156,7 @@ def load_pool(cat: Catalog, run_id: int, unit: str) -> dict[str, Any]:
     out: dict[str, Any] = {"frame_id": np.asarray([table["frame_id"][rows[c][0]] for c in clips]),
                            "clip": np.asarray(clips, object), "idx": np.zeros(len(clips), np.int64)}
     for k, v in table.items():
-        if k in out or k in ("embedding", "dominant", "frame_ids", "status"):
+        if k in out or k in ("embedding", "dominant", "frame_ids", "status", "t_s"):
             continue
         with np.errstate(invalid="ignore"):
             out[k] = np.asarray([np.nan if np.isnan(v[rows[c]]).all() else np.nanmax(v[rows[c]]) for c in clips])
@@ -172,7 +196,8 @@ def mine(catalog: str | Path, budget: int, strategy: str, cfg: EngineConfig | No
                  for r, (i, reason) in enumerate(picks)]
         name = name or f"{strategy}-{unit}-{budget}"
         params = {"unit": unit, "mining": {"pool_factor": cfg.mining.pool_factor, "dedup": cfg.mining.dedup,
-                                           "class_cap": cfg.mining.class_cap, "seed": cfg.mining.seed}}
+                                           "class_cap": cfg.mining.class_cap, "seed": cfg.mining.seed,
+                                           "min_gap_s": cfg.mining.min_gap_s}}
         cat.write_selection(name, run_id, strategy, budget, unit, params, items)
         info = cat.run_info(run_id)
     return {"name": name, "strategy": strategy, "budget": budget, "unit": unit, "run": info, "pool": n, "items": items}
@@ -213,7 +238,7 @@ def _random(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tup
 
 
 def _diversity(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tuple[int, dict]]:
-    picks, dist = k_center_greedy(pool["embedding"], budget)
+    picks, dist = k_center_greedy(pool["embedding"], budget, near=gap_rule(pool, cfg.mining.min_gap_s))
     return [(i, {"strategy": "diversity", "score": round(d, 6)}) for i, d in zip(picks, dist)]
 
 
@@ -221,7 +246,7 @@ def _hybrid(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tup
     u = uncertainty_score(pool)
     size = min(len(pool["frame_id"]), max(budget, int(math.ceil(cfg.mining.pool_factor * budget))))
     top = np.lexsort((np.asarray(pool["frame_id"]), -u))[:size]
-    picks, dist = k_center_greedy(pool["embedding"], budget, top)
+    picks, dist = k_center_greedy(pool["embedding"], budget, top, gap_rule(pool, cfg.mining.min_gap_s))
     return [(i, {"strategy": "hybrid", "score": round(float(u[i]), 6), "distance": round(d, 6)}) for i, d in zip(picks, dist)]
 
 
@@ -255,12 +280,13 @@ def _triggers(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[t
 
 def _ranked(pool: Mapping[str, Any], budget: int, cfg: EngineConfig, ranked: list[tuple[int, dict]],
             fill: str) -> list[tuple[int, dict]]:
-    """`ranked`, then every other item by uncertainty (reason strategy `fill`), de-duplicated and class-aware."""
+    """`ranked`, then every other item by uncertainty (reason strategy `fill`), de-duplicated, class-aware and apart
+    in time."""
     u = uncertainty_score(pool)
     taken = {r for r, _ in ranked}
     rest = [int(i) for i in np.lexsort((np.asarray(pool["frame_id"]), -u)) if int(i) not in taken]
     ranked = ranked + [(i, {"strategy": fill, "score": round(float(u[i]), 6)}) for i in rest]
-    return _dedup_class_aware(ranked, pool["embedding"], pool["dominant"], budget, cfg.mining)
+    return _dedup_class_aware(ranked, pool, budget, cfg.mining)
 
 
 def add_offline(pool: dict[str, Any], frame_rows: Mapping[int, int], signals: Mapping[str, np.ndarray]) -> dict[str, Any]:
@@ -279,8 +305,9 @@ def _offline(column: str) -> Callable[[Mapping[str, Any], int, EngineConfig], li
                               "compute it first with `hydranet engine uncertainty --catalog C --models PRODUCTION.onnx "
                               "OTHER.onnx [...]` (an ensemble of exported models)")
         v = np.nan_to_num(np.asarray(pool[column], np.float64), nan=-np.inf)
-        order = np.lexsort((np.asarray(pool["frame_id"]), -v))[:budget]
-        return [(int(i), {"strategy": column, "score": round(float(v[i]), 6)}) for i in order]
+        order = np.lexsort((np.asarray(pool["frame_id"]), -v))
+        ranked = [(int(i), {"strategy": column, "score": round(float(v[i]), 6)}) for i in order]
+        return _dedup_class_aware(ranked, pool, budget, dataclasses.replace(cfg.mining, dedup=0.0, class_cap=1.0))  # time gap only
     return pick
 
 
@@ -291,20 +318,26 @@ STRATEGIES: dict[str, Callable[[Mapping[str, Any], int, EngineConfig], list[tupl
 OFFLINE = ("ensemble", "tta")  # strategies that need an offline column (`hydranet engine uncertainty`, or `add_offline`)
 
 
-def _dedup_class_aware(ranked: list[tuple[int, dict]], emb: np.ndarray, dominant: np.ndarray, budget: int,
+def _dedup_class_aware(ranked: list[tuple[int, dict]], pool: Mapping[str, Any], budget: int,
                        m: MiningConfig) -> list[tuple[int, dict]]:
-    radius = m.dedup * nn_scale(emb, np.random.default_rng(0)) if len(emb) else 0.0
+    """The first `budget` of `ranked` (row, reason) that are no near-duplicate of a pick (embedding), within the
+    class cap and `m.min_gap_s` from every pick of their clip; what is left is filled by a pass with the time gap
+    alone (where there is one), then by one with every rule off."""
+    emb, dominant, near = pool["embedding"], pool["dominant"], gap_rule(pool, m.min_gap_s)
+    radius = m.dedup * nn_scale(emb, np.random.default_rng(0)) if len(emb) and m.dedup > 0 else 0.0
     cap = max(1, int(math.ceil(m.class_cap * budget)))
     picks: list[tuple[int, dict]] = []
     chosen: list[int] = []
     per_class: dict[str, int] = {}
-    for relax in (False, True):  # first pass: both rules; second: fill what is left, rules off
+    too_soon = np.zeros(len(pool["frame_id"]), bool)  # rows within min_gap_s of a pick of their clip
+    passes = ("all", "gap", "none") if near is not None else ("all", "none")  # the rules kept in each pass
+    for keep in passes:
         for i, reason in ranked:
             if len(picks) == budget:
                 return picks
-            if i in chosen:
+            if i in chosen or (keep != "none" and too_soon[i]):
                 continue
-            if not relax:
+            if keep == "all":
                 if per_class.get(dominant[i], 0) >= cap:
                     continue
                 if chosen and radius > 0 and np.sqrt(max(2 - 2 * float((emb[chosen] @ emb[i]).max()), 0)) < radius:
@@ -312,6 +345,8 @@ def _dedup_class_aware(ranked: list[tuple[int, dict]], emb: np.ndarray, dominant
             chosen.append(i)
             per_class[dominant[i]] = per_class.get(dominant[i], 0) + 1
             picks.append((i, reason))
+            if near is not None:
+                too_soon |= near(i)
     return picks
 
 
