@@ -60,7 +60,7 @@ from hydranet.geometry import Distortion, boxes_corners, distortion_from_row
 from hydranet.geometry import project as project_camera
 
 # signals across heads (temporal, geometric, model disagreement), computed here; every head's own
-# columns come from its spec (`HeadSpec.signal_columns` / `signals`, hydranet/heads.py)
+# columns come from its spec (`HeadSpec.signal_columns` / `signals`, hydranet/heads/<name>.py)
 ENGINE_SIGNALS = ("flicker", "jitter", "cross_camera", "box2d_vs_3d", "depth_vs_3d", "speed_excess", "accel",
                   "disagree_det2d", "disagree_det3d", "disagree_dense", "num_det2d", "num_det3d")
 SIGNALS = (*signal_columns(), *ENGINE_SIGNALS)  # the catalog's signal columns (data_engine/catalog.py)
@@ -148,7 +148,7 @@ def frame_signals(info: ModelInfo, raw: Mapping[str, np.ndarray], decoded: Mappi
     H, W = info.image_size
     sig = {name: float("nan") for name in (*signal_columns(), *ENGINE_SIGNALS)}
     per_cam: dict[str, list[float]] = {}
-    for spec in HEADS.values():  # each head's own signals, from its spec (hydranet/heads.py)
+    for spec in HEADS.values():  # each head's own signals, from its spec (hydranet/heads/<name>.py)
         if not spec.signal_columns:
             continue
         prefix = spec.name + "."

@@ -306,8 +306,11 @@ def decode(kind: str, outputs: Mapping[str, np.ndarray], params: Mapping[str, An
     holding NaN or Inf raise `NonFiniteError` naming the output (they are never decoded). `checked`:
     the caller has just checked these very arrays with `first_non_finite` (the runtime's `run`)."""
     if kind not in DECODERS:
-        raise ValueError(f"no decoder of kind '{kind}'; known kinds: {sorted(DECODERS)} (a head's kind is known once "
-                         "its HeadSpec is registered: hydranet.heads.register_head)")
+        import hydranet.heads  # noqa: F401 - registers every head module and `hydranet.heads` entry point (their kinds)
+    if kind not in DECODERS:
+        raise ValueError(f"no decoder of kind '{kind}'; known kinds: {sorted(DECODERS)} (a head's kind is known once its "
+                         "HeadSpec is registered: a module in hydranet/heads/ or a `hydranet.heads` entry point, "
+                         "docs/adding_a_head.md)")
     return run_decoder(kind, DECODERS[kind], outputs, params, checked)
 
 

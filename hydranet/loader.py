@@ -287,7 +287,7 @@ def blank_sample(sample: Mapping, task: Any) -> dict:
     out = dict(sample)
     out["labels"] = {"cameras": {n: {k: [] for k in per_camera} for n in sample["camera_names"]},
                      **{k: [] for s in specs for k in s.frame_labels}}
-    for s in specs:  # every head's blank dense maps (each head's spec: hydranet/heads.py)
+    for s in specs:  # every head's blank dense maps (each head's spec: hydranet/heads/<name>.py)
         out.update(s.blank(sample, task))
     return out
 

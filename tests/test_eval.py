@@ -84,27 +84,22 @@ def test_on_outputs_sees_raw_outputs_and_leaves_the_metrics_unchanged(run):
     assert json.dumps(probed["model"], sort_keys=True) == json.dumps(plain["model"], sort_keys=True)
 
 
-def test_new_head_is_evaluated_and_drawn(run, monkeypatch):
+def test_new_head_is_evaluated_and_drawn(run):
     """A head defined outside the package (the worked example of docs/adding_a_head.md) gets its
     metric, its baseline row, its primary-metric verdict and its picture panel from the generic
     evaluator and picture code: nothing in hydranet/evaluate.py or viz.py names it."""
-    import re
-    import importlib.util
-    import sys
+    from doc_head import doc_head
 
+    with doc_head():
+        _new_head_is_evaluated_and_drawn(run)
+
+
+def _new_head_is_evaluated_and_drawn(run):
     from hydranet.data import SimDataset
     from hydranet.evaluate import evaluate, evaluation_frames, format_table
     from hydranet.models import ModelConfig, TaskConfig, build_model
     from hydranet.stream import predict_frame
-    from hydranet.tasks import TASKS as REGISTRY
     from hydranet.viz import prediction_picture
-
-    code = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "adding_a_head.md").read_text(), re.S)[0]
-    spec = importlib.util.spec_from_loader("doc_sky_eval", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    exec(compile(code, "adding_a_head.md", "exec"), module.__dict__)
-    monkeypatch.setitem(REGISTRY, "sky", module.SkyTask.from_meta)
 
     _, data = run
     cfg = load_experiment(REPO / "configs" / "tiny.yaml", [f"data.root={data}", "data.cameras=[CAM_FRONT]"])

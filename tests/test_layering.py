@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("hydranet", "sim", "deploy", "data_engine")
-CAR_SIDE = ("sim", "deploy.runtime", "deploy.metadata", "hydranet.stream", "hydranet.decoding",
+CAR_SIDE = ("sim", "deploy.runtime", "deploy.metadata", "hydranet.stream", "hydranet.decoding", "hydranet.heads",
             "data_engine.fleet", "data_engine.shadow", "data_engine.signals")
 SIM_MAY_USE = ("hydranet.geometry", "hydranet.rig", "hydranet.config", "hydranet.data", "hydranet.io")  # the shared vocabulary
 

@@ -1,11 +1,8 @@
 """Every registered task: forward, loss, gradients, target round trips and metrics."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import re
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +10,7 @@ import pytest
 import torch
 from pycocotools.coco import COCO
 
+from doc_head import doc_head
 from fake_samples import BEV_META, FAKE_META, bev_sample, make_batch, make_sample
 from hydranet.bevgrid import BevGrid
 from hydranet.rig import load_rig
@@ -259,19 +257,7 @@ def test_missing_sample_key_and_unknown_class_are_errors(sample):
         build_task("depth", FAKE_META, WIDTH, {"max_dpth": 50.0})
 
 
-def _load_doc_example():
-    """The Python file shown in docs/adding_a_head.md, imported as a module."""
-    code = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
-    spec = importlib.util.spec_from_loader("hydranet_doc_sky", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    exec(compile(code, str(DOC), "exec"), module.__dict__)
-    return module
-
-
-def test_adding_a_head_doc(monkeypatch):
-    sky = _load_doc_example()
-    monkeypatch.setitem(TASKS, "sky", sky.SkyTask.from_meta)  # the doc's one registration line
+def test_adding_a_head_doc(doc_head_registered):
     assert "register_task(\"sky\", SkyTask.from_meta)" in DOC.read_text()
     torch.manual_seed(0)
     cfg = ModelConfig(backbone="tiny", neck_width=16, neck_repeats=1,
@@ -314,16 +300,8 @@ def test_tiny_or_hidden_boxes_are_ignore_regions():
 @pytest.fixture
 def doc_head_registered():
     """The doc's head registered with its one line (`register_task`), every registry restored after."""
-    from hydranet import decoding, heads
-    from hydranet.tasks import register_task
-
-    saved = [(d, dict(d)) for d in (TASKS, heads.HEADS, decoding.DECODERS)]
-    sky = _load_doc_example()
-    register_task("sky", sky.SkyTask.from_meta)
-    yield sky
-    for d, before in saved:
-        d.clear()
-        d.update(before)
+    with doc_head() as sky:
+        yield sky
 
 
 def test_doc_head_decodes_on_the_runtime_and_signals_in_shadow(doc_head_registered, tmp_path):
@@ -337,7 +315,8 @@ def test_doc_head_decodes_on_the_runtime_and_signals_in_shadow(doc_head_register
     from hydranet.heads import HEADS, heads_where
 
     sky = doc_head_registered
-    assert HEADS["sky"] is sky.Sky and "sky" in heads_where("channels") and "sky" not in heads_where("human_labels")
+    assert HEADS["sky"] is sky.Sky and sky.Sky.__module__ == "hydranet.heads.sky"
+    assert "sky" in heads_where("channels") and "sky" not in heads_where("human_labels")
     torch.manual_seed(0)
     rig = load_rig("nuscenes6").resized(96, 64)
     mcfg = ModelConfig(backbone="tiny", neck_width=16, neck_repeats=1, tasks=(TaskConfig("det2d"), TaskConfig("sky")))

@@ -34,7 +34,7 @@ CHANNEL_SUFFIX = {"images": ".jpg", "depth": ".depth.png", "normals": ".normal.p
                   "instance": ".instance.png"}
 BEV_FILE = "bev.png"
 # the heads a sim frame can supervise (every registered head: the sim has every label), and those that
-# read a dense label channel (the rest read labels.json); derived from the heads' specs (hydranet/heads.py)
+# read a dense label channel (the rest read labels.json); derived from the heads' specs (hydranet/heads/<name>.py)
 SIM_HEADS = tuple(HEADS)
 PIXEL_HEADS = heads_where("channels")
 DRIVABLE_CLASSES = ("road", "lane_marking", "crosswalk")

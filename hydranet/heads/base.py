@@ -1,12 +1,6 @@
-"""The numpy side of every head (`HeadSpec`): what the car, the dataset readers, the training input
-and the data engine know of a head without torch. A `hydranet.tasks` Task names its spec
-(`Task.spec`); registering the task registers the spec (`register_head`), and every per-head tuple
-of the stack is derived from the registered specs (`heads_where`): the sim's heads
-(`hydranet.data.sim_reader.SIM_HEADS`), the heads reading label channel files (`PIXEL_HEADS`), those
-needing calibration (`hydranet.experiment.GEOMETRY_HEADS`), those a person's 2D boxes supervise
-(`data_engine.retrain.HUMAN_HEADS`), the decoders of the runtime (`hydranet.decoding.DECODERS`), the
-engine's per-head signal columns (`data_engine.signals.SIGNALS`) and the predictions shadow mode
-stores.
+"""The numpy side of a head: the `HeadSpec` contract, the signals the built-in heads share
+(`PeakSignals`, `DenseSignals`) and the registry (`HEADS`, `register_head`, `heads_where`). The
+package `hydranet.heads` (its __init__) registers every head module; see its docstring.
 
 This module must not import torch (the car side reads it; a test checks it in a fresh process). A
 spec is a class of class attributes and class methods, never instantiated:
@@ -21,6 +15,7 @@ spec is a class of class attributes and class methods, never instantiated:
 - engine signals, in the spirit of Lightly's scorers: `signal_columns` (catalog columns, one float
   per frame, NaN where they do not apply), `signal_outputs` (the raw outputs they read, refused when
   non-finite) and `signals(outputs, decoded, n_cams) -> ({column: float}, {column: [per camera]})`;
+  `uncertainty_columns` (those of its columns the miner's uncertainty strategy ranks frames by);
   `predictions(results, n_cams)`: what shadow mode keeps of a frame's results (JSON), or None.
 """
 from __future__ import annotations
@@ -71,6 +66,7 @@ class HeadSpec:
     human_labels: bool = False
     signal_columns: tuple[str, ...] = ()
     signal_outputs: tuple[str, ...] = ()
+    uncertainty_columns: tuple[str, ...] = ()
 
     @classmethod
     def label_keys(cls) -> tuple[str, ...]:
@@ -99,7 +95,8 @@ class HeadSpec:
         return None
 
 
-def _pixels(sample: Mapping) -> tuple[int, int, int]:
+def pixels(sample: Mapping) -> tuple[int, int, int]:
+    """(N, H, W) of a sample's camera images."""
     images = sample["images"]  # (N, H, W, 3) uint8
     return len(images), images.shape[1], images.shape[2]
 
@@ -137,100 +134,12 @@ class DenseSignals(HeadSpec):
         return {f"{cls.name}_entropy": float(h.mean()), f"{cls.name}_entropy_p95": float(np.percentile(h, 95))}, {}
 
 
-def _detections(r: Mapping[str, Any], digits: int, min_score: float = 0.1) -> dict[str, list]:
+def detections(r: Mapping[str, Any], digits: int, min_score: float = 0.1) -> dict[str, list]:
+    """A detection head's result as shadow mode keeps it: boxes rounded to `digits`, scores >= `min_score`."""
     keep = np.asarray(r["scores"]) >= min_score
     return {"boxes": np.round(np.asarray(r["boxes"])[keep], digits).tolist(),
             "scores": np.round(np.asarray(r["scores"])[keep], 3).tolist(),
             "labels": np.asarray(r["labels"])[keep].astype(int).tolist()}
-
-
-# -- the built-in heads (their Tasks in hydranet/tasks/<name>.py name them as `spec`) ---------------
-class Det2d(PeakSignals):
-    name, decoder = "det2d", "centernet"
-    camera_labels = ("boxes2d",)
-    human_labels = True
-    signal_columns = ("det2d_entropy", "det2d_uncertain", "det2d_margin")
-    decode = staticmethod(decoding.decode_centernet)
-
-    @classmethod
-    def predictions(cls, results, n_cams):
-        return [_detections(r, 1) for r in results[:n_cams]]
-
-
-class Lanes(DenseSignals):
-    name, decoder = "lanes", "lanes"
-    camera_labels = ("lanes2d",)
-    signal_columns = ("lanes_entropy", "lanes_entropy_p95")
-    decode = staticmethod(decoding.decode_lanes)
-
-
-class Drivable(DenseSignals):
-    name, decoder = "drivable", "binary_mask"
-    channels = ("drivable",)
-    signal_columns = ("drivable_entropy", "drivable_entropy_p95")
-    decode = staticmethod(decoding.decode_binary_mask)
-
-    @classmethod
-    def blank(cls, sample, task):
-        N, H, W = _pixels(sample)
-        return {"drivable": np.zeros((N, H, W), bool)}
-
-
-class Depth(HeadSpec):
-    name, decoder = "depth", "depth"
-    channels = ("depth",)
-    needs_calibration = True
-    decode = staticmethod(decoding.decode_depth)
-
-    @classmethod
-    def blank(cls, sample, task):
-        N, H, W = _pixels(sample)
-        return {"depth": np.zeros((N, H, W), np.float32)}
-
-
-class Normals(HeadSpec):
-    name, decoder = "normals", "normals"
-    channels = ("normals",)
-    needs_calibration = True
-    decode = staticmethod(decoding.decode_normals)
-
-    @classmethod
-    def blank(cls, sample, task):
-        N, H, W = _pixels(sample)
-        return {"normals": np.zeros((N, H, W, 3), np.float32)}
-
-
-class SignsLights(PeakSignals):
-    name, decoder = "signs_lights", "centernet"
-    camera_labels = ("boxes2d",)
-    human_labels = True
-    signal_columns = ("signs_lights_entropy", "signs_lights_uncertain", "signs_lights_margin")
-    decode = staticmethod(decoding.decode_centernet)
-
-
-class Det3d(PeakSignals):
-    name, space, decoder = "det3d", "bev", "centerpoint"
-    frame_labels = ("boxes3d",)
-    needs_calibration = True
-    signal_columns = ("det3d_entropy", "det3d_uncertain", "det3d_margin")
-    decode = staticmethod(decoding.decode_centerpoint)
-
-    @classmethod
-    def predictions(cls, results, n_cams):
-        return _detections(results[0], 2)
-
-
-class BevMap(HeadSpec):
-    name, space, decoder = "bevmap", "bev", "multi_mask"
-    frame_labels = ("lanes3d",)  # turned with the raster by the BEV augmentation
-    channels = ("bev",)
-    needs_calibration = True
-    decode = staticmethod(decoding.decode_multi_mask)
-
-    @classmethod
-    def blank(cls, sample, task):
-        grid = getattr(task, "source_grid", None) or getattr(task, "grid", None)  # any BEV task's raster size
-        return {} if grid is None else {"bev": np.zeros((3, *grid.shape), np.uint8)}
 
 
 # -- the registry ---------------------------------------------------------------------------------
@@ -246,6 +155,9 @@ def register_head(spec: type[HeadSpec]) -> type[HeadSpec]:
         raise ValueError(f"head '{spec.name}' is already registered with another spec ({HEADS[spec.name].__qualname__})")
     if spec.signal_outputs and not spec.signal_columns:
         raise ValueError(f"head '{spec.name}': `signal_outputs` without `signal_columns`")
+    stray = [c for c in spec.uncertainty_columns if c not in spec.signal_columns]
+    if stray:
+        raise ValueError(f"head '{spec.name}': uncertainty column {stray[0]!r} is not one of its `signal_columns`")
     if spec.decoder is not None:
         known: Callable | None = decoding.DECODERS.get(spec.decoder)
         if known is not None and known is not spec.decode:
@@ -253,10 +165,6 @@ def register_head(spec: type[HeadSpec]) -> type[HeadSpec]:
         decoding.DECODERS[spec.decoder] = spec.decode
     HEADS[spec.name] = spec
     return spec
-
-
-for _spec in (Det2d, Lanes, Drivable, Depth, Normals, SignsLights, Det3d, BevMap):
-    register_head(_spec)
 
 
 def heads_where(attr: str, specs: Sequence[type[HeadSpec]] | None = None) -> tuple[str, ...]:

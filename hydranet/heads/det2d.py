@@ -1,0 +1,18 @@
+"""det2d's numpy side: CenterNet decoding, its labels (boxes2d, drawn by people too), peak signals."""
+from __future__ import annotations
+
+from hydranet import decoding
+from hydranet.heads.base import PeakSignals, detections
+
+
+class Det2d(PeakSignals):
+    name, decoder = "det2d", "centernet"
+    camera_labels = ("boxes2d",)
+    human_labels = True
+    signal_columns = ("det2d_entropy", "det2d_uncertain", "det2d_margin")
+    uncertainty_columns = ("det2d_entropy", "det2d_uncertain")
+    decode = staticmethod(decoding.decode_centernet)
+
+    @classmethod
+    def predictions(cls, results, n_cams):
+        return [detections(r, 1) for r in results[:n_cams]]

@@ -1,0 +1,20 @@
+"""drivable's numpy side: binary-mask decoding, its label channel, per-pixel entropy signals."""
+from __future__ import annotations
+
+import numpy as np
+
+from hydranet import decoding
+from hydranet.heads.base import DenseSignals, pixels
+
+
+class Drivable(DenseSignals):
+    name, decoder = "drivable", "binary_mask"
+    channels = ("drivable",)
+    signal_columns = ("drivable_entropy", "drivable_entropy_p95")
+    uncertainty_columns = ("drivable_entropy_p95",)
+    decode = staticmethod(decoding.decode_binary_mask)
+
+    @classmethod
+    def blank(cls, sample, task):
+        N, H, W = pixels(sample)
+        return {"drivable": np.zeros((N, H, W), bool)}
