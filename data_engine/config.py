@@ -6,6 +6,7 @@
     suites:   the frozen scenario suites                               (data_engine/suites.py)
     gate:     the promotion rule                                       (data_engine/gate.py)
     loop:     what one round of `hydranet engine run` does             (data_engine/loop.py)
+    autolabel: the offline auto-labeller's gates, smoothing and accept policy (data_engine/autolabel/)
 
 A leaf: plain frozen dataclasses that check their own values, importing no stage of the engine. What
 only a stage knows is checked where the stage is built: trigger names by `triggers.build_triggers`,
@@ -187,6 +188,53 @@ class LoopConfig:
                 raise ConfigError(f"config key 'loop.{key}' is {getattr(self, key)!r}; choose one of {list(allowed)}")
 
 
+def _unit(key: str, v) -> None:
+    """ConfigError unless `v` is a finite number in [0, 1] (a NaN fails)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0 <= v <= 1):
+        raise ConfigError(f"config key 'autolabel.{key}' must be a number in [0, 1], got {v!r}")
+
+
+def _positive(key: str, v, integer: bool = False, zero: bool = False) -> None:
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float)) and math.isfinite(v)
+    if isinstance(v, bool) or not ok or not (v > 0 or (zero and v == 0)):
+        raise ConfigError(f"config key 'autolabel.{key}' must be a{'n integer' if integer else ' finite number'} "
+                          f"{'>= 0' if zero else '> 0'}, got {v!r}")
+
+
+@dataclass(frozen=True)
+class AutolabelConfig:
+    """configs/engine.yaml `autolabel:` (data_engine/autolabel/, docs/autolabel.md): `hydranet engine autolabel`."""
+
+    tta: bool = True  # add each model's horizontally flipped view (camera heads) to the ensemble
+    fuse_iou: float = 0.55  # weighted box fusion: boxes of one class overlapping this much are one object
+    fuse_distance: float = 2.0  # 3D fusion: BEV centres of one class closer than this (m) are one object
+    min_score: float = 0.1  # a member's box below this score does not enter the fusion
+    track_iou: float = 0.3  # 2D tracking gate: IoU of the predicted box and the detection
+    track_distance: float = 2.5  # 3D tracking gate: metres between the predicted world centre and the detection
+    max_gap: int = 2  # frames a track may miss and still continue (the gap is filled by the smoother)
+    min_track_length: int = 2  # detected frames a track needs to be kept
+    min_track_score: float = 0.15  # a track's confidence (mean fused score over its span, gaps count 0) to be kept
+    process_noise: float = 2.0  # Kalman constant-velocity model: acceleration variance (px/s^2 or m/s^2, squared)
+    noise_px: float = 2.0  # 2D measurement sigma, pixels
+    noise_m: float = 0.5  # 3D measurement sigma, metres
+    min_speed: float = 1.0  # m/s: a track this fast (smoothed) gets its yaw from its motion
+    accept: dict[str, float] = field(default_factory=lambda: {"det2d": 0.5, "det3d": 0.5})  # per head: every box above
+    accept_class: dict[str, float] = field(default_factory=dict)  # per class name: overrides its head's threshold
+    dense_accept: float = 0.0  # a dense head's mean per-pixel agreement a frame needs (0: dense heads never block)
+
+    def __post_init__(self):
+        for key in ("fuse_iou", "min_score", "track_iou", "min_track_score", "dense_accept"):
+            _unit(key, getattr(self, key))
+        for key, mapping in (("accept", self.accept), ("accept_class", self.accept_class)):
+            for name, v in mapping.items():
+                _unit(f"{key}.{name}", v)
+        for key in ("fuse_distance", "track_distance", "process_noise", "noise_px", "noise_m"):
+            _positive(key, getattr(self, key))
+        _positive("min_speed", self.min_speed, zero=True)
+        _positive("max_gap", self.max_gap, integer=True, zero=True)
+        _positive("min_track_length", self.min_track_length, integer=True)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """configs/engine.yaml, every section."""
@@ -196,6 +244,7 @@ class EngineConfig:
     suites: SuitesConfig = field(default_factory=SuitesConfig)  # data_engine/suites.py: the frozen scenario suites
     gate: GateRule = field(default_factory=GateRule)  # data_engine/gate.py: the promotion rule
     loop: LoopConfig = field(default_factory=LoopConfig)  # data_engine/loop.py: what one round of `engine run` does
+    autolabel: AutolabelConfig = field(default_factory=AutolabelConfig)  # data_engine/autolabel/: `engine autolabel`
 
     def trigger_params(self) -> dict[str, dict]:
         return {n: {k: v for k, v in (("threshold", p.threshold), ("quota", p.quota), ("enabled", p.enabled)) if v is not None}

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from data_engine.catalog import Catalog
-from data_engine.labeling.base import (Backend, FetchedLabel, Held, Job, LabelingError, canonical, check_bbox, compare,
-                                      describe_changes, digest)
+from data_engine.labeling.base import (Backend, FetchedLabel, Held, Job, LabelingError, Vocabulary, canonical, check_bbox,
+                                      compare, describe_changes, digest)
 
 STATES = ("queued", "sent", "labelled", "accepted", "rejected")
 TRANSITIONS = {"queued": ("sent",), "sent": ("labelled", "rejected"), "labelled": ("accepted", "rejected"), "rejected": ("queued",),
@@ -52,7 +52,8 @@ MOVES = {("queued", "sent"): "sent", ("sent", "labelled"): "labelled (by an impo
 ACTIONS = {("labelled", "accepted"): "accept", ("labelled", "rejected"): "reject", ("sent", "rejected"): "reject",
            ("rejected", "queued"): "requeue",
            ("accepted", "labelled"): "reopen", ("accepted", "accepted"): "repin"}
-SOURCES = ("oracle", "label_studio", "file")
+SOURCES = ("oracle", "label_studio", "file", "auto")  # auto: `hydranet engine autolabel` (data_engine/autolabel/)
+AUTO = "auto"
 
 
 class LabelError(LabelingError):
@@ -195,14 +196,23 @@ def load_jobs(cat: Catalog, selection: str | None = None, states: Sequence[str] 
 
 
 def with_predictions(cat: Catalog, jobs: Sequence[Job], min_score: float = 0.1) -> list[Job]:
-    """The jobs with the deployed model's det2d predictions of their frames as pre-annotations
-    ({camera: [{"bbox", "label", "score"}]}, boxes scaled to the camera images), where the catalog
-    has them and the model file still exists; otherwise unchanged."""
+    """The jobs with pre-annotations ({camera: [{"bbox", "label", "score"}]}, camera pixels): the frame's newest
+    auto-label (`hydranet engine autolabel`: its boxes and per-object confidence; model_version its labeller, which
+    names the models' sha256) where there is one, else the deployed model's det2d predictions where the catalog has
+    them and the model file still exists; otherwise unchanged."""
     from deploy.metadata import read_metadata
 
     out = []
     meta: dict[int, Any] = {}
     for j in jobs:
+        auto = latest_auto(cat, j.frame_id)
+        if auto is not None:  # the auto-labeller's boxes (tracked, smoothed, with their confidence) are the pre-fill
+            vocab = Vocabulary.from_dataset(j.root)
+            cams = {cam: [{"bbox": b["bbox"], "label": vocab.name_of(b), "score": float(b.get("confidence", 1.0))}
+                          for b in (auto["payload"]["cameras"].get(cam) or {}).get("boxes2d") or []]
+                    for cam in j.cameras if cam in auto["payload"]["cameras"]}
+            out.append(dataclasses.replace(j, predictions=cams, model_version=auto["labeller"]))
+            continue
         row = cat.db.execute("SELECT s.predictions, r.model_id, m.path, m.sha256 FROM selections sel JOIN shadow_runs r ON "
                              "sel.run_id = r.id "
                              "JOIN models m ON r.model_id = m.id JOIN signals s ON s.run_id = r.id AND s.frame_id = ? "
@@ -336,6 +346,8 @@ def _pick_version(cat: Catalog, job_id: int, version: int | None) -> int:
         return pick[0]["id"]
     own = [v for v in vers if v["job_id"] == job_id]
     latest = own[-1]
+    if latest["source"] != AUTO:  # the auto-labeller's versions were the pre-fill the person corrected
+        vers = [v for v in vers if v["source"] != AUTO]
     bad = [(v, c) for v in vers if v["id"] != latest["id"] for c in [compare(v["payload"], latest["payload"])] if not c["agree"]]
     if bad:
         v, c = bad[0]
@@ -472,12 +484,63 @@ def record_label(cat: Catalog, job: Job, lab: FetchedLabel) -> tuple[int, bool, 
         cat.db.execute("UPDATE label_jobs SET note = NULL WHERE id = ?", (job.id,))
     conf = []
     for v in versions(cat, job.frame_id):
-        if v["version"] != version:
+        if v["version"] != version and AUTO not in (v["source"], lab.source):  # a person correcting a pre-fill: no conflict
             c = compare(v["payload"], payload)
             if not c["agree"]:
                 conf.append({"frame_id": job.frame_id, "frame": f"{job.clip}/{job.dir}", "versions": [v["version"], version],
                              "sources": [v["source"], lab.source], "detail": _describe(c, v["version"], version)})
     return int(cur.lastrowid), True, conf
+
+
+def human_versions(cat: Catalog, frame_ids: Sequence[int]) -> set[int]:
+    """The frames among `frame_ids` that hold a version not made by the auto-labeller (a person's, a file's, the
+    oracle's): the auto-labeller never labels them again."""
+    ids = [int(f) for f in frame_ids]
+    if not ids:
+        return set()
+    q = f"SELECT DISTINCT frame_id FROM labels WHERE source != ? AND frame_id IN ({', '.join('?' * len(ids))})"
+    return {int(r[0]) for r in cat.db.execute(q, (AUTO, *ids))}
+
+
+def record_auto(cat: Catalog, job: Job, payload: Mapping[str, Any], labeller: str, accept: bool,
+                why: str) -> tuple[int | None, bool]:
+    """Record the auto-labeller's label of a queued job's frame as a version (source "auto"), in one transaction
+    with the job's move: `accept` -> queued, sent, labelled, accepted (pinned to it; label_events rows by
+    "autolabel"); else the job stays queued for its human backend, pre-filled (its note says `why`). Nothing is
+    written for a frame holding a version of another source (a human version is never overwritten) or a job that
+    is not queued or pinned to an auto version. The same content for the same job is the same version (UNIQUE(job,
+    source, digest)): a rerun after kill -9 duplicates nothing. Returns (label id or None, whether new)."""
+    payload = check_payload(job, payload, AUTO)
+    dg = digest(payload)
+    with cat.transaction():
+        if human_versions(cat, [job.frame_id]):
+            return None, False
+        row = cat.db.execute("SELECT id FROM labels WHERE job_id = ? AND source = ? AND digest = ?", (job.id, AUTO, dg)).fetchone()
+        state = cat.db.execute("SELECT state FROM label_jobs WHERE id = ?", (job.id,)).fetchone()[0]
+        if row:
+            return int(row[0]), False
+        if state != "queued":  # sent to a person, or accepted on an earlier auto version: left as it is
+            return None, False
+        version = cat.db.execute("SELECT coalesce(max(version), 0) + 1 FROM labels WHERE frame_id = ?", (job.frame_id,)).fetchone()[0]
+        cur = cat.db.execute("INSERT INTO labels (frame_id, version, job_id, source, labeller, model_id, payload, digest, created) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (job.frame_id, version, job.id, AUTO, labeller, job.model_id,
+                                                                    json.dumps(payload), dg, time.time()))
+        lid = int(cur.lastrowid)
+        if accept:
+            for a, b in (("queued", "sent"), ("sent", "labelled")):
+                _move(cat, (job.id, a), b, **({"external_id": AUTO} if b == "sent" else {}))
+            _move(cat, (job.id, "labelled"), "accepted", label_id=lid, note=None)
+            _event(cat, job.id, "accept", "labelled", "accepted", None, lid, "autolabel", note=why)
+        else:
+            cat.db.execute("UPDATE label_jobs SET note = ? WHERE id = ?", (f"pre-filled by autolabel v{version}: {why}", job.id))
+    return lid, True
+
+
+def latest_auto(cat: Catalog, frame_id: int) -> dict[str, Any] | None:
+    """The frame's newest auto version {"version", "labeller", "payload"}, or None."""
+    row = cat.db.execute("SELECT version, labeller, payload FROM labels WHERE frame_id = ? AND source = ? ORDER BY version DESC "
+                         "LIMIT 1", (frame_id, AUTO)).fetchone()
+    return None if row is None else {"version": row[0], "labeller": row[1], "payload": json.loads(row[2])}
 
 
 # -- reading labels -------------------------------------------------------------------------------------
@@ -496,6 +559,8 @@ def conflicts(cat: Catalog, selection: str | None = None) -> list[dict[str, Any]
         vers = versions(cat, fid)
         for a in range(len(vers)):
             for b in range(a + 1, len(vers)):
+                if AUTO in (vers[a]["source"], vers[b]["source"]):
+                    continue  # the auto-labeller's pre-fill and its correction are not a conflict
                 c = compare(vers[a]["payload"], vers[b]["payload"])
                 if not c["agree"]:
                     out.append({"frame_id": fid, "versions": [vers[a]["version"], vers[b]["version"]],

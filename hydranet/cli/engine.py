@@ -343,6 +343,7 @@ def add_engine(sub) -> None:
     _add_engine_retrain(eng)
     _add_engine_gate(eng)
     _add_engine_loop(eng)
+    _add_engine_autolabel(eng)
 
 
 def cmd_engine_run(args) -> None:
@@ -577,3 +578,33 @@ def _add_engine_gate(eng) -> None:
     rg = eng.add_parser("registry", help="the registry's history: every production model, the current one marked")
     rg.add_argument("--catalog", type=Path, required=True)
     rg.set_defaults(func=cmd_engine_registry)
+
+
+def cmd_engine_autolabel(args) -> None:
+    from data_engine.autolabel import run_autolabel
+
+    st = run_autolabel(args.catalog, args.selection, args.models, args.out, _engine_config(args).autolabel, args.overwrite,
+                       args.backend, progress=not args.quiet)
+    for w in st["warnings"]:
+        print(f"warning: {w}")
+    print(f"autolabel {st['selection']}: {st['frames_labelled']} frames of {st['clips']} clips ({st['frames_run']} frames run "
+          f"through {len(st['models'])} models), {st['boxes2d']} 2D / {st['boxes3d']} 3D boxes, {st['tracks2d']} 2D / "
+          f"{st['tracks3d']} 3D tracks; {st['accepted']} accepted, {st['queued']} queued for {st['human_backend']} "
+          f"(pre-filled), {st['human']} left to their human versions, {st['left']} left as they were; "
+          f"{st['new_versions']} new versions -> {args.catalog}, {args.out}/summary.json")
+
+
+def _add_engine_autolabel(eng) -> None:
+    a = eng.add_parser("autolabel", help="server-side: an ensemble over every frame of the selected clips, tracked and "
+                       "smoothed with hindsight; labels of source 'auto' into the catalog (docs/autolabel.md)")
+    a.add_argument("--catalog", type=Path, required=True)
+    a.add_argument("--selection", type=Path, required=True, help="selection.json (`hydranet engine mine --out`)")
+    a.add_argument("--models", type=Path, nargs="+", required=True, help="exported model.onnx files: the ensemble")
+    a.add_argument("--out", type=Path, required=True, help="output folder: summary.json, labels/, dense/")
+    a.add_argument("--backend", default=None, type=lambda v: v.replace("-", "_"), choices=["files", "label_studio", "oracle"],
+                   help="the human backend the unsure frames stay queued for (default: the selection's, else files)")
+    a.add_argument("--config", type=Path, default="engine", help="engine config: YAML file or shipped name (engine)")
+    add_override_option(a)
+    a.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    a.add_argument("--quiet", action="store_true", help="no progress bar")
+    a.set_defaults(func=cmd_engine_autolabel)

@@ -1,0 +1,170 @@
+"""The ensemble: exported models (ONNX, the torch-free `deploy.runtime.HydraRuntime`) run over every frame of a
+clip, each also on the horizontally flipped images (test-time augmentation of the camera heads).
+
+`load_ensemble` checks the members against the fleet before anything runs: each model's cameras must be the
+fleet's (and a BEV model's calibration the fleet's: `Fleet.check_rig`), each camera image the model's size or its
+calibrated size; the members must share their cameras and their classes. Heads that not every member has are
+dropped from the fusion (a warning naming them); `run_clip` returns per frame what the fusion needs.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_engine.autolabel.dense import DENSE_HEADS, flip_back, head_maps
+from data_engine.autolabel.fuse import flip_boxes
+
+BOX_HEADS = ("det2d", "det3d")  # the box heads labelled (signs_lights' sign classes are not: docs/autolabel.md)
+
+
+class AutolabelError(ValueError):
+    """Models, a selection or a fleet the auto-labeller cannot use; one line naming the file and the fix."""
+
+
+@dataclass
+class Member:
+    path: Path
+    rt: Any  # deploy.runtime.HydraRuntime
+    sha256: str
+    heads: tuple[str, ...]
+
+
+@dataclass
+class Ensemble:
+    members: list[Member]
+    heads: tuple[str, ...]  # the heads every member has (fused)
+    dropped: dict[str, list[str]] = field(default_factory=dict)  # model path -> its heads left out
+    cameras: tuple[str, ...] = ()
+    classes: dict[str, list[str]] = field(default_factory=dict)  # box head -> class names
+
+    @property
+    def posed_heads(self) -> bool:
+        return "det3d" in self.heads
+
+
+def _classes(md: Mapping[str, Any], head: str) -> list[str]:
+    return list((md["heads"][head].get("classes") or md.get("classes") or []))
+
+
+def _check_sizes(rt, fleet, path: Path) -> None:
+    """AutolabelError unless each of the model's cameras in the fleet is the model's input size or its calibrated
+    size (another size would be another calibration, or boxes scaled by a guess)."""
+    H, W = rt.image_size
+    for n, cam in enumerate(rt.camera_names):
+        size = tuple(fleet.cameras[cam])
+        if size not in ((H, W), tuple(rt.source_sizes[n])):
+            sh, sw = rt.source_sizes[n]
+            raise AutolabelError(f"model {path} takes {W}x{H} images (calibrated at {sw}x{sh}); the fleet {fleet.root} "
+                                 f"camera {cam} is {size[1]}x{size[0]}: give models exported for this fleet's rig and size")
+
+
+def load_ensemble(models: Sequence[str | Path], fleet) -> tuple[Ensemble, list[str]]:
+    """(the checked ensemble, warnings) for `models` over `fleet` (a data_engine.fleet.Fleet)."""
+    from data_engine.fleet import FleetError
+    from data_engine.shadow import uses_calibration
+    from deploy.runtime import DeployError, HydraRuntime
+    from hydranet.io import file_sha256
+
+    if not models:
+        raise AutolabelError("--models is empty; give one or more ONNX files written by `hydranet export`")
+    members: list[Member] = []
+    for m in models:
+        path = Path(m)
+        try:
+            rt = HydraRuntime(path)
+        except DeployError as e:
+            raise AutolabelError(str(e)) from None
+        try:
+            fleet.check_rig(rt.meta["rig"], str(path), bev=uses_calibration(rt))
+        except FleetError as e:
+            raise AutolabelError(f"{e} (model {path})") from None
+        _check_sizes(rt, fleet, path)
+        rt.allow_sizes(fleet.cameras)
+        if members and rt.camera_names != members[0].rt.camera_names:
+            raise AutolabelError(f"model {path} sees cameras {rt.camera_names}, model {members[0].path} sees "
+                                 f"{members[0].rt.camera_names}: an ensemble needs models of one rig")
+        members.append(Member(path, rt, file_sha256(path), tuple(rt.heads)))
+    shas = [mb.sha256 for mb in members]
+    if len(set(shas)) < len(shas):
+        twice = next(mb.path for mb in members if shas.count(mb.sha256) > 1)
+        raise AutolabelError(f"model {twice} is given twice (the same SHA-256); an ensemble needs different models")
+    shared = tuple(h for h in members[0].heads if all(h in mb.heads for mb in members))
+    dropped = {str(mb.path): [h for h in mb.heads if h not in shared] for mb in members}
+    dropped = {k: v for k, v in dropped.items() if v}
+    warnings = ["heads not shared by every model are dropped from the fusion: "
+                + "; ".join(f"{k}: {', '.join(v)}" for k, v in dropped.items())] if dropped else []
+    classes = {}
+    for h in (h for h in BOX_HEADS if h in shared):
+        classes[h] = _classes(members[0].rt.meta, h)
+        for mb in members[1:]:
+            if _classes(mb.rt.meta, h) != classes[h]:
+                raise AutolabelError(f"model {mb.path}'s {h} classes {_classes(mb.rt.meta, h)} differ from model "
+                                     f"{members[0].path}'s {classes[h]}: an ensemble needs one class list")
+    if not any(h in shared for h in (*BOX_HEADS, *DENSE_HEADS)):
+        raise AutolabelError(f"the models share no head the auto-labeller labels ({', '.join((*BOX_HEADS, *DENSE_HEADS))});"
+                             f" shared: {', '.join(shared) or 'none'}")
+    return Ensemble(members, shared, dropped, tuple(members[0].rt.camera_names), classes), warnings
+
+
+def _forward(rt, images: list[np.ndarray], pose: np.ndarray | None, video: bool) -> tuple[dict, dict]:
+    """One frame through one runtime: (raw outputs, decoded results), the BEV queue carried when `video`."""
+    x = rt.preprocess(images)  # (1, N, 3, H, W)
+    prev, motion = rt.video.inputs(pose) if (rt.state_spec and video) else (None, None)
+    raw = rt.run(rt.feeds(x, prev, motion))
+    if rt.state_spec and video:
+        rt.video.update(rt.state_output(raw), pose)
+    return raw, rt.decode(raw, checked=True)
+
+
+def _boxes_2d(decoded: Mapping[str, list], n: int, scale: tuple[float, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Camera n's det2d boxes scaled to the camera's pixels: (boxes (K, 4), scores (K,), labels (K,))."""
+    r = decoded["det2d"][n]
+    sx, sy = scale
+    return np.asarray(r["boxes"], np.float64) * [sx, sy, sx, sy], np.asarray(r["scores"], np.float64), np.asarray(r["labels"])
+
+
+def run_member(member: Member, ens: Ensemble, frames: Sequence[dict], sizes: Mapping[str, tuple[int, int]], tta: bool,
+               posed: bool) -> list[dict]:
+    """One model over a clip's frames (each {"images": N x (H, W, 3), "ego2world" (4, 4) or None}) in order -> per
+    frame {"det2d": [views per camera: [(boxes, scores, labels)]], "det3d": (boxes (K, 9), scores, labels), "dense":
+    [maps of each view]}. NonFiniteOutput (a broken model) is an AutolabelError naming the model."""
+    from deploy.runtime import DeployError
+
+    rt, out = member.rt, []
+    H, W = rt.image_size
+    rt.reset()
+    dense = [h for h in ens.heads if h in DENSE_HEADS]
+    for f in frames:
+        if f["images"] is None:  # an unreadable frame: no detections, and the queue starts again after it
+            out.append(None)
+            rt.reset()
+            continue
+        try:
+            if not posed:
+                rt.reset()  # no poses: every frame from an empty queue (as shadow mode)
+            raw, dec = _forward(rt, f["images"], f["ego2world"], posed)
+            views = [(raw, dec, False)]
+            if tta:
+                flipped = [np.ascontiguousarray(im[:, ::-1]) for im in f["images"]]
+                fraw = rt.run(rt.feeds(rt.preprocess(flipped)))  # camera heads only: no queue, BEV outputs unused
+                views.append((fraw, rt.decode(fraw, checked=True), True))
+        except DeployError as e:
+            raise AutolabelError(f"{e} (model {member.path})" if str(member.path) not in str(e) else str(e)) from None
+        item: dict[str, Any] = {"det2d": [[] for _ in ens.cameras], "dense": []}
+        for vraw, vdec, flip in views:
+            if "det2d" in ens.heads:
+                for n, cam in enumerate(ens.cameras):
+                    h, w = sizes[cam]
+                    b, s, lab = _boxes_2d(vdec, n, (w / W, h / H))
+                    item["det2d"][n].append((flip_boxes(b, w) if flip else b, s, lab))
+            maps = head_maps(vraw, vdec, dense)
+            item["dense"].append(flip_back(maps) if flip else maps)
+        if "det3d" in ens.heads:
+            r = dec["det3d"][0]
+            item["det3d"] = (np.asarray(r["boxes"], np.float64), np.asarray(r["scores"], np.float64), np.asarray(r["labels"]))
+        out.append(item)
+    return out
