@@ -41,11 +41,10 @@ import numpy as np
 
 from data_engine.catalog import Catalog
 from data_engine.config import UNITS, EngineConfig, MiningConfig
+from data_engine.signals import UNCERTAINTY_COLUMNS
 from data_engine.triggers import build_triggers
 
-UNCERTAINTY_SIGNALS = ("det2d_entropy", "det2d_uncertain", "signs_lights_entropy", "det3d_entropy", "det3d_uncertain",
-                       "lanes_entropy_p95", "drivable_entropy_p95", "flicker", "jitter", "cross_camera", "box2d_vs_3d",
-                       "depth_vs_3d", "disagree_det2d", "disagree_det3d", "disagree_dense")
+UNCERTAINTY_SIGNALS = UNCERTAINTY_COLUMNS  # each head's (its spec's) and the cross-head ones: data_engine.signals
 
 
 class MiningError(ValueError):

@@ -64,6 +64,10 @@ from hydranet.geometry import project as project_camera
 ENGINE_SIGNALS = ("flicker", "jitter", "cross_camera", "box2d_vs_3d", "depth_vs_3d", "speed_excess", "accel",
                   "disagree_det2d", "disagree_det3d", "disagree_dense", "num_det2d", "num_det3d")
 SIGNALS = (*signal_columns(), *ENGINE_SIGNALS)  # the catalog's signal columns (data_engine/catalog.py)
+# what the miner's uncertainty strategy ranks frames by: each head's `uncertainty_columns` (its spec), then the
+# cross-head disagreements (temporal, 2D vs 3D, depth vs 3D, ensemble)
+UNCERTAINTY_COLUMNS = (*(c for spec in HEADS.values() for c in spec.uncertainty_columns), "flicker", "jitter",
+                       "cross_camera", "box2d_vs_3d", "depth_vs_3d", "disagree_det2d", "disagree_det3d", "disagree_dense")
 CONFIDENT = 0.3
 BAND = UNCERTAIN_BAND
 TOP_K = PEAK_TOP_K
