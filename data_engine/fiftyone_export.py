@@ -1,18 +1,21 @@
 """`hydranet engine export-fiftyone`: a shadow run as a FiftyOne dataset a curator opens in the App.
 
-    hydranet engine export-fiftyone --catalog CAT --out DIR [--selection S] [--run R] [--overwrite]
+    hydranet engine export-fiftyone --catalog CAT --out DIR [--selection S] [--run R] [--no-masks] [--overwrite]
 
 DIR is in FiftyOne's own dataset format (`fiftyone.types.FiftyOneDataset`, the format
 `Dataset.export(dataset_type=fo.types.FiftyOneDataset)` writes), readable without this package:
 
 - DIR/metadata.json: the dataset document: a *grouped* dataset (`media_type` "group", one group per
-  catalog frame, one slice per camera, the model's first camera the default slice) and
-  `sample_fields`, the declared schema of every field below;
+  catalog frame, one slice per camera, the model's first camera the default slice), or for a fleet of one
+  camera a flat image dataset (`media_type` "image", no group); `sample_fields`, the declared schema of every
+  field below; `mask_targets` (1: drivable, 1: lane) of the mask fields;
 - DIR/samples.json: {"samples": [...]}, one sample per camera image, `filepath` relative to DIR;
 - DIR/data/<clip>/<frame dir>/<CAMERA>.jpg: the camera images, hard-linked from the fleet (copied
   across filesystems; a fleet without the file, such as a video fleet, is read through
   `data_engine.fleet.read_frame` and written as JPEG). An image that cannot be read is left out and
-  counted (its frame's other cameras stay).
+  counted (its frame's other cameras stay);
+- DIR/fields/<mask field>/<clip>/<frame dir>/<CAMERA>.png: the Segmentation masks (uint8, 0 background, 1 the
+  class), where FiftyOne's own export puts a `mask_path` field's files.
 
 Fields of each sample: `clip`, `frame` (index in the clip), `frame_id` (the catalog's), `camera`,
 `timestamp_us`, `status` (ok, corrupt, bad) and `error`; every camera of the fleet is a slice (the model's
@@ -24,7 +27,17 @@ resized, so dividing by the model's input size places them); `triggers`, the nam
 whose stored hits (`hydranet engine triggers`, newest version per trigger) hold the frame, and
 `trigger_<name>`, each trigger's score (None where it did not fire); `selections`, the names of the
 run's selections holding the frame, `rank_<name>` its rank in each; with `--selection S` only S's frames
-are exported and `rank` is their rank in S.
+are exported and `rank` is their rank in S. Labels and vectors (issue 34):
+- `ground_truth`: the fleet's own 2D boxes of the camera as `Detections` (a sim fleet's labels.json, a labelled
+  dataset's annotations; camera pixels divided by the camera size), None where the fleet has no labels;
+  `accepted`: the catalog's accepted label of the frame (the pinned version training reads), the same way;
+- `pred_drivable`, `pred_lanes`: the model's drivable and lane masks as `Segmentation` (`mask_path`): the catalog
+  keeps no masks, so each ok frame is run again through the runtime (`report.mask_predictor`; `--no-masks` skips
+  it); `gt_drivable` (a sim fleet's semantic file), `gt_lanes` (the truth's polylines, 1% of the height wide);
+- `embedding`: the frame's embedding (every model camera's, L2-normalized, concatenated and normalized again:
+  what mining and similarity search use; the same on every slice of a group) and `camera_embedding` (the
+  camera's own, L2-normalized; None for a camera the model does not see), lists of floats as FiftyOne's Brain
+  takes them (`fob.compute_visualization(ds, embeddings="embedding")`).
 
 The FiftyOne document is written with `version` 1.0.0 (the schema of FiftyOne 1.x; a newer FiftyOne
 migrates it on load, as it does its own older exports). Ids are derived from the catalog (the same
@@ -41,6 +54,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from data_engine.catalog import Catalog
 from data_engine.signals import SIGNALS
@@ -74,7 +89,13 @@ def _detections_field(name: str) -> dict:
         _field("detections", "ListField", "fiftyone.core.labels.Detection", "EmbeddedDocumentField", det)])
 
 
-def _base_fields(with_size: bool) -> list[dict]:
+def _segmentation_field(name: str) -> dict:
+    return _field(name, "EmbeddedDocumentField", "fiftyone.core.labels.Segmentation", fields=[
+        _field("id", "ObjectIdField", db_field="_id"), _field("tags", "ListField", subfield="StringField"),
+        _field("mask", "ArrayField"), _field("mask_path", "StringField")])
+
+
+def _base_fields(with_size: bool, grouped: bool) -> list[dict]:
     meta = [_field("size_bytes", "IntField"), _field("mime_type", "StringField")]
     if with_size:
         meta += [_field("width", "IntField"), _field("height", "IntField"), _field("num_channels", "IntField")]
@@ -83,9 +104,9 @@ def _base_fields(with_size: bool) -> list[dict]:
             _field("metadata", "EmbeddedDocumentField", "fiftyone.core.metadata.ImageMetadata" if with_size
                    else "fiftyone.core.metadata.Metadata", fields=meta),
             _field("_media_type", "StringField"), _field("_rand", "FloatField"), _field("_dataset_id", "ObjectIdField"),
-            _field("created_at", "DateTimeField"), _field("last_modified_at", "DateTimeField"),
-            _field("group", "EmbeddedDocumentField", "fiftyone.core.groups.Group",
-                   fields=[_field("id", "ObjectIdField", db_field="_id"), _field("name", "StringField")])]
+            _field("created_at", "DateTimeField"), _field("last_modified_at", "DateTimeField")] + \
+        ([_field("group", "EmbeddedDocumentField", "fiftyone.core.groups.Group",
+                 fields=[_field("id", "ObjectIdField", db_field="_id"), _field("name", "StringField")])] if grouped else [])
 
 
 def field_name(prefix: str, name: str, taken: set[str]) -> str:
@@ -211,12 +232,76 @@ def _place_image(root: Path, clip: str, fdir: str, cam: str, dst: Path, check: b
         return str(e)
 
 
+# -- labels: boxes, masks ---------------------------------------------------------------------------
+def _detections(key: tuple, boxes: Sequence[tuple[Sequence[float], str, float | None]], size: tuple[int, int]) -> dict:
+    """FiftyOne `Detections` of [(x1, y1, x2, y2) in pixels of an image of `size` (H, W), label, confidence or None]
+    (boxes with no area inside the image left out); `key` derives the ids."""
+    dets = []
+    for j, (box, label, score) in enumerate(boxes):
+        bb = relative_box(box, size)
+        if bb is not None:
+            dets.append({"_id": _oid("det", *key, j), "_cls": "Detection", "attributes": {}, "tags": [], "label": str(label),
+                         "bounding_box": bb, **({} if score is None else {"confidence": float(score)})})
+    return {"_cls": "Detections", "detections": dets}
+
+
+def _truth_boxes(labels: Mapping[str, Any] | None, cam: str) -> list[tuple[Sequence[float], str, None]] | None:
+    """A labels payload's 2D boxes of one camera (camera pixels, class names), or None where it has none for it."""
+    c = ((labels or {}).get("cameras") or {}).get(cam)
+    if c is None:
+        return None
+    return [(b["bbox"], b["class"], None) for b in c.get("boxes2d") or []]
+
+
+def _segmentation(key: tuple, mask: np.ndarray, path: Path, rel: Path) -> dict:
+    """FiftyOne `Segmentation` of a (H, W) bool mask, written as a PNG (0 background, 1 the class: mask_targets)."""
+    import cv2
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(path), np.asarray(mask, np.uint8)):
+        raise OSError(28, "could not write the mask", str(path))
+    return {"_id": _oid("seg", *key), "_cls": "Segmentation", "tags": [], "mask_path": rel.as_posix()}
+
+
+def _frame_masks(predict, fleet: Path, fr: Mapping[str, Any], model_cams: list[str], truth: Mapping | None,
+                 semantic: Sequence[str], sizes: Mapping[str, tuple[int, int]]) -> dict[str, dict[str, np.ndarray]]:
+    """{field: {camera: (H, W) bool}} of one frame: pred_drivable / pred_lanes (the model run again on an ok frame),
+    gt_drivable (a sim fleet's semantic file) / gt_lanes (the truth's polylines at the camera size)."""
+    from data_engine.fleet import read_frame
+    from data_engine.report import lane_mask, truth_drivable
+
+    out: dict[str, dict[str, np.ndarray]] = {}
+    if predict is not None and fr["status"] == "ok":
+        try:
+            images = read_frame(fleet, fr["clip"], fr["dir"], model_cams)
+        except ValueError:  # an image gone since shadow mode: counted where its sample is placed
+            images = None
+        if images is not None:
+            for head, masks in predict(images).items():
+                out[f"pred_{head}"] = dict(zip(model_cams, masks))
+    for cam in (truth or {}).get("cameras") or {}:
+        if semantic:
+            d = truth_drivable(fleet, fr["clip"], fr["dir"], cam, semantic)
+            if d is not None:
+                out.setdefault("gt_drivable", {})[cam] = d
+        if cam in sizes and truth["cameras"][cam].get("lanes2d") is not None:
+            out.setdefault("gt_lanes", {})[cam] = lane_mask(truth["cameras"][cam]["lanes2d"], sizes[cam])
+    return out
+
+
+MASK_FIELDS = {"pred_drivable": "drivable", "pred_lanes": "lane", "gt_drivable": "drivable", "gt_lanes": "lane"}
+
+
 # -- the export --------------------------------------------------------------------------------------
 def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path | None = None, run: int | None = None,
-                    overwrite: bool = False) -> dict[str, Any]:
-    """Write DIR (module docstring). Returns {"out", "run", "selection", "frames", "samples", "cameras",
-    "skipped" [(frame id, camera, why)], "triggers", "selections"}."""
-    from data_engine.report import ReportError, resolve_selection
+                    overwrite: bool = False, masks: bool = True) -> dict[str, Any]:
+    """Write DIR (module docstring). `masks`: the model's drivable and lane masks (each frame run again). Returns
+    {"out", "run", "selection", "frames", "samples", "cameras", "skipped" [(frame id, camera, why)], "triggers",
+    "selections", "grouped", "truth" (frames with the fleet's labels), "accepted" (with an accepted label), "no_masks"
+    (why there are no predicted masks, or None)}."""
+    from data_engine.fleet import Fleet
+    from data_engine.labels import accepted_labels
+    from data_engine.report import ReportError, fleet_truth, mask_predictor, resolve_selection
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -247,20 +332,33 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
         fleet = Path(cat.run_info(run_id)["fleet"])
         hits = _hits(cat, run_id)
         sels = _selections(cat, run_id)
+        accepted = accepted_labels(cat)
+        emb_ids, emb = cat.embeddings(run_id)
+        frame_emb = dict(zip(emb_ids.tolist(), emb))  # {frame id: (N*C,)} the frame embedding mining and search use
+        cam_emb = [dict(zip(i.tolist(), v)) for i, v in (cat.camera_embeddings(run_id, n) for n in range(len(model_cams)))]
     if not frames:
         raise FiftyOneExportError(f"shadow run {run_id} of {catalog} holds no frame; run `hydranet engine shadow` to the end")
     sizes = _camera_sizes(fleet)
     with_size = all(c in sizes for c in cams)
+    grouped = len(cams) > 1  # one camera: a flat image dataset (a group of one slice is no group)
+    predict, no_masks = (None, "--no-masks") if not masks else mask_predictor(model, fleet)  # (None, why) without masks
+    try:
+        semantic = list(Fleet(fleet).meta.get("semantic_classes") or [])
+    except ValueError:
+        semantic = []
 
     taken = set(_RESERVED) | {"clip", "frame", "frame_id", "camera", "timestamp_us", "status", "error", "predictions",
+                              "ground_truth", "accepted", "embedding", "camera_embedding", *MASK_FIELDS,
                               "triggers", "selections", "rank", *SIGNALS}
     trig_field = {t: field_name("trigger_", t, taken) for t in sorted(hits)}
     rank_field = {s: field_name("rank_", s, taken) for s in sels}
 
-    schema = _base_fields(with_size) + [
+    schema = _base_fields(with_size, grouped) + [
         _field("clip", "StringField"), _field("frame", "IntField"), _field("frame_id", "IntField"), _field("camera", "StringField"),
         _field("timestamp_us", "IntField"), _field("status", "StringField"), _field("error", "StringField"),
-        *[_field(s, "FloatField") for s in SIGNALS], _detections_field("predictions"),
+        *[_field(s, "FloatField") for s in SIGNALS], _detections_field("predictions"), _detections_field("ground_truth"),
+        _detections_field("accepted"), *[_segmentation_field(f) for f in MASK_FIELDS],
+        _field("embedding", "ListField", subfield="FloatField"), _field("camera_embedding", "ListField", subfield="FloatField"),
         _field("triggers", "ListField", subfield="StringField"), *[_field(trig_field[t], "FloatField") for t in sorted(hits)],
         _field("selections", "ListField", subfield="StringField"), *[_field(rank_field[s], "IntField") for s in sels]]
     if sel_rank is not None:
@@ -270,19 +368,27 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        samples, skipped, n_frames = [], [], 0
+        samples, skipped, n_frames, n_truth = [], [], 0, 0
         for fr in frames:
             fid = fr["frame_id"]
             group = _oid("group", str(catalog), run_id, fid)
             fired = [t for t in sorted(hits) if fid in hits[t]]
             in_sels = [s for s in sels if fid in sels[s]]
+            vec = frame_emb.get(fid)
             common = {"clip": fr["clip"], "frame": fr["frame"], "frame_id": fid, "timestamp_us": fr["timestamp_us"],
                       "status": fr["status"], "error": fr["error"],
                       **{s: (None if v is None else float(v)) for s, v in fr["signals"].items()},
+                      "embedding": None if vec is None else [round(float(x), 6) for x in vec],
                       "triggers": fired, **{trig_field[t]: hits[t].get(fid) for t in sorted(hits)},
                       "selections": in_sels, **{rank_field[s]: sels[s].get(fid) for s in sels}}
             if sel_rank is not None:
                 common["rank"] = sel_rank[fid]
+            try:
+                truth = fleet_truth(fleet, fr["clip"], fr["dir"])
+                frame_masks = _frame_masks(predict, fleet, fr, model_cams, truth, semantic, sizes)
+            except ValueError as e:  # a truth file that exists and cannot be read; an output that is not finite
+                raise FiftyOneExportError(f"frame {fr['clip']}/{fr['dir']} of fleet {fleet}: {e}") from None
+            n_truth += truth is not None
             det2d = fr["predictions"].get("det2d") or []
             placed = 0
             for k, cam in enumerate(cams):
@@ -292,20 +398,27 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
                     skipped.append((fid, cam, why))
                     continue
                 placed += 1
-                dets = []
+                key = (str(catalog), run_id, fid, cam)
                 seen = k < len(model_cams) and k < len(det2d) and model_size is not None
                 p = det2d[k] if seen else {"boxes": [], "scores": [], "labels": []}
-                for j, (box, score, lab) in enumerate(zip(p["boxes"], p["scores"], p["labels"])):
-                    bb = relative_box(box, model_size)
-                    if bb is None:
-                        continue
-                    dets.append({"_id": _oid("det", str(catalog), run_id, fid, cam, j), "_cls": "Detection", "attributes": {},
-                                 "tags": [], "label": classes[lab] if 0 <= lab < len(classes) else str(lab),
-                                 "bounding_box": bb, "confidence": float(score)})
-                sample = {"_id": _oid("sample", str(catalog), run_id, fid, cam), "filepath": rel.as_posix(), "tags": [],
-                          "_media_type": "image", "_rand": _rand(run_id, fid, cam),
-                          "group": {"_id": group, "_cls": "Group", "name": cam}, "camera": cam, **common,
-                          "predictions": {"_cls": "Detections", "detections": dets}}
+                preds = [(b, classes[lab] if 0 <= lab < len(classes) else str(lab), s)
+                         for b, s, lab in zip(p["boxes"], p["scores"], p["labels"])]
+                size = sizes.get(cam) or _image_hw(tmp / rel)
+                gt, acc = _truth_boxes(truth, cam), _truth_boxes(accepted.get(fid), cam)
+                cv = cam_emb[k].get(fid) if k < len(model_cams) else None
+                sample = {"_id": _oid("sample", *key), "filepath": rel.as_posix(), "tags": [],
+                          "_media_type": "image", "_rand": _rand(run_id, fid, cam), "camera": cam, **common,
+                          "predictions": _detections(("pred", *key), preds, model_size or (1, 1)),
+                          "ground_truth": None if gt is None else _detections(("gt", *key), gt, size),
+                          "accepted": None if acc is None else _detections(("acc", *key), acc, size),
+                          "camera_embedding": None if cv is None else [round(float(x), 6) for x in cv],
+                          **{f: None for f in MASK_FIELDS}}
+                for f, by_cam in frame_masks.items():
+                    if cam in by_cam:
+                        mrel = Path("fields") / f / fr["clip"] / fr["dir"] / f"{cam}.png"
+                        sample[f] = _segmentation((f, *key), by_cam[cam], tmp / mrel, mrel)
+                if grouped:
+                    sample["group"] = {"_id": group, "_cls": "Group", "name": cam}
                 if with_size:
                     h, w = sizes[cam]
                     sample["metadata"] = {"_cls": "ImageMetadata", "size_bytes": (tmp / rel).stat().st_size,
@@ -315,14 +428,18 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
         if not samples:
             raise FiftyOneExportError(f"no camera image of shadow run {run_id} can be read from fleet {fleet} "
                                       f"({skipped[0][2] if skipped else 'no frames'}); restore the fleet folder")
-        doc = {"version": FORMAT_VERSION, "media_type": "group", "group_field": "group",
-               "group_media_types": {c: "image" for c in cams}, "default_group_slice": cams[0], "tags": [],
+        doc = {"version": FORMAT_VERSION, "media_type": "group" if grouped else "image", "group_field": "group" if grouped else None,
+               "group_media_types": {c: "image" for c in cams} if grouped else {},
+               "default_group_slice": cams[0] if grouped else None, "tags": [],
                "info": {"hydranet": {"catalog": str(Path(catalog).resolve()), "shadow_run": run_id, "model": model,
                                      "fleet": str(fleet), "selection": sel_name, "signals": list(SIGNALS),
-                                     "trigger_fields": trig_field, "rank_fields": rank_field}},
+                                     "trigger_fields": trig_field, "rank_fields": rank_field,
+                                     "embedding": "the frame's (every model camera's, L2-normalized, concatenated, "
+                                                  "normalized again: what mining and similarity search use)"}},
                "app_config": {"media_fields": ["filepath"], "grid_media_field": "filepath", "modal_media_field": "filepath",
                               "plugins": {}},
-               "classes": {"predictions": classes} if classes else {}, "default_classes": classes, "mask_targets": {},
+               "classes": {f: classes for f in ("predictions", "ground_truth", "accepted")} if classes else {},
+               "default_classes": classes, "mask_targets": {f: {"1": name} for f, name in MASK_FIELDS.items()},
                "default_mask_targets": {}, "skeletons": {}, "sample_fields": schema, "frame_fields": [], "saved_views": [],
                "workspaces": [], "annotation_runs": {}, "brain_methods": {}, "evaluations": {}, "runs": {}}
         (tmp / "metadata.json").write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
@@ -336,29 +453,45 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return {"out": out, "run": run_id, "selection": sel_name, "frames": n_frames, "samples": len(samples), "cameras": cams,
-            "skipped": skipped, "triggers": sorted(hits), "selections": list(sels)}
+            "skipped": skipped, "triggers": sorted(hits), "selections": list(sels), "grouped": grouped, "truth": n_truth,
+            "accepted": sum(f["frame_id"] in accepted for f in frames), "no_masks": no_masks or None}
+
+
+def _image_hw(path: Path) -> tuple[int, int]:
+    """(H, W) of a placed image (a fleet that does not say its camera sizes)."""
+    import cv2
+
+    img = cv2.imread(str(path))
+    return (1, 1) if img is None else img.shape[:2]
 
 
 def check_export(out: str | Path) -> dict[str, Any]:
     """Validate DIR against the FiftyOneDataset schema it declares (what `Dataset.from_dir` relies on):
-    every sample's file exists inside DIR, every field a sample holds is declared with a matching type,
-    boxes are relative and inside [0, 1], every group has each slice at most once. Returns {"samples",
-    "groups"}; AssertionError naming the first problem. (The tests; a user's check without FiftyOne.)"""
+    every sample's file and mask file exists inside DIR, every field a sample holds is declared with a matching
+    type, boxes are relative and inside [0, 1], every group has each slice at most once (a flat dataset: no
+    group anywhere). Returns {"samples", "groups" (0 when flat)}; AssertionError naming the first problem.
+    (The tests; a user's check without FiftyOne.)"""
     out = Path(out)
     doc = json.loads((out / "metadata.json").read_text())
     samples = json.loads((out / "samples.json").read_text())["samples"]
     declared = {f["name"]: f for f in doc["sample_fields"]}
     by_db = {f["db_field"]: f for f in doc["sample_fields"]}
-    assert doc["media_type"] == "group" and doc["group_field"] in declared, "not a grouped dataset"
+    grouped = doc["media_type"] == "group"
+    assert (grouped and doc["group_field"] in declared) or (doc["media_type"] == "image" and doc["group_field"] is None
+                                                             and "group" not in declared), "neither grouped nor flat"
     slices: dict[str, set] = {}
     for k, s in enumerate(samples):
         where = f"sample {k} ({s.get('filepath')})"
-        path = out / s["filepath"]
-        assert not Path(s["filepath"]).is_absolute() and path.resolve().is_relative_to(out.resolve()), f"{where}: path outside"
-        assert path.is_file(), f"{where}: no file"
+        paths = [s["filepath"]] + [v["mask_path"] for v in s.values() if isinstance(v, dict) and v.get("_cls") == "Segmentation"]
+        for rel in paths:
+            path = out / rel
+            assert not Path(rel).is_absolute() and path.resolve().is_relative_to(out.resolve()), f"{where}: {rel} outside"
+            assert path.is_file(), f"{where}: no file {rel}"
         for key, v in s.items():
             assert key in by_db, f"{where}: field {key!r} not declared in metadata.json"
             _check_value(by_db[key], v, f"{where} field {key}")
+        if not grouped:
+            continue
         g = s[doc["group_field"]]
         assert g["name"] in doc["group_media_types"], f"{where}: slice {g['name']} not in group_media_types"
         seen = slices.setdefault(g["_id"]["$oid"], set())

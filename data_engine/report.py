@@ -24,7 +24,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,77 @@ def _selection_file(cat: Catalog, path: Path, run: int | None) -> tuple[str, int
         reason = it.get("reason") if isinstance(it.get("reason"), dict) else {"strategy": f"file {path.name}", "score": None}
         items.append({"rank": int(it.get("rank", k)), "frame_id": int(fid), "reason": reason})
     return name, run_id, items
+
+
+# -- what is drawn besides the image: masks and truth (the FiftyOne export reads them too) ----------
+MASK_HEADS = ("drivable", "lanes")  # the camera heads whose masks are drawn (and exported as Segmentation)
+
+
+def mask_predictor(model: str | Path, fleet: Path) -> tuple[Callable[[list[np.ndarray]], dict] | None, str]:
+    """(predict, "") or (None, why not): predict(images: the model's cameras' (H, W, 3) RGB images of one frame) ->
+    {head: [(h, w) bool per model camera]} of the model's drivable and lanes heads. The catalog keeps no masks (too
+    big per frame), so the frame is run again through the torch-free runtime, as shadow mode ran it (the camera
+    heads read the frame alone: no video state)."""
+    from data_engine.fleet import Fleet
+    from data_engine.shadow import load_runtime
+    from deploy.runtime import DeployError
+
+    try:
+        rt = load_runtime(str(model))
+        rt.allow_sizes(Fleet(fleet).cameras)  # the fleet's camera sizes, resized to the model's as shadow mode does
+    except (OSError, ValueError, DeployError) as e:  # FleetError is a ValueError
+        return None, f"model {model} or fleet {fleet} cannot be read ({str(e)[:120]})"
+    heads = [h for h in MASK_HEADS if h in rt.heads]
+    if not heads:
+        return None, f"model {model} has no {' or '.join(MASK_HEADS)} head"
+
+    def predict(images: list[np.ndarray]) -> dict[str, list[np.ndarray]]:
+        decoded = rt.decode(rt.run(rt.feeds(rt.preprocess(images))), checked=True)
+        return {h: [np.asarray(r["mask"], bool) for r in decoded[h]] for h in heads}
+    return predict, ""
+
+
+def fleet_truth(root: Path, clip: str, fdir: str) -> dict[str, Any] | None:
+    """The fleet's own labels of a frame (labels.json: {"cameras": {cam: {"boxes2d", "lanes2d"}}, ...}): a sim
+    fleet's file, a labelled dataset's through its recorded fleet; None where the fleet has none (videos, images).
+    ValueError naming the file when it exists but cannot be read."""
+    from data_engine.fleet import RECORDED_FILE, recorded_fleet
+    from hydranet.io import frame_path, read_json
+
+    if (root / RECORDED_FILE).is_file():
+        return recorded_fleet(root).truth(clip, fdir)
+    path = frame_path(root, clip, fdir, "labels.json", where=f"fleet {root}")
+    if not path.exists():
+        return None
+    truth = read_json(path, "the fleet's labels", ValueError, "regenerate the fleet")
+    if not isinstance(truth, dict) or not isinstance(truth.get("cameras"), dict):
+        raise ValueError(f"{path}: no 'cameras' object; regenerate the fleet")
+    return truth
+
+
+def truth_drivable(root: Path, clip: str, fdir: str, camera: str, semantic_classes: Sequence[str]) -> np.ndarray | None:
+    """(H, W) bool drivable truth of a sim fleet's camera (CAMERA.semantic.png in DRIVABLE_CLASSES, as the reader
+    derives it), or None where the frame has no semantic file (a recorded fleet, a frame without pixel labels)."""
+    from hydranet.data.sim_reader import DRIVABLE_CLASSES
+    from hydranet.io import frame_path
+
+    path = frame_path(root, clip, fdir, f"{camera}.semantic.png", where=f"fleet {root}")
+    if not path.exists():
+        return None
+    sem = cv2.imread(str(path), cv2.IMREAD_UNCHANGED)  # (H, W) uint8 class index
+    if sem is None or sem.ndim != 2:
+        raise ValueError(f"{path}: not a readable one-channel PNG; regenerate the fleet")
+    return np.isin(sem, [semantic_classes.index(c) for c in DRIVABLE_CLASSES if c in semantic_classes])
+
+
+def lane_mask(lanes2d: Sequence[Mapping[str, Any]], hw: tuple[int, int]) -> np.ndarray:
+    """(H, W) bool: the truth's lane polylines ({"points": [[u, v], ...]}, camera pixels) drawn 1% of the height wide."""
+    img = np.zeros(hw, np.uint8)
+    width = max(1, round(hw[0] / 100))
+    for lane in lanes2d:
+        pts = np.round(np.asarray(lane["points"], np.float64).reshape(-1, 2)).astype(np.int32)
+        cv2.polylines(img, [pts.reshape(-1, 1, 2)], False, 1, width)
+    return img.astype(bool)
 
 
 # -- pictures ----------------------------------------------------------------------------------------

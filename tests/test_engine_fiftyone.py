@@ -179,7 +179,7 @@ def test_a_fleet_without_image_files_is_read_through_read_frame(env, tmp_path, m
 
     monkeypatch.setattr(fleet_mod, "read_frame", fake_read_frame)
     out = tmp_path / "fo"
-    r = export_fiftyone(cat, out)
+    r = export_fiftyone(cat, out, masks=False)  # (the predicted masks read every camera of a frame through it too)
     assert r["samples"] == 8 and not r["skipped"] and calls == [["CAM_BACK"]] * 4
     check_export(out)
     img = cv2.imread(str(next(out.rglob("CAM_BACK.jpg"))))
@@ -250,3 +250,147 @@ ds.delete()
     assert got["slices"] == sorted(CAMS) and got["exists"] and got["signal_type"] == "FloatField"
     assert {k: got[k] for k in ("samples", "groups", "above", "fid")} == {k: expect[k] for k in ("samples", "groups", "above", "fid")}
     assert got["box"] == pytest.approx(expect["box"])
+
+
+# -- ground truth, masks, embeddings, one camera (issue 34 item 6) ----------------------------------------------
+def fleet_labels(env: dict, clip: str, fdir: str) -> dict:
+    return json.loads((env["fleet"] / "scenes" / clip / fdir / "labels.json").read_text())
+
+
+def test_ground_truth_is_the_fleets_boxes_relative_to_the_camera_image(env, tmp_path):
+    out = tmp_path / "fo"
+    r = export_fiftyone(env["catalog"], out)
+    assert r["truth"] == 4 and r["grouped"] and r["no_masks"] is None
+    doc, samples = load(out)
+    declared = {f["name"]: f for f in doc["sample_fields"]}
+    assert declared["ground_truth"]["embedded_doc_type"] == "fiftyone.core.labels.Detections"
+    assert doc["classes"]["ground_truth"] == env["classes"]
+    rows = catalog_rows(env["catalog"])
+    n_boxes = 0
+    for s in samples:
+        truth = fleet_labels(env, s["clip"], rows[s["frame_id"]]["dir"])["cameras"][s["camera"]]["boxes2d"]
+        got = s["ground_truth"]["detections"]
+        assert [d["label"] for d in got] == [b["class"] for b in truth] and all("confidence" not in d for d in got)
+        for d, b in zip(got, truth):  # labels.json: camera pixels of the 96x64 image, x1 = max column + 1
+            x0, y0, x1, y1 = b["bbox"]
+            assert d["bounding_box"] == pytest.approx([x0 / 96, y0 / 64, (x1 - x0) / 96, (y1 - y0) / 64], abs=1e-6)
+        n_boxes += len(got)
+        assert s["accepted"] is None  # no label accepted in this catalog
+    assert n_boxes > 0, "the fixture fleet should hold some boxes"
+
+
+def test_masks_are_segmentations_of_the_model_and_the_truth(env, tmp_path):
+    from data_engine.fleet import read_frame
+    from deploy.runtime import HydraRuntime
+    from hydranet.data.sim_reader import DRIVABLE_CLASSES
+
+    out = tmp_path / "fo"
+    export_fiftyone(env["catalog"], out)
+    assert check_export(out)["samples"] == 8
+    doc, samples = load(out)
+    assert doc["mask_targets"] == {"pred_drivable": {"1": "drivable"}, "pred_lanes": {"1": "lane"},
+                                   "gt_drivable": {"1": "drivable"}, "gt_lanes": {"1": "lane"}}
+    assert {f["name"]: f["embedded_doc_type"] for f in doc["sample_fields"]}["pred_drivable"] == \
+        "fiftyone.core.labels.Segmentation"
+    rt = HydraRuntime(env["model"])
+    rt.allow_sizes({c: (64, 96) for c in CAMS})
+    semantic = json.loads((env["fleet"] / "dataset.json").read_text())["semantic_classes"]
+    rows = catalog_rows(env["catalog"])
+    for s in samples:
+        row = rows[s["frame_id"]]
+        k = CAMS.index(s["camera"])
+        rt.reset()
+        expect = rt.step(read_frame(env["fleet"], row["clip"], row["dir"], CAMS))  # the runtime's own decoding
+        for f, head in (("pred_drivable", "drivable"), ("pred_lanes", "lanes")):
+            seg = s[f]
+            assert seg["_cls"] == "Segmentation" and seg["mask_path"] == f"fields/{f}/{row['clip']}/{row['dir']}/{s['camera']}.png"
+            mask = cv2.imread(str(out / seg["mask_path"]), cv2.IMREAD_UNCHANGED)
+            np.testing.assert_array_equal(mask, expect[head][k]["mask"].astype(np.uint8))
+        sem = cv2.imread(str(env["fleet"] / "scenes" / row["clip"] / row["dir"] / f"{s['camera']}.semantic.png"),
+                         cv2.IMREAD_UNCHANGED)
+        gt = cv2.imread(str(out / s["gt_drivable"]["mask_path"]), cv2.IMREAD_UNCHANGED)
+        np.testing.assert_array_equal(gt, np.isin(sem, [semantic.index(c) for c in DRIVABLE_CLASSES]).astype(np.uint8))
+        lanes = cv2.imread(str(out / s["gt_lanes"]["mask_path"]), cv2.IMREAD_UNCHANGED)
+        assert lanes.shape == (64, 96) and set(np.unique(lanes)) <= {0, 1}
+        truth = fleet_labels(env, row["clip"], row["dir"])["cameras"][s["camera"]]["lanes2d"]
+        for lane in truth:  # every truth lane point inside the image is on the mask
+            for u, v in lane["points"]:
+                if 0 <= round(u) < 96 and 0 <= round(v) < 64:
+                    assert lanes[round(v), round(u)] == 1
+    again = tmp_path / "fo2"
+    export_fiftyone(env["catalog"], again, masks=False)
+    _, plain = load(again)
+    assert all(s["pred_drivable"] is None and s["gt_drivable"] is not None for s in plain)
+
+
+def test_embeddings_are_the_catalogs_vectors(env, tmp_path):
+    out = tmp_path / "fo"
+    export_fiftyone(env["catalog"], out)
+    doc, samples = load(out)
+    declared = {f["name"]: f for f in doc["sample_fields"]}
+    assert declared["embedding"]["ftype"].endswith("ListField") and declared["embedding"]["subfield"].endswith("FloatField")
+    with Catalog(env["catalog"]) as cat:
+        run = cat.latest_run()
+        ids, emb = cat.embeddings(run)
+        per_cam = [dict(zip(*cat.camera_embeddings(run, n))) for n in range(len(CAMS))]
+    frame = dict(zip(ids.tolist(), emb))
+    for s in samples:
+        vec = frame[s["frame_id"]]
+        assert len(s["embedding"]) == emb.shape[1] == len(CAMS) * len(s["camera_embedding"])
+        np.testing.assert_allclose(s["embedding"], vec, atol=1e-6)
+        np.testing.assert_allclose(s["camera_embedding"], per_cam[CAMS.index(s["camera"])][s["frame_id"]], atol=1e-6)
+
+
+def test_accepted_labels_are_exported_beside_the_truth(env, tmp_path):
+    cat = tmp_path / "c.db"
+    shutil.copy(env["catalog"], cat)
+    payload = {"cameras": {"CAM_BACK": {"boxes2d": [{"bbox": [9.6, 6.4, 48.0, 32.0], "class": env["classes"][1]}]}}}
+    db = sqlite3.connect(str(cat))
+    fid = db.execute("SELECT min(frame_id) FROM signals").fetchone()[0]
+    db.execute("INSERT INTO label_jobs (id, selection, frame_id, state, backend, label_id, created, updated) "
+               "VALUES (1, 'picked', ?, 'accepted', 'files', 1, 0, 0)", (fid,))
+    db.execute("INSERT INTO labels (id, frame_id, version, job_id, source, payload, digest, created) "
+               "VALUES (1, ?, 1, 1, 'files', ?, 'd', 0)", (fid, json.dumps(payload)))
+    db.commit()
+    db.close()
+    out = tmp_path / "fo"
+    assert export_fiftyone(cat, out, masks=False)["accepted"] == 1
+    check_export(out)
+    _, samples = load(out)
+    got = {(s["frame_id"], s["camera"]): s["accepted"] for s in samples}
+    assert got[(fid, "CAM_FRONT")] is None  # the label names no box of this camera
+    (det,) = got[(fid, "CAM_BACK")]["detections"]
+    assert det["label"] == env["classes"][1] and det["bounding_box"] == pytest.approx([0.1, 0.1, 0.4, 0.4])
+    assert all(a is None for (f, _), a in got.items() if f != fid)
+
+
+@pytest.fixture(scope="module")
+def one_camera(tmp_path_factory) -> dict:
+    """A CAM_FRONT-only fleet (1 clip x 2 frames) shadowed by an untrained 1-camera configs/tiny.yaml export."""
+    from deploy.export import export_model, sim_frames
+    from hydranet.experiment import load_experiment
+    from hydranet.models import build_model
+
+    root = tmp_path_factory.mktemp("engine_fiftyone_one")
+    rig = yaml.safe_load((REPO / "hydranet" / "rigs" / "nuscenes6.yaml").read_text())
+    rig["name"], rig["cameras"] = "front", [c for c in rig["cameras"] if c["name"] == "CAM_FRONT"]
+    (root / "rig1.yaml").write_text(yaml.safe_dump(rig))
+    fleet = make_fleet(root / "fleet", clips=1, frames=2, seed=6, extra=("--set", f"sim.rig={root / 'rig1.yaml'}"))
+    cfg = load_experiment(REPO / "configs" / "tiny.yaml", [f"data.root={fleet}", "data.cameras=[CAM_FRONT]",
+                                                          "data.image_size=[64,96]", "device=cpu"])
+    meta = json.loads((fleet / "dataset.json").read_text())
+    export_model(build_model(cfg.model, meta), cfg, meta, root / "model.onnx", sim_frames(cfg, fleet, 1), verbose=False)
+    run_shadow(root / "model.onnx", fleet, root / "cat.db", workers=1, progress=False)
+    return {"root": root, "catalog": root / "cat.db"}
+
+
+def test_a_one_camera_fleet_is_a_flat_dataset(one_camera, tmp_path, capsys):
+    out = tmp_path / "fo"
+    assert main(["engine", "export-fiftyone", "--catalog", str(one_camera["catalog"]), "--out", str(out)]) == 0
+    assert "flat: one camera" in capsys.readouterr().out
+    assert check_export(out) == {"samples": 2, "groups": 0}
+    doc, samples = load(out)
+    assert doc["media_type"] == "image" and doc["group_field"] is None and doc["group_media_types"] == {}
+    assert doc["default_group_slice"] is None and "group" not in {f["name"] for f in doc["sample_fields"]}
+    assert all("group" not in s and s["camera"] == "CAM_FRONT" for s in samples)
+    assert all(s["ground_truth"] is not None and s["pred_drivable"] is not None for s in samples)

@@ -148,11 +148,14 @@ def cmd_engine_report(args) -> None:
 def cmd_engine_export_fiftyone(args) -> None:
     from data_engine.fiftyone_export import export_fiftyone
 
-    r = export_fiftyone(args.catalog, args.out, args.selection, args.run, args.overwrite)
+    r = export_fiftyone(args.catalog, args.out, args.selection, args.run, args.overwrite, masks=not args.no_masks)
     skipped = f", {len(r['skipped'])} camera images unreadable and left out (first: {r['skipped'][0][2]})" if r["skipped"] else ""
     print(f"exported {r['frames']} frames ({r['samples']} camera images: {', '.join(r['cameras'])}) of shadow run {r['run']}"
-          + (f", selection {r['selection']}" if r["selection"] else "") + f"{skipped} -> {r['out']} (FiftyOneDataset; open it with "
-          f"fo.Dataset.from_dir('{r['out']}', dataset_type=fo.types.FiftyOneDataset))")
+          + (f", selection {r['selection']}" if r["selection"] else "") + f"{skipped} -> {r['out']} (FiftyOneDataset"
+          + ("" if r["grouped"] else ", flat: one camera") + f"; open it with fo.Dataset.from_dir('{r['out']}', "
+          "dataset_type=fo.types.FiftyOneDataset))")
+    print(f"ground truth on {r['truth']} frames, accepted labels on {r['accepted']}; predicted masks: "
+          + (f"none ({r['no_masks']})" if r["no_masks"] else "drivable and lanes"))
 
 
 def _add_engine_fiftyone(eng) -> None:
@@ -163,6 +166,8 @@ def _add_engine_fiftyone(eng) -> None:
     f.add_argument("--out", type=Path, required=True, help="export folder (refused if it exists, unless --overwrite)")
     f.add_argument("--selection", default=None, help="export only this selection's frames (name in the catalog or selection.json)")
     f.add_argument("--run", type=int, default=None, help="shadow run id (default: the selection's, else the latest)")
+    f.add_argument("--no-masks", action="store_true", help="no predicted drivable/lane masks (they run the model on each "
+                   "frame again; ground-truth masks are kept)")
     f.add_argument("--overwrite", action="store_true", help="replace an existing export folder")
     f.set_defaults(func=cmd_engine_export_fiftyone)
 

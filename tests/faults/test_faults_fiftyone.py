@@ -82,6 +82,20 @@ def shadowed_copy(tmp: Path, env: Env, remove: str | None) -> Path:
     return tmp / "s.db"
 
 
+def spoiled(tmp: Path, env: Env, name: str) -> Path:
+    """The fault dataset shadowed into tmp/s.db, then the first frame's file `name` overwritten with junk."""
+    cat = shadowed_copy(tmp, env, None)
+    next(iter(sorted((tmp / "ds").rglob(name)))).write_bytes(b"\x00not what it should be")
+    return cat
+
+
+def masks_unwritable(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
+    import cv2
+
+    real = cv2.imwrite
+    monkeypatch.setattr(cv2, "imwrite", lambda path, *a: False if path.endswith(".png") else real(path, *a))
+
+
 def other_frames(tmp: Path) -> Path:
     (tmp / "sel.json").write_text(json.dumps({"items": [{"frame_id": 999}]}))
     return tmp / "sel.json"
@@ -130,6 +144,14 @@ CASES = [
          check=exported(10)),
     Case("fiftyone-no-image-at-all", lambda t, e: export(t, shadowed_copy(t, e, "*.jpg")),
          words=("no camera image", "restore the fleet"), check=no_export),
+    Case("fiftyone-truth-labels-corrupt", lambda t, e: export(t, spoiled(t, e, "labels.json")),
+         words=("labels.json", "regenerate the fleet"), check=no_export),
+    Case("fiftyone-truth-semantic-corrupt", lambda t, e: export(t, spoiled(t, e, "CAM_FRONT.semantic.png")),
+         words=("CAM_FRONT.semantic.png", "not a readable", "regenerate the fleet"), check=no_export),
+    Case("fiftyone-mask-unwritable", lambda t, e: export(t, cat_copy(t)), patch=masks_unwritable,
+         words=("cannot write the export", "could not write the mask", "another --out"), check=no_export),
+    Case("fiftyone-no-masks", lambda t, e: export(t, cat_copy(t), "--no-masks"), status=0,
+         stdout=("exported 2 frames", "predicted masks: none (--no-masks)"), check=exported(12)),
     Case("fiftyone-disk-full", lambda t, e: export(t, cat_copy(t)), patch=disk_full,
          words=("cannot write the export", "no space left", "another --out"), check=no_export),
 ]
