@@ -5,8 +5,8 @@
 
 Training is seeded and bit-identical on one machine, not across machines (another CPU's float kernels
 round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
-This runs what `make demo` trains and evaluates (hydranet/cli/demo.py: the sim dataset of the demo,
-generated once with its data seed 0 under --out/data; then per training seed the one HydraNet of
+This runs what `make demo` trains and evaluates (`sim.config.DEMO_SIM` and `hydranet.curriculum.recipe_experiment`:
+the sim dataset of the demo, generated once with its data seed 0 under --out/data; then per training seed the one HydraNet of
 configs/full.yaml, its trunk stage first: six camera heads and det3d with velocity and bevmap on the
 fused BEV grid with its 3-frame video queue) for
 training seeds 0..N-1, each in its own process with OMP_NUM_THREADS=1 and torch threads 1, --jobs at a
@@ -130,12 +130,14 @@ def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps:
     """One training seed in this process: the demo's training and evaluation; writes out/result.json."""
     import torch
 
-    from hydranet.cli.demo import train_eval
+    from hydranet.curriculum import recipe_experiment, train_two_stage
+    from hydranet.evaluate import evaluate_checkpoint
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    rows = collect(STAGE, train_eval(out, data, val, steps or None, train_seed=seed, progress=False,
-                                     trunk_steps=trunk_steps))
+    train_two_stage(recipe_experiment(data, val, seed, steps or None), out / "run", trunk_steps, progress=False,
+                    overwrite=True)
+    rows = collect(STAGE, evaluate_checkpoint(out / "run", val, out / "metrics.json", out / "predictions", progress=False))
     t1 = time.perf_counter()
     (out / "result.json").write_text(json.dumps({"seed": seed, "metrics": rows,
                                                  "wall": {"train_eval": t1 - t0}}, indent=1))
@@ -202,10 +204,11 @@ def main(argv: list[str] | None = None) -> dict | None:
     a.out.mkdir(parents=True)
     out = a.out.resolve()
 
-    from hydranet.cli.demo import demo_data
+    from sim.config import DEMO_SIM
+    from sim.generate import generate_split
 
     t0 = time.perf_counter()
-    data, val = demo_data(out / "data", a.scenes, a.val_scenes, seed=0)
+    data, val = generate_split(out / "data", DEMO_SIM, a.scenes, a.val_scenes, seed=0)
     gen = time.perf_counter() - t0
     seeds = list(range(a.seeds))
     t1 = time.perf_counter()

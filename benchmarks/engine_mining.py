@@ -49,21 +49,21 @@ def worker(args) -> None:
     from data_engine.triggers import build_triggers, fire_all, run_table
     from data_engine.uncertainty import offline_signals, pool_frames
     from deploy.export import export_checkpoint
-    from hydranet.cli import main
+    from data_engine.fleet import FleetConfig, generate_fleet
+    from hydranet.config import load_config
     from hydranet.experiment import load_experiment
     from hydranet.train import train
 
     seed = args.worker_seed
     out = Path(args.out) / f"seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
-    size = ["--set", "sim.image_width=96", "--set", "sim.image_height=64"]
+    size = ["sim.image_width=96", "sim.image_height=64"]
     t0 = time.time()
     if not (out / "train" / "dataset.json").exists():
-        main(["engine", "fleet", "--out", str(out / "train"), "--clips", str(args.train_clips), "--seed", str(100 + seed),
-              "--quiet", *size])
+        generate_fleet(out / "train", load_config(FleetConfig, "fleet", size), args.train_clips, 100 + seed, progress=False)
     if not (out / "fleet" / "dataset.json").exists():
-        main(["engine", "fleet", "--out", str(out / "fleet"), "--clips", str(args.clips), "--seed", str(seed), "--quiet",
-              *size, *[a for n in RARE for a in ("--set", f"rare.{n}={args.rare}")]])
+        generate_fleet(out / "fleet", load_config(FleetConfig, "fleet", [*size, *(f"rare.{n}={args.rare}" for n in RARE)]),
+                       args.clips, seed, progress=False)
     t_fleet = time.time() - t0
     members = []
     for k in range(args.members):

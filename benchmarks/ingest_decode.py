@@ -26,14 +26,16 @@ def run(args) -> None:
 
     from data_engine.fleet import Fleet
     from data_engine.ingest import ingest
-    from hydranet.cli import main
+    from hydranet.config import load_config
+    from sim.config import SimConfig
+    from sim.generate import generate_dataset
 
     tmp = Path(tempfile.mkdtemp(prefix="ingest_decode_", dir="/tmp"))
     try:
         sim = tmp / "sim"
-        assert main(["sim", "generate", "--out", str(sim), "--scenes", "1", "--seed", "0", "--quiet", "--set",
-                     f"frames_per_scene={args.frames}", "--set", f"image_width={args.width}", "--set",
-                     f"image_height={args.height}", "--set", "rig=nuscenes6"]) == 0
+        generate_dataset(sim, load_config(SimConfig, None, [f"frames_per_scene={args.frames}", f"image_width={args.width}",
+                                                             f"image_height={args.height}", "rig=nuscenes6"]), 1, 0,
+                         progress=False)
         import json
 
         meta = json.loads((sim / "dataset.json").read_text())

@@ -29,16 +29,17 @@ def run(args) -> None:
     from data_engine.fleet import Fleet, read_frame
     from data_engine.shadow import load_runtime, run_shadow
     from deploy.export import export_checkpoint
-    from hydranet.cli import main
+    from data_engine.fleet import FleetConfig, generate_fleet
+    from hydranet.config import load_config
     from hydranet.experiment import load_experiment
     from hydranet.train import train
 
     tmp = Path(tempfile.mkdtemp(prefix="shadow_cost_", dir="/tmp"))
     try:
         fleet = tmp / "fleet"
-        size = ["--set", f"sim.image_width={args.width}", "--set", f"sim.image_height={args.height}"] if args.width else []
-        assert main(["engine", "fleet", "--out", str(fleet), "--clips", str(args.clips), "--seed", "0", "--quiet",
-                     "--set", f"sim.frames_per_scene={args.frames}", *size]) == 0
+        size = [f"sim.image_width={args.width}", f"sim.image_height={args.height}"] if args.width else []
+        generate_fleet(fleet, load_config(FleetConfig, "fleet", [f"sim.frames_per_scene={args.frames}", *size]), args.clips,
+                       0, progress=False)
         cfg = load_experiment("configs/engine_tiny.yaml", [f"data.root={fleet}", f"steps={args.steps}",
                                                             f"checkpoint_every={args.steps}", "device=cpu", "num_workers=0"])
         train(cfg, tmp / "run", progress=False)

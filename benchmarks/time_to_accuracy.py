@@ -63,25 +63,21 @@ def fmt(v: float | None) -> str:
 
 
 def make_data(out: Path, scenes: int, val_scenes: int) -> tuple[Path, Path]:
-    from sim.config import SimConfig
-    from sim.generate import generate_dataset
+    from sim.config import DEMO_SIM
+    from sim.generate import generate_split
 
-    cfg = SimConfig(frames_per_scene=6, image_width=320, image_height=192, frame_rate_hz=2.0)  # the demo's
-    return (generate_dataset(out / "sim", cfg, scenes, 0, progress=False),
-            generate_dataset(out / "sim_val", cfg, val_scenes, 1000, progress=False))
+    return generate_split(out, DEMO_SIM, scenes, val_scenes, seed=0, progress=False)
 
 
 def run_seed(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int, snapshots: int) -> dict:
     """Train one seed with snapshots; returns {"points": [{"step", "seconds", "results"}], "trunk_seconds"}."""
-    from hydranet.config import SHIPPED_CONFIGS
-    from hydranet.curriculum import train_two_stage
+    import dataclasses
+
+    from hydranet.curriculum import recipe_experiment, train_two_stage
     from hydranet.evaluate import evaluate_checkpoint
-    from hydranet.experiment import load_experiment
 
     marks = sorted({max(1, round(steps * (i + 1) / snapshots)) for i in range(snapshots)})
-    cfg = load_experiment(SHIPPED_CONFIGS / "full.yaml", [
-        f"data.root={data}", f"data.val_root={val}", f"seed={seed}", f"steps={steps}",
-        f"checkpoint_every={math.gcd(*marks)}"])
+    cfg = dataclasses.replace(recipe_experiment(data, val, seed, steps), checkpoint_every=math.gcd(*marks))
     clock = {"t0": time.perf_counter(), "stage2": None, "taken": {}}
     run = out / "run"
 
@@ -205,11 +201,11 @@ def main(argv: list[str] | None = None) -> dict:
     a.out.mkdir(parents=True)
     import torch
 
-    from hydranet.config import SHIPPED_CONFIGS
+    from hydranet.curriculum import RECIPE
     from hydranet.experiment import load_experiment
 
     torch.set_num_threads(a.threads)
-    steps = a.steps or load_experiment(SHIPPED_CONFIGS / "full.yaml", []).steps
+    steps = a.steps or load_experiment(RECIPE, []).steps
     data, val = make_data(a.out / "data", a.scenes, a.val_scenes)
     per_seed = {}
     for seed in range(a.seeds):

@@ -15,12 +15,25 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from hydranet.config import SHIPPED_CONFIGS
 from hydranet.experiment import ExperimentConfig
 from hydranet.models.hydranet import HydraNet
 from hydranet.tasks import BEV_TASKS
 
 TRUNK_CAMERAS = ("CAM_FRONT", "CAM_BACK")
 TRUNK_DIR = "trunk"  # stage 1's run, inside the run folder
+RECIPE = SHIPPED_CONFIGS / "full.yaml"  # the one HydraNet `make demo` trains (package data: works from a wheel)
+TRUNK_STEPS = 400  # its trunk stage: the camera heads on TRUNK_CAMERAS, single frames
+
+
+def recipe_experiment(data: str | Path, val: str | Path, seed: int = 0, steps: int | None = None,
+                      config: str | Path = RECIPE) -> ExperimentConfig:
+    """The demo's experiment on `data` with held-out `val`, training seed `seed`, `steps` steps (None: the
+    config's); train it with `train_two_stage(cfg, run, TRUNK_STEPS)`."""
+    from hydranet.experiment import load_experiment
+
+    return load_experiment(config, [f"data.root={data}", f"data.val_root={val}", f"seed={seed}"]
+                           + ([f"steps={steps}", f"checkpoint_every={steps}"] if steps else []))
 
 
 def trunk_stage(cfg: ExperimentConfig, steps: int, cameras: tuple[str, ...] | None = TRUNK_CAMERAS,

@@ -234,3 +234,8 @@ class SimConfig:
              f"the BEV grid would have {2 * self.bev_range / self.bev_resolution:.0f} cells a side (at most 4096)")
         need(self.label_range > 0 and math.isfinite(self.label_range), "label_range", self.label_range,
              "give metres > 0")
+
+
+# the data of `make demo` and its benchmarks: many short scenes (6 frames at 2 Hz, like nuScenes keyframes)
+# rather than few long ones, since frames of one scene are alike
+DEMO_SIM = SimConfig(frames_per_scene=6, image_width=320, image_height=192, frame_rate_hz=2.0)

@@ -1,6 +1,7 @@
 """`hydranet sim generate`: seeded scenes rendered into a dataset on disk (docs/dataset_format.md)."""
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +80,22 @@ def generate_dataset(out: str | Path, cfg: SimConfig, scenes: int, seed: int, pr
             tqdm(total=scenes * cfg.frames_per_scene, desc="sim generate", unit="frame", disable=not progress) as bar:
         render_scenes(writer, tasks, rig, workers, bar)
     return Path(out)
+
+
+HELD_OUT_SEED = 1000  # held-out scenes of a split: world seeds this far from the training scenes
+
+
+def generate_split(out: str | Path, cfg: SimConfig, scenes: int, val_scenes: int, seed: int = 0,
+                   progress: bool = True) -> tuple[Path, Path]:
+    """A training dataset of `scenes` scenes (out/sim) and held-out scenes of other world seeds (out/sim_val,
+    seed + HELD_OUT_SEED), each replaced if present; returns their paths. `make demo` and its benchmarks use
+    `DEMO_SIM` (sim.config)."""
+    data, val = Path(out) / "sim", Path(out) / "sim_val"
+    for d in (data, val):
+        if d.exists():
+            shutil.rmtree(d)
+    return (generate_dataset(data, cfg, scenes, seed, progress=progress),
+            generate_dataset(val, cfg, val_scenes, seed + HELD_OUT_SEED, progress=False))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\s*$")
 SHELL = ("", "bash", "sh", "shell", "console")
 PLACEHOLDER = re.compile(r"invalid (?:int|float) value: '([A-Z][A-Z_0-9]*)'")
-# what `make demo` writes under out/demo (hydranet/cli/demo.py, data_engine/demo.py), first two levels
+# what `make demo` writes under out/demo (hydranet/cli/demo.py), first two levels
 DEMO_OUTPUTS = {"sim", "sim_val", "preview.png", "run", "metrics.json", "predictions", "predictions.png", "deploy",
                 "deploy/model.onnx", "deploy/model.int8.onnx", "deploy/metrics.int8.json", "deploy/bench", "engine",
                 "engine/catalog.sqlite", "engine/loop.json", "engine/models", "engine/rounds", "engine/suites"}

@@ -132,6 +132,17 @@ def test_layering(module):
         assert not bad, f"sim may use only the shared vocabulary {SIM_MAY_USE}"
 
 
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "benchmarks").glob("*.py")))
+def test_benchmarks_call_the_library_not_the_application(script):
+    """benchmarks/ measure the library; the application (the CLI and the demo) is the top floor nothing imports
+    (a benchmark that needs a user's command line runs `python -m hydranet.cli` as a user would)."""
+    tree = ast.parse((REPO / "benchmarks" / script).read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    bad = sorted(n for n in names if n == APP or n.startswith(APP + "."))
+    assert not bad, f"benchmarks/{script} imports the application ({bad[0]}): call the library it wraps"
+
+
 @pytest.mark.parametrize("module", [m for m in sorted(MODULES) if m.startswith(CAR_SIDE)])
 def test_car_side_is_torch_free_at_import(module):
     reach = _reach(module, top_level_only=True)

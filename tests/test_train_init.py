@@ -127,12 +127,11 @@ def test_cli_init_is_refused_with_resume_and_with_set_init_from(sim, camera_run,
 
 def test_cli_demo_seed_is_the_training_seed(tmp_path, monkeypatch):
     """`hydranet demo --seed N` passes N to run_demo as train_seed (default 0); the stages are stubbed."""
-    import data_engine.demo
     import hydranet.cli.demo
 
     seen = []
     monkeypatch.setattr(hydranet.cli.demo, "run_demo", lambda out, **k: seen.append(k))
-    monkeypatch.setattr(data_engine.demo, "engine_round", lambda *a, **k: None)
+    monkeypatch.setattr(hydranet.cli.demo, "engine_round", lambda *a, **k: None)
     assert main(["demo", "--out", str(tmp_path / "demo"), "--seed", "7"]) == 0
     assert main(["demo", "--out", str(tmp_path / "demo")]) == 0
     assert seen == [{"train_seed": 7}, {"train_seed": 0}]

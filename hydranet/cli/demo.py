@@ -9,20 +9,17 @@ it to INT8, measure the per-head drop and print the latency table (torch eager, 
 and int8)."""
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
 
-from hydranet.config import SHIPPED_CONFIGS
+from hydranet.curriculum import TRUNK_STEPS, recipe_experiment, train_two_stage
 from hydranet.data import SimDataset
 from hydranet.evaluate import evaluate_checkpoint, format_table, viz_checkpoint
-from hydranet.experiment import load_experiment
-from hydranet.curriculum import train_two_stage
 from hydranet.viz import sample_preview, write_png
-from sim.config import SimConfig
-from sim.generate import generate_dataset
-
-HYDRANET = SHIPPED_CONFIGS / "full.yaml"  # package data: works from a wheel
+from sim.config import DEMO_SIM
+from sim.generate import generate_split
 
 
 def _stage(name: str, t0: float) -> float:
@@ -32,14 +29,9 @@ def _stage(name: str, t0: float) -> float:
 
 
 def demo_data(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0) -> tuple[Path, Path]:
-    """The demo's sim dataset and its held-out scenes (other seeds) under `out`, and the preview."""
-    data, val = out / "sim", out / "sim_val"
-    for d in (data, val):
-        if d.exists():
-            shutil.rmtree(d)
-    sim_cfg = SimConfig(frames_per_scene=6, image_width=320, image_height=192, frame_rate_hz=2.0)
-    generate_dataset(data, sim_cfg, scenes, seed)
-    generate_dataset(val, sim_cfg, val_scenes, seed + 1000, progress=False)  # held out: other seeds
+    """The demo's sim dataset and its held-out scenes (`sim.generate.generate_split` of DEMO_SIM) under `out`, and
+    the preview."""
+    data, val = generate_split(out, DEMO_SIM, scenes, val_scenes, seed)
     ds = SimDataset(data)
     print(f"generated {len(ds)} frames x {len(ds.rig)} cameras (+ {len(SimDataset(val))} held-out frames) -> {data}")
     write_png(out / "preview.png", sample_preview(ds[3], ds.meta))
@@ -47,21 +39,16 @@ def demo_data(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0) -
     return data, val
 
 
-TRUNK_STEPS = 400  # the trunk stage (hydranet.curriculum): the camera heads on 2 cameras, single frames
-
-
 def train_eval(out: Path, data: Path, val: Path, steps: int | None = None, train_seed: int = 0,
                progress: bool = True, trunk_steps: int = TRUNK_STEPS) -> dict:
-    """Train the one HydraNet (configs/full.yaml: six cameras, every camera head and the fused BEV heads on
-    one trunk, a 3-frame video queue; its trunk first trained `trunk_steps` steps with the camera heads,
-    `hydranet.curriculum`) into out/run with training seed `train_seed`, evaluate it on `val`
+    """Train the one HydraNet (`hydranet.curriculum.recipe_experiment`: configs/full.yaml, its trunk first trained
+    `trunk_steps` steps with the camera heads) into out/run with training seed `train_seed`, evaluate it on `val`
     (out/metrics.json; out/predictions: det2d COCO JSON, det3d nuScenes submission) and print the table; returns the results."""
     run = out / "run"
     if run.exists():
         shutil.rmtree(run)
     t0 = time.perf_counter()
-    cfg = load_experiment(HYDRANET, [f"data.root={data}", f"data.val_root={val}", f"seed={train_seed}"]
-                          + ([f"steps={steps}", f"checkpoint_every={steps}"] if steps else []))
+    cfg = recipe_experiment(data, val, train_seed, steps)
     train_two_stage(cfg, run, trunk_steps, progress=progress)
     t0 = _stage(f"train ({trunk_steps} trunk steps of the camera heads on 2 cameras, then {cfg.steps} steps of "
                 "configs/full.yaml: 8 heads on one trunk, 6 cameras, video queue of 3)", t0)
@@ -73,8 +60,7 @@ def train_eval(out: Path, data: Path, val: Path, steps: int | None = None, train
 
 def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, steps: int | None = None,
              train_seed: int = 0) -> dict:
-    """Many short scenes (6 frames each, 2 Hz like nuScenes keyframes) rather than few long ones: frames of a
-    scene are alike. `seed`: the data's (sim world) seed; `train_seed`: the training seed (`hydranet demo
+    """`seed`: the data's (sim world) seed (DEMO_SIM: many short scenes); `train_seed`: the training seed (`hydranet demo
     --seed`). `steps`: training steps (default: the config's)."""
     from deploy.bench import run_bench
     from deploy.export import export_checkpoint
@@ -108,3 +94,34 @@ def run_demo(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0, st
     _stage("latency", t0)
     print(f"demo done in {time.perf_counter() - t_start:.1f} s")
     return results
+
+
+# -- the demo's engine round (after the HydraNet is trained and exported) -----------------------------------
+# one round of the loop with the demo's model as production, on a small fleet rendered at the demo's image
+# size: fleet (6 clips x 4 frames, six cameras) -> shadow mode with the exported model -> the trigger table ->
+# mine 8 frames (hybrid) and their contact sheet -> oracle labels -> retrain 60 steps on the demo set plus
+# the labels -> export -> gate on the frozen suites (8 slices) -> promote or reject
+DEMO_SETS = ("loop.fleet_clips=6", "loop.budget=8", "loop.fleet_set=[sim.image_width=320,sim.image_height=192]",
+             "retrain.steps=60", "suites.clips=1", "suites.frames=2")
+
+
+def engine_round(out: Path, production: Path) -> dict:
+    """Run the round into out (a fresh folder); print the trigger table, the mined selection and the gate table."""
+    from data_engine.config import EngineConfig
+    from data_engine.gate import format_gate
+    from data_engine.loop import Loop
+    from hydranet.config import load_config
+
+    t0 = time.perf_counter()
+    cfg = load_config(EngineConfig, "engine", list(DEMO_SETS))
+    [summary] = Loop(out, cfg, production, progress=False, log=lambda line: None).run(1)
+    rdir = out / "rounds" / "r000"
+    report = (rdir / "report" / "report.md").read_text().split("\n## ")
+    print("\n\n".join("## " + section.strip() for section in report[1:3]))  # the mined frames and the trigger table
+    gate = json.loads((rdir / "gate" / "gate.json").read_text())
+    # the gate: every head's aggregate over the suites and every (slice, head) that failed
+    print(format_gate({**gate, "rows": [r for r in gate["rows"] if r["slice"] == "aggregate" or r["verdict"] == "fail"]}))
+    print(summary["line"])
+    print(f"wrote {rdir / 'report' / 'contact_sheet.png'}, {rdir / 'gate' / 'gate.md'} and the catalog {out / 'catalog.sqlite'}")
+    print(f"[demo] engine round took {time.perf_counter() - t0:.1f} s")
+    return summary

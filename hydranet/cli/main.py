@@ -135,8 +135,7 @@ def cmd_demo(args) -> None:
     import shutil
     import time
 
-    from data_engine.demo import engine_round
-    from hydranet.cli.demo import run_demo
+    from hydranet.cli.demo import engine_round, run_demo
 
     t0 = time.perf_counter()
     out = Path(args.out)
