@@ -33,6 +33,15 @@ class LoopError(ValueError):
     """The loop cannot run as asked; one line saying what to do."""
 
 
+WAITING_STATUS = 3  # `hydranet engine run`'s exit status when a round stopped to wait for a labelling team
+
+
+class LoopWaiting(Exception):
+    """Not an error: a round sent its frames to a labelling team and stops until their export is in place. The
+    message says where the export goes and which command resumes; `hydranet engine run` prints it as a plain
+    line and exits with WAITING_STATUS (docs/engine_loop.md)."""
+
+
 def _atomic_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(obj, indent=2) + "\n")
@@ -117,6 +126,61 @@ def fleet_config(loop_cfg):
     from hydranet.config import load_config
 
     return load_config(FleetConfig, loop_cfg.fleet_config, list(loop_cfg.fleet_set))
+
+
+def fleet_training_meta(root: str | Path) -> dict[str, Any]:
+    """What retrain's accepted set takes from a fleet and requires to be one across fleets (the keys
+    `data_engine.retrain.materialize_accepted` compares): a sim fleet's dataset.json less its scenes, seed and
+    render config; a recorded fleet's rig and label vocabulary on the sim's BEV grid and semantic classes."""
+    from data_engine.fleet import RECORDED_FILE, Fleet, FleetError
+
+    try:
+        if (Path(root) / RECORDED_FILE).is_file():
+            from sim.config import SimConfig
+            from sim.generate import dataset_meta
+
+            fl = Fleet(root)
+            base = dataset_meta(SimConfig(), fl.rig, 0)
+            vocab = {k: fl.meta[k] for k in ("classes", "sign_classes", "light_states", "lane_types") if k in fl.meta}
+            return {k: v for k, v in {**base, **vocab}.items() if k not in ("scenes", "seed", "sim_config")}
+        meta = Fleet(root).meta
+    except FleetError as e:
+        raise LoopError(str(e)) from None
+    return {k: v for k, v in meta.items() if k not in ("scenes", "seed", "sim_config")}
+
+
+def labelled_fleets(catalog: Path) -> list[str]:
+    """The fleets (roots) whose frames hold accepted labels in `catalog`, oldest first: what retrain trains on."""
+    from data_engine.catalog import Catalog
+
+    if not catalog.exists():
+        return []
+    with Catalog(catalog) as cat:
+        rows = cat.db.execute("SELECT DISTINCT fl.id, fl.root FROM label_jobs j JOIN frames f ON j.frame_id = f.id "
+                              "JOIN clips c ON f.clip_id = c.id JOIN fleets fl ON c.fleet_id = fl.id "
+                              "WHERE j.state = 'accepted' ORDER BY fl.id").fetchall()
+    return [str(root) for _, root in rows]
+
+
+def check_fleet_mix(fleets: list[tuple[str, str | Path]]) -> None:
+    """LoopError, before a round spends anything, unless every fleet of `fleets` ([(what it is to the user, root)]:
+    the fleets already labelled in the catalog, then the rounds' fleets) fits in one training set with the first:
+    retrain refuses accepted labels from fleets that differ in rig, class list or grid, after the label budget
+    was spent. One line naming both fleets, the first differing key and what to do."""
+    metas: dict[str, dict[str, Any]] = {}
+    first_name, first_root = fleets[0] if fleets else ("", "")
+    for name, root in fleets:
+        key = str(Path(root).resolve())
+        if key not in metas:
+            metas[key] = fleet_training_meta(root)
+        ref = metas[str(Path(first_root).resolve())]
+        diff = sorted(k for k in set(metas[key]) | set(ref) if metas[key].get(k) != ref.get(k))
+        if diff:
+            raise LoopError(f"{name} ({root}) differs from {first_name} ({first_root}) in {diff[0]!r} (differing keys: "
+                            f"{', '.join(diff)}): retrain puts one rig and one class list in a training set and would refuse "
+                            "their labels together only after this round spent its label budget; give this round a fleet of "
+                            "the same rig and classes (ingest the recordings with that rig, or render it with the same fleet "
+                            "config), or run it in a loop of its own (another --out)")
 
 
 class Loop:
@@ -210,6 +274,11 @@ class Loop:
             for r in range(rounds):
                 if "fleet" not in self.journal.round(r)["done"]:
                     self.round_fleet(r)
+            # and fits in one training set with the fleets labelled so far (retrain would refuse it after labelling)
+            labelled = labelled_fleets(self.catalog)
+            pending = [(f"round {r}'s fleet", self.done(r, "fleet")["fleet"] if "fleet" in self.journal.round(r)["done"]
+                        else self.round_fleet(r)) for r in range(rounds) if "label" not in self.journal.round(r)["done"]]
+            check_fleet_mix([(f"the fleet already labelled in {self.catalog}", root) for root in labelled] + pending)
         self.setup()
         summaries = []
         for r in range(rounds):
@@ -312,16 +381,17 @@ class Loop:
             name = create_jobs(cat, self.done(r, "mine")["file"], backend.name)["selection"]
             send(cat, backend, name, progress=self.progress)
             if backend.name == "files" and not backend.files:
-                raise LoopError(self._files_waiting(rdir, name))
+                raise LoopWaiting(self._files_waiting(rdir, name))
             got = import_labels(cat, backend, name, progress=self.progress)
             unlabelled = [p["job"] for p in got["partial"] if p["reason"].startswith(NO_TRUTH)]
             if unlabelled:  # the stand-in oracle cannot label a frame its dataset left unlabelled: not a label
                 transition(cat, unlabelled, "rejected", by="engine run (no truth in the source)")
                 no_truth = len(unlabelled)
                 got["waiting"] -= no_truth
+            if got["waiting"] and backend.name == "files":
+                raise LoopWaiting(self._files_waiting(rdir, name))
             if got["waiting"]:
-                raise LoopError(self._files_waiting(rdir, name) if backend.name == "files" else
-                                f"{got['waiting']} label jobs of selection {name} are still with {backend.name}; import "
+                raise LoopError(f"{got['waiting']} label jobs of selection {name} are still with {backend.name}; import "
                                 "them (`hydranet engine import-labels`) and rerun")
             bad = conflicts(cat, name)
             if bad:
@@ -350,8 +420,8 @@ class Loop:
     def _files_waiting(self, rdir: Path, selection: str) -> str:
         labels = rdir / "labels"
         return (f"selection {selection} waits for its labels: label {labels}/{selection}.coco.json (or .cvat.xml, images "
-                f"under {labels}/images) in your tool, export COCO or CVAT into {labels}/import/, then rerun the same "
-                "`hydranet engine run` command")
+                f"under {labels}/images) in your tool, put its COCO or CVAT export into {labels}/import/, then resume with "
+                "the same `hydranet engine run` command")
 
     def stage_unit_tests(self, r: int, rdir: Path) -> dict[str, Any]:
         """The frames a trigger fired on (the deployed model failed there) become unit tests: labelled,

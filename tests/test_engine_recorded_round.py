@@ -52,7 +52,10 @@ def world(tmp_path_factory) -> dict:
 def run(world: dict, out: Path, fleets: str, *sets: str) -> int:
     argv = ["engine", "run", "--out", str(out), "--production", str(world["prod"]), "--rounds", "1", "--suites",
             str(world["suites"]), "--fleets", str(world["tmp"] / fleets), "--quiet"]
-    return main([*argv, *[a for s in (*SETS, *sets) for a in ("--set", s)]])
+    try:
+        return main([*argv, *[a for s in (*SETS, *sets) for a in ("--set", s)]])
+    except SystemExit as e:  # `engine run` waiting for a team exits 3 (as `hydranet` does: SystemExit)
+        return e.code
 
 
 def test_video_fleet_round_waits_for_the_team_then_runs_every_stage(world, capsys):
@@ -60,10 +63,11 @@ def test_video_fleet_round_waits_for_the_team_then_runs_every_stage(world, capsy
     from data_engine.loop import STAGES
 
     out = world["tmp"] / "run_video"
-    assert run(world, out, "video_fleets", "loop.labeller=files", "loop.budget=3") == 2
-    err = capsys.readouterr().err
+    assert run(world, out, "video_fleets", "loop.labeller=files", "loop.budget=3") == 3  # waiting: not an error (2)
+    got = capsys.readouterr()
     labels = out / "rounds" / "r000" / "labels"
-    assert "waits for its labels" in err and str(labels / "import") in err
+    assert "waits for its labels" in got.out and str(labels / "import") in got.out and "error:" not in got.err
+    assert f"resume with the same `hydranet engine run` command: hydranet engine run --out {out}" in got.out
     coco = json.loads((labels / "round000.coco.json").read_text())
     assert len(coco["images"]) == 3 * 6 and all(im["file_name"].endswith(".png") for im in coco["images"])
     done = json.loads((out / "loop.json").read_text())["rounds"][0]["done"]

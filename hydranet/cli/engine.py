@@ -352,12 +352,23 @@ def add_engine(sub) -> None:
 
 
 def cmd_engine_run(args) -> None:
+    import shlex
+
     from data_engine.config import EngineConfig
-    from data_engine.loop import Loop, check_rounds
+    from data_engine.loop import WAITING_STATUS, Loop, LoopWaiting, check_rounds
 
     check_rounds(args.rounds)  # before anything is written
     cfg = load_config(EngineConfig, args.config, list(args.set))
-    Loop(args.out, cfg, args.production, progress=not args.quiet, suites=args.suites, fleets=args.fleets).run(args.rounds)
+    try:
+        Loop(args.out, cfg, args.production, progress=not args.quiet, suites=args.suites, fleets=args.fleets).run(args.rounds)
+    except LoopWaiting as e:  # not an error: a round waits for a labelling team; its own exit status
+        again = ["hydranet", "engine", "run", "--out", args.out, "--rounds", args.rounds]
+        for flag in ("production", "suites", "fleets", "config"):
+            if getattr(args, flag) is not None and not (flag == "config" and str(args.config) == "engine"):
+                again += [f"--{flag}", getattr(args, flag)]
+        again += [a for s in args.set for a in ("--set", s)] + (["--quiet"] if args.quiet else [])
+        print(f"waiting: {e}: {shlex.join(str(a) for a in again)}")
+        raise SystemExit(WAITING_STATUS) from None
     print(f"loop run -> {args.out} (catalog {args.out / 'catalog.sqlite'}, journal {args.out / 'loop.json'})")
 
 

@@ -3,7 +3,8 @@ exit status, the words the message must hold), run through the real CLI in-proce
 as `hydranet ...` runs it, without a new interpreter per row: CI has 2 cores).
 
 Every row asserts the same contract (docs/reliability.md):
-- the exit status is the expected one (2 for a user error, 0 where the input is fine);
+- the exit status is the expected one (2 for a user error, 0 where the input is fine, 3 where `engine run`
+  waits for a labelling team: then no error line at all, and `stdout` words);
 - the error is one line starting with "error:", and holds every expected word (case-insensitive);
 - no exception escapes `main` (a raw traceback fails the row, naming the exception);
 - optional `check(tmp)`: what must (not) exist afterwards (no write outside the output folder, no temp
@@ -71,6 +72,8 @@ def run_case(case: Case, tmp: Path, env: Env, monkeypatch: pytest.MonkeyPatch, c
     assert rc == case.status, f"exit status {rc}, expected {case.status}\nstdout: {out[-800:]}\nstderr: {err[-800:]}"
     if case.status == 130:  # Ctrl-C / KeyboardInterrupt: one line, no traceback
         assert err.strip().splitlines()[-1:] == ["interrupted"], f"not a one-line interruption, stderr: {err[-800:]}"
+    elif case.status == 3:  # `engine run` stopped to wait for a labelling team: a plain line on stdout, not an error
+        assert "error:" not in err, f"a waiting stop printed as an error, stderr: {err[-800:]}"
     elif case.status != 0:
         lines = [ln for ln in err.strip().splitlines() if ln.strip()]
         assert lines and lines[-1].startswith("error:"), f"no one-line error, stderr: {err[-800:]}"

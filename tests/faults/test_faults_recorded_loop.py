@@ -1,7 +1,9 @@
 """Fault rows of `hydranet engine run --fleets` over recorded fleets and of the stand-in oracle: a round folder that
 is no fleet, a recorded fleet whose fleet.json is broken or whose recordings are gone, the oracle asked to label
-camera videos (no truth), a files-labelled round waiting for its team (status 2, nothing lost), an import folder
-holding a file that is not a label export. One row per case through the CLI; none leaves a label behind."""
+camera videos (no truth), a files-labelled round waiting for its team (status 3 and a plain line, not an error; nothing
+lost), an import folder holding a file that is not a label export, rounds whose fleets retrain could not put in one
+training set (a sim fleet then a recorded one: refused before anything is spent). One row per case through the CLI;
+none leaves a label behind."""
 from __future__ import annotations
 
 import json
@@ -90,7 +92,9 @@ def import_not_an_export(tmp: Path, env) -> list:
 
     fleets(tmp)
     argv = [str(a) for a in run(tmp, "loop.labeller=files")]
-    assert main(argv) == 2  # the round sent its frames and waits
+    with pytest.raises(SystemExit) as stop:  # the round sent its frames and waits (its own exit status, not an error)
+        main(argv)
+    assert stop.value.code == 3
     inbox = tmp / "loop" / "rounds" / "r000" / "labels" / "import"
     (inbox / "team.coco.json").write_text(json.dumps({"images": [{"id": 1, "file_name": "nowhere/000000/CAM_FRONT.png",
                                                                   "width": 64, "height": 64}],
@@ -116,6 +120,46 @@ def waiting(tmp: Path) -> None:
     assert "label" not in done and "report" in done
 
 
+def sim_then_recorded(tmp: Path, env) -> list:
+    """r000 a sim fleet (the fault dataset itself), r001 the same frames ingested from camera videos: the campaign's
+    mixed loop, which spent round 1's labels before retrain refused them ('differ in format')."""
+    fleets(tmp)
+    (tmp / "fleets" / "r000").rename(tmp / "fleets" / "r001")
+    shutil.copytree(env.dataset, tmp / "fleets" / "r000")
+    return run(tmp)
+
+
+def recorded_after_labelled_sim(tmp: Path, env) -> list:
+    """Round 0 (a sim fleet) ran to the end in an earlier call, its frame labelled and accepted; round 1's fleet is a
+    recorded one: refused before round 1 spends anything."""
+    from data_engine.catalog import Catalog
+    from data_engine.config import EngineConfig
+    from data_engine.fleet import Fleet
+    from data_engine.labeling import build_backend
+    from data_engine.labels import create_jobs, import_labels, job_table, send, transition
+    from data_engine.loop import STAGES, Loop
+    from hydranet.config import load_config
+
+    argv = [*(sim_then_recorded(tmp, env)), "--rounds", "2"]
+    loop = Loop(tmp / "loop", load_config(EngineConfig, "engine", SETS), tmp / "prod", progress=False, fleets=tmp / "fleets")
+    for stage in STAGES:  # round 0 done, as an earlier `engine run` left it
+        loop.journal.finish(0, stage, {"fleet": str(tmp / "fleets" / "r000")} if stage == "fleet" else {})
+    (tmp / "sel.json").write_text(json.dumps({"name": "round000", "frames": [{"clip": "scene_0000", "frame": 0}]}))
+    oracle = build_backend("oracle")
+    with Catalog(tmp / "loop" / "catalog.sqlite", create=True) as cat:
+        cat.add_fleet(Fleet(tmp / "fleets" / "r000"))
+        create_jobs(cat, tmp / "sel.json", "oracle")
+        send(cat, oracle, "round000")
+        import_labels(cat, oracle, "round000")
+        transition(cat, [j["job"] for j in job_table(cat, "round000")], "accepted")
+    return argv
+
+
+def nothing_spent(tmp: Path) -> None:
+    """Refused before the set-up: no exported model, no round folder, no label job beyond what was there."""
+    assert not (tmp / "loop" / "models").exists() and not (tmp / "loop" / "rounds").exists()
+
+
 CASES = [
     Case("round-folder-not-a-fleet", not_a_fleet, words=("r000", "not a fleet", "engine ingest"), check=nothing_exported),
     Case("fleets-folder-missing", fleets_missing, words=("--fleets", "not a folder", "r000"),
@@ -125,8 +169,15 @@ CASES = [
     Case("recorded-fleet-recordings-gone", recordings_gone, words=("fleet.json", "gone", "ingest again"), check=no_labels),
     Case("oracle-on-camera-videos", oracle_on_videos, words=("oracle", "video recordings", "--backend files"),
          check=no_labels),
-    Case("files-round-waits-for-its-team", team_not_done, words=("waits for its labels", "round000.coco.json", "import"),
+    Case("files-round-waits-for-its-team", team_not_done, status=3,
+         stdout=("waits for its labels", "round000.coco.json", "labels/import/", "resume with the same", ": hydranet engine run --out"),
          check=waiting),
+    Case("rounds-mix-a-sim-and-a-recorded-fleet", lambda t, e: [*sim_then_recorded(t, e), "--rounds", "2"],
+         words=("round 1's fleet", "r001", "differs from round 0's fleet", "r000", "in '", "another --out"),
+         check=nothing_exported),
+    Case("recorded-round-after-a-labelled-sim-fleet", recorded_after_labelled_sim,
+         words=("round 1's fleet", "r001", "fleet already labelled in", "catalog.sqlite", "r000", "same rig and classes"),
+         check=nothing_spent),
     Case("files-import-of-an-unknown-image", import_not_an_export, words=("team.coco.json", "nowhere/000000"),
          check=no_labels),
 ]
@@ -135,3 +186,19 @@ CASES = [
 @pytest.mark.parametrize("case", params(CASES))
 def test_recorded_loop_fault(case: Case, tmp_path, fault_env, monkeypatch, capsys):
     run_case(case, tmp_path, fault_env, monkeypatch, capsys)
+
+
+def test_the_loop_compares_fleets_as_retrain_does(tmp_path, fault_env):
+    """`fleet_training_meta` is what retrain's accepted set compares (`retrain._fleet_meta`), for a sim fleet and a
+    recorded one; fleets of one kind and rig pass `check_fleet_mix`, a sim and a recorded one do not."""
+    from data_engine.loop import LoopError, check_fleet_mix, fleet_training_meta
+    from data_engine.retrain import _fleet_meta
+
+    recorded = fleets(tmp_path) / "r000"
+    shutil.copytree(recorded, tmp_path / "again")
+    for root in (fault_env.dataset, recorded):
+        assert fleet_training_meta(root) == _fleet_meta(str(root))
+    check_fleet_mix([("a", recorded), ("b", tmp_path / "again"), ("c", recorded)])
+    check_fleet_mix([("a", fault_env.dataset), ("b", fault_env.dataset)])
+    with pytest.raises(LoopError, match=r"b \(.*again\) differs from a \(.*\) in '"):
+        check_fleet_mix([("a", fault_env.dataset), ("b", tmp_path / "again")])
