@@ -112,12 +112,12 @@ def _insert_entry(cat: Catalog, entry: dict[str, Any]) -> int:
 def check_onnx_source(onnx_path: Path, ckpt: Path, sha: str) -> None:
     """RegistryError unless `onnx_path` is a HydraNet export of the checkpoint whose sha256 is `sha` (its
     metadata's source.checkpoint_sha256, written by `hydranet export`; kept by `hydranet quantize`)."""
-    from deploy.metadata import read_metadata
+    from deploy.metadata import file_metadata
 
     if not onnx_path.is_file():
         raise RegistryError(f"--onnx {onnx_path} does not exist; export the checkpoint with `hydranet export`")
     try:
-        md = read_metadata(onnx_path)
+        md = file_metadata(onnx_path)  # without importing onnx; a file it cannot parse goes to onnx.load
     except Exception as e:  # noqa: BLE001 - onnx raises its own types for a file that is not a model
         raise RegistryError(f"--onnx {onnx_path} is not a HydraNet ONNX model ({str(e).splitlines()[0][:160]}); "
                             "give the file `hydranet export` wrote") from None
@@ -153,10 +153,13 @@ def promote(catalog: str | Path | Catalog, checkpoint: str | Path, onnx: str | P
     (same checkpoint and ONNX sha256) changes nothing. A candidate whose latest gate decision in this
     catalog was a rejection is refused unless `force` (then recorded as action "force-promote").
     Returns the production entry."""
-    from hydranet.checkpoint import load_checkpoint
+    from hydranet.checkpoint_scan import checkpoint_sound
 
     ckpt = checkpoint_file(checkpoint)
-    load_checkpoint(ckpt)  # a readable hydranet checkpoint with finite weights, or a one-line error
+    if not checkpoint_sound(ckpt):  # read without torch (its import was most of promote's time); else torch decides
+        from hydranet.checkpoint import load_checkpoint
+
+        load_checkpoint(ckpt)  # a readable hydranet checkpoint with finite weights, or a one-line error
     sha = file_sha256(ckpt)
     onnx_path = onnx_sha = None
     if onnx is not None:

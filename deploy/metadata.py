@@ -163,6 +163,60 @@ def read_metadata(model_or_path) -> dict[str, Any]:
     return decode_props({p.key: p.value for p in model.metadata_props}, where)
 
 
+_METADATA_PROPS = 14  # ModelProto.metadata_props (onnx.proto): repeated StringStringEntryProto {key = 1, value = 2}
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _fields(buf: bytes):
+    """(field number, wire type, value) of a protobuf message's top-level fields; a length-delimited value is its bytes.
+    ValueError (or IndexError) when `buf` is not a well-formed message."""
+    i, n = 0, len(buf)
+    while i < n:
+        tag, i = _varint(buf, i)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 1 or wire == 5:
+            value, i = buf[i:i + (8 if wire == 1 else 4)], i + (8 if wire == 1 else 4)
+        elif wire == 2:
+            size, i = _varint(buf, i)
+            value, i = buf[i:i + size], i + size
+        else:
+            raise ValueError(f"wire type {wire}")
+        if field == 0 or i > n:
+            raise ValueError("truncated or not a protobuf message")
+        yield field, wire, value
+
+
+def file_metadata(path: str | Path) -> dict[str, Any]:
+    """`read_metadata` of a .onnx file without importing onnx (its import, through ml_dtypes, takes seconds): the
+    `metadata_props` read from the file's top-level protobuf fields, the graph skipped unparsed. A file this cannot
+    parse, or without `hydranet.*` entries, goes to `read_metadata`, so every refusal is that function's."""
+    try:
+        props = {}
+        for field, wire, value in _fields(Path(path).read_bytes()):
+            if field == _METADATA_PROPS and wire == 2:
+                entry = {f: v for f, w, v in _fields(value) if w == 2}
+                props[entry.get(1, b"").decode()] = entry.get(2, b"").decode()
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return read_metadata(path)
+    if not any(k.startswith(PREFIX) for k in props):
+        return read_metadata(path)
+    return decode_props(props, str(path))
+
+
 def check_graph(md: Mapping[str, Any], input_names: Sequence[str], output_names: Sequence[str], where: str,
                 input_shapes: Mapping[str, Sequence] | None = None) -> None:
     """MetadataError unless the metadata's inputs, outputs and heads are those of the graph: at least
