@@ -9,7 +9,7 @@ the minimal hand-written form {"name": optional, "frames": [{"clip": "clip_00003
 selected frame becomes one job (UNIQUE(selection, frame): creating the jobs twice adds nothing).
 
 Labels are versioned and never overwritten: each version of a frame has its source (oracle |
-label_studio | file), labeller, time, the model that was deployed when the frame was mined, and a
+label_studio | file | auto: `record_auto`, the auto-labeller's, docs/autolabel.md), labeller, time, the model that was deployed when the frame was mined, and a
 digest of its content. Guarantees, each tested with kill -9 (tests/test_engine_labeling.py):
 - a label and its job's move to "labelled" are one transaction; the same content for the same job
   from the same source is the same version (UNIQUE(job_id, source, digest)): an import killed at
