@@ -3,10 +3,15 @@
     hydranet engine report --catalog CAT --out DIR [--selection NAME|FILE] [--run N] [--camera NAME] [--overwrite]
 
 DIR holds:
-- contact_sheet.png: per selected frame (best rank first) every camera of the frame side by side (the
-  model's cameras first, then any other camera of the fleet; `camera` shows one alone) with the model's
-  confident 2D boxes (score >= 0.3) drawn in their class colour, and its rank, clip/frame, the reason it
-  was selected (strategy / trigger) and its score;
+- contact_sheet.png: one selected frame under the other (best rank first): its cameras at CAM_W = 512 px
+  wide, up to 3 a row (the model's cameras first, then any other camera of the fleet; `camera` shows one
+  alone), with the model's confident 2D boxes (score >= 0.3) in their class colour, named with their score,
+  its drivable and lane masks as translucent fills (run again: `mask_predictor`), and the fleet's truth where
+  it has one, else the frame's accepted label (white boxes with their class, the drivable outline, the lane
+  lines); on the right a panel with rank, clip/frame, the whole reason it was mined (wrapped, never cut:
+  strategy, trigger, score, every trigger fired with its score) and a legend of what is drawn on it;
+- contact_sheet.json: the same per frame (reason lines, legend entries with their colours, and where each is
+  drawn on the sheet);
 - signals.png: a histogram per signal column over the run's frames (grey), the selected frames'
   counts on top (orange);
 - report.md: the run, the selection, the trigger table (trigger, version, frames fired, the share of
@@ -38,9 +43,16 @@ from data_engine.signals import SIGNALS
 from hydranet.io import replace_folder
 from hydranet.viz import class_color, mosaic, write_png
 
-TILE_W = 256  # contact sheet width of one camera image (pixels); images are scaled to it
-SHEET_CAMERAS = 6  # camera images per contact-sheet row: frames per row = max(1, SHEET_CAMERAS // cameras)
+CAM_W = 512  # contact sheet width of one camera image (pixels; 256 before issue 34); images are scaled to it
+GRID_COLS = 3  # camera images per row of a frame's tile
+PANEL_W = 460  # the panel right of a frame's cameras: title, the whole reason (wrapped), the legend
+SEPARATOR = 4  # grey rows between two frames
+TEXT_SCALE, LINE_H = 0.45, 18  # panel text: OpenCV font scale, pixels per line
 BOX_SCORE = 0.3  # predicted 2D boxes drawn on the contact sheet: score at least this
+MASK_ALPHA = 0.4  # opacity of the model's masks
+OVERLAYS = {  # legend label -> colour (RGB) of what is drawn besides the model's boxes (those: their class's colour)
+    "drivable (model)": (0, 220, 90), "lanes (model)": (255, 0, 255), "drivable (truth, outline)": (170, 255, 170),
+    "lanes (truth)": (255, 220, 0), "box (truth)": (255, 255, 255)}
 HIST_BINS = 24
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 
@@ -175,64 +187,156 @@ def _text(img: np.ndarray, text: str, org: tuple[int, int], scale: float = 0.42,
     cv2.putText(img, text, org, _FONT, scale, color, 1, cv2.LINE_AA)
 
 
-def reason_lines(reason: Mapping[str, Any]) -> list[str]:
-    """Two short lines of a selected item's reason: "strategy / trigger" and "score ... fired ..."."""
-    head = str(reason.get("strategy", "?")) + (f" / {reason['trigger']}" if reason.get("trigger") else "")
+def _width(text: str, scale: float) -> int:
+    return cv2.getTextSize(text, _FONT, scale, 1)[0][0]
+
+
+def wrap(text: str, width_px: int, scale: float = TEXT_SCALE) -> list[str]:
+    """`text` in lines no wider than `width_px` at `scale`, broken at spaces (a word wider than a line is cut): the
+    whole text, never truncated."""
+    lines, cur = [], ""
+    for word in text.split():
+        cand = f"{cur} {word}" if cur else word
+        if _width(cand, scale) <= width_px:
+            cur = cand
+            continue
+        if cur:
+            lines.append(cur)
+        while _width(word, scale) > width_px:
+            k = max(1, max((i for i in range(1, len(word)) if _width(word[:i], scale) <= width_px), default=1))
+            lines.append(word[:k])
+            word = word[k:]
+        cur = word
+    return lines + ([cur] if cur else [])
+
+
+def reason_text(reason: Mapping[str, Any]) -> list[str]:
+    """A selected item's reason in full, one entry per fact: strategy (and trigger), score, the strategy's other
+    numbers (distance, ...), every trigger that fired on it with its score."""
+    head = "strategy: " + str(reason.get("strategy", "?")) + (f" / trigger {reason['trigger']}" if reason.get("trigger") else "")
     score = reason.get("score")
-    tail = "score " + ("-" if score is None or not math.isfinite(float(score)) else f"{float(score):.4g}")
-    others = [t for t in reason.get("triggers") or [] if t != reason.get("trigger")]
-    if others:
-        tail += " fired " + ",".join(others)
-    return [head, tail]
+    out = [head, "score: " + ("-" if score is None or not math.isfinite(float(score)) else f"{float(score):.4g}")]
+    out += [f"{k}: {_fmt(v)}" for k, v in reason.items() if k not in ("strategy", "trigger", "score", "rank", "triggers",
+                                                                      "trigger_scores")]
+    scores = reason.get("trigger_scores") or {}
+    fired = [f"{t} ({_fmt(float(scores[t]))})" if t in scores else str(t) for t in reason.get("triggers") or []]
+    return out + ["triggers fired: " + (", ".join(fired) if fired else "none")]
 
 
-def camera_tile(image: np.ndarray | None, error: str | None, camera: str, boxes: Sequence[tuple[Sequence[float], int]] = (),
-                model_size: tuple[int, int] | None = None) -> np.ndarray:
-    """One camera image scaled to TILE_W wide (RGB) with `boxes` [(x1, y1, x2, y2) in model pixels,
-    class index] drawn in `class_color(class)` (the model input is the camera image resized, so a box
-    scales by tile / model size) and the camera's name; an unreadable image is a dark tile that says so."""
+def overlay(img: np.ndarray, mask: np.ndarray, color: Sequence[int], alpha: float = MASK_ALPHA) -> np.ndarray:
+    """`img` (H, W, 3) RGB with `color` blended in at `alpha` where `mask` (h, w) bool is set (resized, nearest, to
+    the image: a mask of the model input covers the whole camera image); every other pixel unchanged."""
+    m = np.asarray(mask, bool)
+    if m.shape != img.shape[:2]:
+        m = cv2.resize(m.astype(np.uint8), (img.shape[1], img.shape[0]), interpolation=cv2.INTER_NEAREST) > 0
+    out = img.copy()
+    out[m] = np.round(img[m] * (1 - alpha) + np.asarray(color, np.float64) * alpha).astype(np.uint8)
+    return out
+
+
+def camera_view(image: np.ndarray | None, error: str | None, camera: str,
+                boxes: Sequence[tuple[Sequence[float], int, float]] = (), model_size: tuple[int, int] | None = None,
+                masks: Mapping[str, np.ndarray] | None = None, truth: Mapping[str, Any] | None = None,
+                truth_drivable: np.ndarray | None = None, classes: Sequence[str] = ()) -> tuple[np.ndarray, list[str]]:
+    """One camera image scaled to CAM_W wide (RGB), and the legend labels of what is drawn on it: the model's masks
+    ({"drivable"|"lanes": (h, w) bool of the model input}) as translucent fills; the truth's drivable outline, lane
+    lines and boxes (camera pixels: `truth` {"boxes2d", "lanes2d"}, thin, white boxes named); the model's boxes
+    [(x1, y1, x2, y2) model pixels, class, score] in their class colour, named with their score (the model input is
+    the camera image resized, so a box scales by CAM_W / model width). An unreadable image is a dark tile with
+    the whole error."""
     if image is None:
-        tile = np.full((TILE_W * 2 // 3, TILE_W, 3), 40, np.uint8)
-        for k, chunk in enumerate([error[i:i + 38] for i in range(0, min(len(error or ""), 152), 38)]):
-            _text(tile, chunk, (4, 56 + 14 * k), 0.35, (255, 120, 120))
-        _text(tile, "image unreadable:", (4, 40), 0.4, (255, 120, 120))
-    else:
-        h = max(1, round(image.shape[0] * TILE_W / image.shape[1]))
-        tile = cv2.resize(image, (TILE_W, h), interpolation=cv2.INTER_LINEAR)
-        if model_size is not None:
-            sx, sy = TILE_W / model_size[1], h / model_size[0]
-            for (x1, y1, x2, y2), cls in boxes:
-                cv2.rectangle(tile, (round(x1 * sx), round(y1 * sy)), (round(x2 * sx), round(y2 * sy)), class_color(int(cls)), 2)
-    _text(tile, camera, (TILE_W - 7 * len(camera) - 4, 14), 0.35, (200, 200, 200))
-    return tile
+        tile = np.full((CAM_W * 2 // 3, CAM_W, 3), 40, np.uint8)
+        _text(tile, "image unreadable:", (6, 40), 0.5, (255, 120, 120))
+        for k, line in enumerate(wrap(error or "", CAM_W - 12)):
+            _text(tile, line, (6, 62 + 18 * k), TEXT_SCALE, (255, 120, 120))
+        _text(tile, camera, (CAM_W - _width(camera, TEXT_SCALE) - 6, 18), TEXT_SCALE, (200, 200, 200))
+        return tile, []
+    h = max(1, round(image.shape[0] * CAM_W / image.shape[1]))
+    tile = cv2.resize(image, (CAM_W, h), interpolation=cv2.INTER_AREA if image.shape[1] > CAM_W else cv2.INTER_LINEAR)
+    drawn = []
+    for head in MASK_HEADS:
+        if masks is not None and head in masks and np.any(masks[head]):
+            tile = overlay(tile, masks[head], OVERLAYS[f"{head} (model)"])
+            drawn.append(f"{head} (model)")
+    k = CAM_W / image.shape[1]  # camera pixels -> sheet pixels
+    if truth_drivable is not None and truth_drivable.any():
+        edge = cv2.resize(truth_drivable.astype(np.uint8), (CAM_W, h), interpolation=cv2.INTER_NEAREST)
+        contours, _ = cv2.findContours(edge, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+        cv2.drawContours(tile, contours, -1, OVERLAYS["drivable (truth, outline)"], 1, cv2.LINE_AA)
+        drawn.append("drivable (truth, outline)")
+    for lane in (truth or {}).get("lanes2d") or []:
+        pts = np.round(np.asarray(lane["points"], np.float64).reshape(-1, 2) * k * 16).astype(np.int32)
+        cv2.polylines(tile, [pts.reshape(-1, 1, 2)], False, OVERLAYS["lanes (truth)"], 1, cv2.LINE_AA, shift=4)
+        drawn += [] if "lanes (truth)" in drawn else ["lanes (truth)"]
+    for b in (truth or {}).get("boxes2d") or []:
+        x0, y0, x1, y1 = (round(v * k) for v in b["bbox"])
+        cv2.rectangle(tile, (x0, y0), (x1 - 1, y1 - 1), OVERLAYS["box (truth)"], 1)
+        _text(tile, str(b["class"]), (x0 + 2, min(y1 - 3, h - 3)), 0.38, OVERLAYS["box (truth)"])
+        drawn += [] if "box (truth)" in drawn else ["box (truth)"]
+    if model_size is not None:
+        sx, sy = CAM_W / model_size[1], h / model_size[0]
+        for (x1, y1, x2, y2), cls, score in boxes:
+            name = classes[int(cls)] if 0 <= int(cls) < len(classes) else f"class{int(cls)}"
+            p0 = (round(x1 * sx), round(y1 * sy))
+            cv2.rectangle(tile, p0, (round(x2 * sx), round(y2 * sy)), class_color(int(cls)), 2)
+            _text(tile, f"{name} {float(score):.2f}", (p0[0] + 2, max(p0[1] - 4, 12)), 0.4, class_color(int(cls)))
+            drawn += [] if name in drawn else [name]
+    _text(tile, camera, (CAM_W - _width(camera, TEXT_SCALE) - 6, 18), TEXT_SCALE, (200, 200, 200))
+    return tile, drawn
 
 
-def frame_tile(cameras: Sequence[np.ndarray], title: str, reason: Mapping[str, Any]) -> np.ndarray:
-    """One contact-sheet tile (RGB): the frame's camera tiles side by side, the title on the first and
-    the reason and score in a strip along the bottom."""
-    h = max(t.shape[0] for t in cameras)
-    tile = np.concatenate([np.pad(t, ((0, h - t.shape[0]), (0, 0), (0, 0))) for t in cameras], 1)
-    lines = reason_lines(reason)
-    H, W = tile.shape[:2]
-    cv2.rectangle(tile, (0, H - 34), (W - 1, H - 1), (0, 0, 0), -1)
-    _text(tile, lines[0][:40 * len(cameras)], (4, H - 20), 0.4, (255, 210, 0))
-    _text(tile, lines[1][:40 * len(cameras)], (4, H - 6), 0.4)
-    _text(tile, title, (4, 14), 0.4)
-    return tile
+def frame_panel(title: str, reason: Mapping[str, Any], legend: Sequence[tuple[str, Sequence[int]]],
+                height: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """The panel right of a frame's cameras (RGB, PANEL_W wide, at least `height` tall): the title, the whole reason
+    (wrapped), the legend (a colour swatch and a label each). Returns (panel, {"reason_lines", "reason_y",
+    "legend": [{"label", "color", "y"}]}) with y the baseline of each line in the panel."""
+    lines = [ln for fact in reason_text(reason) for ln in wrap(fact, PANEL_W - 16)]
+    H = max(height, 40 + LINE_H * len(lines) + 30 + LINE_H * len(legend) + 10)
+    panel = np.full((H, PANEL_W, 3), 24, np.uint8)
+    _text(panel, title, (8, 24), 0.6)
+    ys, y = [], 24 + LINE_H + 6
+    for ln in lines:
+        _text(panel, ln, (8, y), TEXT_SCALE, (255, 210, 0) if not ys else (255, 255, 255))
+        ys.append(y)
+        y += LINE_H
+    y += 12
+    _text(panel, "legend", (8, y), TEXT_SCALE, (200, 200, 200))
+    entries = []
+    for label, color in legend:
+        y += LINE_H
+        cv2.rectangle(panel, (10, y - 11), (26, y + 1), tuple(int(c) for c in color), -1)
+        _text(panel, label, (34, y), TEXT_SCALE)
+        entries.append({"label": label, "color": [int(c) for c in color], "y": y})
+    return panel, {"reason_lines": lines, "reason_y": ys, "legend": entries}
 
 
-def contact_sheet(tiles: Sequence[np.ndarray], header: str, cols: int = 6) -> np.ndarray:
-    """Tiles (frames) in a grid of `cols` columns under a header strip (RGB)."""
-    h = max(t.shape[0] for t in tiles)
-    tiles = [np.pad(t, ((0, h - t.shape[0]), (0, 0), (0, 0))) for t in tiles]
-    cols = min(cols, len(tiles))
-    rows = math.ceil(len(tiles) / cols)
-    tiles = tiles + [np.zeros_like(tiles[0])] * (rows * cols - len(tiles))
-    grid = np.concatenate([np.concatenate(tiles[r * cols:(r + 1) * cols], 1) for r in range(rows)], 0)  # (mosaic() takes
-    # cols only for more than 3 tiles)
-    strip = np.full((24, grid.shape[1], 3), 20, np.uint8)
-    _text(strip, header[: grid.shape[1] // 8], (6, 17), 0.45)
-    return np.concatenate([strip, grid], 0)
+def frame_tile(views: Sequence[np.ndarray], panel: np.ndarray) -> np.ndarray:
+    """One frame of the contact sheet (RGB): its camera views in rows of GRID_COLS, the panel on the right."""
+    h = max(v.shape[0] for v in views)
+    views = [np.pad(v, ((0, h - v.shape[0]), (0, 0), (0, 0))) for v in views]
+    cols = min(GRID_COLS, len(views))
+    views += [np.zeros_like(views[0])] * (-len(views) % cols)
+    grid = np.concatenate([np.concatenate(views[r:r + cols], 1) for r in range(0, len(views), cols)], 0)
+    H = max(grid.shape[0], panel.shape[0])
+    return np.concatenate([np.pad(grid, ((0, H - grid.shape[0]), (0, 0), (0, 0))),
+                           np.pad(panel, ((0, H - panel.shape[0]), (0, 0), (0, 0)), constant_values=24)], 1)
+
+
+def contact_sheet(tiles: Sequence[np.ndarray], header: str) -> tuple[np.ndarray, list[int]]:
+    """Frame tiles one under the other below a header strip (the header wrapped in full); returns (sheet RGB,
+    the row where each tile starts)."""
+    W = max(t.shape[1] for t in tiles)
+    lines = wrap(header, W - 12, 0.5)
+    strip = np.full((10 + 20 * len(lines), W, 3), 20, np.uint8)
+    for k, ln in enumerate(lines):
+        _text(strip, ln, (6, 22 + 20 * k), 0.5)
+    rows, y = [], strip.shape[0]
+    for t in tiles:
+        rows.append(y)
+        y += t.shape[0] + SEPARATOR
+    sep = np.full((SEPARATOR, W, 3), 90, np.uint8)
+    parts = [strip] + [p for t in tiles for p in (np.pad(t, ((0, 0), (0, W - t.shape[1]), (0, 0))), sep)]
+    return np.concatenate(parts, 0), rows
 
 
 def histogram_panel(name: str, values: np.ndarray, selected: np.ndarray, w: int = 260, h: int = 150) -> np.ndarray:
@@ -277,14 +381,56 @@ def signal_histograms(table: Mapping[str, np.ndarray], selected_ids: Sequence[in
     return mosaic(panels, [""] * len(panels), cols=cols), empty
 
 
-def _model_size(model: str | Path) -> tuple[int, int] | None:
-    """The model's input (H, W), which its boxes are in; None when its file cannot be read (no boxes drawn)."""
+def _model_info(model: str | Path) -> tuple[tuple[int, int] | None, list[str]]:
+    """(the model's input (H, W), which its boxes are in, its det2d class names); (None, []) when its file cannot
+    be read (no boxes drawn)."""
     from deploy.metadata import MetadataError, read_metadata
 
     try:
-        return tuple(int(v) for v in read_metadata(model)["rig"]["image_size"])
-    except (OSError, MetadataError, ValueError, KeyError, TypeError):
-        return None
+        md = read_metadata(model)
+        return tuple(int(v) for v in md["rig"]["image_size"]), list((md["heads"].get("det2d") or {}).get("classes") or [])
+    except (OSError, MetadataError, ValueError, KeyError, TypeError, AttributeError):
+        return None, []
+
+
+def _frame_truth(fleet: Path, clip: str, fdir: str, accepted: Mapping[str, Any] | None, cams: Sequence[str],
+                 semantic: Sequence[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """({camera: {"boxes2d", "lanes2d"}} of the fleet's labels of a frame, else of its accepted label ({} without
+    either), {camera: (H, W) drivable truth} of a sim fleet); ReportError naming a truth file that cannot be read."""
+    try:
+        labels = fleet_truth(fleet, clip, fdir) or accepted or {}
+        drivable = {c: truth_drivable(fleet, clip, fdir, c, semantic) for c in cams} if semantic else {}
+    except ValueError as e:
+        raise ReportError(f"frame {clip}/{fdir} of fleet {fleet}: {e}") from None
+    return dict(labels.get("cameras") or {}), {c: m for c, m in drivable.items() if m is not None}
+
+
+def _frame_picture(fleet: Path, clip: str, fdir: str, cams: Sequence[str], shown_cams: Sequence[str], det2d: Sequence[Mapping],
+                   model_size, classes: Sequence[str], predict, truth: Mapping[str, Any],
+                   drivable: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], list[str]]:
+    """(one view per shown camera, the legend labels drawn on any) of a selected frame: its images read from the
+    fleet, the model's masks where `predict` (mask_predictor) and every model camera's image are there."""
+    images: dict[str, tuple[np.ndarray | None, str | None]] = {}
+    for cam in dict.fromkeys([*shown_cams, *(cams if predict is not None else [])]):
+        try:
+            images[cam] = read_frame(fleet, clip, fdir, [cam])[0], None
+        except ValueError as e:
+            images[cam] = None, str(e)
+    masks: dict[str, dict[str, np.ndarray]] = {}
+    if predict is not None and all(images[c][0] is not None for c in cams):
+        for head, per_cam in predict([images[c][0] for c in cams]).items():
+            for c, m in zip(cams, per_cam):
+                masks.setdefault(c, {})[head] = m
+    views, drawn = [], []
+    for cam in shown_cams:
+        k = cams.index(cam) if cam in cams else len(det2d)
+        p = det2d[k] if k < len(det2d) else {"boxes": [], "scores": [], "labels": []}
+        boxes = [(b, c, sc) for b, sc, c in zip(p["boxes"], p["scores"], p["labels"]) if sc >= BOX_SCORE]
+        view, labels = camera_view(*images[cam], cam, boxes, model_size, masks.get(cam), truth.get(cam), drivable.get(cam),
+                                   classes)
+        views.append(view)
+        drawn += [lab for lab in labels if lab not in drawn]
+    return views, drawn
 
 
 # -- markdown ----------------------------------------------------------------------------------------
@@ -334,6 +480,8 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
     """Write DIR/{contact_sheet.png, signals.png, report.md}; returns {"out", "run", "selection", "items",
     "shown", "triggers" (TriggerRow list), "truth" (RunTruth or None)}."""
     from data_engine.config import EngineConfig
+    from data_engine.fleet import Fleet
+    from data_engine.labels import accepted_labels
     from data_engine.triggers import build_triggers, run_table
 
     out = Path(out)
@@ -372,27 +520,34 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
     shown = items[:max_frames]
     with Catalog(catalog) as cat:
         preds = cat.predictions(run_id, [it["frame_id"] for it in shown])
-    model_size = _model_size(info["model"])
-    tiles = []
+        accepted = accepted_labels(cat)
+    model_size, classes = _model_info(info["model"])
+    fleet = Path(info["fleet"])
+    predict, no_masks = mask_predictor(info["model"], fleet)
+    try:
+        semantic = list(Fleet(fleet).meta.get("semantic_classes") or [])
+    except ValueError:  # a fleet gone or moved: every image says so on its tile
+        semantic = []
+    tiles, layout = [], []
     for it in shown:
-        clip, idx = names[it["frame_id"]]
-        det2d = (preds.get(it["frame_id"]) or {}).get("det2d") or []
-        cam_tiles = []
-        for cam in shown_cams:
-            try:
-                img, err = read_frame(Path(info["fleet"]), clip, dirs[it["frame_id"]], [cam])[0], None
-            except ValueError as e:
-                img, err = None, str(e)
-            k = cams.index(cam) if cam in cams else len(det2d)
-            p = det2d[k] if k < len(det2d) else {"boxes": [], "scores": [], "labels": []}
-            boxes = [(b, c) for b, s, c in zip(p["boxes"], p["scores"], p["labels"]) if s >= BOX_SCORE]
-            cam_tiles.append(camera_tile(img, err, cam, boxes, model_size))
-        tiles.append(frame_tile(cam_tiles, f"#{it['rank']} {clip}/{idx:06d}", it["reason"]))
+        fid = it["frame_id"]
+        clip, idx = names[fid]
+        labels, drivable = _frame_truth(fleet, clip, dirs[fid], accepted.get(fid), shown_cams, semantic)
+        views, drawn = _frame_picture(fleet, clip, dirs[fid], cams, shown_cams, (preds.get(fid) or {}).get("det2d") or [],
+                                      model_size, classes, predict, labels, drivable)
+        legend = [(lab, OVERLAYS.get(lab) or class_color(classes.index(lab) if lab in classes else int(lab[5:])))
+                  for lab in drawn]
+        panel, text = frame_panel(f"#{it['rank']} {clip}/{idx:06d}", it["reason"], legend, max(v.shape[0] for v in views))
+        tiles.append(frame_tile(views, panel))
+        grid_w = min(GRID_COLS, len(views)) * CAM_W
+        layout.append({"rank": it["rank"], "frame_id": fid, "clip": clip, "frame": idx, "height": tiles[-1].shape[0],
+                       "panel_x": grid_w, "cameras": shown_cams, **text})
     sel_ids = [it["frame_id"] for it in items]
     strategy = sel_row[0] if sel_row else "file"
     camera = ", ".join(shown_cams) if len(shown_cams) <= 2 else f"all {len(shown_cams)}"
     header = (f"selection {name} ({strategy}, {len(items)} items{'' if len(shown) == len(items) else f', first {len(shown)}'}) "
-              f"- shadow run {run_id} - cameras {camera}" + ("" if model_size else " - no boxes (model unreadable)"))
+              f"- shadow run {run_id} - cameras {camera}" + ("" if model_size else " - no boxes (model unreadable)")
+              + (f" - no masks: {no_masks}" if predict is None else ""))
     hist, empty = signal_histograms(table, sel_ids)
 
     md = [f"# Data engine report: {Path(catalog).name}", "",
@@ -401,7 +556,11 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
           f"- selection `{name}`: " + (f"strategy {sel_row[0]}, unit {sel_row[1]}, budget {sel_row[2]}, " if sel_row else "from a file, ")
           + f"{len(items)} items", "",
           "## Mined frames", "", f"![contact sheet](contact_sheet.png) (cameras {camera}, boxes: det2d score >= {BOX_SCORE}, "
-          + (f"all {len(items)} items)" if len(shown) == len(items) else f"the first {len(shown)} of {len(items)} by rank)"), "",
+          + (f"all {len(items)} items)" if len(shown) == len(items) else f"the first {len(shown)} of {len(items)} by rank)"),
+          "", "Each frame: its cameras, the model's boxes (class colour, name and score) and drivable and lane masks "
+          "(translucent), the fleet's truth where it has one (or the accepted label): white boxes with their class, "
+          "the drivable outline, the lane lines; on the right the whole reason it was mined and the legend "
+          "(contact_sheet.json: the same per frame, with where each line is drawn).", "",
           items_markdown(items, names, truth), "",
           "## Triggers", "", "Fired in memory over the run with the engine config (the hits `hydranet engine triggers` stores); how to "
           "read the table: docs/data_engine.md, Triggers.",
@@ -419,7 +578,10 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
     tmp.mkdir(parents=True)
     try:
         if tiles:
-            write_png(tmp / "contact_sheet.png", contact_sheet(tiles, header, cols=max(1, SHEET_CAMERAS // len(shown_cams))))
+            sheet, rows = contact_sheet(tiles, header)
+            write_png(tmp / "contact_sheet.png", sheet)
+            (tmp / "contact_sheet.json").write_text(json.dumps({"header": header, "camera_width": CAM_W, "frames": [
+                {**f, "y": y} for f, y in zip(layout, rows)]}, indent=1) + "\n")
         if hist is not None:
             write_png(tmp / "signals.png", hist)
         (tmp / "report.md").write_text("\n".join(md) + "\n")

@@ -27,7 +27,7 @@ from engine_fixtures import REPO, make_fleet
 from data_engine.catalog import Catalog
 from data_engine.fiftyone_export import check_export, export_fiftyone, relative_box
 from data_engine.mining import mine
-from data_engine.report import TILE_W, write_report
+from data_engine.report import CAM_W, PANEL_W, write_report
 from data_engine.shadow import run_shadow
 from data_engine.signals import SIGNALS
 from data_engine.triggers import build_triggers, fire_all
@@ -187,28 +187,32 @@ def test_a_fleet_without_image_files_is_read_through_read_frame(env, tmp_path, m
 
 
 def test_contact_sheet_shows_every_camera_with_the_predicted_boxes(env, tmp_path):
-    """Frame tile = CAM_FRONT | CAM_BACK, each TILE_W wide; a box of class 2 on CAM_BACK at model pixels
-    (30, 20)-(70, 50) is drawn in class_color(2) on the second camera's tile."""
+    """Frame tile = CAM_FRONT | CAM_BACK | panel, each camera CAM_W wide; a box of class 2 on CAM_BACK at model
+    pixels (30, 20)-(70, 50) is drawn in class_color(2) on the second camera's view, its class in the legend."""
     box, cls = [30.0, 20.0, 70.0, 50.0], 2
     cat, _ = with_predictions(env, tmp_path, [{"boxes": [], "scores": [], "labels": []},
                                               {"boxes": [box], "scores": [0.8], "labels": [cls]}])
     rep = write_report(cat, tmp_path / "rep", selection="one")
     assert rep["shown"] == 1
     sheet = cv2.imread(str(tmp_path / "rep" / "contact_sheet.png"))  # BGR
-    assert sheet.shape[1] == 2 * TILE_W  # two camera tiles for the one frame
-    h = round(64 * TILE_W / 96)  # the 96x64 camera scaled to TILE_W wide
-    sx, sy = TILE_W / 96, h / 64
-    header = 24
-    x_left, y_mid = TILE_W + round(box[0] * sx), header + round((box[1] + box[3]) / 2 * sy)
-    x_mid, y_top = TILE_W + round((box[0] + box[2]) / 2 * sx), header + round(box[1] * sy)
+    assert sheet.shape[1] == 2 * CAM_W + PANEL_W  # two camera views for the one frame, then its panel
+    layout = json.loads((tmp_path / "rep" / "contact_sheet.json").read_text())["frames"][0]
+    assert env["classes"][cls] in [e["label"] for e in layout["legend"]]
+    h = round(64 * CAM_W / 96)  # the 96x64 camera scaled to CAM_W wide
+    sx, sy = CAM_W / 96, h / 64
+    header = layout["y"]
+    x_left, y_mid = CAM_W + round(box[0] * sx), header + round((box[1] + box[3]) / 2 * sy)
+    x_mid, y_top = CAM_W + round((box[0] + box[2]) / 2 * sx), header + round(box[1] * sy)
     color = np.array(class_color(cls)[::-1])
-    for y, x in ((y_mid, x_left), (y_top, x_mid), (y_mid, TILE_W + round(box[2] * sx))):
+    for y, x in ((y_mid, x_left), (y_top, x_mid), (y_mid, CAM_W + round(box[2] * sx))):
         assert np.abs(sheet[y, x].astype(int) - color).max() <= 2, (y, x, sheet[y, x], color)
     inside = sheet[y_mid, x_left + 10].astype(int)
     assert np.abs(inside - color).max() > 20  # the box is an outline, not a fill
-    # and a 2-frame selection: one row of two frames, each two cameras wide
+    # and a 2-frame selection: one frame under the other
     write_report(env["catalog"], tmp_path / "rep2", selection="picked")
-    assert cv2.imread(str(tmp_path / "rep2" / "contact_sheet.png")).shape[1] == 2 * 2 * TILE_W
+    two = cv2.imread(str(tmp_path / "rep2" / "contact_sheet.png"))
+    frames = json.loads((tmp_path / "rep2" / "contact_sheet.json").read_text())["frames"]
+    assert two.shape[1] == 2 * CAM_W + PANEL_W and len(frames) == 2 and frames[1]["y"] > frames[0]["y"] + frames[0]["height"] - 1
 
 
 FIFTYONE_PYTHON = os.environ.get("FIFTYONE_PYTHON") or (sys.executable if __import__("importlib").util.find_spec("fiftyone")

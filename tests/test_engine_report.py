@@ -17,9 +17,10 @@ from engine_fixtures import make_fleet, make_model
 from data_engine.catalog import Catalog
 from data_engine.evaluation import RunTruth, frame_errors, load_run_truth, trigger_markdown, trigger_rows
 from data_engine.mining import mine
-from data_engine.report import TILE_W
+from data_engine.report import CAM_W, GRID_COLS, OVERLAYS, PANEL_W, overlay, reason_text, write_report
 from data_engine.shadow import run_shadow, similar_image
 from data_engine.triggers import build_triggers, run_table
+from hydranet.viz import class_color
 from hydranet.cli import main
 
 RARE = ("--set", "rare.cones_on_road=0.5", "--set", "rare.unusual_vehicle=0.3")
@@ -76,9 +77,9 @@ def test_report_files_and_tables_equal_the_evaluation(env, tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["engine", "report", "--catalog", str(env["catalog"]), "--out", str(out)]) == 0
     assert "report of selection picked" in capsys.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "report.md", "signals.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.json", "contact_sheet.png", "report.md", "signals.png"]
     sheet = cv2.imread(str(out / "contact_sheet.png"))
-    assert sheet is not None and sheet.shape[1] == 6 * TILE_W  # one frame per row: its six cameras side by side
+    assert sheet is not None and sheet.shape[1] == GRID_COLS * CAM_W + PANEL_W  # a frame per row: 2 rows of 3 cameras
     assert cv2.imread(str(out / "signals.png")) is not None
     md = (out / "report.md").read_text()
     truth = truth_of(env["catalog"])
@@ -119,8 +120,8 @@ def test_report_refuses_an_existing_folder_and_replaces_it_with_overwrite(env, t
     assert "--overwrite" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
     assert main(["engine", "report", "--catalog", str(env["catalog"]), "--out", str(out), "--overwrite",
                  "--selection", str(env["root"] / "sel.json"), "--max-frames", "2"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.png", "report.md", "signals.png"]
-    assert cv2.imread(str(out / "contact_sheet.png")).shape[1] == 6 * TILE_W
+    assert sorted(p.name for p in out.iterdir()) == ["contact_sheet.json", "contact_sheet.png", "report.md", "signals.png"]
+    assert cv2.imread(str(out / "contact_sheet.png")).shape[1] == GRID_COLS * CAM_W + PANEL_W
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
     assert "the first 2 of 5" in (out / "report.md").read_text()
 
@@ -213,3 +214,91 @@ def test_triggers_cli_and_report_flag_a_degenerate_trigger(env, tmp_path, capsys
     assert main(["engine", "report", "--catalog", str(cat), "--out", str(tmp_path / "rep"), *low]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
     assert row in md  # the same row, reason included
+
+
+# -- the contact sheet a curator reads (issue 34 item 6) ---------------------------------------------------------
+def one_frame(env: dict, tmp: Path, reason: dict, det2d: list[dict] | None) -> tuple[Path, Path, int]:
+    """(a catalog copy whose first selected frame has predictions `det2d` (one entry per model camera; None: as
+    stored), a selection file holding that frame with `reason`, its frame id)."""
+    import sqlite3
+
+    cat = tmp / "c.db"
+    shutil.copy(env["catalog"], cat)
+    fid = env["selection"]["items"][0]["frame_id"]
+    if det2d is not None:
+        db = sqlite3.connect(str(cat))
+        db.execute("UPDATE signals SET predictions = ? WHERE frame_id = ?", (json.dumps({"det2d": det2d}), fid))
+        db.commit()
+        db.close()
+    (tmp / "sel.json").write_text(json.dumps({"name": "curated", "items": [{"frame_id": fid, "rank": 0, "reason": reason}]}))
+    return cat, tmp / "sel.json", fid
+
+
+def sheet_and_layout(out: Path) -> tuple[np.ndarray, dict]:
+    sheet = cv2.cvtColor(cv2.imread(str(out / "contact_sheet.png")), cv2.COLOR_BGR2RGB)
+    return sheet, json.loads((out / "contact_sheet.json").read_text())["frames"][0]
+
+
+def test_the_whole_reason_is_on_the_sheet_and_the_legend_lists_the_classes_drawn(env, tmp_path):
+    from deploy.metadata import read_metadata
+
+    classes = read_metadata(env["model"])["heads"]["det2d"]["classes"]
+    n_cams = len(read_metadata(env["model"])["rig"]["names"])
+    fired = [f"a_trigger_with_a_rather_long_name_number_{k}" for k in range(8)]
+    reason = {"strategy": "triggers", "trigger": fired[0], "score": 0.123456, "triggers": fired,
+              "trigger_scores": {t: 0.5 + k / 100 for k, t in enumerate(fired)}, "distance": 0.25}
+    front = {"boxes": [[5.0, 5.0, 40.0, 30.0], [50.0, 20.0, 90.0, 60.0], [10.0, 40.0, 20.0, 50.0]], "scores": [0.9, 0.5, 0.2],
+             "labels": [1, 2, 0]}
+    empty = {"boxes": [], "scores": [], "labels": []}
+    cat, sel, fid = one_frame(env, tmp_path, reason, [front] + [empty] * (n_cams - 1))
+    out = tmp_path / "rep"
+    write_report(cat, out, selection=sel, camera="CAM_FRONT")
+    sheet, f = sheet_and_layout(out)
+    text = " ".join(reason_text(reason))
+    assert len(text) > 3 * 40  # the old tile cut each reason line at 40 characters a camera
+    assert " ".join(f["reason_lines"]) == text and all(any(t in ln for ln in f["reason_lines"]) for t in fired)
+    assert "distance: 0.25" in text and f"{fired[7]} (0.57)" in text
+    x0 = f["panel_x"]
+    for y in f["reason_y"]:  # every line is drawn: text pixels on the panel's dark ground at its baseline
+        band = sheet[f["y"] + y - 10:f["y"] + y + 1, x0 + 8:x0 + PANEL_W - 8]
+        assert (np.abs(band.astype(int) - 24).max(-1) > 60).sum() > 20, y
+    legend = {e["label"]: e for e in f["legend"]}
+    assert classes[1] in legend and classes[2] in legend and classes[0] not in legend  # 0.2 is under the drawn score
+    for name in (classes[1], classes[2]):
+        assert legend[name]["color"] == list(class_color(classes.index(name)))
+        e = legend[name]
+        assert list(sheet[f["y"] + e["y"] - 5, x0 + 18]) == e["color"]  # the swatch
+    truth = json.loads((env["fleet"] / "scenes" / f["clip"] / f"{f['frame']:06d}" / "labels.json").read_text())
+    assert ("box (truth)" in legend) == bool(truth["cameras"]["CAM_FRONT"]["boxes2d"])
+    assert ("lanes (truth)" in legend) == bool(truth["cameras"]["CAM_FRONT"]["lanes2d"])
+
+
+def test_a_mask_overlay_changes_the_pixels_where_the_mask_is_set_and_no_others(env, tmp_path, monkeypatch):
+    import data_engine.report as report
+    from data_engine.fleet import read_frame
+    from deploy.metadata import read_metadata
+
+    img = np.random.default_rng(0).integers(0, 256, (40, 60, 3), np.uint8)
+    mask = np.zeros((20, 30), bool)
+    mask[:, :15] = True  # the left half, at half the image's resolution
+    got = overlay(img, mask, (0, 255, 0))
+    assert np.array_equal(got[:, 30:], img[:, 30:]) and (got[:, :30] != img[:, :30]).any(-1).mean() > 0.9
+    # on the sheet: the model's drivable mask (stubbed: the left half of each camera), no truth, no boxes
+    cams = read_metadata(env["model"])["rig"]["names"]
+    monkeypatch.setattr(report, "mask_predictor", lambda model, fleet: (lambda images: {"drivable": [mask] * len(images)}, ""))
+    monkeypatch.setattr(report, "fleet_truth", lambda *a: None)
+    monkeypatch.setattr(report, "truth_drivable", lambda *a: None)
+    empty = {"boxes": [], "scores": [], "labels": []}
+    cat, sel, fid = one_frame(env, tmp_path, {"strategy": "uncertainty", "score": 0.5}, [empty] * len(cams))
+    out = tmp_path / "rep"
+    write_report(cat, out, selection=sel, camera="CAM_FRONT")
+    sheet, f = sheet_and_layout(out)
+    assert [e["label"] for e in f["legend"]] == ["drivable (model)"]
+    image = read_frame(env["fleet"], f["clip"], f"{f['frame']:06d}", ["CAM_FRONT"])[0]
+    h = round(image.shape[0] * CAM_W / image.shape[1])
+    plain = cv2.resize(image, (CAM_W, h), interpolation=cv2.INTER_LINEAR)
+    view = sheet[f["y"]:f["y"] + h, :CAM_W]
+    top = 24  # the camera's name is written across the top rows
+    assert np.array_equal(view[top:], overlay(plain, mask, OVERLAYS["drivable (model)"])[top:])
+    assert np.array_equal(view[top:, CAM_W // 2:], plain[top:, CAM_W // 2:])  # unchanged where the mask is not set
+    assert (view[top:, :CAM_W // 2] != plain[top:, :CAM_W // 2]).any(-1).mean() > 0.5

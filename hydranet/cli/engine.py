@@ -142,7 +142,7 @@ def cmd_engine_report(args) -> None:
     rep = write_report(args.catalog, args.out, args.selection, args.run, _engine_config(args), args.camera, args.max_frames,
                        args.overwrite)
     print(f"report of selection {rep['selection']} ({rep['shown']} of {rep['items']} frames on the contact sheet), "
-          f"shadow run {rep['run']}: {rep['out']}/report.md, contact_sheet.png, signals.png")
+          f"shadow run {rep['run']}: {rep['out']}/report.md, contact_sheet.png (+ .json), signals.png")
 
 
 def cmd_engine_export_fiftyone(args) -> None:

@@ -119,7 +119,8 @@ def front(env: Env) -> Path:
 
 
 def report_ok(tmp: Path) -> None:
-    assert sorted(p.name for p in (tmp / "rep").iterdir()) == ["contact_sheet.png", "report.md", "signals.png"]
+    assert sorted(p.name for p in (tmp / "rep").iterdir()) == ["contact_sheet.json", "contact_sheet.png", "report.md",
+                                                               "signals.png"]
     no_temp_left(tmp)
 
 
@@ -145,10 +146,27 @@ def image_gone(tmp: Path, env: Env) -> list:
     return report(tmp, tmp / "c.db")
 
 
+def truth_spoiled(tmp: Path, env: Env, name: str) -> list:
+    """A selection whose fleet's truth file `name` (every frame's) became junk after shadow: one line naming it."""
+    from data_engine.shadow import run_shadow
+
+    ds = tmp / "ds"
+    shutil.copytree(env.dataset, ds)
+    run_shadow(ENV["model"], ds, tmp / "c.db", workers=1, progress=False)
+    mined(tmp / "c.db")
+    for f in ds.rglob(name):
+        f.write_bytes(b"\x00junk")
+    return report(tmp, tmp / "c.db")
+
+
 CASES = [
     # report
     Case("report-ok", lambda t, e: report(t, selected(t)), status=0, stdout=("report of selection one",), check=report_ok),
     Case("report-image-gone-still-written", image_gone, status=0, stdout=("report of selection",), check=report_ok),
+    Case("report-truth-labels-corrupt", lambda t, e: truth_spoiled(t, e, "labels.json"),
+         words=("labels.json", "regenerate the fleet"), check=no_report),
+    Case("report-truth-semantic-corrupt", lambda t, e: truth_spoiled(t, e, "CAM_FRONT.semantic.png"),
+         words=("CAM_FRONT.semantic.png", "not a readable", "regenerate the fleet"), check=no_report),
     Case("report-missing-catalog", lambda t, e: report(t, t / "none.db"), words=("none.db", "does not exist"), check=no_report),
     Case("report-corrupt-catalog", lambda t, e: report(t, junk(t, "bad.db")), words=("bad.db", "not a readable"),
          check=no_report),
