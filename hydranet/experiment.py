@@ -19,7 +19,7 @@ from hydranet.heads import heads_where
 from hydranet.models import ModelConfig
 
 
-DatasetFormat = Literal["auto", "sim", "nuscenes", "bdd100k", "kitti"]
+DatasetFormat = str  # "auto" or a registered format's name (hydranet.data.formats.FORMATS; checked by check_data_sources)
 
 
 @dataclass(frozen=True)
@@ -125,14 +125,20 @@ def check_data_sources(cfg: ExperimentConfig) -> None:
     """data.sources against the single-dataset keys, weights and names; heads a format can never
     supervise (BDD100K has no calibration). Formats left on auto are checked again once detected
     (`check_heads`)."""
+    from hydranet.data.formats import FORMATS
+
     d = cfg.data
+    for key, fmt in [("data.format", d.format)] + [(f"data.sources[{i}].format", s.format) for i, s in enumerate(d.sources)]:
+        if fmt != "auto" and fmt not in FORMATS:
+            raise ConfigError(f"config key '{key}': {fmt!r} is not allowed; choose one of {['auto', *FORMATS]}")
     for key, fmt, n in [("data.sweeps", d.format, d.sweeps)] + [
             (f"data.sources[{i}].sweeps", s.format, s.sweeps) for i, s in enumerate(d.sources)]:
         if n < 0:
             raise ConfigError(f"config key '{key}' must be >= 0 (camera sweeps read between two nuScenes keyframes), "
                               f"got {n}")
-        if n and fmt not in ("auto", "nuscenes"):
-            raise ConfigError(f"config key '{key}': only nuScenes has camera sweeps, the format is {fmt}; set it to 0")
+        if n and fmt != "auto" and not FORMATS[fmt].sweeps:
+            raise ConfigError(f"config key '{key}': only {', '.join(f.title for f in FORMATS.values() if f.sweeps)} has "
+                              f"camera sweeps, the format is {fmt}; set it to 0")
     if d.sources:
         if d.sweeps:
             raise ConfigError("config key 'data.sweeps': with data.sources every source has its own sweeps; move it "
@@ -162,10 +168,10 @@ def check_heads(heads, formats, bev_only: bool = False, where: str = "data.forma
     """ConfigError for a head a run's formats cannot feed: on one uncalibrated dataset (BDD100K)
     every geometry head (a registered head whose spec needs calibration); with `bev_only` (a mix, where other sources supervise
     depth/normals, or evaluation) the BEV heads, whose view transform needs each batch's calibration."""
-    from hydranet.data.formats import UNCALIBRATED
+    from hydranet.data.formats import FORMATS
     from hydranet.tasks import BEV_TASKS
 
-    bad_fmt = next((f for f in formats if f in UNCALIBRATED), None)
+    bad_fmt = next((f for f in formats if f in FORMATS and not FORMATS[f].calibrated), None)
     if bad_fmt is None:
         return
     need = [h for h in heads if h in BEV_TASKS] if bev_only else [h for h in heads if h in heads_where("needs_calibration")]

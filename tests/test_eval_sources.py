@@ -104,7 +104,8 @@ def test_a_source_is_read_through_its_class_map_as_training_saw_it(run):
 # -- cross-dataset evaluation (issue 21, item 5; docs/datasets.md "Cross-dataset class maps") ----------
 def test_class_tables_cover_every_reader_and_agree():
     from hydranet.data import bdd100k, kitti, nuscenes
-    from hydranet.data.sources import SIM_CLASSES, SIM_COUNTERPART, cross_class_map
+    from hydranet.data.formats import SIM_CLASSES
+    from hydranet.data.sources import SIM_COUNTERPART, cross_class_map
     from sim.classes import OBJECT_CLASSES
 
     assert SIM_CLASSES == OBJECT_CLASSES  # hydranet may not import sim: the copy is kept equal here

@@ -54,3 +54,50 @@ def test_check_reports_classes_heads_and_bad_files(roots, tmp_path, capsys):
     assert f"{victim.name}: image is missing" in out and "supervises: det2d, drivable, lanes, signs_lights" in out
     assert main(["data", "check", "--root", str(roots["sim"]), "--quiet"]) == 0
     assert "format sim" in capsys.readouterr().out
+
+
+class PlainFolder:
+    """A new reader for the registry test: a sim dataset whose folder is marked by PLAIN.txt (a stand-in for
+    another layout); it reads through SimDataset."""
+
+    def __new__(cls, root, split=None, **kw):
+        from hydranet.data import SimDataset
+
+        ds = SimDataset(root, **kw)
+        ds.format = "plain"
+        ds.split = split
+        return ds
+
+
+def test_a_new_reader_is_one_registration(roots, tmp_path, monkeypatch, capsys):
+    """Registering a format is all a reader needs beyond its file (issue 33 item 2): detection, open_dataset, the
+    config's data.format, the CLI's --format choices and `data check` take it; an unknown name is refused by all."""
+    import sys
+
+    from hydranet.config import ConfigError
+    from hydranet.data import formats
+    from hydranet.experiment import load_experiment
+
+    monkeypatch.setattr(sys.modules[__name__], "PlainFolder", PlainFolder)
+    monkeypatch.setattr(formats, "FORMATS", dict(formats.FORMATS))
+    formats.register_format(formats.DatasetFormat("plain", "Plain", f"{__name__}:PlainFolder",
+                                                  lambda r: (r / "PLAIN.txt").is_file(), "plain: PLAIN.txt", ("det2d",),
+                                                  default_split="all"))
+    root = tmp_path / "plain"
+    shutil.copytree(roots["sim"], root)
+    (root / "dataset.json").rename(root / "dataset.keep")  # no longer a sim folder by its marker...
+    (root / "PLAIN.txt").write_text("x")
+    assert detect_format(root) == "plain"
+    (root / "dataset.keep").rename(root / "dataset.json")  # ...the reader still needs the file
+    assert open_dataset(root, "plain").split == "all"
+    assert load_experiment("tiny", [f"data.root={root}", "data.format=plain"]).data.format == "plain"
+    with pytest.raises(ConfigError, match=r"config key 'data.format': 'coco' is not allowed; choose one of \['auto', "
+                                          r"'sim', 'nuscenes', 'kitti', 'bdd100k', 'plain'\]"):
+        load_experiment("tiny", [f"data.root={root}", "data.format=coco"])
+    assert main(["data", "check", "--root", str(root), "--format", "plain"]) == 0
+    assert "format plain" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["data", "check", "--root", str(root), "--format", "coco"])
+    assert "'plain'" in capsys.readouterr().err  # the CLI's choices come from the registry
+    with pytest.raises(ValueError, match="already registered with another reader"):
+        formats.register_format(formats.DatasetFormat("plain", "Plain", "x:Y", lambda r: False, "", ()))

@@ -280,6 +280,9 @@ class BDD100KDataset(FrameReader):
                 out.append({"points": poly_points(poly).tolist(), "type": t, "lane_id": k + 1})
         return out
 
+    def own_classes(self, i: int, sample: dict) -> list[tuple[str, str | None]]:
+        return [(lab["category"], CATEGORY_MAP[lab["category"]]) for lab in self.frames[i].get("labels") or []]
+
     def load(self, i: int) -> dict:
         fr = self.frames[i]
         name = fr["name"]

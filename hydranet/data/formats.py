@@ -1,40 +1,111 @@
-"""Dataset formats by name: detection from a folder, opening a reader, and `hydranet data check`.
+"""Dataset formats by name: one registry (`FORMATS`), detection from a folder, opening a reader, and
+`hydranet data check`.
 
     fmt = detect_format("data/nuscenes")                     # "nuscenes"
     ds = open_dataset("data/kitti", split="val")             # KittiDataset
     print(format_report(check_dataset("data/bdd100k", split="val")))
 
-Readers: sim (`SimDataset`), nuscenes, kitti, bdd100k (hydranet/data/<format>.py). Every reader
-gives the sample of docs/dataset_format.md plus `sample["supervises"]` (heads with labels).
+A reader is its own file (hydranet/data/<format>.py: a `FrameReader` giving the sample of
+docs/dataset_format.md plus `sample["supervises"]`) and one `register_format` line below: its name, the
+reader class (imported when a dataset opens), how a folder is recognised, the heads it can supervise at
+most, whether it is calibrated, which of split / version / sweeps it takes. Every list of formats is derived
+from the registry: the config's allowed `data.format` values (`hydranet.experiment.check_experiment`), the
+CLI's `--format` choices, the heads a source can supervise, the calibration check, detection and `data check`.
 """
 from __future__ import annotations
 
+import importlib
 from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydranet.data.reader import DatasetError
-from hydranet.data.sim_reader import SIM_HEADS, SimDataset
-
-FORMATS = ("sim", "nuscenes", "kitti", "bdd100k")
-# which heads each format can supervise at most (a sample may supervise fewer: nuScenes drivable, lanes and
-# bevmap need the map expansion of its location)
-FORMAT_HEADS = {"sim": SIM_HEADS, "nuscenes": ("det2d", "det3d", "drivable", "lanes", "bevmap"), "kitti": ("det2d", "det3d"),
-                "bdd100k": ("det2d", "signs_lights", "drivable", "lanes")}
-UNCALIBRATED = ("bdd100k",)  # no intrinsics/extrinsics: no BEV view transform, no 3D labels
+from hydranet.data.sim_reader import SIM_HEADS
 
 
-def _looks_like(root: Path) -> list[str]:
-    found = []
-    if (root / "dataset.json").is_file():
-        found.append("sim")
-    if any(root.glob("*/sample.json")):
-        found.append("nuscenes")
-    if (root / "training" / "label_2").is_dir() or (root / "training" / "image_2").is_dir() or \
-            (root / "testing" / "image_2").is_dir():
-        found.append("kitti")
-    if (root / "images" / "100k").is_dir():
-        found.append("bdd100k")
-    return found
+@dataclass(frozen=True)
+class DatasetFormat:
+    """One registered dataset format (see the module docstring)."""
+
+    name: str
+    title: str  # as its authors write it, for messages
+    reader: str  # "module:Class" of its FrameReader, imported when a dataset of this format opens
+    looks_like: Callable[[Path], bool]  # whether a folder has this format's layout
+    layout: str  # what `looks_like` looks for, for the error when no format matches
+    heads: tuple[str, ...]  # the heads it can supervise at most (a sample may supervise fewer)
+    calibrated: bool = True  # intrinsics and extrinsics: the BEV view transform and 3D labels
+    splits: bool = True  # takes a split (`default_split` when none is given)
+    default_split: str | None = None
+    versions: bool = False  # takes a version folder (nuScenes)
+    sweeps: bool = False  # reads unlabelled camera sweeps between keyframes
+    # every project class its reader gives -> the sim class it stands for, None where the sim has none (the
+    # cross-dataset class map, hydranet.data.sources.cross_class_map; a test checks it covers the reader's CLASSES)
+    counterpart: Mapping[str, str | None] = field(default_factory=dict)
+
+    def open(self, root, split: str | None, version: str | None, sweeps: int, **kw):
+        if not self.splits and (split or version):
+            raise DatasetError(f"{root}: a {self.name} dataset has no split or version (one folder per split)")
+        if version and not self.versions:
+            raise DatasetError(f"{root}: format {self.name} has no version; leave it empty")
+        module, cls = self.reader.split(":")
+        reader = getattr(importlib.import_module(module), cls)
+        if self.splits:
+            kw["split"] = split or self.default_split
+        if self.versions:
+            kw["version"] = version
+        if self.sweeps:
+            kw["sweeps"] = sweeps
+        return reader(root, **kw)
+
+
+FORMATS: dict[str, DatasetFormat] = {}
+
+
+def register_format(fmt: DatasetFormat) -> DatasetFormat:
+    """Make a format known by name (another format under a taken name raises)."""
+    if FORMATS.get(fmt.name, fmt) != fmt:
+        raise ValueError(f"dataset format {fmt.name!r} is already registered with another reader ({FORMATS[fmt.name].reader})")
+    FORMATS[fmt.name] = fmt
+    return fmt
+
+
+# The sim's object classes (sim/classes.py OBJECT_CLASSES; hydranet does not import sim, a test keeps the two equal)
+SIM_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle",
+               "barrier", "trailer", "motorcycle", "traffic_sign", "traffic_light")
+
+# -- the readers of this package, one registration each -------------------------------------------------
+register_format(DatasetFormat("sim", "sim", "hydranet.data.sim_reader:SimDataset", lambda r: (r / "dataset.json").is_file(),
+                              "sim: dataset.json", SIM_HEADS, splits=False, counterpart={c: c for c in SIM_CLASSES}))
+# nuScenes' 11 mapped classes are the sim's box classes by name (vehicle.bicycle -> cyclist: nuScenes draws the
+# rider inside the bicycle's box, as the sim does); it labels no signs or lights
+register_format(DatasetFormat("nuscenes", "nuScenes", "hydranet.data.nuscenes:NuScenesDataset",
+                              lambda r: any(r.glob("*/sample.json")), "nuscenes: v1.0-*/sample.json",
+                              ("det2d", "det3d", "drivable", "lanes", "bevmap"), versions=True, sweeps=True,
+                              counterpart={c: c for c in ("car", "truck", "bus", "trailer", "construction_vehicle",
+                                                          "pedestrian", "motorcycle", "cyclist", "traffic_cone", "barrier",
+                                                          "debris")}))
+# KITTI's Cyclist box holds the bicycle and its rider (as the sim's cyclist); Tram (-> train) has no counterpart
+register_format(DatasetFormat("kitti", "KITTI", "hydranet.data.kitti:KittiDataset",
+                              lambda r: any((r / d).is_dir() for d in ("training/label_2", "training/image_2",
+                                                                        "testing/image_2")),
+                              "kitti: training/label_2", ("det2d", "det3d"),
+                              counterpart={"car": "car", "truck": "truck", "pedestrian": "pedestrian", "cyclist": "cyclist",
+                                           "train": None}))
+# BDD100K boxes a bicycle and its rider apart: bicycle -> cyclist (the box is the bicycle's, smaller than the sim's
+# rider-inclusive one), rider has no counterpart (it rides motorcycles too), nor train
+register_format(DatasetFormat("bdd100k", "BDD100K", "hydranet.data.bdd100k:BDD100KDataset",
+                              lambda r: (r / "images" / "100k").is_dir(), "bdd100k: images/100k",
+                              ("det2d", "signs_lights", "drivable", "lanes"), calibrated=False, default_split="val",
+                              counterpart={"car": "car", "truck": "truck", "bus": "bus", "pedestrian": "pedestrian",
+                                           "rider": None, "bicycle": "cyclist", "motorcycle": "motorcycle", "train": None,
+                                           "trailer": "trailer", "traffic_sign": "traffic_sign",
+                                           "traffic_light": "traffic_light"}))
+
+
+def format_names() -> tuple[str, ...]:
+    """Every registered format's name, in registration order."""
+    return tuple(FORMATS)
 
 
 def detect_format(root) -> str:
@@ -42,12 +113,12 @@ def detect_format(root) -> str:
     root = Path(root)
     if not root.is_dir():
         raise DatasetError(f"{root}: no such folder; pass a dataset root")
-    found = _looks_like(root)
+    found = [name for name, f in FORMATS.items() if f.looks_like(root)]
     if len(found) == 1:
         return found[0]
     if not found:
-        raise DatasetError(f"{root}: not a known dataset layout (sim: dataset.json; nuscenes: v1.0-*/sample.json; "
-                           "kitti: training/label_2; bdd100k: images/100k); pass --format and see docs/datasets.md")
+        raise DatasetError(f"{root}: not a known dataset layout ({'; '.join(f.layout for f in FORMATS.values())}); "
+                           "pass --format and see docs/datasets.md")
     raise DatasetError(f"{root}: looks like several formats {found}; pass --format (data.format) to choose")
 
 
@@ -60,51 +131,17 @@ def open_dataset(root, format: str | None = None, split: str | None = None, vers
     fmt = format if format not in (None, "auto") else detect_format(root)
     if fmt not in FORMATS:
         raise DatasetError(f"unknown dataset format {fmt!r}; known: {list(FORMATS)}")
-    if sweeps and fmt != "nuscenes":
-        raise DatasetError(f"{root}: sweeps={sweeps}, but only nuScenes has camera sweeps and this folder is {fmt}; "
-                           "set sweeps: 0 for it")
+    if sweeps and not FORMATS[fmt].sweeps:
+        raise DatasetError(f"{root}: sweeps={sweeps}, but only {', '.join(f.title for f in FORMATS.values() if f.sweeps)} has "
+                           f"camera sweeps and this folder is {fmt}; set sweeps: 0 for it")
     kw = {"cameras": cameras, "on_bad_frame": on_bad_frame}
     if channels is not None:
         kw["channels"] = channels
-    if fmt == "sim":
-        if split or version:
-            raise DatasetError(f"{root}: a sim dataset has no split or version (generate one folder per split)")
-        return SimDataset(root, **kw)
-    if fmt == "nuscenes":
-        from hydranet.data.nuscenes import NuScenesDataset
-        return NuScenesDataset(root, version=version, split=split, sweeps=sweeps, **kw)
-    if version:
-        raise DatasetError(f"{root}: format {fmt} has no version; leave it empty")
-    if fmt == "kitti":
-        from hydranet.data.kitti import KittiDataset
-        return KittiDataset(root, split=split, **kw)
-    from hydranet.data.bdd100k import BDD100KDataset
-    return BDD100KDataset(root, split=split or "val", **kw)
+    return FORMATS[fmt].open(root, split, version, sweeps, **kw)
 
 
 def supervised_heads(ds) -> list[str]:
     return sorted(getattr(ds, "supervises", SIM_HEADS))
-
-
-def _own_classes(ds, i: int, sample: dict) -> list[tuple[str, str | None]]:
-    """(dataset's own category name, project class or None) of every labelled object of frame i."""
-    fmt = getattr(ds, "format", "sim")
-    if fmt == "nuscenes":
-        from hydranet.data.nuscenes import CATEGORY_MAP
-        return [(c, CATEGORY_MAP[c]) for c in ds.own_categories(i)]
-    if fmt == "kitti":
-        from hydranet.data.kitti import TYPE_MAP
-        return [(lab["type"], TYPE_MAP.get(lab["type"])) for lab in (ds.kitti_labels(i) if ds.has_labels else [])]
-    if fmt == "bdd100k":
-        from hydranet.data.bdd100k import CATEGORY_MAP
-        return [(lab["category"], CATEGORY_MAP[lab["category"]]) for lab in ds.frames[i].get("labels") or []]
-    labels = sample["labels"]
-    out = [(b["class"], b["class"]) for b in labels.get("boxes3d", [])]
-    seen = {b["track_id"] for b in labels.get("boxes3d", []) if "track_id" in b}
-    # an object seen in several cameras counts once; a box without a track id (a person's label) counts as one object
-    out += [(b["class"], b["class"]) for cam in labels["cameras"].values() for b in cam.get("boxes2d", [])
-            if "track_id" not in b or b["track_id"] not in seen and not seen.add(b["track_id"])]
-    return out
 
 
 def check_dataset(root, format: str | None = None, split: str | None = None, version: str | None = None,
@@ -125,7 +162,7 @@ def check_dataset(root, format: str | None = None, split: str | None = None, ver
         except DatasetError as e:
             bad.append(str(e))
             continue
-        counts.update(_own_classes(ds, i, sample))
+        counts.update(ds.own_classes(i, sample))
         for name, img in zip(sample.get("camera_names", []), sample.get("images", [])):
             sizes.setdefault(name, set()).add((int(img.shape[1]), int(img.shape[0])))
     return {"root": str(root), "format": getattr(ds, "format", "sim"), "split": getattr(ds, "split", None),

@@ -270,6 +270,9 @@ class KittiDataset(FrameReader):
         """The raw label_2 records of frame i (KITTI terms, for the KITTI metric), checked."""
         return read_labels(self._file("label_2", i))
 
+    def own_classes(self, i: int, sample: dict) -> list[tuple[str, str | None]]:
+        return [(lab["type"], TYPE_MAP.get(lab["type"])) for lab in (self.kitti_labels(i) if self.has_labels else [])]
+
     def load(self, i: int) -> dict:
         fid = self.ids[i]
         K, ego2cam, ego2rect = calibration(read_calib(self._file("calib", i)))

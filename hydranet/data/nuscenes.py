@@ -397,6 +397,9 @@ class NuScenesDataset(FrameReader):
         """The nuScenes category name of every annotation of frame i (mapped to a class or not)."""
         return [self._inst_cat[a["instance_token"]] for a in self._anns[self.sample_token(i)]]
 
+    def own_classes(self, i: int, sample: dict) -> list[tuple[str, str | None]]:
+        return [(c, CATEGORY_MAP[c]) for c in self.own_categories(i)]
+
     def instance_category(self, instance_token: str) -> str:
         """The nuScenes category name of an instance (instance.json -> category.json)."""
         return self._inst_cat[instance_token]

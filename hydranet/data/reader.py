@@ -69,6 +69,17 @@ class FrameReader(abc.ABC):
     def classes(self) -> list[str]:
         return list(self.meta["classes"])
 
+    def own_classes(self, i: int, sample: dict) -> list[tuple[str, str | None]]:
+        """(the dataset's own category name, project class or None) of every labelled object of frame i
+        (`hydranet data check`); here from the sample's labels, whose names are the project's: an object seen
+        in several cameras counts once, a box without a track id (a person's label) as one object."""
+        labels = sample["labels"]
+        out = [(b["class"], b["class"]) for b in labels.get("boxes3d", [])]
+        seen = {b["track_id"] for b in labels.get("boxes3d", []) if "track_id" in b}
+        out += [(b["class"], b["class"]) for cam in labels["cameras"].values() for b in cam.get("boxes2d", [])
+                if "track_id" not in b or b["track_id"] not in seen and not seen.add(b["track_id"])]
+        return out
+
     def __len__(self) -> int:
         return len(self._frames)
 

@@ -23,31 +23,15 @@ from typing import Any
 
 from hydranet.data.reader import DatasetError
 from hydranet.data.sim_reader import SIM_HEADS
-from hydranet.data.formats import FORMAT_HEADS, detect_format, open_dataset
+from hydranet.data.formats import FORMATS, detect_format, open_dataset
 
 MERGED_LISTS = ("classes", "sign_classes", "light_states", "lane_types")
 # objectives that are not heads but read a head's labels (LSS depth supervision reads the depth maps)
 LABELS_OF = {"view_depth": "depth"}
 
 # -- cross-dataset class maps (docs/datasets.md, "Cross-dataset evaluation") ------------------------
-# The sim's object classes (sim/classes.py OBJECT_CLASSES; hydranet does not import sim, a test keeps
-# the two equal). Every reader's project class -> its sim counterpart, None where the sim has none.
-SIM_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle",
-               "barrier", "trailer", "motorcycle", "traffic_sign", "traffic_light")
-SIM_COUNTERPART: dict[str, dict[str, str | None]] = {
-    "sim": {c: c for c in SIM_CLASSES},
-    # nuScenes' 11 mapped classes are the sim's box classes by name (vehicle.bicycle -> cyclist: nuScenes
-    # draws the rider inside the bicycle's box, as the sim does); it labels no signs or lights
-    "nuscenes": {c: c for c in ("car", "truck", "bus", "trailer", "construction_vehicle", "pedestrian", "motorcycle",
-                                "cyclist", "traffic_cone", "barrier", "debris")},
-    # KITTI's Cyclist box holds the bicycle and its rider (as the sim's cyclist); Tram (-> train) has no counterpart
-    "kitti": {"car": "car", "truck": "truck", "pedestrian": "pedestrian", "cyclist": "cyclist", "train": None},
-    # BDD100K boxes a bicycle and its rider apart: bicycle -> cyclist (the box is the bicycle's, smaller
-    # than the sim's rider-inclusive one), rider has no counterpart (it rides motorcycles too), nor train
-    "bdd100k": {"car": "car", "truck": "truck", "bus": "bus", "pedestrian": "pedestrian", "rider": None,
-                "bicycle": "cyclist", "motorcycle": "motorcycle", "train": None, "trailer": "trailer",
-                "traffic_sign": "traffic_sign", "traffic_light": "traffic_light"},
-}
+# every registered format's project class -> its sim counterpart (DatasetFormat.counterpart), None where the sim has none
+SIM_COUNTERPART: dict[str, dict[str, str | None]] = {name: dict(f.counterpart) for name, f in FORMATS.items()}
 _NO_COUNTERPART = object()
 
 
@@ -87,7 +71,7 @@ class Source:
 
     @property
     def supervises(self) -> frozenset[str]:
-        return frozenset(getattr(self.dataset, "supervises", FORMAT_HEADS[self.format]))
+        return frozenset(getattr(self.dataset, "supervises", FORMATS[self.format].heads))
 
 
 def _cams(cameras) -> list[str] | None:
@@ -348,7 +332,7 @@ def cross_mapped(ds, heads, model_classes: list[str] | None = None):
     if model_classes and vocab["classes"]:  # the model's whole taxonomy (its checkpoint meta), when it has box heads
         vocab["classes"] = list(model_classes)
     fmt = getattr(ds, "format", "sim")
-    fmt = fmt if fmt in FORMAT_HEADS else "sim"
+    fmt = fmt if fmt in FORMATS else "sim"
     mapping = cross_class_map(ds.classes, vocab["classes"]) if vocab["classes"] else {}
     unscored = {}
     for name, task in heads.items():
