@@ -232,6 +232,7 @@ def _rows(cat: Path, sql: str, *args):
 
 
 def test_autolabel_end_to_end(engine, capsys):
+    """The whole command on a tiny fleet, then its rerun, then a run killed with kill -9 and rerun."""
     from data_engine.labeling import build_backend
     from data_engine.labels import create_jobs, import_labels, open_catalog, send, transition, load_jobs
     from hydranet.io import file_sha256
@@ -292,3 +293,53 @@ def test_autolabel_end_to_end(engine, capsys):
     assert _rows(cat, "SELECT id, frame_id, version, digest FROM labels ORDER BY id") == labels_before
     assert _rows(cat, "SELECT id, state, label_id FROM label_jobs ORDER BY id") == jobs_before
     assert [r["decision"] for r in again["frames"]] == [r["decision"] for r in summary["frames"]]
+    (root / "kill").mkdir()
+    _killed_and_rerun(engine, root / "kill")  # in this test: the fixture's fleet and models are built once
+
+
+KILL_AFTER_FIRST = """
+import os, signal, sys
+import data_engine.labels as labels
+record = labels.record_auto
+def killed(*a, **k):
+    out = record(*a, **k)
+    os.kill(os.getpid(), signal.SIGKILL)  # kill -9 right after the first frame's transaction
+    return out
+labels.record_auto = killed
+from hydranet.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _killed_and_rerun(engine, tmp: Path) -> None:
+    """kill -9 after the first frame's label: no --out, one new label; the rerun gives exactly the labels and job
+    states of an uninterrupted run on a copy of the catalog, none twice."""
+    import shutil
+    import subprocess
+    import sys
+
+    from hydranet.cli import main
+
+    cat, ref = tmp / "cat.db", tmp / "ref.db"
+    shutil.copy(engine["catalog"], cat)
+    shutil.copy(engine["catalog"], ref)
+    sel = tmp / "killed.json"
+    sel.write_text(json.dumps({"name": "killed", "frames": [{"clip": "clip_00000", "frame": 0}, {"clip": "clip_00001", "frame": 1}]}))
+
+    def argv(catalog: Path, out: Path) -> list[str]:
+        return ["engine", "autolabel", "--catalog", str(catalog), "--selection", str(sel), "--models",
+                *map(str, engine["models"]), "--out", str(out), "--quiet", *LOW]
+
+    before = len(_rows(cat, "SELECT id FROM labels"))
+    p = subprocess.run([sys.executable, "-c", KILL_AFTER_FIRST, *argv(cat, tmp / "out")], cwd=REPO, capture_output=True,
+                       text=True)
+    assert p.returncode == -9, p.stderr[-500:]
+    assert not (tmp / "out").exists() and list(tmp.glob("out.tmp-*"))  # the killed run's temp folder
+    assert len(_rows(cat, "SELECT id FROM labels")) == before + 1
+    assert main(argv(cat, tmp / "out")) == 0
+    assert not list(tmp.glob("out.tmp-*"))  # the stale temp folder is removed by the rerun
+    assert main(argv(ref, tmp / "ref_out")) == 0
+    q = "SELECT frame_id, version, source, digest, payload FROM labels ORDER BY frame_id, version"
+    assert _rows(cat, q) == _rows(ref, q) and len(_rows(cat, q)) == before + 2
+    q = "SELECT selection, frame_id, state, label_id IS NULL, note FROM label_jobs ORDER BY selection, frame_id"
+    assert _rows(cat, q) == _rows(ref, q)

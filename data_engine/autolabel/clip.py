@@ -14,7 +14,7 @@ import numpy as np
 
 from data_engine.autolabel.dense import dense_arrays, fuse_dense
 from data_engine.autolabel.fuse import fuse_3d, wbf
-from data_engine.autolabel.smooth import hindsight_2d, hindsight_3d, to_ego
+from data_engine.autolabel.smooth import hindsight_2d, hindsight_3d, to_ego, track_confidence
 from data_engine.autolabel.track import to_world, track_2d, track_3d
 
 
@@ -54,9 +54,8 @@ def tracks_2d(fused: Sequence[dict | None], times: np.ndarray, n: int, cfg) -> l
         boxes = np.array([dets[t][0][k] for t, k in tr])
         scores = np.array([dets[t][1][k] for t, k in tr])
         labels = np.array([dets[t][2][k] for t, k in tr])
-        h = hindsight_2d(times, frames, boxes, scores, labels, cfg.process_noise, cfg.noise_px)
-        if _kept(tr, h["confidence"], cfg):
-            out.append(h)
+        if _kept(tr, track_confidence(frames, scores), cfg):  # judged before the (costlier) smoothing
+            out.append(hindsight_2d(times, frames, boxes, scores, labels, cfg.process_noise, cfg.noise_px))
     return out
 
 
@@ -70,9 +69,8 @@ def tracks_3d(fused: Sequence[dict | None], times: np.ndarray, poses: Sequence[n
         world = np.array([dets[t][0][k] for t, k in tr])
         scores = np.array([dets[t][1][k] for t, k in tr])
         labels = np.array([dets[t][2][k] for t, k in tr])
-        h = hindsight_3d(times, frames, world, scores, labels, cfg.process_noise, cfg.noise_m, cfg.min_speed)
-        if _kept(tr, h["confidence"], cfg):
-            out.append(h)
+        if _kept(tr, track_confidence(frames, scores), cfg):
+            out.append(hindsight_3d(times, frames, world, scores, labels, cfg.process_noise, cfg.noise_m, cfg.min_speed))
     return out
 
 

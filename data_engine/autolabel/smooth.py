@@ -37,8 +37,9 @@ def rts_smooth(times: np.ndarray, z: np.ndarray, q: float, r: float) -> tuple[np
     kf.x[0::2] = z[first]
     kf.P = np.diag(np.tile([r ** 2, 1e4], D))  # position known to the measurement, velocity unknown
     dts = np.diff(times, prepend=times[0])
-    Fs = [np.kron(np.eye(D), np.array([[1.0, dt], [0.0, 1.0]])) for dt in dts]
-    Qs = [Q_discrete_white_noise(dim=2, dt=max(dt, 1e-6), var=q, block_size=D, order_by_dim=True) for dt in dts]
+    F = {dt: np.kron(np.eye(D), np.array([[1.0, dt], [0.0, 1.0]])) for dt in set(dts.tolist())}  # one per distinct step
+    Q = {dt: Q_discrete_white_noise(dim=2, dt=max(dt, 1e-6), var=q, block_size=D, order_by_dim=True) for dt in F}
+    Fs, Qs = [F[dt] for dt in dts.tolist()], [Q[dt] for dt in dts.tolist()]
     zs = [row if np.isfinite(row).all() else None for row in z]
     mu, cov, _, _ = kf.batch_filter(zs, Fs=Fs, Qs=Qs)
     xs, _, _, _ = kf.rts_smoother(mu, cov, Fs=Fs, Qs=Qs)

@@ -66,7 +66,8 @@ def one_pass(frames: Frames, order: Sequence[int], affinity: Affinity, gate: flo
         if live and len(labels):
             pred = np.stack([_predict(tracks[i], frames, t) for i in live])  # (M, D)
             aff = affinity(pred, states)  # (M, K)
-            same = np.array([[frames[tracks[i][-1][0]][1][tracks[i][-1][1]] == lab for lab in labels] for i in live])
+            last = np.array([frames[tracks[i][-1][0]][1][tracks[i][-1][1]] for i in live])  # (M,) each track's class
+            same = last[:, None] == np.asarray(labels)[None, :]  # (M, K)
             ok = same & (aff >= gate)
             cost = np.where(ok, -aff, 1e9)
             for r, c in zip(*linear_sum_assignment(cost)):
