@@ -26,7 +26,7 @@ import numpy as np
 from hydranet.data.image import ImageError, read_image_file
 from hydranet.data.reader import DatasetError
 from hydranet.data.recording import RECORDED_FILE, Recording
-from hydranet.io import frame_path, path_inside
+from hydranet.io import frame_path
 from sim.config import RareConfig, SimConfig, _need, _weights
 
 TRUTH_FILE = "truth/scenarios.json"
@@ -339,7 +339,7 @@ def frame_image(root: str | Path, clip: str, frame_dir: str, camera: str) -> tup
         fl = recorded_fleet(root)
         ref = fl.frame_refs(clip, frame_dir).get(camera)
         if fl.kind == "images" and ref is not None:
-            path = path_inside(fl.source_root, ref["file"], f"fleet {root} clip {clip} frame {frame_dir} camera {camera}")
+            path = fl.source_file(ref["file"], f"fleet {root} clip {clip} frame {frame_dir} camera {camera}")
         else:
             rgb = fl.read(clip, frame_dir, [camera])[0]
             ok, png = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))

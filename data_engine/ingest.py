@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from hydranet.io import TMP, check_name, path_inside, pid_alive
+from hydranet.io import TMP, check_apart, check_name, pid_alive
 
 FORMAT = "hydranet-fleet"
 VERSION = 1
@@ -270,6 +270,31 @@ def each_clip(clip_dirs, one, on_bad_clip: str) -> tuple[list[dict[str, Any]], l
     return clips, skipped
 
 
+# -- where a recording's files are ------------------------------------------------------------------------------
+def source_ref(root: Path, rel: str, flag: str, follow_links: bool, linked: set[str]) -> str:
+    """How fleet.json names `root/rel` (a clip's video, image or camera folder found by listing `root`): `rel` when it
+    resolves inside `root` (a link within it included); else, where a symbolic link on the way points outside `root`,
+    its resolved path, allowed only with `follow_links` (the link's resolved target is added to `linked`: the reader
+    accepts those paths, and no --out may overlap them). Without it, one line naming the link, what it resolves to and
+    the two ways out."""
+    path = root / rel
+    real, real_root = path.resolve(), root.resolve()
+    if real == real_root or real_root in real.parents:
+        return rel
+    link, target = path, real
+    for k in range(1, len(Path(rel).parts) + 1):  # the first link on the way that points outside root
+        step = root.joinpath(*Path(rel).parts[:k])
+        if step.is_symlink() and real_root not in step.resolve().parents:
+            link, target = step, step.resolve()
+            break
+    if not follow_links:
+        raise IngestError(f"{flag} {root}: {link} is a symbolic link to {target}, outside {flag} (its files would be "
+                          f"read from there); pass --follow-links to ingest them where the link points, or move the "
+                          f"files under {flag}")
+    linked.add(str(target))
+    return str(real)
+
+
 # -- sources ---------------------------------------------------------------------------------------------------
 def _check_cameras(clip_dir: Path, found: Mapping[str, Path], rig, rig_file: Path, what: str) -> None:
     """IngestError unless a clip folder holds one `what` (video, image folder) per rig camera, and no other."""
@@ -299,8 +324,10 @@ def _recording(folder: Path, flag: str, layout: str, rig_file: Path, hz: float |
 
 
 def ingest_video(videos: Path, rig_file: Path, hz: float | None = None, timestamps: Path | None = None,
-                 poses: Path | None = None, progress: bool = False, on_bad_clip: str = "raise") -> dict[str, Any]:
-    """videos/<clip>/<CAMERA>.mp4|mov|mkv (camera names those of the rig file) -> a fleet dict."""
+                 poses: Path | None = None, progress: bool = False, on_bad_clip: str = "raise",
+                 follow_links: bool = False) -> dict[str, Any]:
+    """videos/<clip>/<CAMERA>.mp4|mov|mkv (camera names those of the rig file) -> a fleet dict. `follow_links`: a
+    video or clip folder that is a link out of `videos` is read where it points (`source_ref`)."""
     from tqdm import tqdm
 
     from hydranet.data.video import VIDEO_SUFFIXES, VideoError, index_video
@@ -308,14 +335,16 @@ def ingest_video(videos: Path, rig_file: Path, hz: float | None = None, timestam
     videos = Path(videos)
     rig, pose_table, clip_dirs = _recording(videos, "--videos", "DIR/<clip>/<CAMERA>.mp4", rig_file, hz, poses)
     stamps = read_timestamps(timestamps) if timestamps is not None else None
+    linked: set[str] = set()
 
     def one(cdir: Path) -> dict[str, Any]:
         clip = check_name(cdir.name, "clip", f"--videos {videos}", IngestError)
         files = {p.stem: p for p in sorted(cdir.iterdir()) if p.suffix.lower() in VIDEO_SUFFIXES}
         _check_cameras(cdir, files, rig, rig_file, "video")  # <CAMERA>.mp4, .mov or .mkv
-        times = {}
+        times, names = {}, {}
         for cam in rig.names:
-            path = path_inside(videos, f"{clip}/{files[cam].name}", f"--videos {videos}", IngestError)
+            names[cam] = source_ref(videos, f"{clip}/{files[cam].name}", "--videos", follow_links, linked)
+            path = videos / names[cam]  # names[cam] is absolute for a followed link
             try:
                 secs, (h, w) = index_video(path)
             except VideoError as e:
@@ -337,15 +366,19 @@ def ingest_video(videos: Path, rig_file: Path, hz: float | None = None, timestam
                 times[cam] = [int(round(s * 1e6)) for s in secs]
         where = f"clip {clip} ({cdir})"
         samples = sample_times(times, hz, where)
-        refs = {cam: [{"video": f"{clip}/{files[cam].name}", "frame": i} for i in range(len(times[cam]))]
-                for cam in rig.names}
+        refs = {cam: [{"video": names[cam], "frame": i} for i in range(len(times[cam]))] for cam in rig.names}
         frames = _clip_frames(samples, refs, _clip_poses(pose_table, clip, poses), f"--poses {poses}: clip {clip}")
         return {"name": clip, "tags": [f"folder:{clip}"], "frames": frames}
 
     clips, skipped = each_clip(tqdm(clip_dirs, desc="ingest videos", unit="clip", disable=not progress), one, on_bad_clip)
     options = {"hz": hz, "timestamps": str(timestamps) if timestamps else None, "poses": str(poses) if poses else None,
-               "rig_file": str(rig_file), "on_bad_clip": on_bad_clip}
+               "rig_file": str(rig_file), "on_bad_clip": on_bad_clip, **_links(follow_links, linked)}
     return {**fleet_dict("video", videos, options, rig, clips), "skipped": skipped}
+
+
+def _links(follow_links: bool, linked: set[str]) -> dict[str, Any]:
+    """fleet.json's source keys of followed links: the resolved link targets its absolute references lie under."""
+    return {"follow_links": True, "linked": sorted(linked)} if follow_links else {}
 
 
 _STAMP = re.compile(r"^\d+(\.\d+)?$")
@@ -360,28 +393,29 @@ def _stamp_us(stem: str, path: Path) -> int:
 
 
 def ingest_images(root: Path, rig_file: Path, hz: float | None = None, poses: Path | None = None,
-                  on_bad_clip: str = "raise") -> dict[str, Any]:
-    """root/<clip>/<CAMERA>/<timestamp>.jpg|png (camera names those of the rig) -> a fleet dict."""
+                  on_bad_clip: str = "raise", follow_links: bool = False) -> dict[str, Any]:
+    """root/<clip>/<CAMERA>/<timestamp>.jpg|png (camera names those of the rig) -> a fleet dict. `follow_links`: a
+    clip or camera folder or image that is a link out of `root` is read where it points (`source_ref`)."""
     root = Path(root)
     rig, pose_table, clip_dirs = _recording(root, "--root", "ROOT/<clip>/<CAMERA>/<timestamp>.jpg", rig_file, hz, poses)
+    linked: set[str] = set()
 
     def one(cdir: Path) -> dict[str, Any]:
         clip = check_name(cdir.name, "clip", f"--root {root}", IngestError)
         _check_cameras(cdir, {p.name: p for p in cdir.iterdir() if p.is_dir()}, rig, rig_file, "image folder")
         times, names = {}, {}
-        for cam in rig.names:  # a camera folder or image linked outside --root is refused, as a video is
-            path_inside(root, f"{clip}/{cam}", f"--root {root}", IngestError)
+        for cam in rig.names:  # a camera folder or image linked outside --root: only with --follow-links
+            source_ref(root, f"{clip}/{cam}", "--root", follow_links, linked)
             files = sorted((p for p in (cdir / cam).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES),
                            key=lambda p: _stamp_us(p.stem, p))
-            for f in files:
-                path_inside(root, f"{clip}/{cam}/{f.name}", f"--root {root}", IngestError)
+            refs = [source_ref(root, f"{clip}/{cam}/{f.name}", "--root", follow_links, linked) for f in files]
             if not files:
                 raise IngestError(f"{cdir / cam}: no .jpg or .png images")
             ts = [_stamp_us(p.stem, p) for p in files]
             dup = next((p for p, a, b in zip(files[1:], ts, ts[1:]) if a == b), None)
             if dup is not None:
                 raise IngestError(f"{dup}: two images of camera {cam} have the same timestamp; keep one")
-            times[cam], names[cam] = ts, [f"{clip}/{cam}/{p.name}" for p in files]
+            times[cam], names[cam] = ts, refs
         where = f"clip {clip} ({cdir})"
         samples = sample_times(times, hz, where)
         refs = {cam: [{"file": n} for n in names[cam]] for cam in rig.names}
@@ -389,7 +423,8 @@ def ingest_images(root: Path, rig_file: Path, hz: float | None = None, poses: Pa
         return {"name": clip, "tags": [f"folder:{clip}"], "frames": frames}
 
     clips, skipped = each_clip(clip_dirs, one, on_bad_clip)
-    options = {"hz": hz, "poses": str(poses) if poses else None, "rig_file": str(rig_file), "on_bad_clip": on_bad_clip}
+    options = {"hz": hz, "poses": str(poses) if poses else None, "rig_file": str(rig_file), "on_bad_clip": on_bad_clip,
+               **_links(follow_links, linked)}
     return {**fleet_dict("images", root, options, rig, clips), "skipped": skipped}
 
 
@@ -450,16 +485,19 @@ def ingest(out: Path, source: str, overwrite: bool = False, progress: bool = Fal
         raise IngestError(f"unknown --source {source!r}; choose one of {list(SOURCES)}")
     if Path(out).exists() and not overwrite:
         raise IngestError(f"{out} exists; choose a new --out or pass --overwrite to replace it")
-    policy = kw.get("on_bad_clip") or "raise"
+    policy, follow = kw.get("on_bad_clip") or "raise", bool(kw.get("follow_links"))
     if source == "video":
-        fleet = ingest_video(kw["videos"], kw["rig"], kw.get("hz"), kw.get("timestamps"), kw.get("poses"), progress, policy)
+        fleet = ingest_video(kw["videos"], kw["rig"], kw.get("hz"), kw.get("timestamps"), kw.get("poses"), progress, policy,
+                             follow)
     elif source == "images":
-        fleet = ingest_images(kw["root"], kw["rig"], kw.get("hz"), kw.get("poses"), policy)
+        fleet = ingest_images(kw["root"], kw["rig"], kw.get("hz"), kw.get("poses"), policy, follow)
     else:
         fleet = ingest_dataset(kw["root"], kw.get("format"), kw.get("split"), kw.get("version"), kw.get("sweeps") or 0,
                                progress)
+    # the followed links' targets are inputs too: --out must not be, hold or sit inside one (as for --root, --videos)
+    check_apart({"--out": out}, {"a followed link's target": fleet["source"].get("linked") or []}, IngestError)
     write_fleet(Path(out), fleet, overwrite)
     return {"out": str(out), "clips": len(fleet["clips"]), "frames": sum(len(c["frames"]) for c in fleet["clips"]),
             "cameras": [c["name"] for c in fleet["rig"]["cameras"]], "source": fleet["source"]["kind"],
-            "skipped": fleet.get("skipped", [])}
+            "skipped": fleet.get("skipped", []), "linked": fleet["source"].get("linked") or []}
 

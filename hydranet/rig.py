@@ -190,6 +190,17 @@ def _border_pixels(width: int, height: int, n: int = 65) -> np.ndarray:
                            np.stack([u, np.full(n, (height - 1) / 2)], 1), np.stack([np.full(n, (width - 1) / 2), v], 1)])
 
 
+def _fold_fix(lens) -> str:
+    """What to do about a lens mapping that folds over inside the image. A genuine OpenCV fit does this: with k3 free,
+    `cv2.calibrateCamera` fits the polynomial where the chessboard was and lets it turn over in the corners it never saw."""
+    crop = ("or crop the images to the region the calibration is valid in (cv2.getOptimalNewCameraMatrix with alpha=0 "
+            "gives that rectangle) and give the rig at the cropped size with K shifted by the crop")
+    if lens.model == "radtan" and lens.coeffs[4] != 0:
+        return (f"an OpenCV fit with a free k3 ({lens.coeffs[4]:g}) typically turns over in corners the calibration "
+                "pattern never reached: refit with flags=cv2.CALIB_FIX_K3 (k3 = 0), " + crop)
+    return "refit the calibration with fewer free coefficients (cv2.CALIB_FIX_K3 and up), " + crop
+
+
 def _check_lens(cam: Camera, where: str) -> None:
     """Every pixel of a distorted camera must come from one ray: the lens mapping is monotonic over
     the image, undistort -> distort returns each border pixel, and the rays stay within MAX_LENS_FOV_DEG."""
@@ -200,7 +211,7 @@ def _check_lens(cam: Camera, where: str) -> None:
     if not np.isfinite(err).all() or err.max() > LENS_ROUND_TRIP_PX:
         raise RigError(f"{where}: the {cam.distortion.model} distortion {list(cam.distortion.coeffs)} folds over "
                        f"inside the {cam.width}x{cam.height} image (a pixel there comes from two rays, or from none); "
-                       "use smaller coefficients or a longer focal length")
+                       f"{_fold_fix(cam.distortion)}")
     angle = np.degrees(np.arctan(np.linalg.norm(rays[:, :2], axis=1))).max()
     if angle > MAX_LENS_FOV_DEG / 2:
         raise RigError(f"{where}: the lens sees rays {angle:.1f} deg off its axis; at most {MAX_LENS_FOV_DEG / 2:g} "

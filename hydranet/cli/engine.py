@@ -21,10 +21,11 @@ def cmd_engine_ingest(args) -> None:
     from data_engine.ingest import IngestError, ingest
 
     need = {"video": ("videos", "rig"), "images": ("root", "rig"), "dataset": ("root",)}[args.source]
-    allowed = {"video": ("hz", "timestamps", "poses", "on_bad_clip"), "images": ("hz", "poses", "on_bad_clip"),
+    allowed = {"video": ("hz", "timestamps", "poses", "on_bad_clip", "follow_links"),
+               "images": ("hz", "poses", "on_bad_clip", "follow_links"),
                "dataset": ("format", "split", "version", "sweeps")}[args.source]
     given = [n for n in ("root", "videos", "rig", "hz", "timestamps", "poses", "format", "split", "version", "sweeps",
-                         "on_bad_clip") if getattr(args, n) not in (None, 0)]
+                         "on_bad_clip", "follow_links") if getattr(args, n) not in (None, 0, False)]
     missing = [n for n in need if getattr(args, n) is None]
     if missing:
         raise IngestError(f"--source {args.source} needs --{missing[0]} (docs/recordings.md)")
@@ -33,11 +34,13 @@ def cmd_engine_ingest(args) -> None:
         raise IngestError(f"--{extra[0].replace('_', '-')} does not go with --source {args.source} (docs/recordings.md)")
     r = ingest(args.out, args.source, args.overwrite, progress=not args.quiet, videos=args.videos, root=args.root,
                rig=args.rig, hz=args.hz, timestamps=args.timestamps, poses=args.poses, format=args.format, split=args.split,
-               version=args.version, sweeps=args.sweeps, on_bad_clip=args.on_bad_clip)
+               version=args.version, sweeps=args.sweeps, on_bad_clip=args.on_bad_clip, follow_links=args.follow_links)
     skipped = (f"; skipped {len(r['skipped'])} unreadable clip(s) (listed in fleet.json; first: {r['skipped'][0]['reason']})"
                if r["skipped"] else "")
+    linked = (f"; followed {len(r['linked'])} link(s) out of the source folder, read in place at {', '.join(r['linked'][:3])}"
+              f"{' ...' if len(r['linked']) > 3 else ''}" if r["linked"] else "")
     print(f"ingested {r['clips']} clip(s), {r['frames']} frames of cameras {', '.join(r['cameras'])} ({r['source']}) -> "
-          f"{r['out']}{skipped}")
+          f"{r['out']}{skipped}{linked}")
 
 
 def cmd_engine_shadow(args) -> None:
@@ -294,6 +297,9 @@ def add_engine(sub) -> None:
     ing.add_argument("--on-bad-clip", choices=["raise", "skip"], default=None,
                      help="videos, images: a clip that cannot be read (truncated video, missing camera) stops the "
                           "ingest (raise, default) or is left out and counted (skip)")
+    ing.add_argument("--follow-links", action="store_true",
+                     help="videos, images: a clip, camera folder, video or image that is a symbolic link out of the source "
+                          "folder is read where it points (fleet.json records its resolved path); refused without it")
     ing.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     ing.add_argument("--quiet", action="store_true", help="no progress bar")
     ing.set_defaults(func=cmd_engine_ingest)

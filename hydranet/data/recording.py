@@ -8,6 +8,7 @@ recording (retrain's accepted set) reads its camera images here instead of from 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import numpy as np
 from hydranet.data.image import ImageError, read_image_file
 from hydranet.data.reader import DatasetError, make_rig
 from hydranet.data.video import VideoError, read_video_frame
-from hydranet.io import check_name, path_inside
+from hydranet.io import PathOutsideRoot, check_name, path_inside
 from hydranet.rig import Rig, RigError, rig_from_dict
 
 RECORDED_FILE = "fleet.json"
@@ -54,6 +55,9 @@ class Recording:
         self.source_root = Path(str(src.get("root", "")))
         if not self.source_root.is_dir():
             raise error(f"{path}: its recordings at {self.source_root} are gone; restore them or ingest again")
+        # links `engine ingest --follow-links` followed out of the root: their resolved targets, where fleet.json's
+        # absolute references must lie (any other absolute reference is refused)
+        self.linked = [Path(str(p)) for p in src.get("linked") or []] if src.get("follow_links") else []
         self.calibrated = meta.get("calibrated", True) is not False
         try:
             self._rig = rig_from_dict(meta.get("rig"), f"{path} rig") if self.calibrated else _uncalibrated(meta.get("rig"))
@@ -102,6 +106,17 @@ class Recording:
                              "since the catalog registered it")
         return ref["images"]
 
+    def source_file(self, ref: str, where: str) -> Path:
+        """The file a fleet.json reference names: a path relative to the source root that stays inside it (symlinks
+        followed), or an absolute path under a link target ingest followed (`--follow-links`); else PathOutsideRoot."""
+        if isinstance(ref, str) and self.linked and os.path.isabs(ref):
+            real = Path(ref).resolve()
+            if any(real == t or t in real.parents for t in self.linked):
+                return Path(ref)
+            raise PathOutsideRoot(f"{where}: path {ref!r} lies under neither {self.source_root} nor a link target ingest "
+                                  f"followed ({', '.join(map(str, self.linked))}); ingest the recordings again")
+        return path_inside(self.source_root, ref, where)
+
     def read(self, clip: str, frame_dir: str, cameras: list[str]) -> list[np.ndarray]:
         """N (H, W, 3) uint8 RGB images; ValueError naming the file (or video frame) that cannot be read."""
         refs = self.frame_refs(clip, frame_dir)
@@ -114,13 +129,13 @@ class Recording:
                 raise ValueError(f"fleet {self.root} clip {clip} frame {frame_dir} has no image of camera {cam}")
             where = f"{self.root / RECORDED_FILE}: clip {clip} frame {frame_dir} camera {cam}"
             if "video" in ref:
-                path = path_inside(self.source_root, ref["video"], where)
+                path = self.source_file(ref["video"], where)
                 try:
                     img = read_video_frame(path, int(ref["frame"]))
                 except VideoError as e:
                     raise ValueError(str(e)) from None
             else:
-                path = path_inside(self.source_root, ref["file"], where)
+                path = self.source_file(ref["file"], where)
                 try:
                     img = cv2.cvtColor(read_image_file(path, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
                 except OSError as e:

@@ -91,12 +91,12 @@ def poses_not_rigid(tmp: Path, env) -> list:
     return argv + ["--poses", tmp / "p.json"]
 
 
-def images_argv(tmp: Path, env, edit=None) -> list:
+def images_argv(tmp: Path, env, edit=None, *extra, out=None) -> list:
     root = write_image_sequences(env.dataset, tmp / "imgs")
     if edit is not None:
         edit(root)
-    return ["engine", "ingest", "--out", tmp / "fleet", "--source", "images", "--root", root, "--rig", rig(tmp, env),
-            "--quiet"]
+    return ["engine", "ingest", "--out", out or tmp / "fleet", "--source", "images", "--root", root, "--rig",
+            rig(tmp, env), "--quiet", *extra]
 
 
 def rename_first_image(root: Path) -> None:
@@ -110,6 +110,50 @@ def camera_folder_linked_outside(root: Path) -> None:
     outside = root.parent / "elsewhere"
     cam.rename(outside)
     cam.symlink_to(outside, target_is_directory=True)
+
+
+def video_linked_outside(tmp: Path, env, *extra) -> list:
+    """The first camera's video moved to tmp/elsewhere and linked back into its clip folder."""
+    argv = ingest_video(tmp, env, *extra)
+    v = first_video(tmp)
+    (tmp / "elsewhere").mkdir()
+    v.rename(tmp / "elsewhere" / v.name)
+    v.symlink_to(tmp / "elsewhere" / v.name)
+    return argv
+
+
+def followed_images(tmp: Path) -> None:
+    """The followed camera folder is recorded at its resolved path, listed as a link target, and read from there."""
+    from data_engine.fleet import Fleet
+
+    fleet = json.loads((tmp / "fleet" / "fleet.json").read_text())
+    target = str((tmp / "elsewhere").resolve())
+    assert fleet["source"]["follow_links"] is True and fleet["source"]["linked"] == [target]
+    refs = [f["images"] for c in fleet["clips"] for f in c["frames"]]
+    linked = {cam for f in refs for cam, r in f.items() if r["file"].startswith("/")}
+    assert len(linked) == 1, "one camera folder was linked"
+    cam = linked.pop()
+    assert all(f[cam]["file"].startswith(target + "/") for f in refs)
+    assert all(not r["file"].startswith("/") for f in refs for c, r in f.items() if c != cam)
+    assert Fleet(tmp / "fleet").read("scene_0000", "000000", [cam])[0].shape == (48, 64, 3)
+
+
+def followed_video(tmp: Path) -> None:
+    from data_engine.fleet import Fleet
+
+    fleet = json.loads((tmp / "fleet" / "fleet.json").read_text())
+    target = (tmp / "elsewhere").resolve()
+    [video] = fleet["source"]["linked"]
+    assert Path(video).parent == target
+    cam = Path(video).stem
+    assert fleet["clips"][0]["frames"][1]["images"][cam] == {"video": video, "frame": 1}
+    assert Fleet(tmp / "fleet").read("scene_0000", "000001", [cam])[0].shape == (48, 64, 3)
+
+
+def nothing_in_the_target(tmp: Path) -> None:
+    no_fleet(tmp)
+    assert not (tmp / "elsewhere" / "fleet").exists() and not list((tmp / "elsewhere").glob("fleet.tmp-*")), \
+        "the refused ingest wrote into the followed link's target"
 
 
 def broken_sweep_chain(tmp: Path, env) -> list:
@@ -179,7 +223,22 @@ CASES = [
     Case("ingest-images-name-not-a-timestamp", lambda t, e: images_argv(t, e, rename_first_image),
          words=("frame_a.jpg", "timestamp"), check=no_fleet),
     Case("ingest-images-camera-folder-linked-outside", lambda t, e: images_argv(t, e, camera_folder_linked_outside),
-         words=("--root", "leaves", "resolves to", "elsewhere"), check=no_fleet),
+         words=("--root", "symbolic link to", "elsewhere", "outside --root", "pass --follow-links", "move the files"),
+         check=no_fleet),
+    Case("ingest-images-camera-folder-linked-followed", lambda t, e: images_argv(
+        t, e, camera_folder_linked_outside, "--follow-links"), status=0,
+         stdout=("ingested 1 clip(s)", "followed 1 link(s)", "elsewhere"), check=followed_images),
+    Case("ingest-video-linked-outside", video_linked_outside,
+         words=("--videos", ".mp4 is a symbolic link to", "elsewhere", "--follow-links"), check=no_fleet),
+    Case("ingest-video-linked-followed", lambda t, e: video_linked_outside(t, e, "--follow-links"), status=0,
+         stdout=("ingested 1 clip(s), 2 frames", "followed 1 link(s)"), check=followed_video),
+    Case("ingest-out-inside-a-followed-link-target", lambda t, e: images_argv(
+        t, e, camera_folder_linked_outside, "--follow-links", out=t / "elsewhere" / "fleet"),
+         words=("--out", "sits inside a followed link's target", "elsewhere", "choose --out outside it"),
+         check=nothing_in_the_target),
+    Case("ingest-follow-links-with-a-dataset", lambda t, e: ["engine", "ingest", "--out", t / "fleet", "--source",
+                                                            "dataset", "--root", e.dataset, "--follow-links", "--quiet"],
+         words=("--follow-links", "--source dataset"), check=no_fleet),
     Case("ingest-nuscenes-broken-sweep-chain", broken_sweep_chain, words=("sample_data", "chain"), check=no_fleet),
     Case("ingest-video-control", lambda t, e: ingest_video(t, e), status=0, stdout=("ingested 1 clip(s), 2 frames",)),
     Case("ingest-video-truncated-skipped-and-counted", one_clip_truncated_skip, status=0,
@@ -235,3 +294,22 @@ def test_a_corrupt_image_in_a_recorded_fleet_is_a_bad_frame(tmp_path, fault_env)
         fl.read("scene_0000", "000000", [cam])
     ok = fl.read("scene_0000", "000001", [cam])[0]
     assert ok.shape == (48, 64, 3) and ok.dtype == np.uint8
+
+
+def test_a_fleet_json_naming_a_file_outside_its_links_is_refused(tmp_path, fault_env):
+    """An absolute reference in fleet.json is read only under a link target ingest followed: one edited to point
+    anywhere else is refused when read, naming the file (a bad frame in shadow), never read."""
+    from data_engine.fleet import Fleet
+    from hydranet.cli import main
+
+    assert main([str(a) for a in images_argv(tmp_path, fault_env, camera_folder_linked_outside, "--follow-links")]) == 0
+    path = tmp_path / "fleet" / "fleet.json"
+    fleet = json.loads(path.read_text())
+    refs = fleet["clips"][0]["frames"][0]["images"]
+    cam = next(c for c, r in refs.items() if r["file"].startswith("/"))
+    secret = tmp_path / "secret.jpg"
+    shutil.copy(refs[cam]["file"], secret)
+    refs[cam]["file"] = str(secret)
+    path.write_text(json.dumps(fleet))
+    with pytest.raises(ValueError, match="secret.jpg.*lies under neither"):
+        Fleet(tmp_path / "fleet").read("scene_0000", "000000", [cam])

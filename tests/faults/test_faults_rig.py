@@ -199,6 +199,25 @@ KEY_CASES = [
 ]
 
 
+# -- a genuine OpenCV calibration (radtan with a free k3) that folds over in the corners (issue 34 item 4) -----
+# the nuScenes-like front camera's K (1266 px at 1600x900) scaled to the suite's 64x48, with the coefficients
+# cv2.calibrateCamera returns when k3 is free: the polynomial turns over past the pattern, inside the corners
+K_OPENCV = [[50.66, 0.0, 31.5], [0.0, 50.66, 23.5], [0.0, 0.0, 1.0]]
+FREE_K3 = [-0.35, 0.12, 0.0003, -0.0002, -0.5]
+LENS_CASES = [
+    rig_case("rig-opencv-calibration-free-k3-folds", FRONT + ("folds over", "k3", "cv2.CALIB_FIX_K3",
+                                                              "getOptimalNewCameraMatrix", "crop"),
+             text=rig_text(drop=("hfov_deg",), K=K_OPENCV, distortion={"model": "radtan", "coeffs": FREE_K3}),
+             check=nothing_written),
+    rig_case("rig-opencv-calibration-refit-with-k3-fixed", (), status=0,  # the fix the message names works
+             text=rig_text(drop=("hfov_deg",), K=K_OPENCV, distortion={"model": "radtan", "coeffs": FREE_K3[:4] + [0.0]}),
+             check=_written),
+    rig_case("rig-lens-folds-without-k3", FRONT + ("folds over", "fewer free coefficients", "crop"),
+             text=rig_text(drop=("hfov_deg",), K=K_OPENCV, distortion={"model": "radtan", "coeffs": [-0.9, 0, 0, 0, 0]}),
+             check=nothing_written),
+]
+
+
 # -- non-finite config numbers: refused by the config loader, naming the key (never in config.json) -----
 def train_nan(key, value=".nan"):
     """`hydranet train` of a 1-step tiny run on the session dataset with `key` set to NaN (or `value`)."""
@@ -219,6 +238,6 @@ CONFIG_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", params(DUPLICATE_CASES + K_CASES + KEY_CASES + CONFIG_CASES))
+@pytest.mark.parametrize("case", params(DUPLICATE_CASES + K_CASES + KEY_CASES + LENS_CASES + CONFIG_CASES))
 def test_fault(case, fault_env, tmp_path, monkeypatch, capsys):
     run_case(case, tmp_path, fault_env, monkeypatch, capsys)
