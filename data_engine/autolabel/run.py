@@ -75,7 +75,7 @@ def _open_fleet(root: str, clips: Sequence[str], selection: Path):
     return fleet, found
 
 
-def _read_frames(fleet, clip, cameras: Sequence[str]) -> list[dict]:
+def read_frames(fleet, clip, cameras: Sequence[str]) -> list[dict]:
     """Every frame of a clip: {"images": N x (H, W, 3) or None (unreadable), "ego2world", "timestamp_us", "dir"}."""
     from data_engine.fleet import read_frame
 
@@ -115,7 +115,7 @@ def label_fleet_clips(ens: Ensemble, fleet, clips: dict, wanted: dict[str, list[
     counts = {"clips": 0, "frames_run": 0, "tracks2d": 0, "tracks3d": 0, "unreadable": 0}
     for name in tqdm(sorted(wanted), desc="engine autolabel", unit="clip", disable=not progress):
         clip = clips[name]
-        frames = _read_frames(fleet, clip, ens.cameras)
+        frames = read_frames(fleet, clip, ens.cameras)
         posed = all(f["ego2world"] is not None for f in frames)
         if len(frames) == 1:
             warnings.append(f"clip {name} has one frame: no tracking, labelled per frame from the fused detections")
