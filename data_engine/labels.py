@@ -9,8 +9,9 @@ the minimal hand-written form {"name": optional, "frames": [{"clip": "clip_00003
 selected frame becomes one job (UNIQUE(selection, frame): creating the jobs twice adds nothing).
 
 Labels are versioned and never overwritten: each version of a frame has its source (oracle |
-label_studio | file | auto: `record_auto`, the auto-labeller's, docs/autolabel.md), labeller, time, the model that was deployed when the frame was mined, and a
-digest of its content. Guarantees, each tested with kill -9 (tests/test_engine_labeling.py):
+label_studio | file | auto: `record_auto`, the auto-labeller's, docs/autolabel.md), labeller, time, the model
+that was deployed when the frame was mined, and a digest of its content. Guarantees, each tested with kill -9
+(tests/test_engine_labeling.py):
 - a label and its job's move to "labelled" are one transaction; the same content for the same job
   from the same source is the same version (UNIQUE(job_id, source, digest)): an import killed at
   any moment and rerun loses no label and duplicates none;
@@ -38,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from data_engine.catalog import Catalog
-from data_engine.labeling.base import (Backend, FetchedLabel, Held, Job, LabelingError, Vocabulary, canonical, check_bbox,
-                                      compare, describe_changes, digest)
+from data_engine.labeling.base import (Backend, FetchedLabel, Held, Job, LabelingError, canonical, check_bbox, compare,
+                                      describe_changes, digest)
 
 STATES = ("queued", "sent", "labelled", "accepted", "rejected")
 TRANSITIONS = {"queued": ("sent",), "sent": ("labelled", "rejected"), "labelled": ("accepted", "rejected"), "rejected": ("queued",),
@@ -207,8 +208,8 @@ def with_predictions(cat: Catalog, jobs: Sequence[Job], min_score: float = 0.1) 
     for j in jobs:
         auto = latest_auto(cat, j.frame_id)
         if auto is not None:  # the auto-labeller's boxes (tracked, smoothed, with their confidence) are the pre-fill
-            vocab = Vocabulary.from_dataset(j.root)
-            cams = {cam: [{"bbox": b["bbox"], "label": vocab.name_of(b), "score": float(b.get("confidence", 1.0))}
+            # labelled by class, as the shadow predictions: a traffic_sign box without its sign class is not pre-filled
+            cams = {cam: [{"bbox": b["bbox"], "label": b["class"], "score": float(b.get("confidence", 1.0))}
                           for b in (auto["payload"]["cameras"].get(cam) or {}).get("boxes2d") or []]
                     for cam in j.cameras if cam in auto["payload"]["cameras"]}
             out.append(dataclasses.replace(j, predictions=cams, model_version=auto["labeller"]))
