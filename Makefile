@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DEMO_OUT ?= out/demo
 
-.PHONY: demo test test-integration install clean
+.PHONY: demo test test-integration labelstudio install clean
 
 install: $(STAMP)
 
@@ -33,10 +33,22 @@ test: $(STAMP)
 LS_VENV := .venv-labelstudio
 LS_STAMP := $(LS_VENV)/.installed-stamp
 
+LS_DATA ?= out/labelstudio
+LS_PORT ?= 8089
+
+# about 6 minutes on a 2-core machine: pip's own lines (one per package) are the progress
 $(LS_STAMP):
+	@echo "installing Label Studio 1.23 into $(LS_VENV), its own environment (about 6 minutes here)"
 	test -x $(LS_VENV)/bin/python || $(PYTHON) -m venv $(LS_VENV)
-	$(LS_VENV)/bin/pip install -q 'label-studio~=1.23.0'
+	$(LS_VENV)/bin/pip install --progress-bar off 'label-studio~=1.23.0'
 	touch $(LS_STAMP)
+	@echo "Label Studio installed in $(LS_VENV)"
+
+# A local server for labelling: 127.0.0.1:$(LS_PORT), a fresh data folder $(LS_DATA) (refused if it holds
+# anything), progress while it starts (about 3.5 minutes the first time), then its URL, login and API token
+# (docs/labeling.md, "A local server"). Ctrl-C stops it.
+labelstudio: $(STAMP) $(LS_STAMP)
+	$(VENV)/bin/hydranet engine label-studio --data $(LS_DATA) --port $(LS_PORT) --ls-bin $(LS_VENV)/bin/label-studio
 
 test-integration: $(STAMP) $(LS_STAMP)
 	$(VENV)/bin/pytest -q -ra tests/test_engine_labeling_ls.py

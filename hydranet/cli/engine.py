@@ -425,6 +425,19 @@ def _add_engine_retrain(eng) -> None:
     r.set_defaults(func=cmd_engine_retrain)
 
 
+def cmd_engine_label_studio(args) -> None:
+    from data_engine.labeling import LabelingError
+    from data_engine.labeling.ls_server import login_lines, start_server, stop
+
+    proc, login = start_server(args.data, args.port, args.ls_bin, args.timeout, log=lambda s: print(s, flush=True))
+    print("\n".join(login_lines(login)), flush=True)
+    try:
+        rc = proc.wait()
+    finally:  # Ctrl-C (exit 130): the server goes with the command
+        stop(proc)
+    raise LabelingError(f"Label Studio stopped by itself (exit status {rc}); its log: {login['log']}")
+
+
 def _add_engine_labels(eng) -> None:
     """`hydranet engine label | import-labels | jobs`: the relabel queue (docs/labeling.md)."""
     def backend_args(c, importing: bool) -> None:
@@ -473,6 +486,15 @@ def _add_engine_labels(eng) -> None:
     jobs.add_argument("--by", default=None, metavar="NAME", help="who decides (recorded in the history; default: login name)")
     jobs.add_argument("--history", action="store_true", help="print the review history (who, when, old and new pin)")
     jobs.set_defaults(func=cmd_engine_jobs)
+    ls = eng.add_parser("label-studio", help="start a local Label Studio (its own venv: `make labelstudio`) on 127.0.0.1 "
+                        "with a fresh data folder; prints the URL, the browser login and the API token")
+    ls.add_argument("--data", type=Path, default=Path("out/labelstudio"), help="a new or empty data folder "
+                    "(default out/labelstudio)")
+    ls.add_argument("--port", type=int, default=8089)
+    ls.add_argument("--ls-bin", type=Path, default=Path(".venv-labelstudio/bin/label-studio"),
+                    help="the label-studio command (default: the one `make labelstudio` installs)")
+    ls.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for it to answer (default 900)")
+    ls.set_defaults(func=cmd_engine_label_studio)
 
 
 def cmd_engine_suites(args) -> None:
