@@ -108,7 +108,7 @@ def _gt_submission(data: Path) -> tuple[dict, dict, dict]:
 def test_ground_truth_as_predictions_scores_perfectly_with_eval_nuscenes(data, export, tmp_path, capsys):
     results, gt, _ = _gt_submission(data)
     path = write_results(tmp_path / "R.json", results)
-    assert main(["eval-nuscenes", "--dataroot", str(export), "--version", "v1.0-mini", "--split", "all",
+    assert main(["eval-nuscenes", "--data", str(export), "--version", "v1.0-mini", "--split", "all",
                  "--results", str(path), "--out", str(tmp_path / "m.json")]) == 0
     assert "NDS" in capsys.readouterr().out
     m = evaluate_nuscenes(export, "v1.0-mini", "all", path)

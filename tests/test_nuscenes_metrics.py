@@ -255,7 +255,7 @@ def test_ground_truth_as_predictions_is_perfect(dataroot, tables, tmp_path):
 def test_cli_writes_metrics_json(dataroot, tables, tmp_path, capsys):
     results = _write_results(tmp_path, _predictions(tables, "sim_train", seed=5, noise=0.5))
     out = tmp_path / "m" / "metrics.json"
-    assert main(["eval-nuscenes", "--dataroot", str(dataroot), "--version", VERSION, "--split", "sim_train",
+    assert main(["eval-nuscenes", "--data", str(dataroot), "--version", VERSION, "--split", "sim_train",
                  "--results", results, "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "mAP:" in text and "NDS:" in text and "mAVE:" in text and "pedestrian" in text
@@ -294,6 +294,6 @@ def test_clear_errors(dataroot, tables, tmp_path, capsys):
     next(b for bs in wrong["results"].values() for b in bs)["detection_name"] = "tram"
     with pytest.raises(NuScenesEvalError, match="unknown detection_name 'tram'"):
         evaluate_nuscenes(dataroot, VERSION, "sim_train", _write_results(tmp_path, wrong), tables=tables)
-    assert main(["eval-nuscenes", "--dataroot", str(dataroot), "--version", VERSION, "--split", "nope",
+    assert main(["eval-nuscenes", "--data", str(dataroot), "--version", VERSION, "--split", "nope",
                  "--results", results, "--out", str(tmp_path / "x.json")]) == 2
     assert "unknown split 'nope'" in capsys.readouterr().err

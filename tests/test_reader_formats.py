@@ -48,11 +48,11 @@ def test_check_reports_classes_heads_and_bad_files(roots, tmp_path, capsys):
     shutil.copytree(roots["bdd100k"], bdd)
     victim = next((bdd / "images" / "100k" / "val").glob("*.jpg"))
     victim.unlink()
-    assert main(["data", "check", "--root", str(bdd), "--split", "val", "--quiet"]) == 2  # bad files: a user error
+    assert main(["data", "check", "--data", str(bdd), "--split", "val", "--quiet"]) == 2  # bad files: a user error
     out, err = capsys.readouterr()
     assert err.strip().splitlines()[-1].startswith("error: 1 bad file(s)") and victim.name in err
     assert f"{victim.name}: image is missing" in out and "supervises: det2d, drivable, lanes, signs_lights" in out
-    assert main(["data", "check", "--root", str(roots["sim"]), "--quiet"]) == 0
+    assert main(["data", "check", "--data", str(roots["sim"]), "--quiet"]) == 0
     assert "format sim" in capsys.readouterr().out
 
 
@@ -94,10 +94,10 @@ def test_a_new_reader_is_one_registration(roots, tmp_path, monkeypatch, capsys):
     with pytest.raises(ConfigError, match=r"config key 'data.format': 'coco' is not allowed; choose one of \['auto', "
                                           r"'sim', 'nuscenes', 'kitti', 'bdd100k', 'plain'\]"):
         load_experiment("tiny", [f"data.root={root}", "data.format=coco"])
-    assert main(["data", "check", "--root", str(root), "--format", "plain"]) == 0
+    assert main(["data", "check", "--data", str(root), "--format", "plain"]) == 0
     assert "format plain" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        main(["data", "check", "--root", str(root), "--format", "coco"])
+        main(["data", "check", "--data", str(root), "--format", "coco"])
     assert "'plain'" in capsys.readouterr().err  # the CLI's choices come from the registry
     with pytest.raises(ValueError, match="already registered with another reader"):
         formats.register_format(formats.DatasetFormat("plain", "Plain", "x:Y", lambda r: False, "", ()))

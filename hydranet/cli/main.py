@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from hydranet.cli.engine import add_engine
+from hydranet.cli.flags import renamed
 from hydranet.cli.paths import check_command_paths
 from hydranet.config import ConfigError, add_override_option, load_config
 from hydranet.rig import RigError
@@ -143,10 +144,10 @@ def cmd_sim_stats(args) -> None:
 def cmd_data_check(args) -> None:
     from hydranet.data.formats import check_dataset, format_report
 
-    report = check_dataset(args.root, args.format, args.split, args.version, args.limit, progress=not args.quiet)
+    report = check_dataset(args.data, args.format, args.split, args.version, args.limit, progress=not args.quiet)
     print(format_report(report))
     if report["bad"]:  # a bad file is a user error like a corrupt table: exit 2, one line on stderr
-        raise ValueError(f"{len(report['bad'])} bad file(s) in {args.root} (listed above; first: {report['bad'][0]}); fix "
+        raise ValueError(f"{len(report['bad'])} bad file(s) in {args.data} (listed above; first: {report['bad'][0]}); fix "
                          "or remove them, or train with data.on_bad_frame=skip")
 
 
@@ -170,7 +171,7 @@ def cmd_eval_nuscenes(args) -> None:
     from hydranet.metrics import DetectionConfig, evaluate_nuscenes, format_metrics, write_metrics
 
     cfg = DetectionConfig.from_json(args.config) if args.config else None
-    metrics = evaluate_nuscenes(args.dataroot, args.version, args.split, args.results, cfg)
+    metrics = evaluate_nuscenes(args.data, args.version, args.split, args.results, cfg)
     print(format_metrics(metrics))
     print(f"wrote {write_metrics(metrics, args.out)}")
 
@@ -267,7 +268,7 @@ def cmd_quantize(args) -> None:
 
     pats, ops = parse_keep_float(args.keep_float)
     keep = {"keep_float": pats, "keep_float_op_types": ops} if args.keep_float else {}
-    quantize_model(args.model, args.data, args.out, QuantizeConfig(target=args.target, calibration_frames=args.frames,
+    quantize_model(args.onnx, args.data, args.out, QuantizeConfig(target=args.target, calibration_frames=args.frames,
                                                                     **keep))
 
 
@@ -405,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_viz)
 
     n = sub.add_parser("eval-nuscenes", help="nuScenes detection metrics (mAP, NDS, TP errors) of a submission file")
-    n.add_argument("--dataroot", type=Path, required=True, help="nuScenes-format dataset root")
+    renamed(n, "--data", "--dataroot", type=Path, required=True, help="nuScenes-format dataset root")
     n.add_argument("--version", default="v1.0-trainval", help="version folder under the dataroot")
     n.add_argument("--split", required=True, help="split name: mini_train, mini_val, a key of <version>/splits.json, all")
     n.add_argument("--results", type=Path, required=True, help="submission JSON {meta, results}")
@@ -430,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_export)
 
     qz = sub.add_parser("quantize", help="INT8 QDQ static quantization of an exported model, calibrated on sim frames")
-    qz.add_argument("--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
+    renamed(qz, "--onnx", "--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
     qz.add_argument("--data", type=Path, required=True, help="sim dataset for calibration")
     qz.add_argument("--out", type=Path, required=True)
     qz.add_argument("--frames", type=int, default=16, help="calibration frames")
@@ -451,7 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dc = sub.add_parser("data", help="public and sim datasets (docs/datasets.md)").add_subparsers(
         dest="data_command", required=True).add_parser("check", help="validate a dataset folder and print what it holds")
-    dc.add_argument("--root", type=Path, required=True)
+    renamed(dc, "--data", "--root", type=Path, required=True, help="the dataset folder")
     dc.add_argument("--format", choices=FormatChoices(), default=None, help="default: detected")
     dc.add_argument("--split", default=None, help="nuScenes/KITTI/BDD100K split (BDD100K default: val)")
     dc.add_argument("--version", default=None, help="nuScenes version folder (default: the only one)")

@@ -20,7 +20,7 @@ def sub_case(id, edit, words, status=2, raw=None):
         else:
             edit(sub, tok)
             path.write_text(json.dumps(sub))  # NaN and Infinity are written as the JS literals json reads back
-        return ["eval-nuscenes", "--dataroot", env.nuscenes, "--version", "v1.0-mini", "--split", "all",
+        return ["eval-nuscenes", "--data", env.nuscenes, "--version", "v1.0-mini", "--split", "all",
                 "--results", path, "--out", tmp / "metrics.json"]
     return Case(id, build, status, words)
 

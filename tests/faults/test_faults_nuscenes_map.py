@@ -33,7 +33,7 @@ def nusc_with_map(tmp, env, edit=None, raw: str | None = None):
 
 def check_case(id, words, edit=None, raw=None, status=2, stdout=()):
     def build(tmp, env):
-        return ["data", "check", "--root", nusc_with_map(tmp, env, edit, raw)]
+        return ["data", "check", "--data", nusc_with_map(tmp, env, edit, raw)]
     return Case(id, build, status, words, stdout=stdout)
 
 
@@ -76,7 +76,7 @@ CASES = [
     check_case("map-node-not-a-number", (f"{LOC}.json", "node", "x/y"), lambda js: js["node"][0].update(x="east")),
     check_case("map-of-another-location", (f"{LOC}.json", "scene_0000", "another location", LOC), shift),
     check_case("map-valid", (), status=0, stdout=("bevmap", "drivable", "lanes", "rasterized")),  # control
-    Case("map-absent", lambda tmp, env: ["data", "check", "--root", env.nuscenes], 0,
+    Case("map-absent", lambda tmp, env: ["data", "check", "--data", env.nuscenes], 0,
          stdout=("not installed", "supervises: det2d, det3d")),  # control: no map, no map heads, a clear note
     train_case("train-with-a-corrupt-map", (f"{LOC}.json", "polygon", "lacks"),
                lambda js: js["drivable_area"][0]["polygon_tokens"].append("deadbeef")),

@@ -144,7 +144,7 @@ def nus_case(id, words, edit, command="eval", status=2, policy="raise", stdout=(
             tok = edit(root, tmp)
             case.words = tuple(tok if w == TOKEN else w for w in words)
         if command == "check":
-            return ["data", "check", "--root", root, "--quiet"]
+            return ["data", "check", "--data", root, "--quiet"]
         return ["eval", "--checkpoint", env.runs[policy], "--data", root, "--out", tmp / "eval" / "m.json", "--quiet"]
     case.build = build
     return case
@@ -219,7 +219,7 @@ def bdd_case(id, words, edit, command="eval", status=2, policy="raise", stdout=(
             case.words = tuple(name if w == TOKEN else w for w in words)
             case.stdout = tuple(name if w == TOKEN else w for w in stdout)
         if command == "check":
-            return ["data", "check", "--root", root, "--quiet"]
+            return ["data", "check", "--data", root, "--quiet"]
         return ["eval", "--checkpoint", env.runs[policy], "--data", root, "--out", tmp / "eval" / "m.json", "--quiet"]
     case.build = build
     return case

@@ -378,7 +378,7 @@ def truncated_onnx(cmd):
         truncated(bad)
         if cmd == "eval":
             return ["eval", "--checkpoint", bad, "--data", env.dataset, "--out", tmp / "m.json", "--quiet"]
-        return ["quantize", "--model", bad, "--data", env.dataset, "--out", tmp / "q.onnx", "--frames", "1"]
+        return ["quantize", "--onnx", bad, "--data", env.dataset, "--out", tmp / "q.onnx", "--frames", "1"]
     return build
 
 
@@ -419,7 +419,7 @@ MODEL_CASES = [
          check=nothing_named("q.onnx*")),
     Case("bench-runs-0", bench_runs(0), 2, ("--runs", "0", ">= 1"), check=nothing_exported),
     Case("bench-runs-negative", bench_runs(-3), 2, ("--runs", "-3"), check=nothing_exported),
-    Case("quantize-interrupted", lambda tmp, env: ["quantize", "--model", env.onnx, "--data", env.dataset, "--out",
+    Case("quantize-interrupted", lambda tmp, env: ["quantize", "--onnx", env.onnx, "--data", env.dataset, "--out",
                                                    tmp / "model.int8.onnx", "--frames", "1"], 130,
          patch=interrupt_quantize, check=no_quantized_model),
 ]

@@ -143,7 +143,7 @@ CASES = [
     Case("shadow-image-size-not-the-graphs", lambda t, e: shadow(t, e, "size"), 2, ("size.onnx", "64x48", "re-export")),
     Case("eval-onnx-control", eval_onnx("model"), 0),
     # (before: onnxruntime's quantizer stopped with a raw "AssertionError: scale issue")
-    Case("quantize-nan-model", lambda t, e: ["quantize", "--model", ENV["nan"], "--data", e.dataset, "--out",
+    Case("quantize-nan-model", lambda t, e: ["quantize", "--onnx", ENV["nan"], "--data", e.dataset, "--out",
                                              t / "q.onnx"], 2,
          ("nan.onnx", "det2d.heatmap", "non-finite"), check=no_quantized_model),
 ]

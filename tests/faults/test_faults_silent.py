@@ -44,7 +44,7 @@ CASES = [
     Case("eval-png-named-jpg", lambda t, e: ["eval", "--checkpoint", RUNS["a"], "--data", png_dataset(t, e), "--out",
                                              t / "m.json", "--quiet"],
          words=("CAM_FRONT.jpg", "PNG file named .jpg"), check=no_metrics),
-    Case("data-check-bad-file-exit-2", lambda t, e: ["data", "check", "--root", png_dataset(t, e), "--quiet"],
+    Case("data-check-bad-file-exit-2", lambda t, e: ["data", "check", "--data", png_dataset(t, e), "--quiet"],
          words=("1 bad file", "CAM_FRONT.jpg")),
 ]
 

@@ -1,0 +1,25 @@
+"""One meaning per flag (hydranet/cli/flags.py, issue 33 item 5): a renamed flag keeps its old spelling for one
+release, stores under the new name, and says which flag to use."""
+from __future__ import annotations
+
+import pytest
+
+from hydranet.cli.main import build_parser
+
+RENAMED = [  # (argv with the old spelling, the attribute, the new flag)
+    (["quantize", "--model", "m.onnx", "--data", "d", "--out", "o.onnx"], "onnx", "--onnx"),
+    (["data", "check", "--root", "d"], "data", "--data"),
+    (["eval-nuscenes", "--dataroot", "d", "--split", "all", "--results", "r.json"], "data", "--data"),
+]
+
+
+@pytest.mark.parametrize("argv,attr,new", RENAMED, ids=[" ".join(a[:2]) for a, _, _ in RENAMED])
+def test_an_old_spelling_still_works_and_names_the_new_flag(argv, attr, new, capsys):
+    old = next(w for w in argv if w.startswith("--"))
+    args = build_parser().parse_args(argv)
+    assert str(getattr(args, attr)) == argv[argv.index(old) + 1]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"{old} is deprecated and goes in the next release; use {new}")
+    new_argv = [new if w == old else w for w in argv]
+    assert str(getattr(build_parser().parse_args(new_argv), attr)) == argv[argv.index(old) + 1]
+    assert capsys.readouterr().err == ""  # the current spelling: no warning
