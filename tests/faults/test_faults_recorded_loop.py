@@ -121,11 +121,14 @@ def waiting(tmp: Path) -> None:
 
 
 def sim_then_recorded(tmp: Path, env) -> list:
-    """r000 a sim fleet (the fault dataset itself), r001 the same frames ingested from camera videos: the campaign's
-    mixed loop, which spent round 1's labels before retrain refused them ('differ in format')."""
-    fleets(tmp)
-    (tmp / "fleets" / "r000").rename(tmp / "fleets" / "r001")
+    """r000 a sim fleet (the fault dataset itself), r001 the same frames' nuScenes export ingested as a dataset: the
+    campaign's mixed loop, whose round 1 spent its labels (the stand-in oracle answers from the nuScenes annotations)
+    before retrain refused them ('accepted labels come from fleets that differ in ...')."""
+    from hydranet.cli import main
+
     shutil.copytree(env.dataset, tmp / "fleets" / "r000")
+    assert main(["engine", "ingest", "--quiet", "--out", str(tmp / "fleets" / "r001"), "--source", "dataset", "--root",
+                 str(env.nuscenes)]) == 0
     return run(tmp)
 
 
