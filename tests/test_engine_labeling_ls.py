@@ -53,36 +53,17 @@ def server(tmp_path_factory):
     if not LS_BIN.exists():
         pytest.skip(f"no Label Studio server: set {URL_ENV} and {TOKEN_ENV}, or run `make test-integration` (installs it "
                     "into .venv-labelstudio)")
+    from data_engine.labeling.ls_server import start_server, stop  # what `make labelstudio` runs
+
     data = tmp_path_factory.mktemp("label_studio")
-    port, token = _free_port(), uuid.uuid4().hex[:40]
-    env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(data), "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
-           "LATEST_VERSION_CHECK": "false", "HOME": str(data)}
-    log = open(data / "server.log", "wb")
-    p = subprocess.Popen([str(LS_BIN), "start", "--no-browser", "--data-dir", str(data), "--internal-host", "127.0.0.1",
-                          "-p", str(port), "--username", "reviewer@example.com", "--password", uuid.uuid4().hex,
-                          "--user-token", token, "--enable-legacy-api-token"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    t0 = time.time()
     try:
-        while True:
-            try:
-                Client(url, token, timeout=5).request("GET", "/api/projects")
-                break
-            except LabelingError:
-                if p.poll() is not None or time.time() - t0 > START_TIMEOUT_S:
-                    tail = (data / "server.log").read_text(errors="replace")[-600:]
-                    pytest.fail(f"Label Studio did not start in {START_TIMEOUT_S:.0f} s (exit {p.poll()}): {tail}")
-                time.sleep(2)
-        yield url, token
+        p, login = start_server(data, _free_port(), LS_BIN, START_TIMEOUT_S, every_s=30, log=lambda s: None)
+    except LabelingError as e:
+        pytest.fail(str(e))
+    try:
+        yield login["url"], login["token"]
     finally:
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        log.close()
+        stop(p)
 
 
 @pytest.fixture(scope="module")
