@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -45,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from data_engine.catalog import Catalog
-from hydranet.io import file_sha256
+from hydranet.io import atomic_write_text, file_sha256
 from data_engine.registry import checkpoint_file, model_id, open_registry
 from data_engine.config import GateRule
 from data_engine.retrain import RECORD as RETRAIN_RECORD, label_sources_line
@@ -129,12 +128,10 @@ class _Cache:
                                    "VALUES (?, NULL, ?, ?, 'eval', ?)", (mid, key, json.dumps(value), time.time()))
             return
         data = {"sha256": self.sha, "checkpoint": str(self.ckpt), "suites": {**self.get(), key: dict(value)}}
-        tmp = self.sidecar.with_name(f"{self.sidecar.name}.tmp-{os.getpid()}")
         try:
-            tmp.write_text(json.dumps(data, indent=1) + "\n")
-            os.replace(tmp, self.sidecar)
+            atomic_write_text(self.sidecar, json.dumps(data, indent=1) + "\n")
         except OSError:  # a read-only run folder: no cache, the metrics are still right
-            tmp.unlink(missing_ok=True)
+            pass
 
 
 def suite_table(checkpoint: str | Path, suites_dir: str | Path, catalog: str | Path | Catalog | None = None,
@@ -515,7 +512,5 @@ def write_gate(report: Mapping[str, Any], out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in (("gate.json", json.dumps(report, indent=1, allow_nan=False) + "\n"), ("gate.md", format_gate(report) + "\n")):
-        tmp = out / f"{name}.tmp-{os.getpid()}"
-        tmp.write_text(text)
-        os.replace(tmp, out / name)
+        atomic_write_text(out / name, text)
     return out

@@ -15,14 +15,13 @@ without repeating a label or losing one.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hydranet.io import exclusive_lock
+from hydranet.io import atomic_write_text, exclusive_lock
 
 STAGES = ("fleet", "shadow", "triggers", "mine", "report", "label", "unit_tests", "retrain", "export", "gate", "promote")
 JOURNAL = "loop.json"
@@ -43,9 +42,7 @@ class LoopWaiting(Exception):
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
 def _read_journal(path: Path) -> dict[str, Any]:

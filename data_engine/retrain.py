@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,14 +39,13 @@ from data_engine.catalog import Catalog
 from data_engine.config import RetrainConfig
 from data_engine.fleet import RECORDED_FILE, Fleet, FleetError, recorded_fleet
 from data_engine.labels import accepted_versions, open_catalog
-from hydranet.io import file_sha256, frame_path
+from hydranet.io import atomic_write_text, file_sha256, frame_path, read_json
 from hydranet.heads import heads_where
 
 RECORD = "retrain.json"
 ACCEPTED = "accepted"  # the run's sub-folder and data source name of the accepted labels
 # what a person's 2D boxes (Label Studio, COCO/CVAT files) supervise: the heads whose spec says so
 HUMAN_HEADS = heads_where("human_labels")
-_TMP = ".tmp-"
 
 
 class RetrainError(ValueError):
@@ -67,12 +65,8 @@ def _frame_rows(cat: Catalog, frame_ids: list[int]) -> dict[int, tuple[int, str,
 
 
 def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except OSError as e:
-        raise RetrainError(f"{path}: {e.strerror or e}; the {what} moved or was deleted") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise RetrainError(f"{path} is not valid JSON ({e}); regenerate the {what}") from None
+    """The JSON at `path`, or one RetrainError line naming the file, what it is and to regenerate it."""
+    return read_json(path, what, RetrainError, f"regenerate the {what}")
 
 
 def _fleet_meta(root: str) -> dict[str, Any]:
@@ -399,9 +393,7 @@ def retrain_experiment(pcfg, production: Path, accepted_root: Path, steps: int, 
 
 
 def _write_record(path: Path, record: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f"{path.name}{_TMP}{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
 
 def _checkpoint_file(path: str | Path) -> Path:

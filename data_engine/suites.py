@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from hydranet.io import file_sha256
+from hydranet.io import atomic_write_text, file_sha256
 from data_engine.fleet import FleetConfig, clip_config
 from data_engine.config import UNIT_TESTS, SliceSpec, SuitesConfig  # noqa: F401 (SliceSpec: the suites' API too)
 from hydranet.io import frame_path, path_inside
@@ -68,9 +68,7 @@ def folder_digest(root: str | Path) -> str:
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 @contextmanager

@@ -148,7 +148,9 @@ def test_the_ensemble_strategy_scores_each_round_pool_before_mining(world, tmp_p
     export_checkpoint(other, tmp_path / "other.onnx", verbose=False)
     with pytest.raises(ConfigError, match="'loop.ensemble' is empty: strategy 'ensemble' needs"):
         Loop(tmp_path / "refused", load_config(EngineConfig, "engine", [*SETS, "loop.strategy=ensemble"]), world["prod"])
-    cfg = load_config(EngineConfig, "engine", [*SETS, "loop.strategy=ensemble", f"loop.ensemble=[{tmp_path / 'other.onnx'}]"])
+    # the top frames by the columns, without the minimum time gap between picks of a clip (tests/test_engine_mining.py)
+    cfg = load_config(EngineConfig, "engine", [*SETS, "loop.strategy=ensemble", f"loop.ensemble=[{tmp_path / 'other.onnx'}]",
+                                               "mining.min_gap_s=0"])
     loop = Loop(tmp_path / "run", cfg, world["prod"], progress=False, suites=world["suites"], fleets=world["fleets"])
     loop.setup()
     rdir = tmp_path / "run" / "rounds" / "r000"

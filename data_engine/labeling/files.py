@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydranet.io import path_inside
+from hydranet.io import atomic_write_text, path_inside
 from data_engine.labeling.base import FetchedLabel, Held, Job, LabelingError, Vocabulary, check_bbox
 
 LANE = "lane:"
@@ -32,9 +32,7 @@ LANE = "lane:"
 
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(path)
+    atomic_write_text(path, text)
 
 
 def image_entries(jobs: Sequence[Job], payloads: Mapping[int, Mapping] | None = None) -> list[dict[str, Any]]:
