@@ -2,7 +2,7 @@
 
     selection.json --create_jobs--> label_jobs (queued) --send--> sent --import_labels--> labelled
                                                            --accept--> accepted | --reject--> rejected (--requeue--> queued)
-    accepted --reopen--> labelled (the pin dropped, kept in the history) | accepted --accept --version N--> accepted (re-pin)
+    accepted --reopen--> labelled (the pin dropped, kept in the history) | accepted --accept --label-version N--> accepted (re-pin)
 
 A selection is the miner's output ({"name", "items": [{"frame_id", "clip", "frame", "frame_ids"}]}) or
 the minimal hand-written form {"name": optional, "frames": [{"clip": "clip_00003", "frame": 2}]}; each
@@ -49,7 +49,7 @@ TRANSITIONS = {"queued": ("sent",), "sent": ("labelled", "rejected"), "labelled"
 MOVES = {("queued", "sent"): "sent", ("sent", "labelled"): "labelled (by an import)",
          ("sent", "rejected"): "rejected (the frame cannot be labelled)", ("labelled", "accepted"): "accepted",
          ("labelled", "rejected"): "rejected", ("rejected", "queued"): "queued", ("accepted", "labelled"): "labelled (--reopen)",
-         ("accepted", "accepted"): "accepted again on another version (re-pin: --accept ID --version N)"}
+         ("accepted", "accepted"): "accepted again on another version (re-pin: --accept ID --label-version N)"}
 ACTIONS = {("labelled", "accepted"): "accept", ("labelled", "rejected"): "reject", ("sent", "rejected"): "reject",
            ("rejected", "queued"): "requeue",
            ("accepted", "labelled"): "reopen", ("accepted", "accepted"): "repin"}
@@ -299,7 +299,7 @@ def transition(cat: Catalog, job_ids: Iterable[int], to: str, version: int | Non
             if to == "accepted" and state == "accepted":
                 if version is None:
                     raise LabelError(f"job {jid} is accepted (pinned to v{_version_of(cat, pinned)}): re-pin it with --accept "
-                                     f"{jid} --version N, or re-open it with --reopen {jid}")
+                                     f"{jid} --label-version N, or re-open it with --reopen {jid}")
                 cols["label_id"] = _pick_version(cat, jid, version)
                 if cols["label_id"] == pinned:
                     continue  # already pinned there: nothing to do (a rerun after kill -9)
@@ -355,7 +355,7 @@ def _pick_version(cat: Catalog, job_id: int, version: int | None) -> int:
         raise LabelError(f"job {job_id}: frame {fid} has label versions that disagree (v{v['version']} {v['source']} by "
                          f"{v['labeller']} vs v{latest['version']} {latest['source']} by {latest['labeller']}: "
                          f"{_describe(c, v['version'], latest['version'])}); "
-                         "accept one with --version V")
+                         "accept one with --label-version V")
     return latest["id"]
 
 

@@ -393,7 +393,7 @@ class Loop:
             bad = conflicts(cat, name)
             if bad:
                 raise LoopError(f"selection {name}: {len(bad)} frames have conflicting label versions; settle them with "
-                                "`hydranet engine jobs --accept ID --version V` and rerun")
+                                "`hydranet engine jobs --accept ID --label-version V` and rerun")
             labelled = [j["job"] for j in job_table(cat, name) if j["state"] == "labelled"]
             if labelled:
                 transition(cat, labelled, "accepted")

@@ -571,7 +571,7 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
            else ["No signal has a value in this run.", ""])
     md += [signals_markdown(table, sel_ids)]
     if empty:
-        md += ["", "Without a value in this run (head absent, no --candidate, or no history): " + ", ".join(empty) + "."]
+        md += ["", "Without a value in this run (head absent, no --candidate-onnx, or no history): " + ", ".join(empty) + "."]
 
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

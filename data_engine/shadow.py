@@ -1,7 +1,7 @@
 """Shadow mode: the deployed ONNX model (and optionally a candidate that never drives) over every
 clip of a fleet in scene order, per-frame signals into the catalog.
 
-    hydranet engine shadow --model model.onnx --fleet DIR --catalog CAT [--candidate other.onnx]
+    hydranet engine shadow --onnx model.onnx --fleet DIR --catalog CAT [--candidate-onnx other.onnx]
                            [--executor local|ray] [--workers N] [--ray-address ADDR]
 
 Car-side code only: `deploy.runtime.HydraRuntime` (numpy + onnxruntime), the stream runner
@@ -79,7 +79,7 @@ def uses_calibration(rt) -> bool:
     return bool(rt.meta.get("bev"))
 
 
-def check_model(rt, role: str = "--model") -> None:
+def check_model(rt, role: str = "--onnx") -> None:
     if not (rt.meta.get("embedding") or {}).get("output") or "embedding" not in rt.output_names:
         raise ShadowError(f"{role} {rt.path} has no 'embedding' output; re-export it with `hydranet export` (metadata "
                           "version 2 adds it: diversity and similarity search need it)")
@@ -134,13 +134,13 @@ def shadow_clip(task: Mapping[str, Any]) -> dict[str, Any]:
         if frame["images"] is None:
             return None, None
         x = rt.preprocess(frame["images"])
-        raw = run(rt, "--model", rt.feeds(x, prev_bev, ego_motion), frame)
+        raw = run(rt, "--onnx", rt.feeds(x, prev_bev, ego_motion), frame)
         out = {"raw": raw, "decoded": rt.decode(raw, checked=True)}
         if cand is not None:
             cx = cand.preprocess(frame["images"])
             cprev, cmotion = cand_video.inputs(frame["ego2world"], frame["scene"]) if cand.state_spec and posed \
                 else (None, None)
-            craw = run(cand, "--candidate", cand.feeds(cx, cprev, cmotion), frame)
+            craw = run(cand, "--candidate-onnx", cand.feeds(cx, cprev, cmotion), frame)
             if cand.state_spec and posed:
                 cand_video.update(cand.state_output(craw), frame["ego2world"], frame["scene"])
             out["candidate"] = {"raw": craw, "decoded": cand.decode(craw, checked=True)}
@@ -213,7 +213,7 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
     cand = None
     if candidate is not None:
         cand = load_runtime(str(candidate))
-        check_model(cand, "--candidate")
+        check_model(cand, "--candidate-onnx")
         fl.check_rig(cand.meta["rig"], str(candidate), bev=uses_calibration(cand))
     workers = workers or max(1, os.cpu_count() or 1)
     threads = max(1, (os.cpu_count() or 1) // workers)
@@ -341,7 +341,7 @@ class ShadowActor:
         self.threads = threads
         check_model(load_runtime(model, threads))
         if candidate:
-            check_model(load_runtime(candidate, threads), "--candidate")
+            check_model(load_runtime(candidate, threads), "--candidate-onnx")
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         results = []
@@ -493,11 +493,11 @@ def similar_image(catalog: str | Path, model: str | Path | None, image: str | Pa
         sha, path = cat.db.execute("SELECT m.sha256, m.path FROM shadow_runs r JOIN models m ON r.model_id = m.id WHERE r.id = ?",
                                    (run_id,)).fetchone()
         if model is None:
-            raise ShadowError(f"--image needs --model: the model of shadow run {run_id} ({path}) embeds the image")
+            raise ShadowError(f"--image needs --onnx: the model of shadow run {run_id} ({path}) embeds the image")
         if not Path(model).is_file():
-            raise ShadowError(f"--model {model} does not exist; give the model of shadow run {run_id} ({path})")
+            raise ShadowError(f"--onnx {model} does not exist; give the model of shadow run {run_id} ({path})")
         if file_sha256(model) != sha:
-            raise ShadowError(f"--model {model} is not the model of shadow run {run_id} ({path}, sha256 {sha[:12]}): its "
+            raise ShadowError(f"--onnx {model} is not the model of shadow run {run_id} ({path}, sha256 {sha[:12]}): its "
                               "embeddings would not be comparable; give that model or shadow the fleet with this one")
         q, n = embed_image(model, image, camera)
         ids, emb = cat.camera_embeddings(run_id, n)  # (M,), (M, C) unit rows

@@ -1,6 +1,6 @@
 """INT8 post-training static quantization of an exported HydraNet with onnxruntime.quantization.
 
-    hydranet quantize --model model.onnx --data out/demo/sim --out model.int8.onnx [--keep-float 'PATTERN' ...]
+    hydranet quantize --onnx model.onnx --data out/demo/sim --out model.int8.onnx [--keep-float 'PATTERN' ...]
 
 QDQ format (QuantizeLinear/DequantizeLinear pairs around each quantized op: what ONNX Runtime runs
 with its int8 kernels and what TensorRT 10 builds as explicit quantization), weights per output

@@ -129,7 +129,7 @@ def test_shadow_runs_on_a_video_fleet_and_reingest_adds_no_frames(world, tmp_pat
 
     assert ingest("--out", tmp_path / "f", "--source", "video", "--videos", world["videos"], "--rig", world["rig"]) == 0
     cat = tmp_path / "c.db"
-    argv = ["engine", "shadow", "--model", str(world["model"]), "--fleet", str(tmp_path / "f"), "--catalog", str(cat),
+    argv = ["engine", "shadow", "--onnx", str(world["model"]), "--fleet", str(tmp_path / "f"), "--catalog", str(cat),
             "--quiet", "--workers", "1"]
     assert main(argv) == 0
     db = sqlite3.connect(str(cat))
@@ -149,7 +149,7 @@ def test_recorded_frames_go_to_labelling_files_as_png_bit_identical_on_resend(wo
 
     assert ingest("--out", tmp_path / "f", "--source", "video", "--videos", world["videos"], "--rig", world["rig"]) == 0
     cat = tmp_path / "c.db"
-    assert main(["engine", "shadow", "--model", str(world["model"]), "--fleet", str(tmp_path / "f"), "--catalog",
+    assert main(["engine", "shadow", "--onnx", str(world["model"]), "--fleet", str(tmp_path / "f"), "--catalog",
                  str(cat), "--quiet", "--workers", "1"]) == 0
     assert main(["engine", "mine", "--catalog", str(cat), "--budget", "2", "--strategy", "random", "--out",
                  str(tmp_path / "sel.json")]) == 0
@@ -209,7 +209,7 @@ def test_a_bev_model_runs_on_its_rig_at_another_resolution_and_refuses_another_c
     a fleet whose CAM_FRONT is mounted 0.5 m further forward is refused, naming the camera and the difference."""
     fleet = make_fleet(tmp_path / "big", clips=1, frames=2,
                        extra=("--set", "sim.image_width=192", "--set", "sim.image_height=128"))
-    argv = ["engine", "shadow", "--model", str(world["model"]), "--catalog", str(tmp_path / "c.db"), "--quiet",
+    argv = ["engine", "shadow", "--onnx", str(world["model"]), "--catalog", str(tmp_path / "c.db"), "--quiet",
             "--workers", "1", "--fleet"]
     assert main(argv + [str(fleet)]) == 0
     moved = tmp_path / "moved"

@@ -57,8 +57,8 @@ def test_selection_becomes_jobs_once(env):
      "cannot be labelled))"),
     (["sent"], "labelled", "job 1 is sent: it becomes labelled when its label is imported"),
     (["sent", "labelled", "accepted"], "rejected", "job 1 is accepted: it cannot become rejected (from accepted only to "
-     "labelled (--reopen) or accepted again on another version (re-pin: --accept ID --version N))"),
-    (["sent", "labelled", "accepted"], "accepted", "job 1 is accepted (pinned to v1): re-pin it with --accept 1 --version N, "
+     "labelled (--reopen) or accepted again on another version (re-pin: --accept ID --label-version N))"),
+    (["sent", "labelled", "accepted"], "accepted", "job 1 is accepted (pinned to v1): re-pin it with --accept 1 --label-version N, "
      "or re-open it with --reopen 1"),
     (["sent", "labelled", "accepted"], "queued", "job 1 is accepted: it cannot become queued"),
     (["sent", "labelled", "rejected"], "accepted", "from rejected only to queued"),
@@ -148,7 +148,7 @@ def test_noise_is_seeded_and_a_disagreeing_version_is_a_conflict(env):
         assert conflicts(cat, "sel2")
         conflicted = {c["frame_id"] for c in got["conflicts"]}
         job = next(j for j in load_jobs(cat, "sel2") if j.frame_id in conflicted)
-        with pytest.raises(LabelError, match="disagree.*accept one with --version"):
+        with pytest.raises(LabelError, match="disagree.*accept one with --label-version"):
             transition(cat, [job.id], "accepted")
         transition(cat, [job.id], "accepted", version=1)
         assert compare(accepted_labels(cat)[job.frame_id], truth(job))["max_px"] == 0
@@ -392,7 +392,7 @@ def test_cli_label_import_accept(env, capsys):
     out = capsys.readouterr().out
     assert "4 jobs -> accepted" in out and out.count("| accepted | oracle | 1 | v1 | - |") == 4
     assert main(["engine", "jobs", "--catalog", cat, "--accept", "1"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: job 1 is accepted (pinned to v1): re-pin it with --accept 1 --version N, "
+    assert capsys.readouterr().err.strip() == ("error: job 1 is accepted (pinned to v1): re-pin it with --accept 1 --label-version N, "
                                                "or re-open it with --reopen 1")
 
 

@@ -152,7 +152,7 @@ def test_similar_image_returns_the_query_frame_first(env, capsys):
             assert res[0]["frame_id"] == fid and res[0]["similarity"] == pytest.approx(1.0, abs=1e-5)
             assert len(res) == 4 and all(a["similarity"] >= b["similarity"] for a, b in zip(res, res[1:]))
     img = env["fleet"] / "scenes" / str(t["clip"][5]) / f"{int(t['idx'][5]):06d}" / "CAM_FRONT.jpg"
-    assert main(["engine", "similar", "--catalog", str(env["catalog"]), "--image", str(img), "--model", str(env["model"]),
+    assert main(["engine", "similar", "--catalog", str(env["catalog"]), "--image", str(img), "--onnx", str(env["model"]),
                  "--k", "3"]) == 0
     header, *lines = capsys.readouterr().out.strip().splitlines()
     assert header.split() == ["frame", "id", "clip/frame", "similarity"]

@@ -66,7 +66,7 @@ def test_a_correction_after_acceptance_is_re_pinned_and_training_reads_it(env):
         _accepted_then_corrected(cat, env["selection"])
         fid = load_jobs(cat, "sel", ids=[1])[0].frame_id
         v1 = accepted_labels(cat)[fid]
-        with pytest.raises(LabelError, match=r"job 1 is accepted \(pinned to v1\): re-pin it with --accept 1 --version N"):
+        with pytest.raises(LabelError, match=r"job 1 is accepted \(pinned to v1\): re-pin it with --accept 1 --label-version N"):
             transition(cat, [1], "accepted")
         transition(cat, [1], "accepted", version=2, by="bob")
         acc = accepted_versions(cat)
@@ -100,7 +100,7 @@ def test_cli_reopen_and_repin_with_history(env, capsys):
     with open_catalog(env["catalog"]) as cat:
         _accepted_then_corrected(cat, env["selection"])
     cat = str(env["catalog"])
-    assert main(["engine", "jobs", "--catalog", cat, "--accept", "3", "--version", "2", "--by", "carol"]) == 0
+    assert main(["engine", "jobs", "--catalog", cat, "--accept", "3", "--label-version", "2", "--by", "carol"]) == 0
     assert main(["engine", "jobs", "--catalog", cat, "--reopen", "4", "--by", "dave", "--history"]) == 0
     out = capsys.readouterr().out
     assert "| 3 | sel | clip_00001/0 | accepted | oracle | 2 | v2 | - |" in out

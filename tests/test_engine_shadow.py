@@ -200,8 +200,8 @@ def _with_nan_weight(src: Path, dst: Path, head: str) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("head, where, workers", [("det2d", "at frame 0, camera CAM_FRONT of --model", 1),
-                                                  ("det3d", "at frame 0 of --model", 2)])
+@pytest.mark.parametrize("head, where, workers", [("det2d", "at frame 0, camera CAM_FRONT of --onnx", 1),
+                                                  ("det3d", "at frame 0 of --onnx", 2)])
 def test_a_nan_model_marks_every_clip_bad_and_stores_no_signals(env, tmp_path, head, where, workers):
     """Shadow of a model with a NaN weight stored signals of 0.0 marked ok ("9 frames, 0 corrupt"). Now
     every clip is bad (status 'bad', the error naming the output; no signals, predictions, embeddings),

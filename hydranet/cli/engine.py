@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hydranet.cli.flags import renamed
 from hydranet.config import add_override_option, load_config
 
 
@@ -46,7 +47,7 @@ def cmd_engine_ingest(args) -> None:
 def cmd_engine_shadow(args) -> None:
     from data_engine.shadow import run_shadow
 
-    st = run_shadow(args.model, args.fleet, args.catalog, args.candidate, args.executor, args.workers, progress=not args.quiet,
+    st = run_shadow(args.onnx, args.fleet, args.catalog, args.candidate_onnx, args.executor, args.workers, progress=not args.quiet,
                     ray_address=args.ray_address)
     print(f"shadow run {st['run_id']}: {st['clips'] - st['done_before']} of {st['clips']} clips shadowed now "
           f"({st['done_before']} done before), {st['frames']} frames, {st['corrupt']} corrupt -> {args.catalog}")
@@ -127,12 +128,12 @@ def cmd_engine_similar(args) -> None:
     from data_engine.shadow import similar_image
 
     if (args.frame is None) == (args.image is None):
-        raise ValueError("give exactly one of --frame ID (a frame of the catalog) or --image FILE (with --model)")
+        raise ValueError("give exactly one of --frame ID (a frame of the catalog) or --image FILE (with --onnx)")
     if args.image is not None:
-        res = similar_image(args.catalog, args.model, args.image, args.camera, args.k, args.run)
+        res = similar_image(args.catalog, args.onnx, args.image, args.camera, args.k, args.run)
     else:
-        if args.model is not None or args.camera is not None:
-            raise ValueError("--model and --camera go with --image; --frame uses the catalog's embeddings")
+        if args.onnx is not None or args.camera is not None:
+            raise ValueError("--onnx and --camera go with --image; --frame uses the catalog's embeddings")
         res = similar(args.catalog, args.frame, args.k, args.run)
     print(f"{'frame id':>8}  {'clip/frame':<28} similarity")
     for r in res:
@@ -246,7 +247,7 @@ def cmd_engine_jobs(args) -> None:
             if ids is None:
                 continue
             jobs = _job_ids(cat, sel, flag, ids, source)
-            transition(cat, jobs, to, args.version, by=args.by)
+            transition(cat, jobs, to, args.label_version, by=args.by)
             print(f"{len(jobs)} jobs -> {to}" + (" (re-opened: no longer read by training until accepted again)"
                                                  if flag == "reopen" else ""))
         rows = job_table(cat, sel)
@@ -304,10 +305,11 @@ def add_engine(sub) -> None:
     ing.add_argument("--quiet", action="store_true", help="no progress bar")
     ing.set_defaults(func=cmd_engine_ingest)
     sh = eng.add_parser("shadow", help="run the deployed ONNX model over every fleet clip; per-frame signals into the catalog")
-    sh.add_argument("--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
+    renamed(sh, "--onnx", "--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
     sh.add_argument("--fleet", type=Path, required=True, help="a fleet folder (`hydranet engine fleet` or `engine ingest`)")
     sh.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing)")
-    sh.add_argument("--candidate", type=Path, default=None, help="a candidate model run alongside (it never drives)")
+    renamed(sh, "--candidate-onnx", "--candidate", type=Path, default=None,
+            help="a candidate's exported model.onnx run alongside (it never drives)")
     sh.add_argument("--executor", default="local", help="local (process pool) or ray")
     sh.add_argument("--workers", type=int, default=None, help="worker processes or Ray actors (default: one per CPU)")
     sh.add_argument("--ray-address", default=None, help="with --executor ray: the cluster to join, e.g. ray://head:10001 "
@@ -333,7 +335,7 @@ def add_engine(sub) -> None:
         if cmd == "similar":
             c.add_argument("--frame", type=int, default=None, help="query frame id (selection.json items' frame_id)")
             c.add_argument("--image", type=Path, default=None, help="query image file (JPEG/PNG, one camera's image)")
-            c.add_argument("--model", type=Path, default=None, help="with --image: the shadow run's model.onnx (embeds it)")
+            renamed(c, "--onnx", "--model", type=Path, default=None, help="with --image: the shadow run's model.onnx (embeds it)")
             c.add_argument("--camera", default=None, help="with --image: the camera it is from (default: the model's first)")
             c.add_argument("--k", type=int, default=50)
         c.set_defaults(func={"triggers": cmd_engine_triggers, "mine": cmd_engine_mine, "similar": cmd_engine_similar}[cmd])
@@ -481,8 +483,8 @@ def _add_engine_labels(eng) -> None:
     jobs.add_argument("--reopen", default=None, metavar="IDS",
                       help="job ids or 'all' accepted jobs: back to labelled, the pin kept in the history (training stops "
                            "reading it until it is accepted again)")
-    jobs.add_argument("--version", type=int, default=None,
-                      help="accept (or re-pin) this label version of the frame (needed on a conflict)")
+    renamed(jobs, "--label-version", "--version", type=int, default=None,
+            help="accept (or re-pin) this label version of the frame (needed on a conflict)")
     jobs.add_argument("--by", default=None, metavar="NAME", help="who decides (recorded in the history; default: login name)")
     jobs.add_argument("--history", action="store_true", help="print the review history (who, when, old and new pin)")
     jobs.set_defaults(func=cmd_engine_jobs)

@@ -92,7 +92,7 @@ class NuScenesTables:
         self.dataroot, self.version = Path(dataroot), version
         self.table_root = self.dataroot / version
         if not self.table_root.is_dir():
-            raise NuScenesEvalError(f"no nuScenes version folder {self.table_root}: check --dataroot and --version")
+            raise NuScenesEvalError(f"no nuScenes version folder {self.table_root}: check --data and --version")
         t = {name: self._load(name) for name in TABLES}
         self.sample, self.scene = t["sample"], t["scene"]
         attribute = {a["token"]: a["name"] for a in t["attribute"]}

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("engine_env")
 
 
 def shadow(tmp: Path, env: Env, model=None, fleet=None, *extra) -> list:
-    return ["engine", "shadow", "--model", model or ENV["model"], "--fleet", fleet or env.dataset, "--catalog", tmp / "c.db",
+    return ["engine", "shadow", "--onnx", model or ENV["model"], "--fleet", fleet or env.dataset, "--catalog", tmp / "c.db",
             "--quiet", *extra]
 
 
@@ -125,7 +125,7 @@ CASES = [
          words=("plain.onnx", "no hydranet metadata")),
     Case("shadow-model-without-embedding", lambda t, e: shadow(t, e, model=ENV["noemb"]), words=("noemb.onnx", "embedding",
                                                                                               "re-export")),
-    Case("shadow-candidate-without-embedding", lambda t, e: shadow(t, e, None, None, "--candidate", ENV["noemb"]),
+    Case("shadow-candidate-without-embedding", lambda t, e: shadow(t, e, None, None, "--candidate-onnx", ENV["noemb"]),
          words=("--candidate", "embedding")),
     Case("shadow-fleet-of-another-rig", lambda t, e: shadow(t, e, fleet=other_rig_fleet(t, e)), words=("CAM_FRONT", "rig")),
     Case("shadow-unknown-executor", lambda t, e: shadow(t, e, None, None, "--executor", "spark"), words=("spark", "local")),

@@ -58,7 +58,7 @@ def newer(tmp: Path) -> Path:
 
 
 def shadow(tmp: Path, env: Env, *extra) -> list:
-    return ["engine", "shadow", "--model", ENV["model"], "--fleet", env.dataset, "--catalog", tmp / "s.db", "--quiet", *extra]
+    return ["engine", "shadow", "--onnx", ENV["model"], "--fleet", env.dataset, "--catalog", tmp / "s.db", "--quiet", *extra]
 
 
 def mined(cat: Path, name: str = "one") -> Path:
@@ -110,7 +110,7 @@ def truncated_jpg(tmp: Path, env: Env) -> Path:
 
 
 def similar(tmp: Path, env: Env, image, *extra, model=True) -> list:
-    return ["engine", "similar", "--catalog", cat_copy(tmp), "--image", image, *(["--model", ENV["model"]] if model else []),
+    return ["engine", "similar", "--catalog", cat_copy(tmp), "--image", image, *(["--onnx", ENV["model"]] if model else []),
             *extra]
 
 
@@ -214,10 +214,10 @@ CASES = [
          words=("scenarios.json", "unreadable"), check=no_report),
     # similar --image
     Case("similar-image-without-model", lambda t, e: similar(t, e, front(e), model=False),
-         words=("--image needs --model", "model.onnx")),
-    Case("similar-image-other-model", lambda t, e: similar(t, e, front(e), "--model", ENV["other"], model=False),
+         words=("--image needs --onnx", "model.onnx")),
+    Case("similar-image-other-model", lambda t, e: similar(t, e, front(e), "--onnx", ENV["other"], model=False),
          words=("other.onnx", "not the model of shadow run", "model.onnx")),
-    Case("similar-image-model-missing", lambda t, e: similar(t, e, front(e), "--model", t / "gone.onnx", model=False),
+    Case("similar-image-model-missing", lambda t, e: similar(t, e, front(e), "--onnx", t / "gone.onnx", model=False),
          words=("gone.onnx", "does not exist")),
     Case("similar-image-missing-file", lambda t, e: similar(t, e, t / "none.jpg"), words=("none.jpg", "no such file")),
     Case("similar-image-not-an-image", lambda t, e: similar(t, e, junk(t, "x.jpg")), words=("x.jpg", "not a readable image")),
@@ -227,8 +227,8 @@ CASES = [
     Case("similar-image-k-zero", lambda t, e: similar(t, e, front(e), "--k", "0"), words=("--k", "at least 1")),
     Case("similar-image-and-frame", lambda t, e: similar(t, e, front(e), "--frame", "1"), words=("exactly one of", "--frame", "--image")),
     Case("similar-neither", lambda t, e: ["engine", "similar", "--catalog", cat_copy(t)], words=("--frame", "--image")),
-    Case("similar-frame-with-model", lambda t, e: ["engine", "similar", "--catalog", cat_copy(t), "--frame", "1", "--model",
-                                                   ENV["model"]], words=("--model", "go with --image")),
+    Case("similar-frame-with-model", lambda t, e: ["engine", "similar", "--catalog", cat_copy(t), "--frame", "1", "--onnx",
+                                                   ENV["model"]], words=("--onnx", "go with --image")),
     Case("similar-image-ok", lambda t, e: similar(t, e, front(e), "--k", "1"), status=0, stdout=("1.0000",)),
     # shadow on Ray
     Case("shadow-ray-not-installed", lambda t, e: shadow(t, e, "--executor", "ray"), patch=no_ray,

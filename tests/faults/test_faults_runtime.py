@@ -75,7 +75,7 @@ def _rt(rt_env):
 
 
 def shadow(tmp: Path, env: Env, model: str = "model", *extra) -> list:
-    return ["engine", "shadow", "--model", ENV[model], "--fleet", env.dataset, "--catalog", tmp / "c.db", "--quiet", *extra]
+    return ["engine", "shadow", "--onnx", ENV[model], "--fleet", env.dataset, "--catalog", tmp / "c.db", "--quiet", *extra]
 
 
 def eval_onnx(model: str):
@@ -121,11 +121,11 @@ def nothing_written(tmp: Path) -> None:
 CASES = [
     # non-finite outputs: an error naming the output (before: shadow stored signals of 0.0 marked ok, exit 0)
     Case("shadow-nan-model", lambda t, e: shadow(t, e, "nan"), 2,
-         ("1 of 1 clip(s) bad", "output det2d.heatmap non-finite (nan)", "camera cam_front", "--model", "nan.onnx",
+         ("1 of 1 clip(s) bad", "output det2d.heatmap non-finite (nan)", "camera cam_front", "--onnx", "nan.onnx",
           "export it again"), check=clip_marked_bad),
     Case("shadow-nan-model-rerun", shadow_twice, 2, ("1 of 1 clip(s) bad", "det2d.heatmap"), check=clip_marked_bad),
     Case("shadow-inf-model", lambda t, e: shadow(t, e, "inf"), 2, ("clip(s) bad", "det2d.heatmap non-finite (inf)")),
-    Case("shadow-nan-candidate", lambda t, e: shadow(t, e, "model", "--candidate", ENV["nan"]), 2,
+    Case("shadow-nan-candidate", lambda t, e: shadow(t, e, "model", "--candidate-onnx", ENV["nan"]), 2,
          ("1 of 1 clip(s) bad", "det2d.heatmap", "--candidate", "nan.onnx")),
     Case("shadow-control", lambda t, e: shadow(t, e), 0, stdout=("2 frames, 0 corrupt",)),
     # (before: eval of the NaN model scored no boxes and wrote its metrics, exit 0)
