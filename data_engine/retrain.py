@@ -127,9 +127,13 @@ def _check_recorded(root: Path, clip: str, fdir: str, cameras: list[str]) -> Non
 
 def supervised(payload: Mapping[str, Any], source: str, recorded: bool) -> list[str]:
     """The heads an accepted label supervises: the sim oracle's exact truth all the sim's heads; a dataset's own
-    annotations (the stand-in oracle of a recorded fleet) the heads it names; a person's 2D boxes HUMAN_HEADS."""
+    annotations (the stand-in oracle of a recorded fleet) the heads it names; the auto-labeller's the heads it fused
+    (its payload's "supervises": det2d boxes without sign classes must not train signs_lights); a person's 2D boxes
+    HUMAN_HEADS."""
     from hydranet.data.sim_reader import SIM_HEADS
 
+    if source == "auto":
+        return [h for h in payload.get("supervises") or ("det2d",) if h in SIM_HEADS]
     if source != "oracle":
         return list(HUMAN_HEADS)
     if not recorded:

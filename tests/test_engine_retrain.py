@@ -292,3 +292,14 @@ def test_labels_of_an_earlier_retrain_are_carried_unless_a_person_drops_them(wor
     with pytest.raises(RetrainError, match=r"accepted labels at .*first/accepted, which no longer exist.*--drop-labels"):
         retrain(second, other, tmp_path / "gone", cfg=rc, progress=False)
     assert not (tmp_path / "gone").exists()
+
+
+def test_an_auto_label_supervises_the_heads_the_labeller_fused():
+    """An accepted auto label trains what its payload names (det2d, det3d), never signs_lights from its sign boxes
+    (the auto-labeller fuses no sign classes); a person's boxes train HUMAN_HEADS."""
+    from data_engine.retrain import supervised
+
+    assert supervised({"supervises": ["det2d", "det3d"]}, "auto", recorded=False) == ["det2d", "det3d"]
+    assert supervised({}, "auto", recorded=True) == ["det2d"]
+    assert supervised({}, "label-studio", recorded=False) == list(HUMAN_HEADS) and "signs_lights" in HUMAN_HEADS
+
