@@ -145,3 +145,17 @@ def cat_copy(tmp: Path) -> Path:
 
 def mine(tmp: Path, catalog: Path, *extra) -> list:
     return ["engine", "mine", "--catalog", catalog, "--out", tmp / "sel.json", *extra]
+
+
+def with_metadata(src: Path, dst: Path, edit) -> Path:
+    """A copy of the exported model `src` whose hydranet metadata (decoded) is changed by `edit(md)`."""
+    import onnx
+
+    from deploy.metadata import PREFIX, read_metadata, set_metadata
+
+    m = onnx.load(str(src))
+    md = read_metadata(m)
+    edit(md)
+    set_metadata(m, {PREFIX + k: json.dumps(v) for k, v in md.items()})
+    onnx.save(m, str(dst))
+    return dst

@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from faultlib import Case, Env, edit_json, no_temp_left, params, run_case
+from faultlib import Case, edit_json, Env, no_temp_left, params, run_case, with_metadata
 
 REPO = Path(__file__).resolve().parents[2]
 _M: dict[str, Path] = {}
@@ -40,19 +40,6 @@ def _export(ds: Path, out: Path, config: str, seed: int) -> Path:
     return out
 
 
-def _with_metadata(src: Path, dst: Path, edit) -> Path:
-    import onnx
-
-    from deploy.metadata import PREFIX, read_metadata, set_metadata
-
-    m = onnx.load(str(src))
-    md = read_metadata(m)
-    edit(md)
-    set_metadata(m, {PREFIX + k: json.dumps(v) for k, v in md.items()})
-    onnx.save(m, str(dst))
-    return dst
-
-
 def _nan_model(src: Path, dst: Path) -> Path:
     import numpy as np
     import onnx
@@ -73,8 +60,8 @@ def models(fault_env: Env, tmp_path_factory) -> dict[str, Path]:
     _M["a"] = _export(fault_env.dataset, root / "a.onnx", "tiny.yaml", 0)
     _M["b"] = _export(fault_env.dataset, root / "b.onnx", "tiny.yaml", 1)
     _M["bev"] = _export(fault_env.dataset, root / "bev.onnx", "engine_tiny.yaml", 2)
-    _M["rig"] = _with_metadata(_M["a"], root / "rig.onnx", lambda md: md["rig"].update(names=["CAM_OTHER"]))
-    _M["size"] = _with_metadata(_M["a"], root / "size.onnx", lambda md: md["rig"].update(source_sizes=[[96, 160]]))
+    _M["rig"] = with_metadata(_M["a"], root / "rig.onnx", lambda md: md["rig"].update(names=["CAM_OTHER"]))
+    _M["size"] = with_metadata(_M["a"], root / "size.onnx", lambda md: md["rig"].update(source_sizes=[[96, 160]]))
     _M["nan"] = _nan_model(_M["b"], root / "nan.onnx")
     return _M
 

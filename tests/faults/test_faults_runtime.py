@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultlib import Case, Env, no_temp_left, params, run_case
+from faultlib import Case, Env, no_temp_left, params, run_case, with_metadata
 
 REPO = Path(__file__).resolve().parents[2]
 ENV: dict = {}
@@ -30,20 +30,6 @@ def with_initializer(src: Path, dst: Path, name: str, value: float) -> Path:
     m = onnx.load(str(src))
     init = next(i for i in m.graph.initializer if i.name == name)
     init.CopyFrom(numpy_helper.from_array(np.full_like(numpy_helper.to_array(init), value), name))
-    onnx.save(m, str(dst))
-    return dst
-
-
-def with_metadata(src: Path, dst: Path, edit) -> Path:
-    """A copy of `src` whose hydranet metadata (decoded) is changed by `edit(md)`."""
-    import onnx
-
-    from deploy.metadata import PREFIX, read_metadata, set_metadata
-
-    m = onnx.load(str(src))
-    md = read_metadata(m)
-    edit(md)
-    set_metadata(m, {PREFIX + k: json.dumps(v) for k, v in md.items()})
     onnx.save(m, str(dst))
     return dst
 
