@@ -25,6 +25,8 @@ history), registry, gate_results.
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 import sqlite3
 import time
@@ -490,3 +492,24 @@ def _real(v) -> float | None:
         return None
     v = float(v)
     return None if not np.isfinite(v) else v
+
+
+def catalog_inputs(path: str | Path) -> list[Path]:
+    """What a command reading the catalog at `path` reads through it: every fleet folder it names and, for a
+    recorded fleet, the recording it reads in place (fleet.json's source root and followed link targets), for
+    `hydranet.io.check_apart`. Empty for a file that is not a readable catalog (the command refuses it itself)."""
+    from hydranet.data.recording import RECORDED_FILE
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)) as db:
+            roots = [Path(r) for (r,) in db.execute("SELECT root FROM fleets")]
+    except sqlite3.Error:
+        return []
+    out = list(roots)
+    for root in roots:
+        try:
+            source = json.loads((root / RECORDED_FILE).read_text()).get("source") or {}
+        except (OSError, ValueError, AttributeError):
+            continue  # a sim fleet (no fleet.json), or one the command will refuse when it reads it
+        out += [Path(x) for x in (source.get("root"), *(source.get("linked") or ())) if isinstance(x, str)]
+    return out

@@ -4,9 +4,10 @@ inside an input it was given, and that a file it replaces is of its own kind (do
 "No output destroys an input").
 
 Outputs are the `--out` and `--save-predictions` arguments; every other path argument is an input
-(a run folder counts as its own files, so RUN/metrics.json beside RUN/checkpoint.pt is fine). Inputs a
-command reads through another file (the fleets a catalog names, a config's data.root) are checked by
-the library function that opens them.
+(a run folder counts as its own files, so RUN/metrics.json beside RUN/checkpoint.pt is fine), and so is
+what a `--catalog` reads through it: its fleets and a recorded fleet's recording (`catalog_inputs`).
+Inputs read through another file of a library call (a config's data.root) are checked by the library
+function that opens them.
 """
 from __future__ import annotations
 
@@ -55,6 +56,10 @@ def check_command_paths(args: argparse.Namespace, command: str) -> None:
             if (command, out_key) in WORKING_FOLDERS:
                 paths = [p for p in paths if out.resolve() not in p.resolve().parents]
             inputs[_flag(key)] = paths
+        if "catalog" in given and (command, out_key) not in WORKING_FOLDERS and given["catalog"][0].is_file():
+            from data_engine.catalog import catalog_inputs
+
+            inputs["a fleet or recording of --catalog"] = catalog_inputs(given["catalog"][0])
         check_apart({_flag(out_key): out}, inputs)
         kind = FILE_KINDS.get((command, out_key))
         if kind is not None:

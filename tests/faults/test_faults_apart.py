@@ -51,6 +51,25 @@ def videos(tmp: Path) -> Path:
     return tmp / "videos"
 
 
+def own_catalog(tmp: Path, fleet: Path) -> Path:
+    """tmp/own.db naming `fleet` (a copy in tmp: the row must not touch the shared fixtures)."""
+    from data_engine.catalog import Catalog
+    from data_engine.fleet import Fleet
+
+    with Catalog(tmp / "own.db", create=True) as c:
+        c.add_fleet(Fleet(fleet))
+    return tmp / "own.db"
+
+
+def recorded_fleet_of_videos(tmp: Path, env) -> Path:
+    """The fault dataset as camera videos (tmp/rec_videos, keep.txt beside them) ingested as tmp/rec_fleet."""
+    assert main(["sim", "export-videos", "--data", str(env.dataset), "--out", str(tmp / "rec_videos")]) == 0
+    (tmp / "rec_videos" / "keep.txt").write_text("mine")
+    assert main(["engine", "ingest", "--out", str(tmp / "rec_fleet"), "--source", "video", "--videos",
+                 str(tmp / "rec_videos"), "--rig", str(tmp / "rec_videos" / "rig.yaml"), "--quiet"]) == 0
+    return tmp / "rec_fleet"
+
+
 def train_into_data(tmp, env):
     ds = copy_dataset(tmp, env)
     return ["train", "--config", "tiny", "--out", ds, "--overwrite", "--quiet", "--set", f"data.root={ds}",
@@ -88,6 +107,18 @@ CASES = [
         "--videos", t / "videos", "--overwrite", "--quiet"],
          words=("--out", "resolves to", "--videos"), check=videos_kept),
     Case("train-out-is-the-data-root", train_into_data, words=("--out", "data.root", "destroy"), check=dataset_kept),
+    # inputs read through the catalog: its fleets and a recorded fleet's recording (campaign: export-fiftyone --out the
+    # fleet's source videos --overwrite deleted them)
+    Case("report-out-is-the-catalogs-fleet", lambda t, e: ["engine", "report", "--catalog",
+                                                            own_catalog(t, copy_dataset(t, e)), "--out", t / "ds",
+                                                            "--overwrite"],
+         words=("--out", "ds", "a fleet or recording of --catalog", "destroy"),
+         check=lambda t: (t / "ds" / "dataset.json").is_file() or pytest.fail("the catalog's fleet was deleted")),
+    Case("fiftyone-out-is-the-recorded-fleets-videos", lambda t, e: [
+        "engine", "export-fiftyone", "--catalog", own_catalog(t, recorded_fleet_of_videos(t, e)), "--out",
+        t / "rec_videos", "--overwrite"],
+         words=("--out", "rec_videos", "a fleet or recording of --catalog", "destroy"),
+         check=lambda t: (t / "rec_videos" / "keep.txt").read_text() == "mine" or pytest.fail("the videos were deleted")),
 ]
 
 
