@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 from engine_catalogs import write_fixture_catalog
@@ -177,3 +178,21 @@ def test_min_gap_is_a_finite_number_of_seconds(value):
     with pytest.raises(ConfigError, match=r"config key 'mining.min_gap_s' must be a finite number of seconds >= 0"):
         MiningConfig(min_gap_s=value)
     assert MiningConfig(min_gap_s=0).min_gap_s == 0 and MiningConfig().min_gap_s == 1.0
+
+
+def test_every_place_that_lists_the_strategies_lists_the_registry():
+    """The strategies are spelled once (data_engine.mining.STRATEGIES); the CLI help of `engine mine --strategy` and
+    configs/engine.yaml's loop.strategy comment, which cannot import it, are checked against it here."""
+    import re
+
+    from data_engine.mining import STRATEGIES
+    from hydranet.cli.main import build_parser
+
+    REPO = Path(__file__).resolve().parents[1]
+    sub = build_parser()._subparsers._group_actions[0].choices["engine"]._subparsers._group_actions[0].choices["mine"]
+    help_text = next(a.help for a in sub._actions if "--strategy" in a.option_strings)
+    assert re.findall(r"[a-z]+", help_text.split("(")[0]) == list(STRATEGIES)
+    comment = next(line for line in (REPO / "configs" / "engine.yaml").read_text().splitlines()
+                   if line.strip().startswith("strategy:")).split("#", 1)[1]
+    assert re.findall(r"[a-z]+", comment.split("(")[0]) == list(STRATEGIES)
+

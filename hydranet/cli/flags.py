@@ -7,6 +7,7 @@ when the old one is used.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 
@@ -29,3 +30,23 @@ def renamed(parser: argparse.ArgumentParser, new: str, *old: str, **kwargs) -> a
     help shows the new flag only (the old spellings are listed as deprecated at its end)."""
     kwargs["help"] = f"{kwargs.get('help', '')} (was {', '.join(old)}: deprecated)".strip()
     return parser.add_argument(new, *old, action=_RenamedStore, deprecated=tuple(old), **kwargs)
+
+
+class Registered:
+    """argparse `choices` read from a registry when a value is checked or the help printed (the one place a name is
+    spelled), so the CLI starts without importing it: `Registered("hydranet.data.formats:format_names", "auto")`
+    (a function giving the names, or a mapping whose keys are the names), with `extra` names first."""
+
+    def __init__(self, registry: str, *extra: str):
+        self.registry, self.extra = registry, extra
+
+    def names(self) -> list[str]:
+        module, attr = self.registry.split(":")
+        found = getattr(importlib.import_module(module), attr)
+        return [*self.extra, *(found() if callable(found) else found)]
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.names()
+
+    def __iter__(self):
+        return iter(self.names())

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from hydranet.cli.engine import add_engine
-from hydranet.cli.flags import renamed
+from hydranet.cli.flags import Registered, renamed
 from hydranet.cli.paths import check_command_paths
 from hydranet.config import ConfigError, add_override_option, load_config
 from hydranet.rig import RigError
@@ -59,25 +59,6 @@ def missing_extra(e: BaseException, command: str) -> str | None:
     other = "; or run without it: --executor local" if top == "ray" else ""
     return (f"`hydranet {command}` needs the {extra} extra ({top} is not installed): pip install 'hydranet-stack[{extra}]' "
             f"(from a checkout: pip install '.[{extra}]'){jetson}{other}")
-
-
-class FormatChoices:
-    """argparse `choices` of --format: the registered dataset formats (hydranet.data.formats.FORMATS), read when
-    a value is checked or the help printed, so the CLI starts without importing the readers."""
-
-    def __init__(self, auto: bool = False):
-        self.auto = auto
-
-    def _names(self) -> list[str]:
-        from hydranet.data.formats import format_names
-
-        return ["auto"] * self.auto + list(format_names())
-
-    def __contains__(self, value: object) -> bool:
-        return value in self._names()
-
-    def __iter__(self):
-        return iter(self._names())
 
 
 def _sim_config(args):
@@ -380,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--data", type=Path, nargs="+", default=None,
                     help="a dataset folder to evaluate on: sim, nuScenes, BDD100K or KITTI (docs/datasets.md); several "
                          "folders, or none on a run with data.sources: each evaluated on its own, one table per source")
-    ev.add_argument("--format", choices=FormatChoices(auto=True), default=None,
+    ev.add_argument("--format", choices=Registered("hydranet.data.formats:format_names", "auto"), default=None,
                     help="dataset format (default: the config's for its data.root/sources, else detected)")
     ev.add_argument("--split", default=None, help="nuScenes/KITTI/BDD100K split (default: the config's, else the reader's)")
     ev.add_argument("--version", default=None, help="nuScenes version folder (default: the only one)")
@@ -453,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     dc = sub.add_parser("data", help="public and sim datasets (docs/datasets.md)").add_subparsers(
         dest="data_command", required=True).add_parser("check", help="validate a dataset folder and print what it holds")
     renamed(dc, "--data", "--root", type=Path, required=True, help="the dataset folder")
-    dc.add_argument("--format", choices=FormatChoices(), default=None, help="default: detected")
+    dc.add_argument("--format", choices=Registered("hydranet.data.formats:format_names"), default=None, help="default: detected")
     dc.add_argument("--split", default=None, help="nuScenes/KITTI/BDD100K split (BDD100K default: val)")
     dc.add_argument("--version", default=None, help="nuScenes version folder (default: the only one)")
     dc.add_argument("--limit", type=int, default=None, help="check only the first N frames")
