@@ -14,6 +14,11 @@ Guarantees:
   SQLite file, a file that is not SQLite, or a newer schema is a one-line `CatalogError`; an older
   schema is upgraded on open, in one transaction, keeping every row (MIGRATIONS).
 
+A catalog is a file (SQLite, the embedded default) or a catalog folder (`hydranet engine catalog create --out DIR
+--backend sqlite|lake`, data_engine/lake.py): on a lake the per-frame tables (signals, embeddings, predictions,
+offline columns, trigger hits) are Parquet parts that shadow workers write themselves and DuckDB reads
+(data_engine/lake_catalog.py), and the tables here hold the rest; the methods below answer the same on both.
+
 Every table and index is defined here (TABLES, INDEXES) and nowhere else: registry.py, labels.py and
 gate.py read and write their tables but never create or alter them.
 
@@ -36,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from data_engine import lake_catalog as lk
+from data_engine.lake import catalog_db, open_folder
 from data_engine.signals import SIGNALS
 from hydranet.io import file_sha256
 
@@ -124,15 +131,19 @@ class Catalog:
     def __init__(self, path: str | Path, create: bool = False):
         self.path = Path(path)
         self._emb_cache: dict = {}  # run id -> embeddings read once (see _embedding_rows)
+        self.lake = None  # the parts of a lake-backed catalog folder (data_engine/lake.py)
         if self.path.is_dir():
-            raise CatalogError(f"catalog {self.path} is a folder; give a file path such as {self.path}/catalog.db")
+            self.db_path, self.lake = open_folder(self.path)
+            create = True  # a catalog folder's SQLite file is made on first open
+        else:
+            self.db_path = self.path
         if not self.path.exists() and not create:
             raise CatalogError(f"catalog {self.path} does not exist; create it with `hydranet engine shadow ... --catalog {self.path}`")
-        new = not self.path.exists() or self.path.stat().st_size == 0
+        new = not self.db_path.exists() or self.db_path.stat().st_size == 0
         if new:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            self.db = sqlite3.connect(str(self.db_path), timeout=30.0, isolation_level=None)
             self.db.execute("PRAGMA foreign_keys = ON")
             app, ver = self.db.execute("PRAGMA application_id").fetchone()[0], self.db.execute("PRAGMA user_version").fetchone()[0]
             if new or (app == 0 and ver == 0 and not self._tables()):
@@ -180,6 +191,8 @@ class Catalog:
 
     def close(self) -> None:
         self.db.close()
+        if self.lake is not None:
+            self.lake.close()
 
     def __enter__(self) -> "Catalog":
         return self
@@ -235,6 +248,8 @@ class Catalog:
         cols = ["run_id", "frame_id", "status", "error", *SIGNALS, "per_camera", "predictions"]
         sql = f"INSERT OR IGNORE INTO signals ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
         self._emb_cache.clear()
+        if self.lake is not None:  # the clip's part, then its done marker
+            return lk.write_clip(self.db, self.lake, run_id, clip_id, rows)
         with self.transaction():
             if self.db.execute("SELECT 1 FROM shadow_clips WHERE run_id = ? AND clip_id = ?", (run_id, clip_id)).fetchone():
                 return  # done by an earlier run of this stage
@@ -249,6 +264,13 @@ class Catalog:
             self.db.execute("INSERT INTO shadow_clips (run_id, clip_id, frames, corrupt, finished) VALUES (?, ?, ?, ?, ?)",
                             (run_id, clip_id, len(rows), sum(r["status"] != "ok" for r in rows), time.time()))
 
+    def commit_clip(self, run_id: int, clip_id: int) -> dict:
+        """Lake: the done marker of a clip whose part a worker wrote (checked whole first); returns its footer."""
+        if self.lake is None:
+            raise CatalogError(f"catalog {self.path} is not a lake; shadow rows go through write_clip")
+        self._emb_cache.clear()
+        return lk.commit_clip(self.db, self.lake, run_id, clip_id)
+
     def _insert_signals(self, sql: str, values: list[tuple]) -> None:
         self.db.executemany(sql, values)
 
@@ -259,6 +281,8 @@ class Catalog:
         while a good one exists; the newest run of all when none is good."""
         if run_id:
             row = self.db.execute("SELECT id FROM shadow_runs WHERE id = ?", (run_id,)).fetchone()
+        elif self.lake is not None:
+            row = lk.latest_ok_run(self.db) or self.db.execute("SELECT id FROM shadow_runs ORDER BY id DESC LIMIT 1").fetchone()
         else:
             row = self.db.execute("SELECT r.id FROM shadow_runs r WHERE EXISTS (SELECT 1 FROM signals s WHERE "
                                   "s.run_id = r.id AND s.status = 'ok') ORDER BY r.id DESC LIMIT 1").fetchone() or \
@@ -270,6 +294,8 @@ class Catalog:
 
     def table(self, run_id: int, status: str | None = "ok") -> dict[str, np.ndarray]:
         """Column arrays of a run's frames: frame_id, clip, idx, status and every signal (NaN for NULL)."""
+        if self.lake is not None:
+            return self.rows(run_id, ["frame_id", "clip", "idx", "status", *SIGNALS], status)
         where = "WHERE s.run_id = ?" + (" AND s.status = ?" if status else "")
         rows = self.db.execute(f"SELECT s.frame_id, c.name, f.idx, s.status, {', '.join('s.' + s for s in SIGNALS)} "
                                f"FROM signals s JOIN frames f ON s.frame_id = f.id JOIN clips c ON f.clip_id = c.id {where} "
@@ -286,6 +312,8 @@ class Catalog:
         Highest: a read of k entries of the signal's index (catalogs created without it: one scan)."""
         if signal not in SIGNALS:
             raise CatalogError(f"unknown signal {signal!r}; the catalog's signals: {list(SIGNALS)}")
+        if self.lake is not None:
+            return lk.top(self.db, self.lake, run_id, signal, k, descending)
         rows = self.db.execute(f"SELECT frame_id, {signal} FROM signals WHERE run_id = ? AND status = 'ok' AND {signal} IS NOT NULL "
                                f"ORDER BY {signal} {'DESC' if descending else 'ASC'}, frame_id LIMIT ?", (run_id, int(k))).fetchall()
         return np.asarray([r[0] for r in rows], np.int64), np.asarray([r[1] for r in rows], np.float64)
@@ -293,6 +321,8 @@ class Catalog:
     def _embedding_rows(self, run_id: int) -> tuple[np.ndarray, np.ndarray]:
         """(frame ids (M,), raw per-camera vectors (M, N, C) float32) of a run, read once per Catalog
         object and kept in memory (cleared by write_clip): one bytes join and one frombuffer, not M."""
+        if run_id not in self._emb_cache and self.lake is not None:
+            self._emb_cache[run_id] = lk.embedding_rows(self.db, self.lake, run_id, str(self.path))
         if run_id not in self._emb_cache:
             rows = self.db.execute("SELECT frame_id, cameras, dim, vec FROM embeddings WHERE run_id = ? ORDER BY frame_id",
                                    (run_id,)).fetchall()
@@ -350,7 +380,34 @@ class Catalog:
         order = part[np.lexsort((ids[part], -sim[part]))]
         return ids[order], sim[order]
 
+    def rows(self, run_id: int, columns: Sequence[str], status: str | None = None, exclude: str | None = None,
+             frame_ids: Iterable[int] | None = None) -> dict[str, np.ndarray]:
+        """Columns of a run's per-frame rows by frame id: frame_id, clip, idx, status, error, a signal, per_camera,
+        predictions; `status` keeps one status, `exclude` drops one, `frame_ids` keeps those frames."""
+        if self.lake is not None:
+            return lk.rows(self.db, self.lake, run_id, columns, status, exclude, frame_ids)
+        sql = {"clip": "c.name", "idx": "f.idx"}
+        bad = [c for c in columns if c not in (*sql, "frame_id", "status", "error", "per_camera", "predictions", *SIGNALS)]
+        if bad:
+            raise CatalogError(f"unknown frames column {bad[0]!r}")
+        where, args = ["s.run_id = ?"], [run_id]
+        for term, value in (("s.status = ?", status), ("s.status != ?", exclude)):
+            if value is not None:
+                where.append(term)
+                args.append(value)
+        got = self.db.execute(f"SELECT {', '.join(sql.get(c, 's.' + c) for c in columns)} FROM signals s JOIN frames f ON "
+                              f"s.frame_id = f.id JOIN clips c ON f.clip_id = c.id WHERE {' AND '.join(where)} ORDER BY "
+                              "s.frame_id", args).fetchall()
+        if frame_ids is not None:
+            keep = {int(i) for i in frame_ids}
+            at = columns.index("frame_id")
+            got = [r for r in got if r[at] in keep]
+        cols = list(zip(*got)) if got else [[] for _ in columns]
+        return {c: lk.typed(c, v) for c, v in zip(columns, cols)}
+
     def predictions(self, run_id: int, frame_ids: Iterable[int]) -> dict[int, dict]:
+        if self.lake is not None:
+            return lk.predictions(self.db, self.lake, run_id, frame_ids)
         ids = [int(i) for i in frame_ids]
         out = {}
         for k in range(0, len(ids), 500):
@@ -370,6 +427,13 @@ class Catalog:
         """Store offline columns {name: (F,) values aligned with `frame_ids`} of a shadow run and the `models` that
         computed them, in ONE transaction; a column the run holds already is a CatalogError unless `overwrite`
         (then its old values are replaced whole). NaN and Inf are stored as NULL (no value)."""
+        if self.lake is not None:
+            have = sorted({r[0] for r in self.db.execute("SELECT name FROM offline_sources WHERE run_id = ?", (run_id,))}
+                          & set(columns))
+            if have and not overwrite:
+                raise CatalogError(f"catalog {self.path}: shadow run {run_id} holds offline column(s) {have} already; "
+                                   "pass --overwrite to replace them")
+            return lk.write_offline(self.db, self.lake, run_id, frame_ids, columns, models)
         with self.transaction():
             have = sorted({r[0] for r in self.db.execute("SELECT name FROM offline_sources WHERE run_id = ?", (run_id,))}
                           & set(columns))
@@ -385,6 +449,8 @@ class Catalog:
 
     def offline(self, run_id: int) -> dict[str, dict[int, float]]:
         """The run's offline columns: {name: {frame id: value (NaN where NULL)}}."""
+        if self.lake is not None:
+            return lk.offline(self.db, self.lake, run_id)
         out: dict[str, dict[int, float]] = {}
         for name, f, v in self.db.execute("SELECT name, frame_id, value FROM offline_signals WHERE run_id = ?", (run_id,)):
             out.setdefault(name, {})[int(f)] = np.nan if v is None else float(v)
@@ -398,15 +464,23 @@ class Catalog:
     # -- trigger hits and selections ----------------------------------------------------------------
     def write_hits(self, name: str, version: int, run_id: int, hits: Sequence[tuple[int, float]]) -> None:
         """Replace the hits of one trigger version on one run (idempotent)."""
+        if self.lake is not None:
+            return lk.write_hits(self.lake, name, version, run_id, hits)
         with self.transaction():
             self.db.execute("DELETE FROM trigger_hits WHERE trigger = ? AND version = ? AND run_id = ?", (name, version, run_id))
             self.db.executemany("INSERT INTO trigger_hits (trigger, version, run_id, frame_id, score) VALUES (?, ?, ?, ?, ?)",
                                 [(name, version, run_id, int(f), float(s)) for f, s in hits])
 
+    def hit_rows(self, run_id: int) -> list[tuple[str, int, int, float]]:
+        """(trigger, version, frame id, score) of every stored hit of a run, by trigger, score (best first), frame id."""
+        if self.lake is not None:
+            return lk.hit_rows(self.lake, run_id)
+        return self.db.execute("SELECT trigger, version, frame_id, score FROM trigger_hits WHERE run_id = ? ORDER BY trigger, "
+                               "score DESC, frame_id", (run_id,)).fetchall()
+
     def hits(self, run_id: int) -> dict[str, list[tuple[int, float]]]:
         out: dict[str, list[tuple[int, float]]] = {}
-        for t, f, s in self.db.execute("SELECT trigger, frame_id, score FROM trigger_hits WHERE run_id = ? ORDER BY trigger, "
-                                       "score DESC, frame_id", (run_id,)):
+        for t, _, f, s in self.hit_rows(run_id):
             out.setdefault(t, []).append((f, s))
         return out
 
@@ -501,7 +575,7 @@ def catalog_inputs(path: str | Path) -> list[Path]:
     from hydranet.data.recording import RECORDED_FILE
 
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True)) as db:
+        with contextlib.closing(sqlite3.connect(f"file:{catalog_db(path)}?mode=ro", uri=True)) as db:
             roots = [Path(r) for (r,) in db.execute("SELECT root FROM fleets")]
     except sqlite3.Error:
         return []

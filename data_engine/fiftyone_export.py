@@ -170,10 +170,15 @@ def _camera_sizes(root: Path) -> dict[str, tuple[int, int]]:
 
 
 def _frames(cat: Catalog, run_id: int, only: Sequence[int] | None) -> list[dict]:
-    cols = ", ".join(f"s.{s}" for s in SIGNALS)
-    rows = cat.db.execute(f"SELECT s.frame_id, c.name, f.idx, f.dir, f.timestamp_us, s.status, s.error, s.predictions, {cols} "
-                          "FROM signals s JOIN frames f ON s.frame_id = f.id JOIN clips c ON f.clip_id = c.id "
-                          "WHERE s.run_id = ? ORDER BY c.name, f.idx", (run_id,)).fetchall()
+    got = cat.rows(run_id, ["frame_id", "clip", "idx", "status", "error", "predictions", *SIGNALS])
+    where = {f: (d, ts) for f, d, ts in cat.db.execute("SELECT f.id, f.dir, f.timestamp_us FROM frames f JOIN clips c ON "
+                                                       "f.clip_id = c.id JOIN shadow_runs r ON c.fleet_id = r.fleet_id "
+                                                       "WHERE r.id = ?", (run_id,))}
+    rows = []
+    for k, f in enumerate(got["frame_id"].tolist()):
+        rows.append((f, got["clip"][k], int(got["idx"][k]), *where[f], got["status"][k], got["error"][k],
+                     got["predictions"][k], *[None if np.isnan(got[s][k]) else float(got[s][k]) for s in SIGNALS]))
+    rows.sort(key=lambda r: (r[1], r[2]))
     frames = {r[0]: {"frame_id": int(r[0]), "clip": str(r[1]), "frame": int(r[2]), "dir": str(r[3]),
                      "timestamp_us": None if r[4] is None else int(r[4]), "status": str(r[5]), "error": r[6],
                      "predictions": json.loads(r[7] or "{}"), "signals": dict(zip(SIGNALS, r[8:]))} for r in rows}
@@ -185,10 +190,11 @@ def _frames(cat: Catalog, run_id: int, only: Sequence[int] | None) -> list[dict]
 def _hits(cat: Catalog, run_id: int) -> dict[str, dict[int, float]]:
     """{trigger: {frame id: score}} of the newest stored version of each trigger on the run."""
     out: dict[str, dict[int, float]] = {}
-    for t, f, s in cat.db.execute("SELECT trigger, frame_id, score FROM trigger_hits h WHERE run_id = ? AND version = (SELECT "
-                                  "max(version) FROM trigger_hits WHERE run_id = h.run_id AND trigger = h.trigger) "
-                                  "ORDER BY trigger, frame_id", (run_id,)):
-        out.setdefault(str(t), {})[int(f)] = None if s is None else float(s)
+    hits = cat.hit_rows(run_id)
+    newest = {t: max(v for t2, v, _, _ in hits if t2 == t) for t, _, _, _ in hits}
+    for t, v, f, s in sorted(hits, key=lambda h: (h[0], h[2])):
+        if v == newest[t]:
+            out.setdefault(str(t), {})[int(f)] = None if s is None or s != s else float(s)
     return out
 
 
@@ -318,7 +324,7 @@ def export_fiftyone(catalog: str | Path, out: str | Path, selection: str | Path 
             sel_rank = {int(it["frame_id"]): int(it["rank"]) for it in items}
         else:
             run_id = cat.latest_run(run)
-        known = {r[0] for r in cat.db.execute("SELECT frame_id FROM signals WHERE run_id = ?", (run_id,))}
+        known = set(cat.rows(run_id, ["frame_id"])["frame_id"].tolist())
         if sel_rank is not None:
             missing = [f for f in sel_rank if f not in known]
             if missing:

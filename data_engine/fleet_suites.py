@@ -417,8 +417,8 @@ def freeze_fleet_slices(out: str | Path, fleet_root: str | Path, slices: Iterabl
                     "SELECT f.id, c.name, f.idx FROM frames f JOIN clips c ON f.clip_id = c.id WHERE c.fleet_id = ?",
                     (fleet_id,))}
             for col in sorted({t[1] for ts in terms.values() for t in ts if t[0] == "signal"}):
-                rows = cat.db.execute(f"SELECT frame_id, {col} FROM signals WHERE run_id = ? AND status = 'ok'", (run_id,))
-                signals[col] = {int(f): (math.nan if v is None else float(v)) for f, v in rows}
+                got = cat.rows(run_id, ["frame_id", col], status="ok")
+                signals[col] = {int(f): float(v) for f, v in zip(got["frame_id"], got[col])}
             if recorded:
                 accepted = _accepted(cat, fleet_id)
     labeller = _Labels(fleet, meta, accepted)

@@ -214,14 +214,13 @@ def with_predictions(cat: Catalog, jobs: Sequence[Job], min_score: float = 0.1) 
                     for cam in j.cameras if cam in auto["payload"]["cameras"]}
             out.append(dataclasses.replace(j, predictions=cams, model_version=auto["labeller"]))
             continue
-        row = cat.db.execute("SELECT s.predictions, r.model_id, m.path, m.sha256 FROM selections sel JOIN shadow_runs r ON "
-                             "sel.run_id = r.id "
-                             "JOIN models m ON r.model_id = m.id JOIN signals s ON s.run_id = r.id AND s.frame_id = ? "
-                             "WHERE sel.name = ?", (j.frame_id, j.selection)).fetchone()
-        if row is None or not row[0]:
+        row = cat.db.execute("SELECT r.id, r.model_id, m.path, m.sha256 FROM selections sel JOIN shadow_runs r ON "
+                             "sel.run_id = r.id JOIN models m ON r.model_id = m.id WHERE sel.name = ?", (j.selection,)).fetchone()
+        preds = cat.predictions(row[0], [j.frame_id]).get(j.frame_id) if row is not None else None
+        if not preds:
             out.append(j)
             continue
-        preds, mid, path, sha = json.loads(row[0]), row[1], row[2], row[3]
+        mid, path, sha = row[1], row[2], row[3]
         if mid not in meta:
             try:
                 meta[mid] = read_metadata(path)

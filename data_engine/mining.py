@@ -349,8 +349,10 @@ def _dedup_class_aware(ranked: list[tuple[int, dict]], pool: Mapping[str, Any], 
     return picks
 
 
-def similar(catalog: str | Path, frame_id: int, k: int = 50, run: int | None = None) -> list[dict[str, Any]]:
-    """The k frames whose embedding is most like frame `frame_id`'s (cosine), the query first."""
+def similar(catalog: str | Path, frame_id: int, k: int = 50, run: int | None = None, ann: bool = False,
+            notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """The k frames whose embedding is most like frame `frame_id`'s (cosine), the query first; exact, or with `ann`
+    through the run's FAISS index (data_engine/ann.py; what it added to the index is appended to `notes`)."""
     if k < 1:
         raise MiningError(f"--k must be at least 1, got {k}")
     with Catalog(catalog) as cat:
@@ -361,12 +363,23 @@ def similar(catalog: str | Path, frame_id: int, k: int = 50, run: int | None = N
         if len(where) == 0:
             raise MiningError(f"frame {frame_id} is not in shadow run {run_id} of {cat.path} (frame ids "
                               f"{int(ids.min()) if len(ids) else '-'}..{int(ids.max()) if len(ids) else '-'})")
-        sim = emb @ emb[where[0]]
-        order = np.lexsort((ids, -sim))
-        order = np.concatenate([[where[0]], [o for o in order if o != where[0]]])[:k]
+        q = emb[where[0]]
+        if ann:
+            from data_engine.ann import open_index, search
+
+            index, info = open_index(cat, run_id)
+            if notes is not None and (info["added"] or info["built"]):
+                notes.append(f"ANN index of run {run_id}: {'built with' if info['built'] else 'added'} {info['added']} "
+                             f"frames of {info['clips']} clip(s)")
+            got, sims = search(index, q, k + 1)
+            pairs = [(int(frame_id), float(q @ q))] + [(int(f), float(v)) for f, v in zip(got, sims) if int(f) != frame_id]
+        else:
+            sim = emb @ q
+            order = np.lexsort((ids, -sim))
+            pairs = [(int(ids[o]), float(sim[o])) for o in np.concatenate([[where[0]], [o for o in order if o != where[0]]])]
         names = {int(f): (str(c), int(i)) for f, c, i in zip(table["frame_id"], table["clip"], table["idx"])}
-        return [{"frame_id": int(ids[o]), "clip": names.get(int(ids[o]), ("?", -1))[0],
-                 "frame": names.get(int(ids[o]), ("?", -1))[1], "similarity": round(float(sim[o]), 6)} for o in order]
+        return [{"frame_id": f, "clip": names.get(f, ("?", -1))[0], "frame": names.get(f, ("?", -1))[1],
+                 "similarity": round(v, 6)} for f, v in pairs[:k]]
 
 
 def write_selection(sel: Mapping[str, Any], out: str | Path) -> Path:

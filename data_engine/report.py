@@ -497,7 +497,7 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
         name, run_id, items = resolve_selection(cat, selection, run)
         info = cat.run_info(run_id)
         table = run_table(cat, run_id)  # + embeddings (novelty's input)
-        n_corrupt = cat.db.execute("SELECT count(*) FROM signals WHERE run_id = ? AND status != 'ok'", (run_id,)).fetchone()[0]
+        n_corrupt = len(cat.rows(run_id, ["frame_id"], exclude="ok")["frame_id"])
         names = {int(f): (str(c), int(i)) for f, c, i in zip(table["frame_id"], table["clip"], table["idx"])}
         missing = [it["frame_id"] for it in items if it["frame_id"] not in names]
         if missing:

@@ -38,6 +38,8 @@ import numpy as np
 
 from data_engine.catalog import Catalog
 from data_engine.fleet import Fleet, read_frame
+from data_engine.lake import write_frames_part
+from data_engine.lake_catalog import lake_ref, part_ready
 from data_engine.signals import ClipState, ModelInfo, frame_signals
 from hydranet.io import exclusive_lock
 from hydranet.stream import VideoState, stream
@@ -171,6 +173,17 @@ def shadow_clip(task: Mapping[str, Any]) -> dict[str, Any]:
     return {"clip_id": task["clip_id"], "bad": None, "rows": rows}
 
 
+def shadow_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """`shadow_clip`, and on a lake catalog (task "lake") the clip's part written here, by the worker, atomically:
+    the driver then gets only the summary ({"clip_id", "bad", "part", "frames", "corrupt"}) and commits the marker."""
+    res = shadow_clip(task)
+    if not task.get("lake"):
+        return res
+    idx = {int(f["frame_id"]): int(f["index"]) for f in task["frames"]}
+    return {"clip_id": res["clip_id"], "bad": res["bad"],
+            **write_frames_part(task["lake"], task["clip_id"], task["clip"], idx, res["rows"])}
+
+
 def _init_worker(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
@@ -222,6 +235,11 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
         cand_id = cat.add_model(candidate, cand.meta) if cand is not None else None
         fleet_id, clip_ids, frame_ids = cat.add_fleet(fl)
         run_id = cat.add_run(model_id, cand_id, fleet_id)
+        if cat.lake is not None:  # parts a killed run wrote before its driver committed them: committed, not recomputed
+            cat.lake.remove_stale(run_id)
+            for name in fl.clip_names:
+                if clip_ids[name] not in cat.done_clips(run_id) and part_ready(cat.lake, run_id, clip_ids[name]):
+                    cat.commit_clip(run_id, clip_ids[name])
         done = cat.done_clips(run_id)
         tasks = []
         for name in fl.clip_names:
@@ -231,14 +249,20 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
             tasks.append({"root": str(fl.root.resolve()), "clip": name, "clip_id": clip_ids[name], "model": str(model),
                           "sizes": fl.cameras,
                           "candidate": str(candidate) if candidate else None, "threads": threads,
+                          "lake": lake_ref(cat.lake, run_id) if cat.lake is not None else None,
                           "frames": [{**f, "frame_id": frame_ids[(name, f["index"])]} for f in clip.frames]})
         stats = {"run_id": run_id, "clips": len(fl.clip_names), "done_before": len(done), "frames": 0, "corrupt": 0,
                  "bad_clips": 0, "bad": []}
         bar = tqdm(total=len(tasks), desc="engine shadow", unit="clip", disable=not progress)
         for res in _execute(tasks, executor, workers, threads, ray_address, quiet=not progress):
-            cat.write_clip(run_id, res["clip_id"], res["rows"])  # one clip, one transaction, in the parent only
-            stats["frames"] += len(res["rows"])
-            stats["corrupt"] += sum(r["status"] == "corrupt" for r in res["rows"])
+            if "part" in res:  # a lake: the worker wrote the part, the parent commits the done marker only
+                cat.commit_clip(run_id, res["clip_id"])
+                stats["frames"] += res["frames"]
+                stats["corrupt"] += 0 if res["bad"] else res["corrupt"]
+            else:
+                cat.write_clip(run_id, res["clip_id"], res["rows"])  # one clip, one transaction, in the parent only
+                stats["frames"] += len(res["rows"])
+                stats["corrupt"] += sum(r["status"] == "corrupt" for r in res["rows"])
             bar.update(1)
         bar.close()
         stats["bad"] = bad_clips(cat, run_id)  # the run's, clips done before included: a rerun says it again
@@ -254,9 +278,11 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
 
 def bad_clips(cat: Catalog, run_id: int) -> list[tuple[str, str]]:
     """(clip name, error) of every clip of a shadow run on which a model gave non-finite outputs, by name."""
-    return [(str(c), str(e)) for c, e in cat.db.execute(
-        "SELECT c.name, min(s.error) FROM signals s JOIN frames f ON s.frame_id = f.id JOIN clips c ON f.clip_id = c.id "
-        "WHERE s.run_id = ? AND s.status = ? GROUP BY c.id ORDER BY c.name", (run_id, BAD))]
+    got = cat.rows(run_id, ["clip", "error"], status=BAD)
+    first: dict[str, str] = {}
+    for c, e in zip(got["clip"], got["error"]):
+        first[str(c)] = min(first.get(str(c), str(e)), str(e))
+    return sorted(first.items())
 
 
 def _execute(tasks: list[dict], executor: str, workers: int, threads: int, ray_address: str | None = None,
@@ -267,14 +293,14 @@ def _execute(tasks: list[dict], executor: str, workers: int, threads: int, ray_a
         yield from _execute_ray(tasks, workers, ray_address, quiet)
         return
     if workers <= 1 or len(tasks) == 1:  # in this process; the next clip runs while the parent writes this one
-        yield from _ahead(shadow_clip(t) for t in tasks)
+        yield from _ahead(shadow_task(t) for t in tasks)
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp.get_context("spawn"),
                              initializer=_init_worker, initargs=(threads,)) as pool:
-        futures = [pool.submit(shadow_clip, t) for t in tasks]
+        futures = [pool.submit(shadow_task, t) for t in tasks]
         for fut in as_completed(futures):
             yield fut.result()
 
@@ -346,7 +372,7 @@ class ShadowActor:
     def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         results = []
         for blob in batch["task"]:  # whole clips, each in scene order inside shadow_clip
-            results.append(pickle.dumps(shadow_clip({**pickle.loads(blob), "threads": self.threads})))
+            results.append(pickle.dumps(shadow_task({**pickle.loads(blob), "threads": self.threads})))
         return {"clip_id": np.asarray(batch["clip_id"]), "result": np.asarray(results, dtype=object)}
 
 

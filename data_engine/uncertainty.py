@@ -244,8 +244,10 @@ def run_uncertainty(catalog: str | Path, models: Sequence[str | Path], run: int 
             raise UncertaintyError(f"catalog {catalog}: shadow run {run_id} holds offline columns already ({', '.join(have)});"
                                    " pass --overwrite to compute them again")
         fleet = cat.run_info(run_id)["fleet"]
-        ok = cat.db.execute("SELECT s.frame_id, c.name, f.dir FROM signals s JOIN frames f ON s.frame_id = f.id JOIN clips c "
-                            "ON f.clip_id = c.id WHERE s.run_id = ? AND s.status = 'ok' ORDER BY s.frame_id", (run_id,)).fetchall()
+        got = cat.rows(run_id, ["frame_id", "clip"], status="ok")
+        dirs = dict(cat.db.execute("SELECT f.id, f.dir FROM frames f JOIN clips c ON f.clip_id = c.id JOIN shadow_runs r "
+                                   "ON c.fleet_id = r.fleet_id WHERE r.id = ?", (run_id,)))
+        ok = [(int(f), str(c), dirs[int(f)]) for f, c in zip(got["frame_id"], got["clip"])]
     if not ok:
         raise UncertaintyError(f"shadow run {run_id} of {catalog} has no frame to score (none ok)")
     columns = pool_signals(models, fleet, [(c, d) for _, c, d in ok], tta, progress)

@@ -130,11 +130,16 @@ def cmd_engine_similar(args) -> None:
     if (args.frame is None) == (args.image is None):
         raise ValueError("give exactly one of --frame ID (a frame of the catalog) or --image FILE (with --onnx)")
     if args.image is not None:
+        if args.ann:
+            raise ValueError("--ann goes with --frame (the run's index of frame embeddings); --image searches exactly")
         res = similar_image(args.catalog, args.onnx, args.image, args.camera, args.k, args.run)
     else:
         if args.onnx is not None or args.camera is not None:
             raise ValueError("--onnx and --camera go with --image; --frame uses the catalog's embeddings")
-        res = similar(args.catalog, args.frame, args.k, args.run)
+        notes: list[str] = []
+        res = similar(args.catalog, args.frame, args.k, args.run, args.ann, notes)
+        for n in notes:
+            print(n)
     print(f"{'frame id':>8}  {'clip/frame':<28} similarity")
     for r in res:
         print(f"{r['frame_id']:8d}  {r['clip'] + '/' + format(r['frame'], '06d'):<28} {r['similarity']:.4f}")
@@ -266,6 +271,35 @@ def cmd_engine_jobs(args) -> None:
                       + (f": {e['note']}" if e["note"] else ""))
 
 
+def cmd_engine_catalog(args) -> None:
+    from data_engine.catalog import Catalog
+    from data_engine.lake import create
+
+    if args.catalog_command == "create":
+        out = create(args.out, args.backend)
+        Catalog(out).close()  # its SQLite file, with the current schema
+        print(f"created a {args.backend} catalog in {out}; give it to any command as --catalog {out}")
+        return
+    from data_engine.catalog_migrate import migrate
+
+    r = migrate(args.src, args.out)
+    print(f"migrated {args.src} -> {r['out']} (lake): " + ", ".join(f"{t} {n}" for t, n in r["counts"].items())
+          + f"; counts and checksums verified ({r['parts']} parts)")
+
+
+def _add_engine_catalog(eng) -> None:
+    c = eng.add_parser("catalog", help="make a catalog folder (SQLite or a Parquet lake), or move a catalog file to a lake")
+    sub = c.add_subparsers(dest="catalog_command", required=True)
+    cr = sub.add_parser("create", help="an empty catalog folder whose backend is written in it")
+    cr.add_argument("--out", type=Path, required=True, help="the new catalog folder (give it as --catalog)")
+    cr.add_argument("--backend", default="sqlite", help="sqlite (one file) or lake (Parquet parts per shadow task + DuckDB)")
+    cr.set_defaults(func=cmd_engine_catalog)
+    mg = sub.add_parser("migrate", help="copy a catalog file into a new lake folder, every row, verified")
+    mg.add_argument("--from", dest="src", type=Path, required=True, help="the catalog file (catalog.db)")
+    mg.add_argument("--to", dest="out", type=Path, required=True, help="the new lake catalog folder")
+    mg.set_defaults(func=cmd_engine_catalog)
+
+
 def add_engine(sub) -> None:
     """`hydranet engine ...`: the data engine (docs/data_engine.md)."""
     eng = sub.add_parser("engine", help="the data engine: fleet, shadow mode, triggers, mining (docs/data_engine.md)")
@@ -307,7 +341,8 @@ def add_engine(sub) -> None:
     sh = eng.add_parser("shadow", help="run the deployed ONNX model over every fleet clip; per-frame signals into the catalog")
     renamed(sh, "--onnx", "--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
     sh.add_argument("--fleet", type=Path, required=True, help="a fleet folder (`hydranet engine fleet` or `engine ingest`)")
-    sh.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing)")
+    sh.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing) or catalog folder "
+                    "(`hydranet engine catalog create`)")
     renamed(sh, "--candidate-onnx", "--candidate", type=Path, default=None,
             help="a candidate's exported model.onnx run alongside (it never drives)")
     sh.add_argument("--executor", default="local", help="local (process pool) or ray")
@@ -338,6 +373,8 @@ def add_engine(sub) -> None:
             renamed(c, "--onnx", "--model", type=Path, default=None, help="with --image: the shadow run's model.onnx (embeds it)")
             c.add_argument("--camera", default=None, help="with --image: the camera it is from (default: the model's first)")
             c.add_argument("--k", type=int, default=50)
+            c.add_argument("--ann", action="store_true", help="with --frame: approximate search through the run's FAISS "
+                           "IVF index (built, then grown as clips arrive; exact search is the default)")
         c.set_defaults(func={"triggers": cmd_engine_triggers, "mine": cmd_engine_mine, "similar": cmd_engine_similar}[cmd])
     rep = eng.add_parser("report", help="contact sheet of mined frames, signal histograms, trigger table (markdown)")
     rep.add_argument("--catalog", type=Path, required=True)
@@ -350,6 +387,7 @@ def add_engine(sub) -> None:
     add_override_option(rep)
     rep.add_argument("--overwrite", action="store_true", help="replace an existing report folder")
     rep.set_defaults(func=cmd_engine_report)
+    _add_engine_catalog(eng)
     _add_engine_uncertainty(eng)
     _add_engine_fiftyone(eng)
     _add_engine_labels(eng)

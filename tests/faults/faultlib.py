@@ -42,6 +42,7 @@ class Case:
     words: tuple[str, ...] = ()  # all must appear in the error line (case-insensitive)
     absent: tuple[str, ...] = ()  # none may appear in stderr
     stdout: tuple[str, ...] = ()  # all must appear in stdout (case-insensitive): what a run with status 0 reports
+    warns: tuple[str, ...] = ()  # all must appear in stderr (case-insensitive): a warning line the run reports
     patch: Callable[[pytest.MonkeyPatch, Path], None] | None = None  # simulate what root cannot (EACCES, ENOSPC)
     check: Callable[[Path], None] | None = None  # post-condition on the tmp folder
     marks: tuple = field(default_factory=tuple)
@@ -82,6 +83,8 @@ def run_case(case: Case, tmp: Path, env: Env, monkeypatch: pytest.MonkeyPatch, c
         assert not missing, f"error line lacks {missing}: {lines[-1]}"
     missing_out = [w for w in case.stdout if w.lower() not in out.lower()]
     assert not missing_out, f"stdout lacks {missing_out}: {out[-800:]}"
+    missing_warn = [w for w in case.warns if w.lower() not in err.lower()]
+    assert not missing_warn, f"stderr lacks {missing_warn}: {err[-800:]}"
     for w in case.absent:
         assert w.lower() not in err.lower(), f"stderr holds {w!r}: {err[-800:]}"
     if case.check is not None:

@@ -1,0 +1,301 @@
+"""The catalog's lake tier: the per-frame, append-only tables as Parquet parts, queried with DuckDB.
+
+A catalog folder (`hydranet engine catalog create --out DIR --backend sqlite|lake`) holds
+
+    DIR/catalog.json      {"format": "hydranet-catalog", "backend": "lake" | "sqlite", "lake_schema", "lake_id"}
+    DIR/catalog.db        the transactional tables (data_engine/catalog.py's schema; the done markers too)
+    DIR/parts/frames/run=R/clip=C.parquet     one part per shadow task: the clip's signals, predictions, embeddings
+    DIR/parts/offline/run=R/NAME.parquet      one server-side column (`hydranet engine uncertainty`)
+    DIR/parts/hits/run=R/TRIGGER.vV.parquet   one trigger version's hits
+
+A shadow worker writes its clip's part itself, atomically (`hydranet.io.atomic_path`: NAME.tmp-<pid>, then a
+rename), and only then does the driver commit the clip's done marker (the `shadow_clips` row): a part without
+a marker is ignored (and reported) by every reader, and a rerun commits it without recomputing the clip; a
+marker always has its whole part. Every part's Parquet footer names its table, the lake's schema version and
+the lake it belongs to: a truncated part, a part of another schema version or of another catalog's lake is a
+one-line `LakeError` naming the file. Queries read the done parts with DuckDB (`read_parquet` over the file
+list), never a glob, so a temp or foreign file is never read.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from data_engine.signals import SIGNALS
+from hydranet.io import atomic_path, atomic_write_text, check_name, read_json, remove_stale_temps
+
+LAKE_SCHEMA = 1  # the parts' layout: bump when a part's columns change (older parts are then refused, naming the file)
+MARKER = "catalog.json"
+DB_FILE = "catalog.db"
+BACKENDS = ("sqlite", "lake")
+FORMAT = "hydranet-catalog"
+META_KEY = "hydranet.lake"
+EXTRA = "pip install 'hydranet-stack[engine]' (from a checkout: pip install '.[engine]')"
+
+
+class LakeError(ValueError):
+    """A catalog folder or part that cannot be used; one line naming the file and what to do."""
+
+
+def need(module: str):
+    """`import module` (duckdb, pyarrow.parquet), or one line naming the extra that brings it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError:
+        raise LakeError(f"the lake catalog needs {module.split('.')[0]}, which is not installed: {EXTRA}") from None
+
+
+# -- the catalog folder -----------------------------------------------------------------------------------
+def create(out: str | Path, backend: str) -> Path:
+    """Make an empty catalog folder of `backend` (its marker; the SQLite file is created by Catalog)."""
+    out = Path(out)
+    if backend not in BACKENDS:
+        raise LakeError(f"unknown --backend {backend!r}; choose one of {list(BACKENDS)}")
+    if (out / MARKER).exists():
+        raise LakeError(f"--out {out} is a catalog already ({read_marker(out)['backend']}); give a new folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise LakeError(f"--out {out} exists and is not an empty folder; give a new folder for the catalog")
+    if backend == "lake":
+        need("duckdb")
+        need("pyarrow.parquet")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / MARKER, json.dumps({"format": FORMAT, "backend": backend, "lake_schema": LAKE_SCHEMA,
+                                                 "lake_id": uuid.uuid4().hex}, indent=1) + "\n")
+    return out
+
+
+def read_marker(folder: Path) -> dict:
+    """The folder's catalog.json, checked; LakeError for a folder that is not a catalog."""
+    if not (folder / MARKER).is_file():
+        raise LakeError(f"catalog {folder} is a folder but not a catalog (no {MARKER}); make one with `hydranet engine "
+                        f"catalog create --out {folder} --backend lake`, or give a catalog file such as {folder}/catalog.db")
+    m = read_json(folder / MARKER, "catalog marker", LakeError, "recreate the catalog folder")
+    if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("backend") not in BACKENDS:
+        raise LakeError(f"{folder / MARKER} is not a hydranet catalog marker (format {FORMAT!r}, backend one of "
+                        f"{list(BACKENDS)}); give another --catalog")
+    if m["backend"] == "lake" and m.get("lake_schema") != LAKE_SCHEMA:
+        raise LakeError(f"{folder / MARKER}: lake schema {m.get('lake_schema')!r}, this package reads {LAKE_SCHEMA}; "
+                        "update the hydranet package or migrate the catalog")
+    return m
+
+
+def open_folder(folder: Path) -> tuple[Path, "Lake | None"]:
+    """(the SQLite file, the Lake or None for a sqlite-backed folder) of a catalog folder."""
+    m = read_marker(folder)
+    return folder / DB_FILE, (Lake(folder, m["lake_id"]) if m["backend"] == "lake" else None)
+
+
+def catalog_db(path: str | Path) -> Path:
+    """The SQLite file of a catalog given as a file or a catalog folder."""
+    path = Path(path)
+    return path / DB_FILE if path.is_dir() else path
+
+
+# -- parts: writing (a shadow worker, or the driver for offline columns and hits) ---------------------------
+def frames_schema():
+    pa = need("pyarrow")
+    return pa.schema([("frame_id", pa.int64()), ("clip", pa.string()), ("idx", pa.int64()), ("status", pa.string()),
+                      ("error", pa.string()), *[(s, pa.float64()) for s in SIGNALS], ("per_camera", pa.string()),
+                      ("predictions", pa.string()), ("cameras", pa.int32()), ("dim", pa.int32()),
+                      ("embedding", pa.list_(pa.float32()))])
+
+
+def _real(v) -> float | None:
+    return None if v is None or not np.isfinite(float(v)) else float(v)
+
+
+def _json(v) -> str:
+    """A row's per_camera or predictions as stored: JSON text kept as given (a migrated row), else dumped."""
+    return v if isinstance(v, str) else json.dumps(v or {})
+
+
+def frames_table(clip: str, idx: Mapping[int, int], rows: Sequence[Mapping[str, Any]]):
+    """A clip's shadow rows ({"frame_id", "status", "error", "signals", "per_camera", "predictions", "embedding"
+    (N, C) or None}) as an Arrow table of `frames_schema`; `idx`: frame id -> the frame's index in its clip."""
+    pa = need("pyarrow")
+    embs = [None if r.get("embedding") is None else np.ascontiguousarray(r["embedding"], np.float32) for r in rows]
+    sizes = [0 if e is None else e.size for e in embs]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    flat = np.concatenate([e.reshape(-1) for e in embs if e is not None]) if any(sizes) else np.zeros(0, np.float32)
+    cols = {"frame_id": [int(r["frame_id"]) for r in rows], "clip": [clip] * len(rows),
+            "idx": [int(idx[int(r["frame_id"])]) for r in rows], "status": [r["status"] for r in rows],
+            "error": [r.get("error") for r in rows]}
+    for s in SIGNALS:
+        cols[s] = [_real((r.get("signals") or {}).get(s)) for r in rows]
+    cols["per_camera"] = [_json(r.get("per_camera")) for r in rows]
+    cols["predictions"] = [_json(r.get("predictions")) for r in rows]
+    cols["cameras"] = [None if e is None else int(e.shape[0]) for e in embs]
+    cols["dim"] = [None if e is None else int(e.shape[-1]) for e in embs]
+    schema = frames_schema()
+    arrays = [pa.array(cols[f.name], f.type) for f in schema if f.name != "embedding"]
+    mask = pa.array([e is None for e in embs], pa.bool_())
+    arrays.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.float32()), mask=mask))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def write_part(path: Path, table, meta: Mapping[str, Any]) -> Path:
+    """`table` as the Parquet part `path`, its footer holding `meta` (+ the lake schema), written atomically."""
+    pq = need("pyarrow.parquet")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = table.replace_schema_metadata({META_KEY: json.dumps({"schema": LAKE_SCHEMA, **meta})})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    return path
+
+
+def write_frames_part(lake: Mapping[str, Any], clip_id: int, clip: str, idx: Mapping[int, int],
+                      rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a shadow worker does with its clip: the part, then a summary for the driver's done marker.
+    `lake`: {"root" (the catalog folder), "id" (its lake id), "run_id"}."""
+    path = frames_path(Path(lake["root"]), int(lake["run_id"]), int(clip_id))
+    not_ok = sum(r["status"] != "ok" for r in rows)
+    write_part(path, frames_table(clip, idx, rows), {"table": "frames", "lake": lake["id"], "run": int(lake["run_id"]),
+                                                     "clip_id": int(clip_id), "rows": len(rows), "not_ok": not_ok})
+    return {"part": str(path), "frames": len(rows), "corrupt": not_ok}
+
+
+def frames_path(root: Path, run_id: int, clip_id: int) -> Path:
+    return root / "parts" / "frames" / f"run={run_id}" / f"clip={clip_id}.parquet"
+
+
+def offline_path(root: Path, run_id: int, name: str) -> Path:
+    return root / "parts" / "offline" / f"run={run_id}" / f"{check_name(name, 'offline column', 'lake', LakeError)}.parquet"
+
+
+def hits_path(root: Path, run_id: int, trigger: str, version: int) -> Path:
+    return root / "parts" / "hits" / f"run={run_id}" / f"{check_name(trigger, 'trigger', 'lake', LakeError)}.v{int(version)}.parquet"
+
+
+# -- parts: reading -----------------------------------------------------------------------------------------
+class Lake:
+    """The parts of one catalog folder and a DuckDB connection reading them."""
+
+    def __init__(self, root: Path, lake_id: str):
+        self.root, self.id = Path(root), str(lake_id)
+        self._con = None
+        self._checked: dict[str, tuple[int, int]] = {}  # part -> (size, mtime_ns) when its footer was checked
+        self.reported: set[str] = set()
+
+    @property
+    def con(self):
+        if self._con is None:
+            self._con = need("duckdb").connect()
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def part_meta(self, path: Path) -> dict:
+        """The footer metadata of one part, checked (readable, this lake's, this schema version)."""
+        pq = need("pyarrow.parquet")
+        try:
+            md = pq.read_metadata(path)
+        except FileNotFoundError:
+            raise LakeError(f"lake part {path} is missing; restore it from a copy of the catalog folder, or "
+                            "recreate the catalog") from None
+        except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError for a damaged footer
+            raise LakeError(f"lake part {path} is truncated or not Parquet ({str(e).splitlines()[0][:120]}); delete it and "
+                            "rerun the stage that wrote it (`hydranet engine shadow` recomputes its clip)") from None
+        raw = (md.metadata or {}).get(META_KEY.encode())
+        try:
+            meta = json.loads(raw) if raw else None
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict):
+            raise LakeError(f"lake part {path} is a Parquet file without the hydranet lake footer; it is not a part of "
+                            "this catalog: move it out of the catalog folder")
+        if meta.get("schema") != LAKE_SCHEMA:
+            raise LakeError(f"lake part {path} has lake schema {meta.get('schema')!r}, this package reads {LAKE_SCHEMA}; "
+                            "update the hydranet package, or migrate the catalog it came from")
+        if meta.get("lake") != self.id:
+            raise LakeError(f"lake part {path} belongs to lake {meta.get('lake')}, not to this catalog's {self.id} "
+                            f"({self.root / MARKER}): two catalogs write one lake; give each catalog its own folder")
+        return {**meta, "num_rows": md.num_rows}
+
+    def check(self, parts: Sequence[Path]) -> None:
+        """Every part's footer checked once per (size, mtime) seen: a file replaced since is checked again."""
+        for p in parts:
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                self.part_meta(p)  # raises, naming it
+            key = (st.st_size, st.st_mtime_ns)
+            if self._checked.get(str(p)) != key:
+                self.part_meta(p)
+                self._checked[str(p)] = key
+
+    def frames_parts(self, run_id: int, done: set[int]) -> list[Path]:
+        """The parts of run `run_id` whose clip is marked done, by clip id; a part without a marker is ignored and
+        reported once (one line on stderr); a done clip whose part is missing is a LakeError."""
+        folder = self.root / "parts" / "frames" / f"run={run_id}"
+        have = {}
+        for p in folder.glob("clip=*.parquet") if folder.is_dir() else ():
+            stem = p.name[len("clip="):-len(".parquet")]
+            if stem.isdigit():
+                have[int(stem)] = p
+        lost = sorted(done - set(have))
+        if lost:
+            raise LakeError(f"catalog {self.root}: clip {lost[0]} of shadow run {run_id} is marked done but its lake part "
+                            f"{frames_path(self.root, run_id, lost[0])} is missing ({len(lost)} part(s) lost); restore the "
+                            "parts folder from a copy, or recreate the catalog")
+        pending = sorted(set(have) - done)
+        if pending and str(folder) not in self.reported:
+            self.reported.add(str(folder))
+            print(f"warning: catalog {self.root}: {len(pending)} lake part(s) of shadow run {run_id} have no done marker and "
+                  f"are ignored (first: {have[pending[0]]}); rerun `hydranet engine shadow` to commit them",
+                  file=sys.stderr)
+        parts = [have[c] for c in sorted(done)]
+        self.check(parts)
+        return parts
+
+    def query(self, sql: str, parts: Sequence[Path]):
+        """`sql` with {parts} replaced by `read_parquet([...])` of `parts`, as an Arrow table."""
+        files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in parts) + "]"
+        duckdb = need("duckdb")
+        try:
+            return self.con.sql(sql.replace("{parts}", f"read_parquet({files})")).to_arrow_table()
+        except duckdb.Error as e:  # a part damaged since it was checked
+            self._checked.clear()
+            self.check(parts)
+            raise LakeError(f"catalog {self.root}: the lake parts cannot be read ({str(e).splitlines()[0][:160]}); "
+                            "check the parts folder") from None
+
+    def remove_stale(self, run_id: int) -> None:
+        """Temps of killed workers of run `run_id` (their pid gone)."""
+        remove_stale_temps(self.root / "parts" / "frames" / f"run={run_id}")
+
+    def small_parts(self, kind: str, run_id: int) -> list[Path]:
+        """The offline or hits parts of a run, by name, checked."""
+        folder = self.root / "parts" / kind / f"run={run_id}"
+        parts = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+        self.check(parts)
+        return parts
+
+
+def column(table, name: str, dtype=None) -> np.ndarray:
+    """One column of an Arrow table as numpy (nulls: NaN for floats, None for objects)."""
+    col = table.column(name)
+    out = col.to_numpy(zero_copy_only=False) if col.num_chunks != 1 else col.chunk(0).to_numpy(zero_copy_only=False)
+    return out if dtype is None else np.asarray(out, dtype)
+
+
+def embedding_matrix(table) -> tuple[np.ndarray, np.ndarray, set]:
+    """(frame ids (M,), vectors (M, N*C) flat float32, {(N, C)} shapes) of an Arrow table with frame_id, cameras, dim,
+    embedding (non-null rows only)."""
+    pa = need("pyarrow")
+    emb = table.column("embedding").combine_chunks() if table.num_rows else pa.array([], pa.list_(pa.float32()))
+    ids = column(table, "frame_id", np.int64)
+    shapes = set(zip(column(table, "cameras").tolist(), column(table, "dim").tolist())) if table.num_rows else set()
+    flat = emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    width = len(flat) // max(len(ids), 1)
+    return ids, flat.reshape(len(ids), width), shapes
