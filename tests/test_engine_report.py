@@ -169,8 +169,10 @@ def test_catalog_top_and_nearest_equal_numpy(env):
         e_ids, emb = c.embeddings(run)
         for q in (0, 5):
             nn, sim = c.nearest(run, emb[q], 4)
-            order = np.lexsort((e_ids, -(emb @ emb[q])))[:4]
-            assert nn[0] == e_ids[q] and list(nn) == list(e_ids[order])
+            cos = emb @ (emb[q] / np.linalg.norm(emb[q]))  # the cosine similarity nearest() ranks by
+            order = np.lexsort((e_ids, -cos))[:4]
+            assert nn[0] == e_ids[q] and np.allclose(sim, cos[order], atol=1e-6)
+            assert list(nn) == list(e_ids[order]), "ties broken by frame id"
         with pytest.raises(ValueError, match="unknown signal"):
             c.top(run, "sparkle", 3)
 

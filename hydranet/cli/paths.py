@@ -56,7 +56,7 @@ def check_command_paths(args: argparse.Namespace, command: str) -> None:
             if (command, out_key) in WORKING_FOLDERS:
                 paths = [p for p in paths if out.resolve() not in p.resolve().parents]
             inputs[_flag(key)] = paths
-        if "catalog" in given and (command, out_key) not in WORKING_FOLDERS and given["catalog"][0].is_file():
+        if "catalog" in given and (command, out_key) not in WORKING_FOLDERS and given["catalog"][0].exists():
             from data_engine.catalog import catalog_inputs
 
             inputs["a fleet or recording of --catalog"] = catalog_inputs(given["catalog"][0])

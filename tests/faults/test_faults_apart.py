@@ -51,14 +51,17 @@ def videos(tmp: Path) -> Path:
     return tmp / "videos"
 
 
-def own_catalog(tmp: Path, fleet: Path) -> Path:
-    """tmp/own.db naming `fleet` (a copy in tmp: the row must not touch the shared fixtures)."""
+def own_catalog(tmp: Path, fleet: Path, backend: str | None = None) -> Path:
+    """tmp/own.db naming `fleet` (a copy in tmp: the row must not touch the shared fixtures); with `backend`, a
+    catalog folder tmp/own of that backend (`engine catalog create`)."""
     from data_engine.catalog import Catalog
     from data_engine.fleet import Fleet
+    from data_engine.lake import create
 
-    with Catalog(tmp / "own.db", create=True) as c:
+    path = create(tmp / "own", backend) if backend else tmp / "own.db"
+    with Catalog(path, create=True) as c:
         c.add_fleet(Fleet(fleet))
-    return tmp / "own.db"
+    return path
 
 
 def recorded_fleet_of_videos(tmp: Path, env) -> Path:
@@ -112,6 +115,11 @@ CASES = [
     Case("report-out-is-the-catalogs-fleet", lambda t, e: ["engine", "report", "--catalog",
                                                             own_catalog(t, copy_dataset(t, e)), "--out", t / "ds",
                                                             "--overwrite"],
+         words=("--out", "ds", "a fleet or recording of --catalog", "destroy"),
+         check=lambda t: (t / "ds" / "dataset.json").is_file() or pytest.fail("the catalog's fleet was deleted")),
+    Case("report-out-is-the-lake-catalogs-fleet", lambda t, e: ["engine", "report", "--catalog",
+                                                                 own_catalog(t, copy_dataset(t, e), "lake"), "--out",
+                                                                 t / "ds", "--overwrite"],
          words=("--out", "ds", "a fleet or recording of --catalog", "destroy"),
          check=lambda t: (t / "ds" / "dataset.json").is_file() or pytest.fail("the catalog's fleet was deleted")),
     Case("fiftyone-out-is-the-recorded-fleets-videos", lambda t, e: [
