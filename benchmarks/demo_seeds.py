@@ -1,7 +1,7 @@
 """The demo's metric figures over several training seeds: median [min, max].
 
     python benchmarks/demo_seeds.py --seeds 3 --out out/bench_demo_seeds [--jobs N] [--overwrite]
-        [--steps N] [--trunk-steps 400]
+        [--steps N] [--trunk-steps 800]
 
 Training is seeded and bit-identical on one machine, not across machines (another CPU's float kernels
 round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
@@ -33,6 +33,8 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+
+from hydranet.curriculum import TRUNK_STEPS
 
 STAGE = "hydranet"  # the demo's one trained model: configs/full.yaml
 
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--jobs", type=int, default=None, help="seed processes at a time (default: all)")
     ap.add_argument("--overwrite", action="store_true")
     ap.add_argument("--steps", type=int, default=0, help="training steps of the whole model (0: the config's, as the demo)")
-    ap.add_argument("--trunk-steps", type=int, default=400, help="trunk stage steps (the demo's 400; 0 skips it)")
+    ap.add_argument("--trunk-steps", type=int, default=TRUNK_STEPS, help=f"trunk stage steps (the demo's {TRUNK_STEPS}; 0 skips it)")
     ap.add_argument("--scenes", type=int, default=16)
     ap.add_argument("--val-scenes", type=int, default=4)
     a = ap.parse_args(argv)

@@ -2,7 +2,7 @@
 machine to reach each head's target on the sim's held-out scenes, over training seeds, with a learning
 curve per head.
 
-    python benchmarks/time_to_accuracy.py --out out/bench_tta [--seeds 3] [--steps 400] [--trunk-steps 400]
+    python benchmarks/time_to_accuracy.py --out out/bench_tta [--seeds 3] [--steps 400] [--trunk-steps 800]
         [--snapshots 4] [--scenes 16] [--val-scenes 4] [--targets demo|60min] [--threads 2] [--overwrite]
 
 The data is the demo's (sim seed 0: `--scenes` training scenes and `--val-scenes` held-out scenes of other
@@ -28,6 +28,8 @@ import shutil
 import statistics
 import time
 from pathlib import Path
+
+from hydranet.curriculum import TRUNK_STEPS
 
 # per head: (target kind, value). "abs": the primary metric reaches value; "over": the baseline + value
 # (lower-is-better heads: the baseline - value); "beat": beats the baseline by the demo's margin
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=None, help="steps of the full model (default: the config's)")
-    ap.add_argument("--trunk-steps", type=int, default=400, help="trunk stage steps (the demo's 400; 0: none)")
+    ap.add_argument("--trunk-steps", type=int, default=TRUNK_STEPS, help=f"trunk stage steps (the demo's {TRUNK_STEPS}; 0: none)")
     ap.add_argument("--snapshots", type=int, default=4)
     ap.add_argument("--scenes", type=int, default=16)
     ap.add_argument("--val-scenes", type=int, default=4)

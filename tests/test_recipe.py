@@ -145,7 +145,8 @@ def test_trunk_stage_is_the_camera_model_of_the_same_trunk(sim, tmp_path):
     cfg = config(sim, "steps=2", "checkpoint_every=2")
     stage = trunk_stage(cfg, 3)
     assert [t.name for t in stage.model.tasks] == ["det2d", "signs_lights", "lanes", "drivable", "depth", "normals"]
-    assert stage.data.cameras == ("CAM_FRONT", "CAM_BACK") and stage.steps == 3 and stage.batch_size == 4
+    assert stage.data.cameras == ("CAM_FRONT", "CAM_BACK") and stage.steps == 3
+    assert stage.batch_size == cfg.batch_size and stage.optim.lr == pytest.approx(2 * cfg.optim.lr)  # TRUNK_LR_SCALE
     assert stage.model.neck_width == cfg.model.neck_width and stage.model.backbone == cfg.model.backbone
     model = train_two_stage(cfg, tmp_path / "run", trunk_steps=3, progress=False)
     trunk = torch.load(tmp_path / "run" / "trunk" / "checkpoint.pt", weights_only=True)["model"]
