@@ -59,10 +59,13 @@ from hydranet.heads import entropy  # noqa: F401 (data_engine.signals.entropy: H
 from hydranet.geometry import Distortion, boxes_corners, distortion_from_row
 from hydranet.geometry import project as project_camera
 
-# signals across heads (temporal, geometric, model disagreement), computed here; every head's own
+# signals across heads (temporal, geometric, model disagreement), computed here, each with the detection heads it is
+# built from (where one of them never detects, the signal is stuck: data_engine.triggers.degenerate); every head's own
 # columns come from its spec (`HeadSpec.signal_columns` / `signals`, hydranet/heads/<name>.py)
-ENGINE_SIGNALS = ("flicker", "jitter", "cross_camera", "box2d_vs_3d", "depth_vs_3d", "speed_excess", "accel",
-                  "disagree_det2d", "disagree_det3d", "disagree_dense", "num_det2d", "num_det3d")
+ENGINE_SIGNALS = {"flicker": ("det2d",), "jitter": ("det2d",), "cross_camera": ("det3d", "det2d"),
+                  "box2d_vs_3d": ("det3d", "det2d"), "depth_vs_3d": ("det3d",), "speed_excess": ("det3d",),
+                  "accel": ("det3d",), "disagree_det2d": ("det2d",), "disagree_det3d": ("det3d",), "disagree_dense": (),
+                  "num_det2d": ("det2d",), "num_det3d": ("det3d",)}
 SIGNALS = (*signal_columns(), *ENGINE_SIGNALS)  # the catalog's signal columns (data_engine/catalog.py)
 # what the miner's uncertainty strategy ranks frames by: each head's `uncertainty_columns` (its spec), then the
 # cross-head disagreements (temporal, 2D vs 3D, depth vs 3D, ensemble)

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from data_engine.signals import ENGINE_SIGNALS
+
 
 @dataclass(frozen=True)
 class Trigger:
@@ -158,11 +160,6 @@ def overrides_only(params: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[st
 
 # -- degenerate triggers --------------------------------------------------------------------------------
 DEGENERATE_SHARE = 0.5  # a trigger that fires on more than this share of a run's frames selects nothing in particular
-# the detection heads a signal is built from: where one of them never detects, the signal is stuck (box2d_vs_3d is 1
-# on every frame with a 2D box when det3d sees nothing); its `num_<head>` column tells
-SIGNAL_HEADS = {"flicker": ("det2d",), "jitter": ("det2d",), "cross_camera": ("det3d", "det2d"),
-                "box2d_vs_3d": ("det3d", "det2d"), "depth_vs_3d": ("det3d",), "speed_excess": ("det3d",),
-                "accel": ("det3d",), "disagree_det2d": ("det2d",)}
 MAX_ENTROPY = math.log(2)  # nats: a sigmoid at p = 0.5
 
 
@@ -179,7 +176,7 @@ def degenerate(trigger: Trigger, table: Mapping[str, Any]) -> str | None:
     if n == 0 or fires <= DEGENERATE_SHARE * n:
         return None
     head = f"{trigger.name} fires on {100 * fires / n:.0f}% of frames ({fires} of {n})"
-    silent = [h for h in SIGNAL_HEADS.get(trigger.signal, ()) if f"num_{h}" in table
+    silent = [h for h in ENGINE_SIGNALS.get(trigger.signal, ()) if f"num_{h}" in table
               and np.isfinite(table[f"num_{h}"]).all() and not np.asarray(table[f"num_{h}"]).any()]
     if silent:
         return f"{head}: the model's {' and '.join(silent)} never detects (num_{silent[0]} = 0 on every frame)"

@@ -40,11 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from hydranet.decoding import sigmoid
+from hydranet.heads import HEADS as SPECS
+from hydranet.heads import heads_where
 
-HEADS = ("drivable", "depth", "det2d")  # the camera heads the signals read (any of them the models have)
-SIGNALS = ("ens_drivable", "ens_depth", "ens_det2d", "tta_drivable", "tta_depth", "tta_det2d", "entropy_drivable",
-           "ensemble", "tta")
+# the camera heads the signals read (any of them the models have): those with an `ensemble_spread` (det2d, drivable, depth)
+HEADS = heads_where("ensemble_spread")
+SIGNALS = (*(f"ens_{h}" for h in HEADS), *(f"tta_{h}" for h in HEADS), "entropy_drivable", "ensemble", "tta")
 
 
 class UncertaintyError(ValueError):
@@ -53,16 +54,11 @@ class UncertaintyError(ValueError):
 
 def dense_maps(outputs: Mapping[str, Mapping[str, Any]], heads: Sequence[str]) -> dict[str, np.ndarray]:
     """{head: (B*N, H, W) float32} per-pixel values of the camera heads' raw outputs ({head: {key: (B*N, C, H, W)}}, numpy
-    or torch): drivable probability, depth's first output (log depth), the strongest class's det2d heatmap probability."""
+    or torch): each head's `dense_map` (drivable probability, log depth, the strongest class's det2d heatmap probability)."""
     out = {}
     for h in heads:
         arrays = {k: np.asarray(v.float().cpu().numpy() if hasattr(v, "cpu") else v, np.float32) for k, v in outputs[h].items()}
-        if h == "drivable":
-            out[h] = sigmoid(arrays["logits"][:, 0])
-        elif h == "depth":
-            out[h] = next(iter(arrays.values()))[:, 0]
-        else:
-            out[h] = sigmoid(arrays["heatmap"]).max(1)
+        out[h] = SPECS[h].dense_map(arrays)
     return out
 
 
@@ -73,7 +69,7 @@ def frame_columns(maps: Sequence[Mapping[str, np.ndarray]], flipped: Mapping[str
     out = {}
     for h in maps[0]:
         stack = np.stack([np.asarray(m[h], np.float64) for m in maps])  # (K, N, H, W)
-        spread = stack.std(0, ddof=1) if h == "depth" else stack.var(0, ddof=1)  # unbiased over the K members
+        spread = stack.std(0, ddof=1) if SPECS[h].ensemble_spread == "std" else stack.var(0, ddof=1)  # unbiased, K members
         out[f"ens_{h}"] = float(spread.mean())
         if flipped is not None:
             out[f"tta_{h}"] = float(np.abs(stack[0] - flipped[h]).mean())

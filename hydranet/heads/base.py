@@ -16,6 +16,9 @@ spec is a class of class attributes and class methods, never instantiated:
   per frame, NaN where they do not apply), `signal_outputs` (the raw outputs they read, refused when
   non-finite) and `signals(outputs, decoded, n_cams) -> ({column: float}, {column: [per camera]})`;
   `uncertainty_columns` (those of its columns the miner's uncertainty strategy ranks frames by);
+  `ensemble_spread` ("var" for a probability map, "std" for a regression, None: not compared) and
+  `dense_map(outputs)`: the per-pixel map of its raw outputs that ensemble members and flip TTA are
+  compared on (data_engine.uncertainty's `ens_<head>`, `tta_<head>` columns);
   `predictions(results, n_cams)`: what shadow mode keeps of a frame's results (JSON), or None.
 """
 from __future__ import annotations
@@ -67,6 +70,7 @@ class HeadSpec:
     signal_columns: tuple[str, ...] = ()
     signal_outputs: tuple[str, ...] = ()
     uncertainty_columns: tuple[str, ...] = ()
+    ensemble_spread: str | None = None
 
     @classmethod
     def label_keys(cls) -> tuple[str, ...]:
@@ -75,6 +79,11 @@ class HeadSpec:
     @staticmethod
     def decode(outputs: Mapping[str, np.ndarray], **params: Any) -> list:
         raise NotImplementedError("a head with a `decoder` kind defines `decode(outputs, **params)`")
+
+    @staticmethod
+    def dense_map(outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Raw outputs {key: (B*N, C, H, W)} -> (B*N, H, W) float32 per-pixel map (a head with `ensemble_spread`)."""
+        raise NotImplementedError("a head with an `ensemble_spread` defines `dense_map(outputs)`")
 
     @classmethod
     def blank(cls, sample: Mapping, task: Any) -> dict[str, Any]:

@@ -11,7 +11,12 @@ class Depth(HeadSpec):
     name, decoder = "depth", "depth"
     channels = ("depth",)
     needs_calibration = True
+    ensemble_spread = "std"
     decode = staticmethod(decoding.decode_depth)
+
+    @staticmethod
+    def dense_map(outputs):
+        return np.asarray(outputs["logits"], np.float32)[:, 0]  # (B*N, H, W) log depth
 
     @classmethod
     def blank(cls, sample, task):

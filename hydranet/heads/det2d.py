@@ -1,6 +1,8 @@
 """det2d's numpy side: CenterNet decoding, its labels (boxes2d, drawn by people too), peak signals."""
 from __future__ import annotations
 
+import numpy as np
+
 from hydranet import decoding
 from hydranet.heads.base import PeakSignals, detections
 
@@ -11,7 +13,12 @@ class Det2d(PeakSignals):
     human_labels = True
     signal_columns = ("det2d_entropy", "det2d_uncertain", "det2d_margin")
     uncertainty_columns = ("det2d_entropy", "det2d_uncertain")
+    ensemble_spread = "var"
     decode = staticmethod(decoding.decode_centernet)
+
+    @staticmethod
+    def dense_map(outputs):
+        return decoding.sigmoid(np.asarray(outputs["heatmap"], np.float32)).max(1)  # (B*N, H, W) strongest class
 
     @classmethod
     def predictions(cls, results, n_cams):

@@ -12,7 +12,12 @@ class Drivable(DenseSignals):
     channels = ("drivable",)
     signal_columns = ("drivable_entropy", "drivable_entropy_p95")
     uncertainty_columns = ("drivable_entropy_p95",)
+    ensemble_spread = "var"
     decode = staticmethod(decoding.decode_binary_mask)
+
+    @staticmethod
+    def dense_map(outputs):
+        return decoding.sigmoid(np.asarray(outputs["logits"], np.float32)[:, 0])  # (B*N, H, W) probability
 
     @classmethod
     def blank(cls, sample, task):
