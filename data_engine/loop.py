@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from hydranet.io import atomic_write_text, exclusive_lock
+from hydranet.io import atomic_write_text, exclusive_lock, read_json
 
 STAGES = ("fleet", "shadow", "triggers", "mine", "report", "label", "unit_tests", "retrain", "export", "gate", "promote")
 JOURNAL = "loop.json"
@@ -372,6 +372,16 @@ class Loop:
 
         from data_engine.labeling.oracle import NO_TRUTH
 
+        auto = self._autolabel(r, rdir) if self.cfg.loop.labeller.startswith("auto") else None
+        if auto is not None and auto["human"] is None:  # "auto" alone: what the policy did not accept is not labelled
+            with open_catalog(self.catalog) as cat:
+                name = auto["selection"]
+                unsure = [j["job"] for j in job_table(cat, name) if j["state"] == "queued"]
+                transition(cat, unsure, "rejected", by="engine run (loop.labeller auto: below the accept policy, no person)")
+                states = [j["state"] for j in job_table(cat, name)]
+                total = len(accepted_labels(cat))
+            return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected"),
+                    "no_truth": 0, "accepted_total": total, "auto": auto}
         backend = self._labeller(rdir)
         no_truth = 0
         with open_catalog(self.catalog) as cat:
@@ -400,15 +410,35 @@ class Loop:
             states = [j["state"] for j in job_table(cat, name)]
             total = len(accepted_labels(cat))
         return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected"),
-                "no_truth": no_truth, "accepted_total": total}
+                "no_truth": no_truth, "accepted_total": total, **({"auto": auto} if auto else {})}
+
+    def _autolabel(self, r: int, rdir: Path) -> dict[str, Any]:
+        """`engine autolabel` of the round's selection (once: a resumed round reads rdir/autolabel/summary.json) with the
+        production and `loop.ensemble` as its ensemble: the policy's sure frames accepted, the rest queued for the human
+        half of `loop.labeller` (None for "auto"), pre-filled. Returns {"selection", "human", "accepted", "queued",
+        "left", "dir"}."""
+        from data_engine.autolabel import run_autolabel
+        from data_engine.registry import production
+
+        human = self.cfg.loop.labeller.partition("+")[2] or None
+        out = rdir / "autolabel"
+        if (out / "summary.json").is_file():
+            st = read_json(out / "summary.json")
+        else:
+            models = [production(self.catalog)["onnx"], *self.cfg.loop.ensemble]
+            st = run_autolabel(self.catalog, self.done(r, "mine")["file"], models, out, self.cfg.autolabel, overwrite=True,
+                               backend=human or "files", progress=self.progress)
+        return {"selection": st["selection"], "human": human, "accepted": st["accepted"], "queued": st["queued"],
+                "left": st["left"], "dir": str(out)}
 
     def _labeller(self, rdir: Path):
-        """The loop's labelling backend: the oracle, or label files (sent to rdir/labels/, the team's exports read
-        back from rdir/labels/import/)."""
+        """The loop's labelling backend (the human half of an "auto+X" labeller): the oracle, or label files (sent to
+        rdir/labels/, the team's exports read back from rdir/labels/import/)."""
         from data_engine.labeling import build_backend
 
-        if self.cfg.loop.labeller != "files":
-            return build_backend(self.cfg.loop.labeller)
+        kind = self.cfg.loop.labeller.rpartition("+")[2]
+        if kind != "files":
+            return build_backend(kind)
         inbox = rdir / "labels" / "import"
         inbox.mkdir(parents=True, exist_ok=True)
         files = sorted(p for p in inbox.iterdir() if p.is_file() and p.suffix.lower() in (".json", ".xml"))
@@ -422,8 +452,9 @@ class Loop:
 
     def stage_unit_tests(self, r: int, rdir: Path) -> dict[str, Any]:
         """The frames a trigger fired on (the deployed model failed there) become unit tests: labelled,
-        frozen, and every later candidate is gated on them."""
-        from data_engine.labels import accepted_labels, load_jobs, open_catalog, read_selection
+        frozen, and every later candidate is gated on them. Not on an auto-label: the models that failed there made
+        it (counted as "auto_skipped")."""
+        from data_engine.labels import AUTO, accepted_versions, load_jobs, open_catalog, read_selection
         from data_engine.suites import add_unit_tests
 
         if not self.cfg.loop.unit_tests:
@@ -433,13 +464,15 @@ class Loop:
         _, items, _ = read_selection(self.done(r, "mine")["file"])
         fired = {int(it["frame_id"]) for it in items if (it.get("reason") or {}).get("triggers")}
         with open_catalog(self.catalog) as cat:
-            labels = accepted_labels(cat)
-            frames = [(j.folder, labels[j.frame_id]) for j in load_jobs(cat, self.done(r, "label")["selection"], ("accepted",))
-                      if j.frame_id in fired and j.frame_id in labels]
+            versions = accepted_versions(cat)
+            jobs = [j for j in load_jobs(cat, self.done(r, "label")["selection"], ("accepted",))
+                    if j.frame_id in fired and j.frame_id in versions]
+        frames = [(j.folder, versions[j.frame_id]["payload"]) for j in jobs if versions[j.frame_id]["source"] != AUTO]
+        skipped = {"auto_skipped": len(jobs) - len(frames)} if len(jobs) > len(frames) else {}
         if not frames:
-            return {"added": 0}
+            return {"added": 0, **skipped}
         got = add_unit_tests(self.suites, frames)
-        return {"added": got["added"], "unit_tests": got["frames"]}
+        return {"added": got["added"], "unit_tests": got["frames"], **skipped}
 
     def stage_retrain(self, r: int, rdir: Path) -> dict[str, Any]:
         from data_engine.retrain import retrain
@@ -493,7 +526,10 @@ class Loop:
         agg = ", ".join(f"{k} {v:+.3f}" for k, v in (g.get("aggregate") or {}).items())
         verdict = "promoted" if g["promote"] else f"rejected ({', '.join(g['failing'])})"
         caveats = "".join(f"; {c}" for c in g.get("caveats") or ())
-        line = (f"round {r}: {d['label']['accepted']} labels ({total} in all); {g.get('metric', 'summary metric')} per slice, "
+        auto = d["label"].get("auto")
+        auto_text = (f", {auto['accepted']} accepted by the auto-labeller, {auto['queued']} queued for "
+                     f"{auto['human'] or 'nobody (rejected)'}" if auto else "")
+        line = (f"round {r}: {d['label']['accepted']} labels{auto_text} ({total} in all); {g.get('metric', 'summary metric')} per slice, "
                 f"candidate (production): {slices}; aggregate change: {agg or 'none'} -> {verdict}{caveats}; "
                 f"{Path(g['dir']) / 'gate.md'}")
         return {"round": r, "labels": d["label"]["accepted"], "labels_total": total, "slices": g["slices"],

@@ -164,3 +164,38 @@ def test_the_ensemble_strategy_scores_each_round_pool_before_mining(world, tmp_p
     assert [s["path"] for s in sources] == [str(Path(model).resolve()), str((tmp_path / "other.onnx").resolve())]
     picks = [it["frame_id"] for it in json.loads((rdir / "selection.json").read_text())["items"]]
     assert picks == sorted(cols, key=lambda f: (-cols[f], f))[:2]
+
+
+@pytest.mark.parametrize("labeller", ["auto", "auto+oracle"])
+def test_the_auto_labeller_labels_first(world, tmp_path, labeller):
+    """loop.labeller auto | auto+X (issue 35 item 3): the round's selection goes through `engine autolabel` (the
+    production as its ensemble) first; what its policy accepts trains as source "auto", the rest goes to X (the
+    oracle here), or is rejected for "auto" alone; the round says which labels were automatic."""
+    from data_engine.config import EngineConfig
+    from data_engine.labels import AUTO, accepted_versions, job_table, open_catalog
+    from data_engine.loop import Loop
+    from hydranet.config import load_config
+
+    cfg = load_config(EngineConfig, "engine", [*SETS, f"loop.labeller={labeller}"])
+    loop = Loop(tmp_path / "run", cfg, world["prod"], progress=False, suites=world["suites"], fleets=world["fleets"])
+    loop.setup()
+    rdir = tmp_path / "run" / "rounds" / "r000"
+    rdir.mkdir(parents=True)
+    for stage in ("fleet", "shadow", "triggers", "mine", "label"):
+        loop.journal.finish(0, stage, getattr(loop, f"stage_{stage}")(0, rdir))
+    got = loop.done(0, "label")
+    auto = got["auto"]
+    assert auto["human"] == (None if labeller == "auto" else "oracle")
+    assert auto["accepted"] + auto["queued"] == 2 and (rdir / "autolabel" / "summary.json").is_file()
+    with open_catalog(loop.catalog) as cat:
+        versions = accepted_versions(cat)
+        states = [j["state"] for j in job_table(cat, got["selection"])]
+    sources = [v["source"] for v in versions.values()]
+    assert sources.count(AUTO) == auto["accepted"]
+    if labeller == "auto":  # nobody to send the unsure frames to: rejected, never trained on
+        assert states.count("rejected") == auto["queued"] and got["accepted"] == auto["accepted"]
+    else:  # the oracle labelled the queued frames (pre-filled with the auto-labels)
+        assert sources.count("oracle") == auto["queued"] and got["accepted"] == 2
+    # resumed: the ensemble is not run again, the same jobs and versions
+    again = loop._autolabel(0, rdir)
+    assert again == auto

@@ -75,6 +75,11 @@ CASES = [
     Case("budget-zero", lambda t, e: (real_run(t), run(t, "--set", "loop.budget=0"))[1], words=("loop.budget", ">= 1")),
     Case("labeller-a-person", lambda t, e: (real_run(t), run(t, "--set", "loop.labeller=label-studio"))[1],
          words=("loop.labeller", "oracle")),
+    Case("labeller-auto-then-label-studio", lambda t, e: (real_run(t), run(t, "--set", "loop.labeller=auto+label_studio"))[1],
+         words=("loop.labeller", "auto+files")),
+    Case("labeller-auto-accept-nan", lambda t, e: (real_run(t), run(t, "--set", "loop.labeller=auto", "--set",
+                                                                   "autolabel.dense_accept=nan"))[1],
+         words=("autolabel.dense_accept", "expected a number")),
     Case("suites-not-a-suites-folder", lambda t, e: (real_run(t), (t / "s").mkdir(), run(t, "--suites", t / "s"))[2],
          words=("--suites", "not a suites folder")),
 ]
