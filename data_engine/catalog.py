@@ -376,8 +376,11 @@ class Catalog:
         q = np.asarray(query, np.float32).reshape(-1)
         sim = emb @ (q / max(float(np.linalg.norm(q)), 1e-12))  # (M,)
         k = min(int(k), len(ids))
-        part = np.argpartition(sim, len(ids) - k)[len(ids) - k:] if k < len(ids) else np.arange(len(ids))  # the k largest
-        order = part[np.lexsort((ids[part], -sim[part]))]
+        if k <= 0:
+            return ids[:0], np.zeros(0, np.float32)
+        kth = np.partition(sim, len(ids) - k)[len(ids) - k]  # the k-th largest similarity
+        part = np.flatnonzero(sim >= kth)  # the k largest and every tie of the k-th (argpartition would pick among them)
+        order = part[np.lexsort((ids[part], -sim[part]))][:k]
         return ids[order], sim[order]
 
     def rows(self, run_id: int, columns: Sequence[str], status: str | None = None, exclude: str | None = None,
