@@ -1,6 +1,6 @@
 """Evaluate an exported (fp32 or int8) ONNX model with the very metrics of the checkpoint.
 
-    hydranet eval --checkpoint model.int8.onnx --data out/demo/sim_val [--reference runs/tiny]
+    hydranet eval --onnx model.int8.onnx --data out/demo/sim_val [--reference runs/tiny]
 
 The task objects (targets, metrics, baselines) are rebuilt from the config and dataset meta the
 export stored in the model's metadata; predictions come from the torch-free runtime

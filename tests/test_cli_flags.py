@@ -28,3 +28,23 @@ def test_an_old_spelling_still_works_and_names_the_new_flag(argv, attr, new, cap
     new_argv = [new if w == old else w for w in argv]
     assert str(getattr(build_parser().parse_args(new_argv), attr)) == argv[argv.index(old) + 1]
     assert capsys.readouterr().err == ""  # the current spelling: no warning
+
+
+def test_eval_takes_an_exported_model_as_onnx(tmp_path, capsys):
+    """eval: --checkpoint is a run folder or checkpoint.pt, --onnx an exported model; one of the two. An ONNX file
+    under --checkpoint still works for one release, evaluated as --onnx, with a line naming the new flag."""
+    from hydranet.cli.main import main
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "--checkpoint", "run", "--onnx", "m.onnx"])
+    assert "not allowed with argument" in capsys.readouterr().err
+    args = build_parser().parse_args(["eval", "--onnx", "m.onnx", "--data", "d"])
+    assert str(args.onnx) == "m.onnx" and args.checkpoint is None
+    # the old spelling: the ONNX path (missing here) reaches the ONNX evaluation, which names it
+    (tmp_path / "d").mkdir()
+    assert main(["eval", "--checkpoint", str(tmp_path / "m.onnx"), "--data", str(tmp_path / "d"), "--out",
+                 str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == ("warning: hydranet eval --checkpoint with an ONNX file is deprecated and goes in the next "
+                      "release; use --onnx")
+    assert "m.onnx" in err[-1] and not (tmp_path / "m.json").exists()

@@ -203,15 +203,19 @@ def cmd_train(args) -> None:
 def cmd_eval(args) -> None:
     from hydranet.evaluate import evaluate_checkpoint, format_sources_table, format_table
 
+    if args.checkpoint is not None and args.checkpoint.suffix == ".onnx":  # the old spelling, for one release
+        print("warning: hydranet eval --checkpoint with an ONNX file is deprecated and goes in the next release; use "
+              "--onnx", file=sys.stderr)
+        args.onnx, args.checkpoint = args.checkpoint, None
     data = args.data[0] if args.data and len(args.data) == 1 else args.data  # None/several: per source
     reference = getattr(args, "reference", None)
-    if not isinstance(data, Path) and (str(args.checkpoint).endswith(".onnx") or reference is not None):
+    if not isinstance(data, Path) and (args.onnx is not None or reference is not None):
         why = "to evaluate an ONNX model on" if reference is None else "with --reference"
         raise ValueError(f"--data: give one dataset folder {why} (per-source evaluation of several is for checkpoints)")
-    if str(args.checkpoint).endswith(".onnx"):  # an exported fp32/int8 model: same frames, same metrics
+    if args.onnx is not None:  # an exported fp32/int8 model: same frames, same metrics
         from deploy.onnx_eval import evaluate_onnx
 
-        results = evaluate_onnx(args.checkpoint, data, args.out, progress=not args.quiet,
+        results = evaluate_onnx(args.onnx, data, args.out, progress=not args.quiet,
                                 save_predictions=args.save_predictions)
     else:
         results = evaluate_checkpoint(args.checkpoint, data, args.out, args.save_predictions, progress=not args.quiet,
@@ -230,7 +234,7 @@ def cmd_eval(args) -> None:
         from deploy.onnx_eval import evaluate_any, format_drop, primary_drop
 
         ref = evaluate_any(args.reference, data, progress=False)
-        print(format_drop(primary_drop(ref, results), str(args.reference), str(args.checkpoint)))
+        print(format_drop(primary_drop(ref, results), str(args.reference), str(args.onnx or args.checkpoint)))
     print(f"wrote {args.out}")
 
 
@@ -241,7 +245,7 @@ def cmd_export(args) -> None:
     if len(set(given)) != 1:  # none, or two different ones
         raise ValueError("give the checkpoint once: `hydranet export CHECKPOINT --out OUT` or `--checkpoint CHECKPOINT`")
     export_command(given[0], args.out, args.data, args.format, args.dynamic_batch, args.input_dtype, args.int8,
-                   rig=args.rig, overwrite=args.overwrite)
+                   rig=args.rig, overwrite=args.overwrite, cameras=args.cameras)
 
 
 def cmd_quantize(args) -> None:
@@ -354,8 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", help="every head's metrics against trivial baselines; JSON and a table")
-    ev.add_argument("--checkpoint", type=Path, required=True,
-                    help="checkpoint.pt or its run folder, or an exported model.onnx / model.int8.onnx")
+    model = ev.add_mutually_exclusive_group(required=True)
+    model.add_argument("--checkpoint", type=Path, help="checkpoint.pt or its run folder")
+    model.add_argument("--onnx", type=Path, help="an exported model.onnx / model.int8.onnx (`hydranet export`, `quantize`)")
     ev.add_argument("--reference", type=Path, default=None,
                     help="also evaluate this checkpoint/ONNX model and print the primary-metric drop per head")
     ev.add_argument("--data", type=Path, nargs="+", default=None,
@@ -408,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--rig", type=Path, default=None, metavar="FLEET_OR_RIG",
                    help="export for another rig (a rig YAML, a sim dataset/fleet or a recorded fleet folder): same weights, "
                         "the BEV view transform rebuilt from its calibration (docs/deploy.md)")
+    x.add_argument("--cameras", nargs="+", default=None, metavar="CAMERA",
+                   help="export the camera heads alone on these of the model's cameras (e.g. CAM_FRONT for a one-camera "
+                        "dashcam; the BEV heads need every camera and are left out)")
     x.add_argument("--overwrite", action="store_true", help="replace an existing --out (refused without it)")
     x.set_defaults(func=cmd_export)
 
