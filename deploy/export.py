@@ -254,17 +254,25 @@ def export_model(model: HydraNet, cfg, meta: Mapping, out: str | Path, frames: S
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path | None = None, frames: int = 2,
                       dynamic_batch: bool = False, input_dtype: str = "uint8", simplify: bool = True,
-                      verbose: bool = True, rig: str | Path | None = None) -> ExportResult:
+                      verbose: bool = True, rig: str | Path | None = None,
+                      cameras: Sequence[str] | None = None) -> ExportResult:
     """Load a checkpoint and export it; parity frames come from `data` (default: the config's
     data.val_root, else data.root). `rig` (a rig YAML, a sim dataset/fleet or a recorded fleet folder):
     export for that rig's calibration (`hydranet.checkpoint.model_for_rig`: same weights, the BEV view
-    transform's tables rebuilt; the metadata records that rig)."""
-    from hydranet.checkpoint import config_from_checkpoint, load_checkpoint, load_model, model_for_rig
+    transform's tables rebuilt; the metadata records that rig). `cameras`: the camera heads alone on those
+    cameras of the model (`model_for_cameras`: a one-camera dashcam from a multi-camera model; no BEV heads)."""
+    from hydranet.checkpoint import config_from_checkpoint, load_checkpoint, load_model, model_for_cameras, model_for_rig
     from hydranet.io import checkpoint_file, file_sha256
     from hydranet.rig import calibration_difference, rig_from_dict, rig_from_path
 
     rebind = None
-    if rig is not None:
+    if rig is not None and cameras:
+        raise ExportError("give --rig or --cameras, not both: export the camera subset, then shadow it on its fleet")
+    if cameras:
+        ckpt = load_checkpoint(checkpoint)
+        model, cfg = model_for_cameras(ckpt, config_from_checkpoint(ckpt), list(cameras), f"checkpoint {checkpoint}")
+        meta = json.loads(ckpt["meta"])
+    elif rig is not None:
         new_rig = rig_from_path(rig)  # before the checkpoint: a bad rig is named first, and fast
         ckpt = load_checkpoint(checkpoint)
         cfg = config_from_checkpoint(ckpt)
@@ -288,6 +296,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, data: str | Path 
               "parity_data": str(data)}  # the sha256 lets `engine promote` refuse an ONNX of another checkpoint
     if rebind is not None:
         source["rig"] = rebind
+    if cameras:
+        source["cameras"] = list(cameras)  # the camera heads of the checkpoint on these of its cameras
     return export_model(model, cfg, meta, out, fr, dynamic_batch, input_dtype, simplify, source, verbose=verbose)
 
 
@@ -312,7 +322,8 @@ def rig_line(source: Mapping[str, Any]) -> str:
 
 def export_command(checkpoint: str | Path, out: str | Path, data: str | Path | None = None, fmt: str = "onnx",
                    dynamic_batch: bool = False, input_dtype: str = "uint8", int8: bool = False,
-                   rig: str | Path | None = None, overwrite: bool = False) -> list[str]:
+                   rig: str | Path | None = None, overwrite: bool = False,
+                   cameras: Sequence[str] | None = None) -> list[str]:
     """What `hydranet export` does; returns the lines it printed. `fmt` "tensorrt": `out` names the
     engine; the ONNX model is written next to it (and, with int8, its Q/DQ version for TensorRT).
     `rig`: export for another rig (`export_checkpoint`). An existing output is refused unless `overwrite`."""
@@ -325,7 +336,8 @@ def export_command(checkpoint: str | Path, out: str | Path, data: str | Path | N
             raise ExportError(f"--out {out}: {p} already exists; pass --overwrite to replace it, or give another path")
         if p.is_dir():
             raise ExportError(f"--out {out}: {p} is a folder; give a file path such as {p / 'model.onnx'}")
-    res = export_checkpoint(checkpoint, onnx_path, data, dynamic_batch=dynamic_batch, input_dtype=input_dtype, rig=rig)
+    res = export_checkpoint(checkpoint, onnx_path, data, dynamic_batch=dynamic_batch, input_dtype=input_dtype, rig=rig,
+                            cameras=cameras)
     lines = [res.trt_report.format()]
     if rig is not None:
         lines.append(rig_line(json.loads(res.metadata["hydranet.source"])))

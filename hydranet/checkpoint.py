@@ -13,7 +13,7 @@ import errno
 import json
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +225,33 @@ def meta_for_rig(cfg: ExperimentConfig, meta: Mapping[str, Any], rig, where: str
     sub = rig.select(names)
     H, W = cfg.data.image_size
     return {**meta, "rig": sub.resized(W, H).to_dict(), "source_rig": sub.to_dict()}
+
+
+def model_for_cameras(ckpt: Mapping[str, Any], cfg: ExperimentConfig, cameras: Sequence[str],
+                      where: str) -> tuple[HydraNet, ExperimentConfig]:
+    """(model, config) of a checkpoint's camera heads on a subset of its cameras, e.g. a six-camera HydraNet's heads on
+    a one-camera dashcam: the fusion and the BEV heads dropped (they read every camera), data.cameras narrowed to
+    `cameras` (export narrows the rig with it), the kept weights loaded as they are. ValueError naming a camera the
+    model lacks, or a model without camera heads."""
+    import dataclasses
+
+    from hydranet.tasks import BEV_TASKS
+
+    known = model_cameras_of(cfg, json.loads(ckpt["meta"]))
+    unknown = [c for c in cameras if c not in known]
+    if unknown or not cameras or len(set(cameras)) != len(cameras):
+        raise ValueError(f"--cameras {' '.join(cameras) or '(none)'}: give distinct cameras of {where}'s model "
+                         f"({', '.join(known)})" + (f"; it has no camera {unknown[0]!r}" if unknown else ""))
+    tasks = tuple(t for t in cfg.model.tasks if t.name not in BEV_TASKS)
+    if not tasks:
+        raise ValueError(f"--cameras: {where} has no camera head (only {[t.name for t in cfg.model.tasks]}); its BEV heads "
+                         "need every camera")
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, tasks=tasks),
+                              data=dataclasses.replace(cfg.data, cameras=tuple(cameras)))
+    model = build_model(cfg.model, json.loads(ckpt["meta"]))
+    kept = model.state_dict()
+    model.load_weights({k: v for k, v in ckpt["model"].items() if k in kept})  # every kept tensor: refused if one is missing
+    return model, cfg
 
 
 def model_for_rig(ckpt: Mapping[str, Any], cfg: ExperimentConfig, rig, where: str) -> tuple[HydraNet, dict[str, Any]]:

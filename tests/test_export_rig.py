@@ -233,3 +233,37 @@ def test_another_lens_is_named_not_called_the_trained_calibration():
     line = rig_line({"rig": {"name": "dash", "from": "fleet", "trained_rig": trained.name, "bev_coverage": 0.5,
                              "change": change}})
     assert f"another lens on {front.name}" in line and "tables unchanged" not in line
+
+
+def test_camera_heads_on_a_subset_of_the_cameras(env, tmp_path):
+    """`export --cameras CAM_FRONT` (issue 32: a one-camera dashcam from a multi-camera model): the camera heads alone,
+    on that camera, with the same weights: its outputs on CAM_FRONT equal the full export's CAM_FRONT outputs; the BEV
+    heads and the fusion are dropped; a camera the model lacks, or a model without camera heads, is refused."""
+    from deploy.runtime import HydraRuntime
+    from hydranet.experiment import load_experiment
+    from hydranet.train import train
+
+    full = export_checkpoint(env["root"] / "cam", tmp_path / "full.onnx", env["data"], frames=1, simplify=False,
+                             verbose=False).path
+    assert main(["export", str(env["root"] / "cam"), "--out", str(tmp_path / "front.onnx"), "--data", str(env["data"]),
+                 "--cameras", "CAM_FRONT"]) == 0
+    md = read_metadata(tmp_path / "front.onnx")
+    assert md["rig"]["names"] == ["CAM_FRONT"] and md["source"]["cameras"] == ["CAM_FRONT"]
+    img = np.random.default_rng(0).integers(0, 255, (64, 96, 3), dtype=np.uint8)
+    a, b = HydraRuntime(full), HydraRuntime(tmp_path / "front.onnx")
+    out_full = a.run(a.feeds(a.preprocess([img, np.zeros_like(img)])))
+    out_front = b.run(b.feeds(b.preprocess([img])))
+    np.testing.assert_allclose(out_front["drivable.logits"][0], out_full["drivable.logits"][0], rtol=RTOL, atol=ATOL)
+    # a model with camera and BEV heads: the BEV heads need every camera and are left out
+    both = [*BEV[:-1], "model.tasks=[{name: drivable}, {name: det3d, options: {width: 16}}]"]
+    train(load_experiment(REPO / "configs" / "bev.yaml", [f"data.root={env['data']}", *TRAIN, *both]), tmp_path / "both",
+          progress=False)
+    assert main(["export", str(tmp_path / "both"), "--out", str(tmp_path / "both.onnx"), "--data", str(env["data"]),
+                 "--cameras", "CAM_BACK"]) == 0
+    md = read_metadata(tmp_path / "both.onnx")
+    assert list(md["heads"]) == ["drivable"] and md["bev"] is None and md["rig"]["names"] == ["CAM_BACK"]
+    with pytest.raises(ValueError, match="no camera 'CAM_SIDE'"):
+        export_checkpoint(env["root"] / "cam", tmp_path / "x.onnx", env["data"], verbose=False, cameras=["CAM_SIDE"])
+    with pytest.raises(ValueError, match="no camera head"):
+        export_checkpoint(env["root"] / "bev", tmp_path / "y.onnx", env["data"], verbose=False, cameras=["CAM_FRONT"])
+    assert not (tmp_path / "x.onnx").exists() and not (tmp_path / "y.onnx").exists()

@@ -96,6 +96,15 @@ CASES = [
     Case("export-checkpoint-given-twice", lambda t, e: export(t, rig_yaml(t, e), "--checkpoint", t / "other"),
          words=("checkpoint once",), check=nothing_written),
     Case("export-out-exists", existing_out, words=("m.onnx", "already exists", "--overwrite"), check=old_kept),
+    # export --cameras: the camera heads on a subset of the model's cameras (issue 32)
+    Case("export-cameras-unknown", lambda t, e: ["export", RUNS["a"], "--out", t / "out" / "m.onnx", "--cameras",
+                                                  "CAM_SIDE"], words=("--cameras", "no camera 'CAM_SIDE'"),
+         check=nothing_written),
+    Case("export-cameras-twice", lambda t, e: ["export", RUNS["a"], "--out", t / "out" / "m.onnx", "--cameras",
+                                                "CAM_FRONT", "CAM_FRONT"], words=("--cameras", "distinct"),
+         check=nothing_written),
+    Case("export-cameras-and-rig", lambda t, e: export(t, rig_yaml(t, e), "--cameras", "CAM_FRONT"),
+         words=("--rig or --cameras",), check=nothing_written),
     Case("export-rig-overwrite-control", lambda t, e: existing_out(t, e, "--overwrite"), status=0,
          stdout=("camera-only model", "wrote"), check=replaced_with_rig),
 ]
