@@ -205,7 +205,7 @@ class Fleet:
         fix = "run it on a fleet of its own rig, or train a model on this rig's calibration"
         for i, n in enumerate(names):
             c = cams[n]
-            K = np.diag([W / c.width, H / c.height, 1.0]) @ np.asarray(c.K, np.float64)  # the fleet's K at the model's size
+            K = c.scaled(W, H).K  # the fleet's K at the model's size, as the model's own was resized (pixel centres kept)
             dk = float(np.abs(K - K_model[i]).max())
             dt = float(np.linalg.norm(np.asarray(c.cam2ego)[:3, 3] - T_model[i][:3, 3]))
             cos = (np.trace(np.asarray(c.cam2ego)[:3, :3].T @ T_model[i][:3, :3]) - 1) / 2
