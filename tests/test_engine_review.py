@@ -213,7 +213,7 @@ def _label_all_cameras(fake, job, skip=(), bad=None):
 
 
 def test_label_studio_partly_done_frames_say_why(env, capsys):
-    from hydranet.cli.engine import cmd_engine_jobs
+    from hydranet.cli.engine_labels import cmd_engine_jobs
 
     cat, backend, fake = _ls_sent(env)
     with cat:

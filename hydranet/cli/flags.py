@@ -50,3 +50,11 @@ class Registered:
 
     def __iter__(self):
         return iter(self.names())
+
+
+def engine_config(args: argparse.Namespace):
+    """The data engine's config of a command with `--config` and `--set` (data_engine.config.EngineConfig)."""
+    from data_engine.config import EngineConfig
+    from hydranet.config import load_config
+
+    return load_config(EngineConfig, args.config, list(args.set))
