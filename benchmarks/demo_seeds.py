@@ -1,7 +1,7 @@
 """The demo's metric figures over several training seeds: median [min, max].
 
     python benchmarks/demo_seeds.py --seeds 3 --out out/bench_demo_seeds [--jobs N] [--overwrite]
-        [--steps N] [--trunk-steps 800]
+        [--steps N] [--trunk-steps 800] [--set KEY=VALUE ...]
 
 Training is seeded and bit-identical on one machine, not across machines (another CPU's float kernels
 round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
@@ -128,7 +128,7 @@ def check_out(out: Path, overwrite: bool) -> None:
         shutil.rmtree(out)
 
 
-def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int) -> None:
+def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int, overrides: list[str]) -> None:
     """One training seed in this process: the demo's training and evaluation; writes out/result.json."""
     import torch
 
@@ -137,7 +137,7 @@ def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps:
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    train_two_stage(recipe_experiment(data, val, seed, steps or None), out / "run", trunk_steps, progress=False,
+    train_two_stage(recipe_experiment(data, val, seed, steps or None, overrides=overrides), out / "run", trunk_steps, progress=False,
                     overwrite=True)
     rows = collect(STAGE, evaluate_checkpoint(out / "run", val, out / "metrics.json", out / "predictions", progress=False))
     t1 = time.perf_counter()
@@ -145,7 +145,8 @@ def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps:
                                                  "wall": {"train_eval": t1 - t0}}, indent=1))
 
 
-def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, steps: int, trunk_steps: int) -> dict:
+def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, steps: int, trunk_steps: int,
+              overrides: list[str]) -> dict:
     """Each seed in its own process (OMP_NUM_THREADS=1), `jobs` at a time; returns {seed: result}."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending, running, done = list(seeds), {}, {}
@@ -157,6 +158,7 @@ def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, ste
             log = open(d / "log.txt", "w")
             cmd = [sys.executable, __file__, "_worker", "--seed", str(s), "--data", str(data), "--val", str(val),
                    "--out", str(d), "--steps", str(steps), "--trunk-steps", str(trunk_steps)]
+            cmd += [f"--set={o}" for o in overrides]
             running[s] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log,
                           time.perf_counter())
             print(f"[demo_seeds] seed {s} started (log {d / 'log.txt'})", flush=True)
@@ -187,8 +189,9 @@ def main(argv: list[str] | None = None) -> dict | None:
             w.add_argument(k, type=Path, required=True)
         for k in ("--seed", "--steps", "--trunk-steps"):
             w.add_argument(k, type=int, required=True)
+        w.add_argument("--set", action="append", default=[])
         a = w.parse_args(argv[1:])
-        worker(a.seed, a.data, a.val, a.out, a.steps, a.trunk_steps)
+        worker(a.seed, a.data, a.val, a.out, a.steps, a.trunk_steps, a.set)
         return None
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1")
@@ -199,6 +202,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--trunk-steps", type=int, default=TRUNK_STEPS, help=f"trunk stage steps (the demo's {TRUNK_STEPS}; 0 skips it)")
     ap.add_argument("--scenes", type=int, default=16)
     ap.add_argument("--val-scenes", type=int, default=4)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override on top of the demo's recipe (repeatable), as `hydranet train --set`")
     a = ap.parse_args(argv)
     if a.seeds < 1 or (a.jobs is not None and a.jobs < 1):
         ap.error("--seeds and --jobs must be >= 1")
@@ -214,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     gen = time.perf_counter() - t0
     seeds = list(range(a.seeds))
     t1 = time.perf_counter()
-    done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.trunk_steps)
+    done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.trunk_steps, a.set)
     total = time.perf_counter() - t1
     agg = aggregate({s: done[s]["metrics"] for s in seeds})
     walls = {s: done[s]["wall"] for s in seeds}
@@ -223,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict | None:
           f"OMP_NUM_THREADS=1, {total:.1f} s wall for all)")
     print(format_table(agg, walls))
     result = {"command": "python benchmarks/demo_seeds.py " + " ".join(argv), "seeds": seeds, "steps": a.steps,
-              "trunk_steps": a.trunk_steps, "jobs": a.jobs or a.seeds, "generate_s": gen, "seeds_wall_s": total,
+              "trunk_steps": a.trunk_steps, "overrides": a.set, "jobs": a.jobs or a.seeds, "generate_s": gen, "seeds_wall_s": total,
               "aggregate": agg, "per_seed": {str(s): done[s] for s in seeds}}
     (out / "results.json").write_text(json.dumps(result, indent=1))
     print(f"wrote {out / 'results.json'}")

@@ -13,6 +13,7 @@ checkpoint (the run folder); stage 1's run stays inside it (RUN/trunk).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from hydranet.config import SHIPPED_CONFIGS
@@ -31,13 +32,13 @@ TRUNK_LR_SCALE = 2.0
 
 
 def recipe_experiment(data: str | Path, val: str | Path, seed: int = 0, steps: int | None = None,
-                      config: str | Path = RECIPE) -> ExperimentConfig:
+                      config: str | Path = RECIPE, overrides: Sequence[str] = ()) -> ExperimentConfig:
     """The demo's experiment on `data` with held-out `val`, training seed `seed`, `steps` steps (None: the
-    config's); train it with `train_two_stage(cfg, run, TRUNK_STEPS)`."""
+    config's), then `overrides` (KEY=VALUE, as `--set`); train it with `train_two_stage(cfg, run, TRUNK_STEPS)`."""
     from hydranet.experiment import load_experiment
 
     return load_experiment(config, [f"data.root={data}", f"data.val_root={val}", f"seed={seed}"]
-                           + ([f"steps={steps}", f"checkpoint_every={steps}"] if steps else []))
+                           + ([f"steps={steps}", f"checkpoint_every={steps}"] if steps else []) + list(overrides))
 
 
 def trunk_stage(cfg: ExperimentConfig, steps: int, cameras: tuple[str, ...] | None = TRUNK_CAMERAS,
