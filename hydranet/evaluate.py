@@ -186,7 +186,12 @@ def metric_text(v: float | None) -> str:
 def format_table(results: Mapping[str, Any]) -> str:
     """Every head's metrics, model against baseline; the primary metric marked with '*'."""
     rows = [("head", "metric", "model", "baseline", "")]
+    # a head no evaluated frame has labels for (lanes on Cityscapes, det2d on TuSimple): a note, not a metric row
+    unlabelled = [t for t in results["model"] if results.get("labelled_frames", {}).get(t) == 0
+                  and t not in results.get("not_scored", [])]
     for task, ms in results["model"].items():
+        if task in unlabelled:
+            continue
         base = results["baseline"].get(task, {})
         for k, v in ms.items():
             mark = ""
@@ -197,7 +202,7 @@ def format_table(results: Mapping[str, Any]) -> str:
             b = base.get(k)
             rows.append((task, k, metric_text(v), "-" if b is None else metric_text(b), mark))
     unscored = results.get("class_map", {}).get("unscored", {})
-    for task in results.get("not_scored", []):
+    for task in list(results.get("not_scored", [])) + unlabelled:
         why = f"not scored: {unscored[task]}" if task in unscored else "not scored: no frame of this dataset has its labels"
         rows.append((task, "-", "n/a", "n/a", why))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]

@@ -101,6 +101,18 @@ register_format(DatasetFormat("bdd100k", "BDD100K", "hydranet.data.bdd100k:BDD10
                                            "rider": None, "bicycle": "cyclist", "motorcycle": "motorcycle", "train": None,
                                            "trailer": "trailer", "traffic_sign": "traffic_sign",
                                            "traffic_light": "traffic_light"}))
+# Cityscapes as BDD100K: bicycle -> cyclist (the bicycle's own box), rider has no counterpart; caravan and train
+# are ignore regions of the reader, not classes
+register_format(DatasetFormat("cityscapes", "Cityscapes", "hydranet.data.cityscapes:CityscapesDataset",
+                              lambda r: (r / "leftImg8bit").is_dir(), "cityscapes: leftImg8bit/", ("det2d", "drivable"),
+                              calibrated=False, default_split="val",
+                              counterpart={"car": "car", "truck": "truck", "bus": "bus", "trailer": "trailer",
+                                           "pedestrian": "pedestrian", "rider": None, "bicycle": "cyclist",
+                                           "motorcycle": "motorcycle"}))
+register_format(DatasetFormat("tusimple", "TuSimple", "hydranet.data.tusimple:TuSimpleDataset",
+                              lambda r: (r / "clips").is_dir() and (any(r.glob("label_data*.json"))
+                                                                     or (r / "test_label.json").is_file()),
+                              "tusimple: clips/ + label_data_*.json", ("lanes",), calibrated=False))
 
 
 def format_names() -> tuple[str, ...]:
@@ -125,9 +137,9 @@ def detect_format(root) -> str:
 def open_dataset(root, format: str | None = None, split: str | None = None, version: str | None = None,
                  cameras: list[str] | None = None, on_bad_frame: str = "raise", channels=None, sweeps: int = 0):
     """The reader of `format` (None: detected) over root. `split`/`version` where the format has them
-    (nuScenes: version folder and split; KITTI: ImageSets split or "testing"; BDD100K: train/val/test,
-    default val); `channels` None = the reader's default; `sweeps` (nuScenes only): unlabelled
-    camera sweeps read between two keyframes."""
+    (nuScenes: version folder and split; KITTI: ImageSets split or "testing"; BDD100K and Cityscapes:
+    train/val/test, default val; TuSimple: all/train/test or a label file's name); `channels` None = the
+    reader's default; `sweeps` (nuScenes only): unlabelled camera sweeps read between two keyframes."""
     fmt = format if format not in (None, "auto") else detect_format(root)
     if fmt not in FORMATS:
         raise DatasetError(f"unknown dataset format {fmt!r}; known: {list(FORMATS)}")

@@ -345,7 +345,8 @@ def cross_mapped(ds, heads, model_classes: list[str] | None = None):
                                   f"model's {list(getattr(task, key))}")
                 break
     mapped = {mapping.get(c, c) for c in ds.classes} - {None}
-    model_only = [m for m in vocab["classes"] if m not in mapped]
+    # a dataset without box labels (TuSimple: lanes only) leaves the box heads unscored: no class is "missing"
+    model_only = [m for m in vocab["classes"] if m not in mapped] if ds.classes else []
     if not mapping and not unscored and not model_only:
         return ds
     cross = {"format": fmt, "renamed": {c: m for c, m in mapping.items() if m is not None},
