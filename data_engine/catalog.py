@@ -17,7 +17,9 @@ Guarantees:
 A catalog is a file (SQLite, the embedded default) or a catalog folder (`hydranet engine catalog create --out DIR
 --backend sqlite|lake`, data_engine/lake.py): on a lake the per-frame tables (signals, embeddings, predictions,
 offline columns, trigger hits) are Parquet parts that shadow workers write themselves and DuckDB reads
-(data_engine/lake_catalog.py), and the tables here hold the rest; the methods below answer the same on both.
+(data_engine/lake_catalog.py), and the tables here hold the rest; the methods below answer the same on both. A
+folder made with `--postgres URL` keeps these tables on a PostgreSQL server (data_engine/catalog_pg.py: the same
+statements, translated).
 
 Every table and index is defined here (TABLES, INDEXES) and nowhere else: registry.py, labels.py and
 gate.py read and write their tables but never create or alter them.
@@ -41,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from data_engine import catalog_pg
 from data_engine import lake_catalog as lk
 from data_engine.lake import catalog_db, open_folder
 from data_engine.signals import SIGNALS
@@ -115,6 +118,9 @@ INDEXES: tuple[str, ...] = (
     *(f"CREATE INDEX IF NOT EXISTS signals_{s} ON signals(run_id, {s} DESC, frame_id)" for s in SIGNALS),
 )
 
+# PostgreSQL only (data_engine/catalog_pg.py): what SQLite keeps in its file header, PRAGMA application_id and user_version
+PG_META = f"CREATE TABLE IF NOT EXISTS {catalog_pg.META} (key TEXT PRIMARY KEY, value INTEGER NOT NULL)"
+
 
 def schema() -> list[str]:
     """Every statement of the current schema (idempotent: IF NOT EXISTS), tables then indexes."""
@@ -132,18 +138,20 @@ class Catalog:
         self.path = Path(path)
         self._emb_cache: dict = {}  # run id -> embeddings read once (see _embedding_rows)
         self.lake = None  # the parts of a lake-backed catalog folder (data_engine/lake.py)
+        pg = None  # {"url", "schema"}: the folder's tables live on a PostgreSQL server (data_engine/catalog_pg.py)
         if self.path.is_dir():
-            self.db_path, self.lake = open_folder(self.path)
-            create = True  # a catalog folder's SQLite file is made on first open
+            self.db_path, self.lake, pg = open_folder(self.path)
+            create = True  # a catalog folder's SQLite file (or PostgreSQL schema) is made on first open
         else:
             self.db_path = self.path
         if not self.path.exists() and not create:
             raise CatalogError(f"catalog {self.path} does not exist; create it with `hydranet engine shadow ... --catalog {self.path}`")
-        new = not self.db_path.exists() or self.db_path.stat().st_size == 0
+        new = pg is None and (not self.db_path.exists() or self.db_path.stat().st_size == 0)
         if new:
             self.db_path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.db = sqlite3.connect(str(self.db_path), timeout=30.0, isolation_level=None)
+            self.db = catalog_pg.connect(pg["url"], pg["schema"], TABLES, PG_META, str(self.path)) if pg else \
+                sqlite3.connect(str(self.db_path), timeout=30.0, isolation_level=None)
             self.db.execute("PRAGMA foreign_keys = ON")
             app, ver = self.db.execute("PRAGMA application_id").fetchone()[0], self.db.execute("PRAGMA user_version").fetchone()[0]
             if new or (app == 0 and ver == 0 and not self._tables()):
@@ -578,9 +586,13 @@ def catalog_inputs(path: str | Path) -> list[Path]:
     from hydranet.data.recording import RECORDED_FILE
 
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{catalog_db(path)}?mode=ro", uri=True)) as db:
-            roots = [Path(r) for (r,) in db.execute("SELECT root FROM fleets")]
-    except sqlite3.Error:
+        if Path(path).is_dir() and open_folder(Path(path))[2]:  # on a PostgreSQL server
+            with Catalog(path) as cat:
+                roots = [Path(r) for (r,) in cat.db.execute("SELECT root FROM fleets")]
+        else:
+            with contextlib.closing(sqlite3.connect(f"file:{catalog_db(path)}?mode=ro", uri=True)) as db:
+                roots = [Path(r) for (r,) in db.execute("SELECT root FROM fleets")]
+    except (sqlite3.Error, ValueError):
         return []
     out = list(roots)
     for root in roots:

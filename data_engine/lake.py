@@ -2,8 +2,10 @@
 
 A catalog folder (`hydranet engine catalog create --out DIR --backend sqlite|lake`) holds
 
-    DIR/catalog.json      {"format": "hydranet-catalog", "backend": "lake" | "sqlite", "lake_schema", "lake_id"}
-    DIR/catalog.db        the transactional tables (data_engine/catalog.py's schema; the done markers too)
+    DIR/catalog.json      {"format": "hydranet-catalog", "backend": "lake" | "sqlite", "lake_schema", "lake_id",
+                           "postgres": {"url", "schema"} when the transactional tables live on a PostgreSQL server}
+    DIR/catalog.db        the transactional tables (data_engine/catalog.py's schema; the done markers too), unless
+                          "postgres" names a server (`--postgres URL`, data_engine/catalog_pg.py)
     DIR/parts/frames/run=R/clip=C.parquet     one part per shadow task: the clip's signals, predictions, embeddings
     DIR/parts/offline/run=R/NAME.parquet      one server-side column (`hydranet engine uncertainty`)
     DIR/parts/hits/run=R/TRIGGER.vV.parquet   one trigger version's hits
@@ -54,8 +56,9 @@ def need(module: str):
 
 
 # -- the catalog folder -----------------------------------------------------------------------------------
-def create(out: str | Path, backend: str) -> Path:
-    """Make an empty catalog folder of `backend` (its marker; the SQLite file is created by Catalog)."""
+def create(out: str | Path, backend: str, postgres: str | None = None) -> Path:
+    """Make an empty catalog folder of `backend` (its marker; the SQLite file, or the tables in PostgreSQL when
+    `postgres` gives a server's URL, are created by Catalog). A URL that does not connect is refused first."""
     out = Path(out)
     if backend not in BACKENDS:
         raise LakeError(f"unknown --backend {backend!r}; choose one of {list(BACKENDS)}")
@@ -66,9 +69,14 @@ def create(out: str | Path, backend: str) -> Path:
     if backend == "lake":
         need("duckdb")
         need("pyarrow.parquet")
+    marker = {"format": FORMAT, "backend": backend, "lake_schema": LAKE_SCHEMA, "lake_id": uuid.uuid4().hex}
+    if postgres is not None:
+        from data_engine.catalog_pg import check_url
+
+        check_url(postgres)
+        marker["postgres"] = {"url": postgres, "schema": f"hydranet_{marker['lake_id']}"}
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / MARKER, json.dumps({"format": FORMAT, "backend": backend, "lake_schema": LAKE_SCHEMA,
-                                                 "lake_id": uuid.uuid4().hex}, indent=1) + "\n")
+    atomic_write_text(out / MARKER, json.dumps(marker, indent=1) + "\n")
     return out
 
 
@@ -81,16 +89,21 @@ def read_marker(folder: Path) -> dict:
     if not isinstance(m, dict) or m.get("format") != FORMAT or m.get("backend") not in BACKENDS:
         raise LakeError(f"{folder / MARKER} is not a hydranet catalog marker (format {FORMAT!r}, backend one of "
                         f"{list(BACKENDS)}); give another --catalog")
+    pg = m.get("postgres")
+    if pg is not None and not (isinstance(pg, dict) and isinstance(pg.get("url"), str) and isinstance(pg.get("schema"), str)):
+        raise LakeError(f"{folder / MARKER}: \"postgres\" must be {{\"url\": URL, \"schema\": NAME}}; fix the marker or "
+                        "recreate the catalog")
     if m["backend"] == "lake" and m.get("lake_schema") != LAKE_SCHEMA:
         raise LakeError(f"{folder / MARKER}: lake schema {m.get('lake_schema')!r}, this package reads {LAKE_SCHEMA}; "
                         "update the hydranet package or migrate the catalog")
     return m
 
 
-def open_folder(folder: Path) -> tuple[Path, "Lake | None"]:
-    """(the SQLite file, the Lake or None for a sqlite-backed folder) of a catalog folder."""
+def open_folder(folder: Path) -> tuple[Path, "Lake | None", dict | None]:
+    """(the SQLite file, the Lake or None for a sqlite-backed folder, {"url", "schema"} of its PostgreSQL server or
+    None) of a catalog folder."""
     m = read_marker(folder)
-    return folder / DB_FILE, (Lake(folder, m["lake_id"]) if m["backend"] == "lake" else None)
+    return folder / DB_FILE, (Lake(folder, m["lake_id"]) if m["backend"] == "lake" else None), m.get("postgres")
 
 
 def catalog_db(path: str | Path) -> Path:

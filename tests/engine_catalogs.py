@@ -52,6 +52,31 @@ def write_fixture_catalog(path: Path, clips: int = 4, frames: int = 10, seed: in
     return path
 
 
+def write_fixture_offline(path: Path) -> None:
+    """The fixture's offline columns (what `engine uncertainty` stores: data_engine.mining.OFFLINE, one NaN), seeded,
+    the same on every backend."""
+    from data_engine.mining import OFFLINE
+
+    with Catalog(path) as cat:
+        ids = cat.table(1)["frame_id"]
+        rng = np.random.default_rng(5)
+        cols = {n: rng.uniform(size=len(ids)) for n in OFFLINE}
+        cols["ensemble"][3] = np.nan
+        cat.write_offline(1, ids.tolist(), cols, [{"path": "a.onnx"}, {"path": "b.onnx"}])
+
+def mine_to_file(path: Path, strategy: str, unit: str, out: Path) -> bytes:
+    """The selection file of `strategy` over the fixture catalog (6 frames or 2 clips, min gap 0.25 s), as bytes:
+    what the backend tests compare byte for byte."""
+    import dataclasses
+
+    from data_engine.config import EngineConfig
+    from data_engine.mining import mine, write_selection
+
+    cfg = EngineConfig()
+    cfg = dataclasses.replace(cfg, mining=dataclasses.replace(cfg.mining, min_gap_s=0.25))
+    write_selection(mine(path, 6 if unit == "frame" else 2, strategy, cfg, unit, name=f"{strategy}-{unit}"), out)
+    return out.read_bytes()
+
 # -- a version-1 catalog, as data_engine/catalog.py (_SCHEMA, SCHEMA_VERSION = 1) and registry.py
 # (ensure_registry's _LAYOUT) wrote it before schema version 2; copied verbatim, signal columns as today
 V1_SCHEMA = f"""

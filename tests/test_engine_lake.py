@@ -4,33 +4,21 @@ writes byte-identical selection files on both; parts are whole, checked and comm
 `catalog migrate` moves a file onto a lake, verified."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_catalogs import write_fixture_catalog
+from engine_catalogs import mine_to_file, write_fixture_catalog, write_fixture_offline
 
 from data_engine.catalog import Catalog
 from data_engine.catalog_migrate import PER_FRAME, fingerprint, migrate
-from data_engine.config import EngineConfig
 from data_engine.lake import LakeError, create, frames_path, read_marker
-from data_engine.mining import OFFLINE, STRATEGIES, mine, write_selection
+from data_engine.mining import STRATEGIES
 from data_engine.triggers import build_triggers, fire_all
 
 pytest.importorskip("duckdb", reason="the lake backend needs the engine extra (duckdb)")
-
-
-def _offline(path: Path) -> None:
-    """The fixture's offline columns (what `engine uncertainty` stores), the same on both backends."""
-    with Catalog(path) as cat:
-        ids = cat.table(1)["frame_id"]
-        rng = np.random.default_rng(5)
-        cols = {n: rng.uniform(size=len(ids)) for n in OFFLINE}
-        cols["ensemble"][3] = np.nan
-        cat.write_offline(1, ids.tolist(), cols, [{"path": "a.onnx"}, {"path": "b.onnx"}])
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +27,7 @@ def both(tmp_path_factory) -> dict[str, Path]:
     db = write_fixture_catalog(root / "catalog.db")
     lake = write_fixture_catalog(create(root / "lake", "lake"))
     for p in (db, lake):
-        _offline(p)
+        write_fixture_offline(p)
     return {"sqlite": db, "lake": lake}
 
 
@@ -75,15 +63,8 @@ def test_same_answers_on_both_backends(both):
 
 @pytest.mark.parametrize("unit", ["frame", "clip"])
 def test_every_strategy_selects_byte_identical_files(both, tmp_path, unit):
-    cfg = EngineConfig()
-    cfg = dataclasses.replace(cfg, mining=dataclasses.replace(cfg.mining, min_gap_s=0.25))
-    budget = 6 if unit == "frame" else 2
     for strategy in STRATEGIES:
-        files = []
-        for name, path in both.items():
-            out = tmp_path / f"{strategy}-{unit}-{name}.json"
-            write_selection(mine(path, budget, strategy, cfg, unit, name=f"{strategy}-{unit}"), out)
-            files.append(out.read_bytes())
+        files = [mine_to_file(path, strategy, unit, tmp_path / f"{strategy}-{unit}-{name}.json") for name, path in both.items()]
         assert files[0] == files[1], f"{strategy} ({unit}) selects differently on the lake"
 
 

@@ -178,12 +178,14 @@ def _add_engine_fiftyone(eng) -> None:
 
 def cmd_engine_catalog(args) -> None:
     from data_engine.catalog import Catalog
+    from data_engine.catalog_pg import masked
     from data_engine.lake import create
 
     if args.catalog_command == "create":
-        out = create(args.out, args.backend)
-        Catalog(out).close()  # its SQLite file, with the current schema
-        print(f"created a {args.backend} catalog in {out}; give it to any command as --catalog {out}")
+        out = create(args.out, args.backend, args.postgres)
+        Catalog(out).close()  # its SQLite file (or its schema on the PostgreSQL server), with the current tables
+        where = f" (tables on PostgreSQL, {masked(args.postgres)})" if args.postgres else ""
+        print(f"created a {args.backend} catalog in {out}{where}; give it to any command as --catalog {out}")
         return
     from data_engine.catalog_migrate import migrate
 
@@ -198,6 +200,8 @@ def _add_engine_catalog(eng) -> None:
     cr = sub.add_parser("create", help="an empty catalog folder whose backend is written in it")
     cr.add_argument("--out", type=Path, required=True, help="the new catalog folder (give it as --catalog)")
     cr.add_argument("--backend", default="sqlite", help="sqlite (one file) or lake (Parquet parts per shadow task + DuckDB)")
+    cr.add_argument("--postgres", default=None, metavar="URL", help="keep the transactional tables (jobs, labels, registry, "
+                    "gate, selections, done markers) on this PostgreSQL server (postgresql://USER@HOST:PORT/DB), for a team")
     cr.set_defaults(func=cmd_engine_catalog)
     mg = sub.add_parser("migrate", help="copy a catalog file into a new lake folder, every row, verified")
     mg.add_argument("--from", dest="src", type=Path, required=True, help="the catalog file (catalog.db)")
