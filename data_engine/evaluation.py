@@ -39,6 +39,7 @@ from data_engine.catalog import Catalog
 from data_engine.fleet import TRUTH_FILE
 from hydranet.decoding import box_iou
 from hydranet.io import frame_path
+from hydranet.rig import camera_sizes
 
 CONFIDENT = 0.3  # a prediction counts at this score
 MATCH_IOU = 0.5
@@ -138,7 +139,7 @@ def frame_errors(fleet: Path, frames: Mapping[int, tuple[str, str]], predictions
     """Per frame id: 1 - F1 of its det2d predictions (model pixels, scaled to each camera image) against
     fleet/scenes/<clip>/<dir>/labels.json. frames: {frame id: (clip, frame dir)}."""
     meta = _read_json(fleet / "dataset.json", "cameras")
-    sizes = {c["name"]: (c["height"], c["width"]) for c in meta["rig"]["cameras"]}
+    sizes = camera_sizes(meta["rig"], f"{fleet / 'dataset.json'} rig")  # {name: (width, height)}
     out = {}
     for fid, (clip, fdir) in frames.items():
         path = frame_path(fleet, clip, fdir, "labels.json", where=f"catalog frame {fid} of fleet {fleet}",
@@ -146,7 +147,7 @@ def frame_errors(fleet: Path, frames: Mapping[int, tuple[str, str]], predictions
         labels = _read_json(path, "labels")
         tp = n_p = n_g = 0
         for n, cam in enumerate(cams):
-            h, w = sizes[cam]
+            w, h = sizes[cam]
             try:
                 gt = np.asarray([b["bbox"] for b in labels["cameras"][cam]["boxes2d"]], np.float64).reshape(-1, 4)
             except (KeyError, TypeError, ValueError) as e:
@@ -169,7 +170,7 @@ def frame_errors(fleet: Path, frames: Mapping[int, tuple[str, str]], predictions
 def load_run_truth(cat: Catalog, run_id: int) -> tuple[RunTruth | None, str]:
     """(the run's truth, "") or (None, why there is none). Raises EvaluationError for truth files that
     exist but cannot be read."""
-    from deploy.metadata import MetadataError, read_metadata
+    from deploy.metadata import MetadataError, ModelRig, read_metadata
 
     info = cat.run_info(run_id)
     fleet = Path(info["fleet"])
@@ -178,6 +179,7 @@ def load_run_truth(cat: Catalog, run_id: int) -> tuple[RunTruth | None, str]:
         return None, f"fleet {fleet} has no {TRUTH_FILE} (not a sim fleet, or moved): precision and recall need it"
     try:
         md = read_metadata(info["model"])
+        rig = ModelRig.from_metadata(md, str(info["model"]))
     except (OSError, MetadataError, ValueError) as e:
         return None, f"model {info['model']} of shadow run {run_id} cannot be read ({str(e)[:120]}): its image size is needed"
     if "det2d" not in md["heads"]:
@@ -195,11 +197,10 @@ def load_run_truth(cat: Catalog, run_id: int) -> tuple[RunTruth | None, str]:
     if missing:
         raise EvaluationError(f"{truth_path} has no tags for clip {missing[0]}; regenerate the fleet")
     preds = cat.predictions(run_id, fids)
-    errors = frame_errors(fleet, {f: (clip_of[f], dirs[f]) for f in fids}, preds, md["rig"]["names"],
-                          tuple(md["rig"]["image_size"]))
+    errors = frame_errors(fleet, {f: (clip_of[f], dirs[f]) for f in fids}, preds, list(rig.names), rig.image_size)
     names = sorted({r for c in clips.values() for r in c.get("rare", [])})
     rare = {r: {f for f in fids if r in clips[clip_of[f]].get("rare", [])} for r in names}
-    n_cams = len(md["rig"]["names"])
+    n_cams = len(rig.names)
     detected = {f: any((np.asarray(p["scores"]) >= CONFIDENT).any() for p in preds[f]["det2d"][:n_cams]) for f in fids}
     return RunTruth(run_id, fleet, errors, clip_of, rare, detected), ""
 

@@ -143,20 +143,21 @@ def relative_box(box: Sequence[float], size: tuple[int, int]) -> list[float] | N
 # -- reading the catalog -----------------------------------------------------------------------------
 def _model_meta(cat: Catalog, run_id: int) -> tuple[str, list[str], tuple[int, int] | None, list[str]]:
     """(model path, camera names, model input (H, W) or None without det2d, det2d class names)."""
-    from deploy.metadata import MetadataError, read_metadata
+    from deploy.metadata import MetadataError, ModelRig, read_metadata
 
     path, meta = cat.db.execute("SELECT m.path, m.meta FROM shadow_runs r JOIN models m ON r.model_id = m.id WHERE r.id = ?",
                                 (run_id,)).fetchone()
     cams = list(json.loads(meta or "{}").get("rig") or [])
     try:
         md = read_metadata(path)
+        rig = ModelRig.from_metadata(md, str(path))
     except (OSError, MetadataError, ValueError) as e:
         raise FiftyOneExportError(f"model {path} of shadow run {run_id} cannot be read ({str(e)[:160]}): its input size places "
                                   "the boxes; put the model file back at that path") from None
     if "det2d" not in md["heads"]:
-        return path, cams or list(md["rig"]["names"]), None, []
+        return path, cams or list(rig.names), None, []
     classes = list(md["heads"]["det2d"].get("classes") or md.get("classes") or [])
-    return path, cams or list(md["rig"]["names"]), tuple(int(v) for v in md["rig"]["image_size"]), classes
+    return path, cams or list(rig.names), rig.image_size, classes
 
 
 def _camera_sizes(root: Path) -> dict[str, tuple[int, int]]:

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from hydranet.data.reader import DatasetError
 from hydranet.data.recording import RECORDED_FILE, Recording
 from hydranet.io import frame_path
 from sim.config import RareConfig, SimConfig, _need, _weights
+
+if TYPE_CHECKING:
+    from deploy.metadata import ModelRig
 
 TRUTH_FILE = "truth/scenarios.json"
 CALIB_TOLERANCE = (1.0, 0.02, 0.2)  # a BEV model's camera vs the fleet's: px (at the model's size), m, degrees
@@ -184,13 +187,13 @@ class Fleet:
                 raise FleetError(f"{self.root / 'dataset.json'}: bad rig ({e}); regenerate the fleet") from None
         return self._rig
 
-    def check_rig(self, model_rig: Mapping[str, Any], model: str, bev: bool) -> None:
-        """FleetError unless every camera of the model is in this fleet and, for a BEV model (its view transform
-        is bound to its calibration), each camera's calibration is the model's: intrinsics equal once scaled to
-        the model's input size (the same rig recorded at another resolution is the same calibration), the
-        camera-to-ego pose within CALIB_TOLERANCE. A camera-only model takes any resolution (resized by name)."""
-        names = list(model_rig["names"])
-        missing = [n for n in names if n not in self.cameras]
+    def check_rig(self, model_rig: ModelRig, model: str, bev: bool) -> None:
+        """FleetError unless every camera of the model (`model_rig`: `HydraRuntime.rig`) is in this fleet and, for a
+        BEV model (its view transform is bound to its calibration), each camera's calibration is the model's:
+        intrinsics equal once scaled to the model's input size (the same rig recorded at another resolution is the
+        same calibration), the camera-to-ego pose within CALIB_TOLERANCE. A camera-only model takes any resolution
+        (resized by name)."""
+        missing = [n for n in model_rig.names if n not in self.cameras]
         if missing:
             raise FleetError(f"fleet {self.root} (rig {self.rig_name}, cameras {sorted(self.cameras)}) lacks camera "
                              f"{missing[0]} of model {model}; run the model on a fleet of its own rig")
@@ -199,21 +202,20 @@ class Fleet:
         if not self.calibrated:
             raise FleetError(f"fleet {self.root} has no camera calibration (its source records none, e.g. BDD100K); BEV "
                              f"model {model} needs it: run a camera-only model on this fleet")
-        H, W = (int(v) for v in model_rig["image_size"])
-        K_model, T_model = np.asarray(model_rig["K"], np.float64), np.asarray(model_rig["cam2ego"], np.float64)
         cams = {c.name: c for c in self.rig.cameras}
         fix = "run it on a fleet of its own rig, or train a model on this rig's calibration"
-        for i, n in enumerate(names):
+        for m in model_rig.cameras:
+            W, H, n = m.width, m.height, m.name
             c = cams[n]
             K = c.scaled(W, H).K  # the fleet's K at the model's size, as the model's own was resized (pixel centres kept)
-            dk = float(np.abs(K - K_model[i]).max())
-            dt = float(np.linalg.norm(np.asarray(c.cam2ego)[:3, 3] - T_model[i][:3, 3]))
-            cos = (np.trace(np.asarray(c.cam2ego)[:3, :3].T @ T_model[i][:3, :3]) - 1) / 2
+            dk = float(np.abs(K - m.K).max())
+            dt = float(np.linalg.norm(np.asarray(c.cam2ego)[:3, 3] - m.cam2ego[:3, 3]))
+            cos = (np.trace(np.asarray(c.cam2ego)[:3, :3].T @ m.cam2ego[:3, :3]) - 1) / 2
             da = float(np.degrees(np.arccos(np.clip(cos, -1.0, 1.0))))
             tol_px, tol_m, tol_deg = CALIB_TOLERANCE
             if dk > tol_px:
                 raise FleetError(f"fleet {self.root} camera {n}: intrinsics differ from model {model}'s by {dk:.2f} px at its "
-                                 f"{W}x{H} input (fx {K[0, 0]:.1f} vs {K_model[i][0, 0]:.1f}; tolerance {tol_px} px): another "
+                                 f"{W}x{H} input (fx {K[0, 0]:.1f} vs {m.K[0, 0]:.1f}; tolerance {tol_px} px): another "
                                  f"calibration, and a BEV model's view transform is bound to its own; {fix}")
             if dt > tol_m or da > tol_deg:
                 raise FleetError(f"fleet {self.root} camera {n}: mounted {dt * 100:.1f} cm and {da:.2f} deg away from model "

@@ -49,6 +49,7 @@ import numpy as np
 from data_engine.fleet import RECORDED_FILE, TRUTH_FILE, Fleet, FleetError, frame_image
 from data_engine.suites import FORMAT, SUITES_FILE, UNIT_TESTS, VERSION, SuiteError, _read_json, folder_digest
 from hydranet.io import atomic_write_text, exclusive_lock, frame_path, path_inside, remove_stale_temps, temp_path
+from hydranet.rig import camera_sizes
 
 KEYS = ("tag:VALUE", "description~TEXT", "clip:NAME", "signal:NAME>X")
 OPS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt}
@@ -202,8 +203,8 @@ class _Labels:
 
         self.fleet, self.meta, self.accepted = fleet, meta, accepted
         self.recorded = (fleet.root / RECORDED_FILE).is_file()
-        self.cameras = [str(c["name"]) for c in meta["rig"]["cameras"]]
-        self.sizes = {str(c["name"]): (int(c["width"]), int(c["height"])) for c in meta["rig"]["cameras"]}
+        self.sizes = camera_sizes(meta["rig"], f"fleet {fleet.root} rig")  # {name: (width, height)}
+        self.cameras = list(self.sizes)
         self.all_heads = list(SIM_HEADS)
 
     def get(self, clip: str, frame: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -322,8 +323,8 @@ def write_slice(dst: Path, fleet: Fleet, meta: Mapping[str, Any], picked: list[t
     from hydranet.data.sim_reader import BEV_FILE, CHANNEL_SUFFIX
     from sim.writer import DatasetWriter
 
-    cameras = [str(c["name"]) for c in meta["rig"]["cameras"]]
-    sizes = {str(c["name"]): (int(c["width"]), int(c["height"])) for c in meta["rig"]["cameras"]}
+    sizes = camera_sizes(meta["rig"], f"fleet {fleet.root} rig")  # {name: (width, height)}
+    cameras = list(sizes)
     recorded = (fleet.root / RECORDED_FILE).is_file()
     by_clip: dict[str, list[tuple[dict, dict]]] = {}
     for clip, f, lab in picked:

@@ -201,7 +201,7 @@ def with_predictions(cat: Catalog, jobs: Sequence[Job], min_score: float = 0.1) 
     auto-label (`hydranet engine autolabel`: its boxes and per-object confidence; model_version its labeller, which
     names the models' sha256) where there is one, else the deployed model's det2d predictions where the catalog has
     them and the model file still exists; otherwise unchanged."""
-    from deploy.metadata import read_metadata
+    from deploy.metadata import ModelRig, read_metadata
 
     out = []
     meta: dict[int, Any] = {}
@@ -223,17 +223,18 @@ def with_predictions(cat: Catalog, jobs: Sequence[Job], min_score: float = 0.1) 
         mid, path, sha = row[1], row[2], row[3]
         if mid not in meta:
             try:
-                meta[mid] = read_metadata(path)
+                md = read_metadata(path)
+                meta[mid] = md, ModelRig.from_metadata(md, str(path))
             except Exception:  # noqa: BLE001 - a moved model file only loses the pre-annotations
                 meta[mid] = None
-        md = meta[mid]
-        if md is None or "det2d" not in preds or "det2d" not in md["heads"]:
+        if meta[mid] is None or "det2d" not in preds or "det2d" not in meta[mid][0]["heads"]:
             out.append(j)
             continue
+        md, rig = meta[mid]
         classes = md["heads"]["det2d"].get("classes") or md.get("classes") or []
-        H, W = md["rig"]["image_size"]
+        H, W = rig.image_size
         cams = {}
-        for cam, p in zip(md["rig"]["names"], preds["det2d"]):
+        for cam, p in zip(rig.names, preds["det2d"]):
             if cam not in j.cameras:
                 continue
             h, w = j.sizes[j.cameras.index(cam)]

@@ -384,11 +384,11 @@ def signal_histograms(table: Mapping[str, np.ndarray], selected_ids: Sequence[in
 def _model_info(model: str | Path) -> tuple[tuple[int, int] | None, list[str]]:
     """(the model's input (H, W), which its boxes are in, its det2d class names); (None, []) when its file cannot
     be read (no boxes drawn)."""
-    from deploy.metadata import MetadataError, read_metadata
+    from deploy.metadata import MetadataError, ModelRig, read_metadata
 
     try:
         md = read_metadata(model)
-        return tuple(int(v) for v in md["rig"]["image_size"]), list((md["heads"].get("det2d") or {}).get("classes") or [])
+        return ModelRig.from_metadata(md, str(model)).image_size, list((md["heads"].get("det2d") or {}).get("classes") or [])
     except (OSError, MetadataError, ValueError, KeyError, TypeError, AttributeError):
         return None, []
 

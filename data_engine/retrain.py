@@ -41,6 +41,7 @@ from data_engine.fleet import RECORDED_FILE, Fleet, FleetError, recorded_fleet
 from data_engine.labels import accepted_versions, open_catalog
 from hydranet.io import atomic_write_text, file_sha256, frame_path, read_json
 from hydranet.heads import heads_where
+from hydranet.rig import camera_sizes
 
 RECORD = "retrain.json"
 ACCEPTED = "accepted"  # the run's sub-folder and data source name of the accepted labels
@@ -195,8 +196,8 @@ def materialize_accepted(catalog: str | Path | Catalog, out_dir: str | Path, ove
     if extra:
         raise RetrainError(f"the accepted labels' fleet {first_root} has classes {extra} that the model lacks; fine-tuning "
                            "keeps the model's classes: retrain from a model trained with them")
-    cameras = [str(c["name"]) for c in meta["rig"]["cameras"]]
-    sizes = {str(c["name"]): (int(c["width"]), int(c["height"])) for c in meta["rig"]["cameras"]}
+    sizes = camera_sizes(meta["rig"], f"fleet {first_root} rig")  # {name: (width, height)}
+    cameras = list(sizes)
 
     # scenes: one per (fleet, clip), in catalog order; frames in clip order
     clips: dict[tuple[int, str], list[int]] = {}

@@ -111,7 +111,7 @@ def shadow_clip(task: Mapping[str, Any]) -> dict[str, Any]:
     for r in (rt, cand):  # the fleet's camera sizes, checked by Fleet.check_rig to be each model's calibration
         if r is not None:
             r.allow_sizes(task.get("sizes") or {})
-    info = ModelInfo.from_metadata(rt.meta)
+    info = ModelInfo.from_runtime(rt)
     cams = rt.camera_names
     state, cand_video = ClipState(), VideoState()
     rt.reset()
@@ -222,12 +222,12 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
     candidate = Path(candidate).resolve() if candidate is not None else None
     rt = load_runtime(str(model))
     check_model(rt)
-    fl.check_rig(rt.meta["rig"], str(model), bev=uses_calibration(rt))
+    fl.check_rig(rt.rig, str(model), bev=uses_calibration(rt))
     cand = None
     if candidate is not None:
         cand = load_runtime(str(candidate))
         check_model(cand, "--candidate-onnx")
-        fl.check_rig(cand.meta["rig"], str(candidate), bev=uses_calibration(cand))
+        fl.check_rig(cand.rig, str(candidate), bev=uses_calibration(cand))
     workers = workers or max(1, os.cpu_count() or 1)
     threads = max(1, (os.cpu_count() or 1) // workers)
     with Catalog(catalog, create=True) as cat:

@@ -56,7 +56,7 @@ import numpy as np
 from hydranet.decoding import NonFiniteError, box_iou, first_non_finite, sigmoid
 from hydranet.heads import HEADS, PEAK_TOP_K, UNCERTAIN_BAND, signal_columns
 from hydranet.heads import entropy  # noqa: F401 (data_engine.signals.entropy: H(p) of the docstring)
-from hydranet.geometry import Distortion, boxes_corners, distortion_from_row
+from hydranet.geometry import Distortion, boxes_corners
 from hydranet.geometry import project as project_camera
 
 # signals across heads (temporal, geometric, model disagreement), computed here, each with the detection heads it is
@@ -90,12 +90,12 @@ class ModelInfo:
     lenses: list[Distortion | None] | None = None  # per camera (None: all pinholes)
 
     @classmethod
-    def from_metadata(cls, md: Mapping[str, Any]) -> "ModelInfo":
-        rig = md["rig"]
-        heads = dict(md["heads"])
-        lenses = [distortion_from_row(row) for row in rig["distortion"]] if rig.get("distortion") else None
-        return cls(list(rig["names"]), tuple(rig["image_size"]), np.asarray(rig["K"], np.float64),
-                   np.asarray(rig["cam2ego"], np.float64), heads, list(heads.get("det3d", {}).get("classes", [])), lenses)
+    def from_runtime(cls, rt) -> "ModelInfo":
+        """Of a `deploy.runtime.HydraRuntime`: its rig (`rt.rig`, deploy.metadata.ModelRig) and heads."""
+        rig, heads = rt.rig, dict(rt.heads)
+        lenses = list(rig.lenses) if any(lens is not None for lens in rig.lenses) else None
+        return cls(list(rig.names), rig.image_size, rig.K, rig.cam2ego, heads,
+                   list(heads.get("det3d", {}).get("classes", [])), lenses)
 
     def lens(self, n: int) -> Distortion | None:
         return None if self.lenses is None else self.lenses[n]

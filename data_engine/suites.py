@@ -42,6 +42,7 @@ from hydranet.io import atomic_write_text, file_sha256
 from data_engine.fleet import FleetConfig, clip_config
 from data_engine.config import UNIT_TESTS, SliceSpec, SuitesConfig  # noqa: F401 (SliceSpec: the suites' API too)
 from hydranet.io import frame_path, path_inside
+from hydranet.rig import camera_sizes
 
 SUITES_FILE = "suites.json"
 FORMAT = "hydranet-suites"
@@ -255,7 +256,7 @@ def _check_payload(frame_dir: Path, payload: Any, meta: Mapping[str, Any]) -> No
     from hydranet.data.reader import DatasetError
     from hydranet.data.sim_reader import check_labels
 
-    cams = {str(c["name"]): (int(c["width"]), int(c["height"])) for c in meta["rig"]["cameras"]}
+    cams = camera_sizes(meta["rig"], f"unit test frame {frame_dir}: its fleet's rig")  # {name: (width, height)}
     if not isinstance(payload, Mapping) or not isinstance(payload.get("cameras"), Mapping):
         raise SuiteError(f"unit test frame {frame_dir}: its label payload has no 'cameras'; give the accepted labels.json")
     if set(payload["cameras"]) != set(cams):
@@ -294,7 +295,7 @@ def add_unit_tests(suites_dir: str | Path, frames: Iterable[tuple[str | Path, Ma
                                  f"({cur_meta['rig'].get('name')}); unit tests of one suites folder share one rig")
             if new and meta["rig"] != next(iter(new.values()))[4]["rig"]:
                 raise SuiteError(f"unit test frame {frame_dir}: its fleet's rig differs from the other frames'")
-            name = "ut_" + _entry_key(frame_dir, [c["name"] for c in meta["rig"]["cameras"]], payload)[:20]
+            name = "ut_" + _entry_key(frame_dir, list(camera_sizes(meta["rig"])), payload)[:20]
             if name not in have:
                 new[name] = (frame_dir, payload, clip, entry, meta)
         existing = len(have)

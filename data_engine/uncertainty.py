@@ -181,7 +181,7 @@ def pool_signals(models: Sequence[str | Path], fleet: str | Path, frames: Sequen
                                    f"model's are {runtimes[0][1]}, {first.camera_names} at {list(first.image_size)}: an "
                                    "ensemble needs the same heads, cameras and size")
         try:
-            fl.check_rig(rt.meta["rig"], str(m), bev=uses_calibration(rt))
+            fl.check_rig(rt.rig, str(m), bev=uses_calibration(rt))
         except FleetError as e:
             raise UncertaintyError(str(e)) from None
         rt.allow_sizes(fl.cameras)

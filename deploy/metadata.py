@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from hydranet.geometry import Camera, Distortion, distortion_from_row
 
 FORMAT, FORMAT_VERSION = "hydranet-onnx", 2  # 2: the `embedding` output and its "embedding" entry
 PREFIX = "hydranet."
@@ -27,6 +30,71 @@ EMBEDDING_OUTPUT = "embedding"  # (B*N, C) pooled trunk feature per camera image
 class MetadataError(ValueError):
     """A model whose HydraNet metadata is missing, unreadable, of another format version or
     inconsistent with its graph; the message says what to do."""
+
+
+def _finite(value: Any, shape: tuple[int, ...], what: str, names: list[str]) -> np.ndarray:
+    """`value` as a float64 array of `shape` with finite entries; else MetadataError `what` has shape ..."""
+    try:
+        a = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        a = np.zeros(0)
+    if a.shape != shape or not np.isfinite(a).all():
+        raise MetadataError(f"{what} has shape {a.shape} for cameras {names}; re-export it")
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class ModelRig:
+    """The rig an exported model takes, from its metadata's `hydranet.rig`: camera names in input order,
+    the input size, each camera's K and cam2ego at that size, the size it is calibrated at and its lens.
+    Built once per model by `ModelRig.from_metadata` (`HydraRuntime.rig`); read it instead of the raw entry."""
+    name: str
+    names: tuple[str, ...]
+    image_size: tuple[int, int]  # (H, W) the model's input
+    K: np.ndarray  # (N, 3, 3) float64 at image_size
+    cam2ego: np.ndarray  # (N, 4, 4) float64
+    source_sizes: tuple[tuple[int, int], ...]  # (H, W) each camera is calibrated at
+    lenses: tuple[Distortion | None, ...]  # per camera (None: a pinhole)
+
+    @classmethod
+    def from_metadata(cls, md: Mapping[str, Any], where: str) -> "ModelRig":
+        """The checked rig of metadata `md` (`read_metadata`'s); MetadataError naming `where` (the model
+        file) and the key when the entry is not what `hydranet export` writes."""
+        rig = md.get("rig")
+        fix = "the file was edited or corrupted: re-export it with `hydranet export`"
+        if not isinstance(rig, Mapping):
+            raise MetadataError(f"{where}: metadata rig is {type(rig).__name__}, not a mapping; {fix}")
+        names = rig.get("names")
+        if not (isinstance(names, list) and names and all(isinstance(n, str) and n for n in names)):
+            raise MetadataError(f"{where}: metadata rig names {names!r} is not a list of camera names; {fix}")
+        size = rig.get("image_size")
+        if not (isinstance(size, Sequence) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size)):
+            raise MetadataError(f"{where}: metadata rig image_size {size!r} is not [H, W] in pixels; re-export it with "
+                                "`hydranet export`")
+        N = len(names)
+        K, T = (_finite(rig.get(key), shape, f"{where}: metadata rig {key}", names)
+                for key, shape in (("K", (N, 3, 3)), ("cam2ego", (N, 4, 4))))
+        sources = rig.get("source_sizes")
+        if not (isinstance(sources, list) and len(sources) == N and all(
+                isinstance(s, Sequence) and len(s) == 2 and all(isinstance(v, int) and v > 0 for v in s) for s in sources)):
+            raise MetadataError(f"{where}: metadata rig source_sizes {sources!r} is not one [H, W] per camera {names}; {fix}")
+        lenses: tuple[Distortion | None, ...] = (None,) * N
+        if rig.get("distortion") is not None:
+            try:
+                D = np.asarray(rig["distortion"], np.float64)
+                if D.shape[:1] != (N,):
+                    raise ValueError(f"shape {D.shape} for {N} cameras")
+                lenses = tuple(distortion_from_row(row) for row in D)
+            except (TypeError, ValueError) as e:
+                raise MetadataError(f"{where}: metadata rig distortion is not a lens row per camera ({e}); re-export it") from None
+        return cls(str(rig.get("name", "")), tuple(names), (int(size[0]), int(size[1])), K, T,
+                   tuple((int(h), int(w)) for h, w in sources), lenses)
+
+    @property
+    def cameras(self) -> tuple[Camera, ...]:
+        """The model's cameras at its input size, in input order."""
+        H, W = self.image_size
+        return tuple(Camera(n, self.K[i], self.cam2ego[i], W, H, self.lenses[i]) for i, n in enumerate(self.names))
 
 
 def _layout(shape: Sequence[int], space: str, N: int) -> str:
@@ -242,35 +310,18 @@ def check_graph(md: Mapping[str, Any], input_names: Sequence[str], output_names:
         unknown = [o for o in head.get("outputs", []) if o not in declared_out]
         if unknown:
             raise MetadataError(f"{where}: head '{name}' names output '{unknown[0]}' that the graph lacks; re-export it")
+    rig = ModelRig.from_metadata(md, where)
     if input_shapes is not None and "images" in input_shapes:
-        _check_image_input(md, list(input_shapes["images"]), where)
-    K = np.asarray(md["rig"]["K"], np.float64)
-    if K.shape != (len(md["rig"]["names"]), 3, 3) or not np.isfinite(K).all():
-        raise MetadataError(f"{where}: metadata rig K has shape {K.shape} for cameras {md['rig']['names']}; re-export it")
-    if md["rig"].get("distortion") is not None:
-        from hydranet.geometry import distortion_from_row
-
-        D = np.asarray(md["rig"]["distortion"], np.float64)
-        try:
-            if D.shape[:1] != K.shape[:1]:
-                raise ValueError(f"shape {D.shape} for {len(K)} cameras")
-            for row in D:
-                distortion_from_row(row)
-        except ValueError as e:
-            raise MetadataError(f"{where}: metadata rig distortion is not a lens row per camera ({e}); re-export it") from None
+        _check_image_input(rig, list(input_shapes["images"]), where)
 
 
-def _check_image_input(md: Mapping[str, Any], shape: list, where: str) -> None:
+def _check_image_input(rig: ModelRig, shape: list, where: str) -> None:
     """MetadataError unless the graph's `images` input (B, N, 3, H, W) fits the rig: N cameras of the
     metadata's image size (symbolic dimensions, a dynamic batch, are not compared)."""
-    rig = md["rig"]
-    size = rig.get("image_size")
-    if not (isinstance(size, Sequence) and len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size)):
-        raise MetadataError(f"{where}: metadata rig image_size {size!r} is not [H, W] in pixels; re-export it with "
-                            "`hydranet export`")
-    want = [None, len(rig["names"]), 3, *size]
+    size, N = rig.image_size, len(rig.names)
+    want = [None, N, 3, *size]
     if len(shape) != 5 or any(isinstance(g, int) and w is not None and g != w for g, w in zip(shape, want)):
         H, W = size
-        raise MetadataError(f"{where}: metadata says {len(rig['names'])} camera(s) at {W}x{H} (image_size [H, W] = "
+        raise MetadataError(f"{where}: metadata says {N} camera(s) at {W}x{H} (image_size [H, W] = "
                             f"{list(size)}) but the graph's input 'images' has shape {shape} (B, N, 3, H, W); the file "
                             "was edited or corrupted: re-export it with `hydranet export`")

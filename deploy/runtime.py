@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from deploy.metadata import MetadataError, check_graph, decode_props
+from deploy.metadata import MetadataError, ModelRig, check_graph, decode_props
 from hydranet import decoding
 from hydranet.stream import VideoState
 
@@ -92,10 +92,10 @@ class HydraRuntime:
         self.path = Path(model_path)
         self.session = load_session(self.path, providers, threads, optimization, spinning)
         self.meta = model_metadata(self.session, str(self.path))
-        rig = self.meta["rig"]
-        self.camera_names: list[str] = list(rig["names"])
-        self.image_size: tuple[int, int] = tuple(rig["image_size"])
-        self.source_sizes = [tuple(s) for s in rig["source_sizes"]]
+        self.rig = ModelRig.from_metadata(self.meta, str(self.path))  # checked by model_metadata
+        self.camera_names: list[str] = list(self.rig.names)
+        self.image_size: tuple[int, int] = self.rig.image_size
+        self.source_sizes = list(self.rig.source_sizes)
         self.checked_sizes: dict[str, tuple[int, int]] = {}  # allow_sizes: a fleet's sizes checked to be this calibration
         self.input_dtype = self.meta["normalization"]["input_dtype"]
         self.heads: dict[str, dict] = self.meta["heads"]

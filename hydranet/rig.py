@@ -380,6 +380,24 @@ def _check_sees_road(cam: Camera, where: str, max_range: float = 100.0) -> None:
             "sky); tilt it towards the ground")
 
 
+def camera_sizes(data, where: str = "rig") -> dict[str, tuple[int, int]]:
+    """{camera name: (width, height)} in rig order of a dataset's or fleet's rig mapping (its meta "rig"), read
+    from each camera's name and size alone: a fleet without calibration (BDD100K) records nothing else. RigError
+    naming `where` when a camera has no valid name or size."""
+    cams = data.get("cameras") if isinstance(data, dict) else None
+    if not isinstance(cams, list) or not cams:
+        raise RigError(f"{where}: expected a mapping with a non-empty 'cameras' list")
+    out = {}
+    for i, c in enumerate(cams):
+        at = f"{where} cameras[{i}]"
+        if not isinstance(c, dict) or not {"name", "width", "height"} <= set(c):
+            raise RigError(f"{at}: a camera needs 'name', 'width' and 'height'")
+        out[check_name(str(c["name"]), "camera", at)] = _check_size(c, at)
+    if len(out) != len(cams):
+        raise RigError(f"{where}: camera names must be unique, got {[c['name'] for c in cams]}")
+    return out
+
+
 def rig_from_dict(data: dict, where: str = "rig") -> Rig:
     if not isinstance(data, dict) or "cameras" not in data:
         raise RigError(f"{where}: expected a mapping with 'name' and a 'cameras' list")

@@ -48,6 +48,7 @@ def test_every_frame_is_read_in_place_with_the_readers_labels_as_truth(world, fm
 
 def test_bdd100k_fleet_records_no_calibration_and_refuses_a_bev_model(world):
     from data_engine.fleet import Fleet, FleetError
+    from deploy.metadata import ModelRig
 
     meta = json.loads((world["root"] / "fleet_bdd100k" / "fleet.json").read_text())
     assert meta["calibrated"] is False and set(meta["rig"]["cameras"][0]) == {"name", "width", "height"}
@@ -56,7 +57,7 @@ def test_bdd100k_fleet_records_no_calibration_and_refuses_a_bev_model(world):
     assert kitti["calibrated"] is True and "K" in kitti["rig"]["cameras"][0]
     fleet = Fleet(world["root"] / "fleet_bdd100k")
     h, w = fleet.cameras["CAM_FRONT"]
-    model_rig = {"names": ["CAM_FRONT"], "image_size": [h, w], "K": [np.eye(3).tolist()], "cam2ego": [np.eye(4).tolist()]}
+    model_rig = ModelRig("m", ("CAM_FRONT",), (h, w), np.eye(3)[None], np.eye(4)[None], ((h, w),), (None,))
     fleet.check_rig(model_rig, "camera.onnx", bev=False)  # a camera-only model: its cameras by name, resized
     with pytest.raises(FleetError, match="no camera calibration.*camera-only model"):
         fleet.check_rig(model_rig, "bev.onnx", bev=True)

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from deploy.export import ATOL, RTOL, export_checkpoint, rig_line, sim_frames
-from deploy.metadata import read_metadata
+from deploy.metadata import ModelRig, read_metadata
 from hydranet.checkpoint import config_from_checkpoint, load_checkpoint, model_for_rig, model_from_checkpoint
 from hydranet.cli import main
 from hydranet.rig import RigError, load_rig, rig_from_dict, rig_from_path
@@ -99,8 +99,8 @@ def test_check_rig_refuses_the_original_export_and_accepts_the_rebound_one(env, 
     fleet = Fleet(env["fleet"])
     a, b = read_metadata(env["root"] / "a.onnx"), read_metadata(rebound["onnx"])
     with pytest.raises(FleetError, match=f"camera {MOVED}: mounted 50.0 cm"):
-        fleet.check_rig(a["rig"], "a.onnx", bev=True)
-    fleet.check_rig(b["rig"], "b.onnx", bev=True)
+        fleet.check_rig(ModelRig.from_metadata(a, "a.onnx"), "a.onnx", bev=True)
+    fleet.check_rig(ModelRig.from_metadata(b, "b.onnx"), "b.onnx", bev=True)
     assert b["rig"]["names"] == a["rig"]["names"]
     assert b["rig"]["image_size"] == a["rig"]["image_size"] == [64, 96]
     src = b["source"]["rig"]

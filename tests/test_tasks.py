@@ -336,10 +336,10 @@ def test_doc_head_decodes_on_the_runtime_and_signals_in_shadow(doc_head_register
     agree = np.mean([(r["mask"] == e["mask"].numpy()).mean() for r, e in zip(res["sky"], eager)])
     assert agree > 0.999  # ONNX vs eager logits differ by ~1e-5: a pixel at the threshold may flip
     raw = rt.run(rt.feeds(rt.preprocess(list(images))))
-    sig, per_cam = frame_signals(ModelInfo.from_metadata(rt.meta), raw, rt.decode(raw), None, 0, ClipState())
+    sig, per_cam = frame_signals(ModelInfo.from_runtime(rt), raw, rt.decode(raw), None, 0, ClipState())
     expect = [float(r["mask"].mean()) for r in rt.decode(raw)["sky"]]
     assert per_cam["sky_fraction"] == pytest.approx(expect) and sig["sky_fraction"] == pytest.approx(np.mean(expect))
     assert np.isfinite(sig["det2d_entropy"])  # the built-in heads' signals are still there
     bad = {**raw, "sky.logits": np.full_like(raw["sky.logits"], np.nan)}
     with pytest.raises(ValueError, match="sky.logits holds NaN"):
-        frame_signals(ModelInfo.from_metadata(rt.meta), bad, rt.decode(raw), None, 0, ClipState())
+        frame_signals(ModelInfo.from_runtime(rt), bad, rt.decode(raw), None, 0, ClipState())

@@ -79,7 +79,7 @@ def load_ensemble(models: Sequence[str | Path], fleet) -> tuple[Ensemble, list[s
         except DeployError as e:
             raise AutolabelError(str(e)) from None
         try:
-            fleet.check_rig(rt.meta["rig"], str(path), bev=uses_calibration(rt))
+            fleet.check_rig(rt.rig, str(path), bev=uses_calibration(rt))
         except FleetError as e:
             raise AutolabelError(f"{e} (model {path})") from None
         _check_sizes(rt, fleet, path)
