@@ -3,8 +3,9 @@
 A trigger has a name, a version (bump it when its rule changes: hits are stored per name and version),
 a description, the catalog column it reads, parameters (`threshold`, `quota`: at most that many frames
 per round, the highest scores first) and `scores(table)`: per frame the score where it fires, NaN where
-it does not. Most triggers read a signal column as it is (one row of TABLE below); the few that compute
-their value name a function of the table (`values`, e.g. novelty over the embeddings).
+it does not. Most triggers read a signal column as it is (one row of TABLE: each head's own rows come from
+its spec, `HeadSpec.trigger_rows`, the cross-head ones are ENGINE_ROWS below); the few that compute their
+value name a function of the table (`values`, e.g. novelty over the embeddings).
 `table` is `Catalog.table(run)`: {"frame_id", "clip", "idx", <signal>: float array} (+ "embedding").
 `build_triggers` applies a config's parameters (configs/engine.yaml `triggers:`) and raises on an
 unknown name, listing the known ones.
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from data_engine.signals import ENGINE_SIGNALS
+from hydranet.heads import HEADS
 
 
 @dataclass(frozen=True)
@@ -68,16 +70,10 @@ def novelty(table: Mapping[str, Any]) -> np.ndarray:
 
 
 # -- the table -----------------------------------------------------------------------------------------
-# (name, version, signal, threshold, quota, description[, compute]); bump a version when its rule changes
-TABLE: tuple[tuple, ...] = (
-    ("det2d_uncertain", 1, "det2d_uncertain", 3, 50,
-     "2D detections in the uncertain score band: more than threshold heatmap peaks with 0.3 <= p < 0.6"),
-    ("det3d_uncertain", 1, "det3d_uncertain", 2, 50,
-     "3D detections in the uncertain score band: more than threshold BEV heatmap peaks with 0.3 <= p < 0.6"),
-    ("signs_uncertain", 1, "signs_lights_entropy", 0.45, 50,
-     "signs and lights the model hesitates on: mean peak entropy above threshold (nats)"),
-    ("dense_entropy", 1, "drivable_entropy_p95", 0.6, 50,
-     "drivable-area tail entropy: the 95th percentile pixel entropy above threshold (nats)"),
+# (name, version, signal, threshold, quota, description[, compute]); bump a version when its rule changes.
+# A head's own triggers are rows of its spec (`HeadSpec.trigger_rows`, hydranet/heads/<name>.py); these read
+# the cross-head signals (data_engine.signals.ENGINE_SIGNALS) and the embedding.
+ENGINE_ROWS: tuple[tuple, ...] = (
     ("flicker", 1, "flicker", 1, 50,
      "flickering 2D detections: more than threshold one-frame blinks or gaps across consecutive frames"),
     ("jitter", 1, "jitter", 0.08, 50,
@@ -97,6 +93,16 @@ TABLE: tuple[tuple, ...] = (
     ("novelty", 1, "embedding", 0.05, 50,
      "novel scenes: embedding distance (1 - cosine) to the nearest frame of any other clip above threshold", novelty),
 )
+
+
+def table_rows() -> tuple[tuple, ...]:
+    """Every trigger row: each registered head's `trigger_rows` (heads by `trigger_rank`, then registration
+    order), then ENGINE_ROWS."""
+    heads = sorted(HEADS.values(), key=lambda spec: spec.trigger_rank)
+    return (*(row for spec in heads for row in spec.trigger_rows), *ENGINE_ROWS)
+
+
+TABLE = table_rows()
 
 
 def _build(rows: tuple[tuple, ...]) -> dict[str, Trigger]:

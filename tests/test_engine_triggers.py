@@ -89,6 +89,69 @@ def test_a_new_row_runs_without_a_config(monkeypatch):
     assert "flicker_twice" in [t.name for t in build_triggers({"jitter": {"quota": 3}})]  # an override of another
 
 
+WRITTEN = (  # data_engine/triggers.py's TABLE before each head's rows moved to its spec, verbatim
+    ("det2d_uncertain", 1, "det2d_uncertain", 3, 50,
+     "2D detections in the uncertain score band: more than threshold heatmap peaks with 0.3 <= p < 0.6"),
+    ("det3d_uncertain", 1, "det3d_uncertain", 2, 50,
+     "3D detections in the uncertain score band: more than threshold BEV heatmap peaks with 0.3 <= p < 0.6"),
+    ("signs_uncertain", 1, "signs_lights_entropy", 0.45, 50,
+     "signs and lights the model hesitates on: mean peak entropy above threshold (nats)"),
+    ("dense_entropy", 1, "drivable_entropy_p95", 0.6, 50,
+     "drivable-area tail entropy: the 95th percentile pixel entropy above threshold (nats)"),
+    ("flicker", 1, "flicker", 1, 50,
+     "flickering 2D detections: more than threshold one-frame blinks or gaps across consecutive frames"),
+    ("jitter", 1, "jitter", 0.08, 50,
+     "box jitter: the second difference of tracked 2D boxes, relative to their size, above threshold"),
+    ("cross_camera", 1, "cross_camera", 0.5, 50,
+     "cameras disagree in their overlap: share of 3D boxes seen by one camera's 2D detector but not the other's"),
+    ("box2d_vs_3d", 1, "box2d_vs_3d", 0.8, 50,
+     "2D detections and projected 3D boxes disagree: 1 - mean best IoU above threshold"),
+    ("depth_vs_3d", 1, "depth_vs_3d", 0.5, 50,
+     "the depth head contradicts the 3D boxes: mean relative depth error at box centres above threshold"),
+    ("speed", 1, "speed_excess", 1.0, 50,
+     "physically implausible speed: a 3D box faster than its class allows (|v| / vmax above threshold)"),
+    ("accel", 1, "accel", 15.0, 50,
+     "physically implausible acceleration of a tracked 3D box (m/s^2 above threshold)"),
+    ("model_disagreement", 1, "disagree_det2d", 0.5, 50,
+     "the candidate model disagrees with production on the 2D detections (1 - F1 above threshold)"),
+    ("novelty", 1, "embedding", 0.05, 50,
+     "novel scenes: embedding distance (1 - cosine) to the nearest frame of any other clip above threshold", "novelty"),
+)
+
+
+def test_the_table_derived_from_the_heads_is_the_one_written_before():
+    """Each head's default trigger rows live in its spec (hydranet/heads/<name>.py); the table built from the
+    registry has the same triggers, names, order, parameters and descriptions as the hand-written one."""
+    from data_engine import triggers
+
+    assert [r[:6] for r in triggers.TABLE] == [r[:6] for r in WRITTEN]
+    assert [r[6].__name__ for r in triggers.TABLE if len(r) > 6] == [r[6] for r in WRITTEN if len(r) > 6]
+
+
+def test_a_new_heads_trigger_rows_join_the_table_after_the_built_in_heads():
+    from data_engine.triggers import ENGINE_ROWS, table_rows
+    from hydranet.heads import HEADS, HeadSpec, register_head
+
+    class Glare(HeadSpec):
+        name, signal_columns = "glare_test", ("glare_fraction",)
+        trigger_rows = (("glare", 1, "glare_fraction", 0.5, 10, "too much glare: glare fraction above threshold"),)
+
+    class Bad(HeadSpec):
+        name, signal_columns = "bad_test", ("bad_fraction",)
+        trigger_rows = (("bad", 1, "det2d_uncertain", 0.5, 10, "reads another head's column"),)
+
+    saved = dict(HEADS)
+    try:
+        register_head(Glare)
+        rows = table_rows()
+        assert [r[0] for r in rows] == [*list(DECLARED)[:4], "glare", *(r[0] for r in ENGINE_ROWS)]
+        with pytest.raises(ValueError, match=r"head 'bad_test': trigger row .* one of its `signal_columns`"):
+            register_head(Bad)
+    finally:
+        HEADS.clear()
+        HEADS.update(saved)
+
+
 def test_unknown_trigger_lists_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown trigger 'sparkle'; known triggers: \['accel', 'box2d_vs_3d'"):
         build_triggers({"sparkle": {"threshold": 1}})

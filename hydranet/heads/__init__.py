@@ -12,8 +12,9 @@ spec class). No other registry exists: every per-head tuple of the stack is deri
 channel files (`PIXEL_HEADS`), those needing calibration (`hydranet.experiment.GEOMETRY_HEADS`), those
 a person's 2D boxes supervise (`data_engine.retrain.HUMAN_HEADS`), the runtime's decoders
 (`hydranet.decoding.DECODERS`, which loads this package for a kind it does not know), the engine's
-per-head signal columns (`data_engine.signals.SIGNALS`), the miner's uncertainty columns and the
-predictions shadow mode stores. docs/adding_a_head.md walks through a new head.
+per-head signal columns (`data_engine.signals.SIGNALS`), the miner's uncertainty columns, the
+triggers' per-head rows (`data_engine.triggers.TABLE`) and the predictions shadow mode stores.
+docs/adding_a_head.md walks through a new head.
 """
 from __future__ import annotations
 

@@ -19,7 +19,11 @@ spec is a class of class attributes and class methods, never instantiated:
   `ensemble_spread` ("var" for a probability map, "std" for a regression, None: not compared) and
   `dense_map(outputs)`: the per-pixel map of its raw outputs that ensemble members and flip TTA are
   compared on (data_engine.uncertainty's `ens_<head>`, `tta_<head>` columns);
-  `predictions(results, n_cams)`: what shadow mode keeps of a frame's results (JSON), or None.
+  `predictions(results, n_cams)`: what shadow mode keeps of a frame's results (JSON), or None;
+- `trigger_rows`: its default triggers (`data_engine.triggers` builds its table from them), each
+  `(name, version, signal, threshold, quota, description)` reading one of its `signal_columns`;
+  `trigger_rank`: where its rows run among the heads' (the triggers strategy takes one frame per
+  trigger in turn; equal ranks keep registration order).
 """
 from __future__ import annotations
 
@@ -71,6 +75,8 @@ class HeadSpec:
     signal_outputs: tuple[str, ...] = ()
     uncertainty_columns: tuple[str, ...] = ()
     ensemble_spread: str | None = None
+    trigger_rows: tuple[tuple, ...] = ()  # (name, version, signal, threshold, quota, description)
+    trigger_rank: int = 100  # after the built-in heads' rows
 
     @classmethod
     def label_keys(cls) -> tuple[str, ...]:
@@ -167,6 +173,10 @@ def register_head(spec: type[HeadSpec]) -> type[HeadSpec]:
     stray = [c for c in spec.uncertainty_columns if c not in spec.signal_columns]
     if stray:
         raise ValueError(f"head '{spec.name}': uncertainty column {stray[0]!r} is not one of its `signal_columns`")
+    for row in spec.trigger_rows:
+        if not (isinstance(row, tuple) and len(row) == 6 and row[2] in spec.signal_columns):
+            raise ValueError(f"head '{spec.name}': trigger row {row!r} is not (name, version, signal, threshold, quota, "
+                             "description) reading one of its `signal_columns`")
     if spec.decoder is not None:
         known: Callable | None = decoding.DECODERS.get(spec.decoder)
         if known is not None and known is not spec.decode:

@@ -14,6 +14,9 @@ class Det2d(PeakSignals):
     signal_columns = ("det2d_entropy", "det2d_uncertain", "det2d_margin")
     uncertainty_columns = ("det2d_entropy", "det2d_uncertain")
     ensemble_spread = "var"
+    trigger_rows = (("det2d_uncertain", 1, "det2d_uncertain", 3, 50,
+                     "2D detections in the uncertain score band: more than threshold heatmap peaks with 0.3 <= p < 0.6"),)
+    trigger_rank = 0
     decode = staticmethod(decoding.decode_centernet)
 
     @staticmethod

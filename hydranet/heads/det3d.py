@@ -11,6 +11,9 @@ class Det3d(PeakSignals):
     needs_calibration = True
     signal_columns = ("det3d_entropy", "det3d_uncertain", "det3d_margin")
     uncertainty_columns = ("det3d_entropy", "det3d_uncertain")
+    trigger_rows = (("det3d_uncertain", 1, "det3d_uncertain", 2, 50,
+                     "3D detections in the uncertain score band: more than threshold BEV heatmap peaks with 0.3 <= p < 0.6"),)
+    trigger_rank = 1
     decode = staticmethod(decoding.decode_centerpoint)
 
     @classmethod

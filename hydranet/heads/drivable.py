@@ -13,6 +13,9 @@ class Drivable(DenseSignals):
     signal_columns = ("drivable_entropy", "drivable_entropy_p95")
     uncertainty_columns = ("drivable_entropy_p95",)
     ensemble_spread = "var"
+    trigger_rows = (("dense_entropy", 1, "drivable_entropy_p95", 0.6, 50,
+                     "drivable-area tail entropy: the 95th percentile pixel entropy above threshold (nats)"),)
+    trigger_rank = 3
     decode = staticmethod(decoding.decode_binary_mask)
 
     @staticmethod

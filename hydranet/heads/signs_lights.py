@@ -11,4 +11,7 @@ class SignsLights(PeakSignals):
     human_labels = True
     signal_columns = ("signs_lights_entropy", "signs_lights_uncertain", "signs_lights_margin")
     uncertainty_columns = ("signs_lights_entropy",)
+    trigger_rows = (("signs_uncertain", 1, "signs_lights_entropy", 0.45, 50,
+                     "signs and lights the model hesitates on: mean peak entropy above threshold (nats)"),)
+    trigger_rank = 2
     decode = staticmethod(decoding.decode_centernet)
