@@ -22,9 +22,10 @@ from hydranet.config import ConfigError
 from sim.config import RareConfig
 
 UNITS = ("frame", "clip")
-# the loop's labeller: the oracle, label files a team fills (engine run waits), or the auto-labeller (data_engine/autolabel/)
-# first: "auto" alone keeps what its policy accepts and rejects the rest; "auto+X" sends the rest, pre-filled, to X
-LABELLERS = ("oracle", "files", "auto", "auto+oracle", "auto+files")
+# the loop's labeller: the oracle, label files a team fills or a Label Studio server's reviewers (engine run waits), or the
+# auto-labeller (data_engine/autolabel/) first: "auto" alone keeps what its policy accepts and rejects the rest; "auto+X"
+# sends the rest, pre-filled, to X
+LABELLERS = ("oracle", "files", "label_studio", "auto", "auto+oracle", "auto+files", "auto+label_studio")
 RARE_SCENARIOS = tuple(f.name for f in dataclasses.fields(RareConfig))  # the sim's rare scenarios (as data_engine.fleet)
 UNIT_TESTS = "unit_tests"  # the suites' folder of unit tests (never a slice name)
 TIMES_OF_DAY = ("day", "dusk", "night")
@@ -175,7 +176,8 @@ class LoopConfig:
     strategy: str = "hybrid"  # a key of data_engine.mining.STRATEGIES (checked when the loop is built)
     unit: str = "frame"
     labeller: str = "oracle"  # oracle (the sim's or a dataset's own labels) | files (COCO/CVAT a team labels; the run waits)
-    # | auto | auto+oracle | auto+files: the auto-labeller (the production and `ensemble`) first (docs/autolabel.md)
+    # | label_studio (a server's reviewers; the run waits) | auto | auto+oracle | auto+files | auto+label_studio: the
+    # auto-labeller (the production and `ensemble`) first (docs/autolabel.md)
     fleet_config: str = "fleet"  # the fleet's YAML (a file or a shipped name); the suites share its rig and size
     fleet_set: tuple[str, ...] = ()  # overrides of the fleet config, e.g. ["sim.image_width=320"]
     unit_tests: bool = True  # grow the suites' unit tests with the labelled frames a trigger fired on

@@ -21,6 +21,8 @@ that was deployed when the frame was mined, and a digest of its content. Guarant
 - two versions of a frame that disagree (a box unmatched, a class changed, a corner moved more than
   0.5 px) are a conflict: reported by import and `conflicts`, and `accept` refuses to pick one
   unless told which version;
+- a person's label of a frame pre-filled with auto-labels carries its edit record (what the person changed against
+  them: `edits`, docs/autolabel.md); a label without a pre-fill carries none;
 - training reads `accepted_labels` only: a label exists for training once its job is accepted;
 - every review move (accept, reject, requeue, reopen, re-pin) and every quarantine is a row of
   label_events (who, when, the pin before and after) written in the move's transaction: a correction
@@ -39,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from data_engine.catalog import Catalog
-from data_engine.labeling.base import (Backend, FetchedLabel, Held, Job, LabelingError, canonical, check_bbox, compare,
-                                      describe_changes, digest)
+from data_engine.labeling.base import (Backend, FetchedLabel, Held, Job, LabelingError, as_shown, canonical, check_bbox, compare,
+                                      describe_changes, digest, edit_record)
 
 STATES = ("queued", "sent", "labelled", "accepted", "rejected")
 TRANSITIONS = {"queued": ("sent",), "sent": ("labelled", "rejected"), "labelled": ("accepted", "rejected"), "rejected": ("queued",),
@@ -396,12 +398,14 @@ def import_labels(cat: Catalog, backend: Backend, selection: str | None = None, 
     move to labelled). A job the backend holds back (`Held`: a quarantined task, a partly done frame) keeps its
     state and gets its reason as its note (a new quarantine is a label_events row too); a label recorded clears
     its job's note. Returns {"new", "duplicate", "conflicts": [...], "waiting": jobs still without a label,
-    "quarantined": [{"job", "frame", "reason", "new"}], "partial": [{"job", "frame", "reason"}]}."""
+    "quarantined": [{"job", "frame", "reason", "new"}], "partial": [{"job", "frame", "reason"}], "edits": the edit records
+    of the new versions that corrected an auto pre-fill (`edits`)}."""
     from tqdm import tqdm
 
     jobs = load_jobs(cat, selection, ("sent", "labelled", "accepted", "rejected"), backend=backend.name)
     by_id = {j.id: j for j in jobs}
     new = dup = 0
+    fresh_ids: list[int] = []
     conflicts: list[dict[str, Any]] = []
     quarantined: list[dict[str, Any]] = []
     partial: list[dict[str, Any]] = []
@@ -416,7 +420,7 @@ def import_labels(cat: Catalog, backend: Backend, selection: str | None = None, 
             (quarantined if lab.quarantine else partial).append({**entry, "new": fresh} if lab.quarantine else entry)
             continue
         try:
-            _, created, conf = record_label(cat, job, lab)
+            lid, created, conf = record_label(cat, job, lab)
         except LabelingError as e:  # a label the backend could read but the store cannot take: this job only
             if isinstance(e, LabelError) or lab.source == "oracle":  # the sim's truth broken: the fleet is, not one task
                 raise
@@ -425,11 +429,12 @@ def import_labels(cat: Catalog, backend: Backend, selection: str | None = None, 
             continue
         new, dup = new + created, dup + (not created)
         conflicts += conf
+        fresh_ids += [lid] if created else []
     waiting = cat.db.execute(f"SELECT count(*) FROM label_jobs WHERE state = 'sent' AND backend = ?"
                              f"{' AND selection = ?' if selection else ''}",
                              (backend.name, selection) if selection else (backend.name,)).fetchone()[0]
     return {"new": new, "duplicate": dup, "conflicts": conflicts, "waiting": waiting, "quarantined": quarantined,
-            "partial": partial}
+            "partial": partial, "edits": edits(cat, label_ids=fresh_ids)}
 
 
 QUARANTINE = "quarantined: "
@@ -463,12 +468,17 @@ def check_payload(job: Job, payload: Mapping[str, Any], where: str) -> dict[str,
 
 
 def record_label(cat: Catalog, job: Job, lab: FetchedLabel) -> tuple[int, bool, list[dict[str, Any]]]:
-    """(label id, whether new, conflicts with the frame's other versions)."""
+    """(label id, whether new, conflicts with the frame's other versions). A label of a frame holding an auto version
+    (the pre-fill `send` showed: `with_predictions`) carries its edit record as `payload["edits"]` (`edit_record`
+    against that version, "prefill" its number); a label without a pre-fill has none."""
     if lab.source not in SOURCES:
         raise LabelError(f"label source {lab.source!r} is not one of {list(SOURCES)}")
     payload = check_payload(job, lab.payload, lab.source)
-    dg = digest(payload)
     with cat.transaction():
+        prefill = latest_auto(cat, job.frame_id) if lab.source != AUTO else None
+        if prefill is not None:  # a correction of the auto-labels the job was pre-filled with: what the person changed
+            payload["edits"] = {"prefill": prefill["version"], **edit_record(as_shown(prefill["payload"]), payload)}
+        dg = digest(payload)
         row = cat.db.execute("SELECT id FROM labels WHERE job_id = ? AND source = ? AND digest = ?", (job.id, lab.source, dg)).fetchone()
         if row:
             cat.db.execute("UPDATE label_jobs SET note = NULL WHERE id = ? AND note IS NOT NULL", (job.id,))
@@ -542,6 +552,31 @@ def latest_auto(cat: Catalog, frame_id: int) -> dict[str, Any] | None:
     row = cat.db.execute("SELECT version, labeller, payload FROM labels WHERE frame_id = ? AND source = ? ORDER BY version DESC "
                          "LIMIT 1", (frame_id, AUTO)).fetchone()
     return None if row is None else {"version": row[0], "labeller": row[1], "payload": json.loads(row[2])}
+
+
+def edits(cat: Catalog, selection: str | None = None, label_ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """The edit records of the label versions (of a selection's jobs, or the given ids, or all) that corrected an auto
+    pre-fill, by label id: {"label_id", "job", "frame", "version", "source", "labeller", "prefill", "boxes", *EDIT_COUNTS,
+    "changes"} (`labeling.base.edit_record`). A version without a pre-fill has no record (it is left out, not counted as zero edits)."""
+    where, args = ["l.source != ?"], [AUTO]
+    if selection is not None:
+        where.append("j.selection = ?")
+        args.append(selection)
+    if label_ids is not None:
+        if not label_ids:
+            return []
+        where.append(f"l.id IN ({', '.join('?' * len(label_ids))})")
+        args += [int(i) for i in label_ids]
+    rows = cat.db.execute("SELECT l.id, l.job_id, c.name, f.dir, l.version, l.source, l.labeller, l.payload FROM labels l "
+                          "JOIN label_jobs j ON l.job_id = j.id JOIN frames f ON l.frame_id = f.id JOIN clips c ON "
+                          f"f.clip_id = c.id WHERE {' AND '.join(where)} ORDER BY l.id", args).fetchall()
+    out = []
+    for lid, jid, clip, d, version, source, labeller, payload in rows:
+        rec = json.loads(payload).get("edits")
+        if rec is not None:
+            out.append({"label_id": lid, "job": jid, "frame": f"{clip}/{d}", "version": version, "source": source,
+                        "labeller": labeller, **rec})
+    return out
 
 
 # -- reading labels -------------------------------------------------------------------------------------

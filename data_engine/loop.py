@@ -14,7 +14,9 @@ without repeating a label or losing one.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
@@ -204,6 +206,12 @@ class Loop:
         if missing:
             raise ConfigError(f"config key 'loop.ensemble': {missing[0]} does not exist; give ONNX files written by "
                               "`hydranet export`")
+        if self.cfg.loop.labeller.endswith("label_studio"):  # refused before a round spends anything
+            from data_engine.labeling.label_studio import TOKEN_ENV, URL_ENV
+
+            if not (os.environ.get(URL_ENV) and os.environ.get(TOKEN_ENV)):
+                raise LoopError(f"loop.labeller {self.cfg.loop.labeller} needs a Label Studio server: set {URL_ENV} and "
+                                f"{TOKEN_ENV} (docs/labeling.md; `make labelstudio` starts a local one)")
         self.catalog = self.out / "catalog.sqlite"
         self.suites = Path(suites) if suites is not None else self.out / "suites"
         self.fleets = Path(fleets) if fleets is not None else None
@@ -367,8 +375,9 @@ class Loop:
         return {"dir": str(rdir / "report"), "shown": got["shown"]}
 
     def stage_label(self, r: int, rdir: Path) -> dict[str, Any]:
-        from data_engine.labels import (accepted_labels, conflicts, create_jobs, import_labels, job_table, open_catalog, send,
-                                        transition)
+        from data_engine.labeling.base import edit_totals
+        from data_engine.labels import (accepted_labels, conflicts, create_jobs, edits, import_labels, job_table, open_catalog,
+                                        send, transition)
 
         from data_engine.labeling.oracle import NO_TRUTH
 
@@ -382,7 +391,7 @@ class Loop:
                 total = len(accepted_labels(cat))
             return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected"),
                     "no_truth": 0, "accepted_total": total, "auto": auto}
-        backend = self._labeller(rdir)
+        backend = self._labeller(rdir, self.done(r, "mine")["selection"])
         no_truth = 0
         with open_catalog(self.catalog) as cat:
             name = create_jobs(cat, self.done(r, "mine")["file"], backend.name)["selection"]
@@ -397,6 +406,11 @@ class Loop:
                 got["waiting"] -= no_truth
             if got["waiting"] and backend.name == "files":
                 raise LoopWaiting(self._files_waiting(rdir, name))
+            if got["waiting"] and backend.name == "label_studio":
+                raise LoopWaiting(f"selection {name} waits for {got['waiting']} frames in Label Studio project "
+                                  f"{backend.title!r} at {backend.client.url}: submit an annotation of each task there (`hydranet "
+                                  f"engine jobs --catalog {self.catalog}` says why a frame waits), then resume with the same "
+                                  "`hydranet engine run` command")
             if got["waiting"]:
                 raise LoopError(f"{got['waiting']} label jobs of selection {name} are still with {backend.name}; import "
                                 "them (`hydranet engine import-labels`) and rerun")
@@ -409,8 +423,10 @@ class Loop:
                 transition(cat, labelled, "accepted")
             states = [j["state"] for j in job_table(cat, name)]
             total = len(accepted_labels(cat))
+            fixed = edits(cat, selection=name)  # the human half's corrections of the auto pre-fills
         return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected"),
-                "no_truth": no_truth, "accepted_total": total, **({"auto": auto} if auto else {})}
+                "no_truth": no_truth, "accepted_total": total, **({"auto": auto} if auto else {}),
+                **({"edits": edit_totals(fixed)} if fixed else {})}
 
     def _autolabel(self, r: int, rdir: Path) -> dict[str, Any]:
         """`engine autolabel` of the round's selection (once: a resumed round reads rdir/autolabel/summary.json) with the
@@ -431,12 +447,16 @@ class Loop:
         return {"selection": st["selection"], "human": human, "accepted": st["accepted"], "queued": st["queued"],
                 "left": st["left"], "dir": str(out)}
 
-    def _labeller(self, rdir: Path):
-        """The loop's labelling backend (the human half of an "auto+X" labeller): the oracle, or label files (sent to
-        rdir/labels/, the team's exports read back from rdir/labels/import/)."""
+    def _labeller(self, rdir: Path, selection: str):
+        """The loop's labelling backend (the human half of an "auto+X" labeller): the oracle, label files (sent to
+        rdir/labels/, the team's exports read back from rdir/labels/import/), or Label Studio (the server of
+        $HYDRANET_LABEL_STUDIO_URL; one project per round, titled by the run folder too: two runs never share one)."""
         from data_engine.labeling import build_backend
 
         kind = self.cfg.loop.labeller.rpartition("+")[2]
+        if kind == "label_studio":
+            run = hashlib.sha256(str(self.out.resolve()).encode()).hexdigest()[:8]
+            return build_backend(kind, project=f"hydranet {self.out.name} {run} {selection}")
         if kind != "files":
             return build_backend(kind)
         inbox = rdir / "labels" / "import"
@@ -517,6 +537,8 @@ class Loop:
     def summary(self, r: int) -> dict[str, Any]:
         """One line per round: labels spent (this round, in all), the summary head's metric per slice (candidate and
         production), each head's aggregate change, the verdict and where gate.md is."""
+        from data_engine.labeling.base import describe_edits
+
         d = self.journal.round(r)["done"]
         g = d["gate"]
         total = d["label"]["accepted_total"]
@@ -529,6 +551,9 @@ class Loop:
         auto = d["label"].get("auto")
         auto_text = (f", {auto['accepted']} accepted by the auto-labeller, {auto['queued']} queued for "
                      f"{auto['human'] or 'nobody (rejected)'}" if auto else "")
+        fixed = d["label"].get("edits")
+        if fixed:  # what the human half changed in the pre-fills (data_engine.labels.edits)
+            auto_text += f" ({describe_edits(fixed)} in {fixed['frames']} pre-filled frames)"
         line = (f"round {r}: {d['label']['accepted']} labels{auto_text} ({total} in all); {g.get('metric', 'summary metric')} per slice, "
                 f"candidate (production): {slices}; aggregate change: {agg or 'none'} -> {verdict}{caveats}; "
                 f"{Path(g['dir']) / 'gate.md'}")

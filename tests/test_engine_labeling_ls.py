@@ -304,3 +304,42 @@ def test_label_studio_labels_recorded_video_frames(server, tmp_path):
             (v,) = versions(cat, j.frame_id)
             n += matched_boxes(expected[j.id], v["payload"], j.cameras, vocab)
         assert n > 0
+
+
+def test_label_studio_edits_of_an_auto_pre_fill_are_recorded(server, tmp_path):
+    """A frame pre-filled by the auto-labeller (`record_auto`, not sure: queued) goes to the server with the auto boxes
+    as its prediction (model_version: the auto labeller); the reviewer submits them with one box moved 3 px, one
+    deleted, one renamed and one drawn: the import records exactly those edits with the reviewer's version
+    (tests/test_engine_label_edits.py does the same through COCO files, the loop through an in-memory server)."""
+    from data_engine.labels import record_auto, send
+
+    url, token = server
+    client = Client(url, token)
+    fleet = make_fleet(tmp_path / "fleet", clips=1, frames=1, seed=7)
+    cat_path, name = tmp_path / "catalog.db", f"edit-{uuid.uuid4().hex[:8]}"
+    with Catalog(cat_path, create=True) as c:
+        c.add_fleet(Fleet(fleet))
+    sel = tmp_path / "selection.json"
+    sel.write_text(json.dumps({"name": name, "frames": [{"clip": "clip_00000", "frame": 0}]}))
+    auto = [([10.0, 10.0, 40.0, 40.0], "car"), ([50.0, 10.0, 80.0, 40.0], "car"), ([10.0, 42.0, 40.0, 62.0], "car")]
+    with open_catalog(cat_path) as cat:
+        create_jobs(cat, sel, "label_studio")
+        (job,) = load_jobs(cat, name)
+        cam, (H, W) = job.cameras[0], job.sizes[0]
+        record_auto(cat, job, {"cameras": {cam: {"boxes2d": [{"bbox": b, "class": k, "attributes": {}, "confidence": 0.4}
+                                                             for b, k in auto]}}}, "autolabel(test)", accept=False, why="test")
+        assert send(cat, LabelStudioBackend(url, token), name)["sent"] == 1
+        (job,) = load_jobs(cat, name)
+        (task,) = client.tasks(int(job.external_id))
+        pred = task["predictions"][0]
+        pred = client.request("GET", f"/api/predictions/{pred}") if isinstance(pred, int) else pred
+        assert pred["model_version"] == "autolabel(test)" and len(pred["result"]) == 3
+        edited = [_percent([13.0, 10.0, 43.0, 40.0], W, H, "car", cam), _percent(auto[2][0], W, H, "truck", cam),
+                  _percent([60.0, 45.0, 90.0, 60.0], W, H, "bus", cam)]
+        client.request("POST", f"/api/tasks/{task['id']}/annotations", {"result": edited, "was_cancelled": False})
+        got = import_labels(cat, LabelStudioBackend(url, token), name)
+        assert got["new"] == 1 and got["waiting"] == 0
+        (rec,) = got["edits"]
+        assert (rec["added"], rec["deleted"], rec["moved"], rec["class_changed"], rec["prefill"]) == (1, 1, 1, 1, 1)
+        (person,) = [v for v in versions(cat, job.frame_id) if v["source"] == "label_studio"]
+        assert person["payload"]["edits"]["moved"] == 1

@@ -135,6 +135,19 @@ def test_another_production_in_the_same_folder_is_refused(world, uninterrupted, 
         Loop(tmp_path / "new", load_config(EngineConfig, "engine", SETS))
 
 
+def _first_stages(world: dict, tmp_path: Path, cfg, *stages: str):
+    """A Loop in tmp_path/run, set up, with round 0's `stages` run in order (in this process); (loop, round folder)."""
+    from data_engine.loop import Loop
+
+    loop = Loop(tmp_path / "run", cfg, world["prod"], progress=False, suites=world["suites"], fleets=world["fleets"])
+    loop.setup()
+    rdir = tmp_path / "run" / "rounds" / "r000"
+    rdir.mkdir(parents=True)
+    for stage in stages:
+        loop.journal.finish(0, stage, getattr(loop, f"stage_{stage}")(0, rdir))
+    return loop, rdir
+
+
 def test_the_ensemble_strategy_scores_each_round_pool_before_mining(world, tmp_path):
     """loop.strategy ensemble: the mine stage first stores the server-side columns of the round's shadow run (the
     run's model and loop.ensemble's members), then selects the frames highest on them."""
@@ -151,12 +164,7 @@ def test_the_ensemble_strategy_scores_each_round_pool_before_mining(world, tmp_p
     # the top frames by the columns, without the minimum time gap between picks of a clip (tests/test_engine_mining.py)
     cfg = load_config(EngineConfig, "engine", [*SETS, "loop.strategy=ensemble", f"loop.ensemble=[{tmp_path / 'other.onnx'}]",
                                                "mining.min_gap_s=0"])
-    loop = Loop(tmp_path / "run", cfg, world["prod"], progress=False, suites=world["suites"], fleets=world["fleets"])
-    loop.setup()
-    rdir = tmp_path / "run" / "rounds" / "r000"
-    rdir.mkdir(parents=True)
-    for stage in ("fleet", "shadow", "triggers", "mine"):
-        loop.journal.finish(0, stage, getattr(loop, f"stage_{stage}")(0, rdir))
+    loop, rdir = _first_stages(world, tmp_path, cfg, "fleet", "shadow", "triggers", "mine")
     run_id = loop.done(0, "shadow")["run_id"]
     with Catalog(loop.catalog) as cat:
         cols, sources = cat.offline(run_id)["ensemble"], cat.offline_sources(run_id)["ensemble"]
@@ -173,16 +181,10 @@ def test_the_auto_labeller_labels_first(world, tmp_path, labeller):
     oracle here), or is rejected for "auto" alone; the round says which labels were automatic."""
     from data_engine.config import EngineConfig
     from data_engine.labels import AUTO, accepted_versions, job_table, open_catalog
-    from data_engine.loop import Loop
     from hydranet.config import load_config
 
     cfg = load_config(EngineConfig, "engine", [*SETS, f"loop.labeller={labeller}"])
-    loop = Loop(tmp_path / "run", cfg, world["prod"], progress=False, suites=world["suites"], fleets=world["fleets"])
-    loop.setup()
-    rdir = tmp_path / "run" / "rounds" / "r000"
-    rdir.mkdir(parents=True)
-    for stage in ("fleet", "shadow", "triggers", "mine", "label"):
-        loop.journal.finish(0, stage, getattr(loop, f"stage_{stage}")(0, rdir))
+    loop, rdir = _first_stages(world, tmp_path, cfg, "fleet", "shadow", "triggers", "mine", "label")
     got = loop.done(0, "label")
     auto = got["auto"]
     assert auto["human"] == (None if labeller == "auto" else "oracle")
@@ -199,3 +201,50 @@ def test_the_auto_labeller_labels_first(world, tmp_path, labeller):
     # resumed: the ensemble is not run again, the same jobs and versions
     again = loop._autolabel(0, rdir)
     assert again == auto
+
+
+def test_auto_then_label_studio_waits_for_the_reviewers_and_counts_their_edits(world, tmp_path, monkeypatch):
+    """loop.labeller auto+label_studio: the frames the policy did not accept go to a Label Studio project of this run,
+    pre-filled with the auto-labels; the round waits (LoopWaiting, naming the project) until every task has an
+    annotation, then imports them, and the round line counts what the reviewers changed (here: one box deleted per
+    frame that had one). Label Studio is the in-memory fake of tests/fake_label_studio.py; the real server's
+    round trip of an edited pre-fill is in tests/test_engine_labeling_ls.py."""
+    from fake_label_studio import FakeLS
+
+    from data_engine.config import EngineConfig
+    from data_engine.labeling.label_studio import TOKEN_ENV, URL_ENV
+    from data_engine.labels import edits, open_catalog
+    from data_engine.loop import Loop, LoopError, LoopWaiting
+    from hydranet.config import load_config
+
+    sets = [*SETS, "loop.labeller=auto+label_studio", "autolabel.min_score=0.05", "autolabel.min_track_score=0.05",
+            "autolabel.accept.det2d=1.0", "autolabel.dense_accept=1.0"]  # untrained: scores ~0.1, nothing is sure
+    cfg = load_config(EngineConfig, "engine", sets)
+    monkeypatch.delenv(URL_ENV, raising=False)
+    with pytest.raises(LoopError, match=URL_ENV):  # no server: refused before anything is written
+        Loop(tmp_path / "run", cfg, world["prod"], progress=False, suites=world["suites"], fleets=world["fleets"])
+    assert not (tmp_path / "run").exists()
+    fake = FakeLS()
+    monkeypatch.setenv(URL_ENV, fake.url)
+    monkeypatch.setenv(TOKEN_ENV, "t" * 40)
+    monkeypatch.setattr("data_engine.labeling.label_studio.Client", lambda url, token: fake)
+    loop, rdir = _first_stages(world, tmp_path, cfg, "fleet", "shadow", "triggers", "mine")
+    with pytest.raises(LoopWaiting, match=r"Label Studio project 'hydranet run [0-9a-f]{8} round000'") as waiting:
+        loop.stage_label(0, rdir)
+    assert "resume with the same `hydranet engine run` command" in str(waiting.value)
+    queued = json.loads((rdir / "autolabel" / "summary.json").read_text())["queued"]
+    assert queued >= 1 and len(fake.tasks_) == queued
+    deleted = 0
+    for t in fake.tasks_:  # a reviewer submits the pre-fill less its first box
+        shown = [r for p in t["predictions"] for r in p["result"]]
+        deleted += bool(shown)
+        fake.annotate(t["data"]["job_id"], shown[1:])
+    got = loop.stage_label(0, rdir)
+    assert got["accepted"] == 2 and got["edits"]["frames"] == queued and got["edits"]["deleted"] == deleted
+    assert got["edits"]["added"] == got["edits"]["moved"] == got["edits"]["class_changed"] == 0
+    with open_catalog(loop.catalog) as cat:
+        assert [r["source"] for r in edits(cat, got["selection"])] == ["label_studio"] * queued
+    loop.journal.finish(0, "label", got)
+    loop.journal.finish(0, "gate", {"promote": False, "failing": ["x"], "slices": {}, "dir": str(rdir / "gate")})
+    line = loop.summary(0)["line"]
+    assert f"queued for label_studio (0 added, {deleted} deleted, 0 moved, 0 class changed in {queued} pre-filled frames)" in line

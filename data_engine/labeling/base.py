@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,6 +258,52 @@ def describe_changes(c: Mapping[str, Any], a: str = "the first", b: str = "the s
             out.append(f"{head}: missing in {b if d['b'] is None else a} ({d['a'] or d['b']})")
     more = f"; and {len(out) - limit} more" if len(out) > limit else ""
     return "; ".join(out[:limit]) + more if out else "no box-level change"
+
+
+def edit_record(prefill: Mapping[str, Any], label: Mapping[str, Any], tol_px: float = 0.5) -> dict[str, Any]:
+    """What a person changed against the auto-labels they were shown (docs/autolabel.md): `compare(prefill, label)`, boxes
+    named by class and sign class / light state / back (a pre-fill's own attributes, e.g. `filled`, are not the
+    person's), counted per frame: boxes "added" (only in the label), "deleted" (only in the pre-fill), "moved" (a
+    matched pair's corners more than `tol_px` apart), "class_changed"; lanes "lanes_added" / "lanes_deleted" per camera
+    (a lane is kept when its type and points to 0.1 px are unchanged: a reshaped lane is one deleted and one added);
+    "boxes" (pre-fill, label) and "changes" box by box as `compare` gives them (`describe_changes` words them)."""
+    c = compare(prefill, label, _label, tol_px)
+    what = [(d["what"], d["a"] is None) for d in c["changes"]]
+
+    def lanes(p: Mapping[str, Any]) -> Counter:
+        return Counter((cam, ln.get("type"), json.dumps([[round(float(u), 1), round(float(v), 1)] for u, v in ln["points"]]))
+                       for cam, cc in (p.get("cameras") or {}).items() for ln in (cc or {}).get("lanes2d") or [])
+
+    la, lb = lanes(prefill), lanes(label)
+    return {"boxes": list(c["boxes"]), "added": what.count(("missing", True)), "deleted": what.count(("missing", False)),
+            "moved": sum(w == "corners" for w, _ in what), "class_changed": c["class_changes"],
+            "lanes_added": sum((lb - la).values()), "lanes_deleted": sum((la - lb).values()), "changes": c["changes"]}
+
+
+def as_shown(auto: Mapping[str, Any]) -> dict[str, Any]:
+    """An auto version as a labelling tool pre-fills it: its 2D boxes less signs and lights (the auto-labeller gives them
+    no sign class or light state, so they have no label name in any tool: `with_predictions` offers them by class, the
+    tools skip them), and no lanes (`with_predictions` pre-fills boxes only). The person's edits are counted against
+    this: what they could not see, they did not delete."""
+    return {"cameras": {cam: {"boxes2d": [b for b in (c or {}).get("boxes2d") or [] if b["class"] not in (SIGN, LIGHT)]}
+                        for cam, c in (auto.get("cameras") or {}).items()}}
+
+
+EDIT_COUNTS = ("added", "deleted", "moved", "class_changed", "lanes_added", "lanes_deleted")
+
+
+def edit_totals(records: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """{"frames", "unchanged" (frames without an edit), *EDIT_COUNTS summed} over edit records."""
+    tot = {k: sum(int(r[k]) for r in records) for k in EDIT_COUNTS}
+    return {"frames": len(records), "unchanged": sum(not any(r[k] for k in EDIT_COUNTS) for r in records), **tot}
+
+
+def describe_edits(counts: Mapping[str, Any]) -> str:
+    """"2 added, 1 deleted, 3 moved, 1 class changed" (lanes only when there are any); "no edit" for none."""
+    words = {"added": "added", "deleted": "deleted", "moved": "moved", "class_changed": "class changed",
+             "lanes_added": "lanes added", "lanes_deleted": "lanes deleted"}
+    shown = [f"{counts[k]} {w}" for k, w in words.items() if not k.startswith("lanes") or counts[k]]
+    return ", ".join(shown) if any(counts[k] for k in EDIT_COUNTS) else "no edit"
 
 
 def two_d(payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ def cmd_engine_label(args) -> None:
 
 
 def cmd_engine_import_labels(args) -> None:
+    from data_engine.labeling.base import describe_changes, describe_edits, edit_totals
     from data_engine.labels import import_labels, open_catalog
 
     with open_catalog(args.catalog) as cat:
@@ -54,6 +55,13 @@ def cmd_engine_import_labels(args) -> None:
         print(f"  waiting: job {w['job']} frame {w['frame']}: {w['reason']}")
     for c in got["conflicts"]:
         print(f"  conflict: frame {c['frame']} (id {c['frame_id']}) versions {c['versions']} ({' vs '.join(c['sources'])}): {c['detail']}")
+    for e in got["edits"]:  # what the person changed in the auto-labels the frame was pre-filled with (docs/autolabel.md)
+        auto, mine = f"auto v{e['prefill']}", f"v{e['version']}"
+        print(f"  edits: job {e['job']} frame {e['frame']} {mine} against {auto}: {describe_edits(e)}"
+              + (f" ({describe_changes(e, auto, mine)})" if e["changes"] else ""))
+    if got["edits"]:
+        tot = edit_totals(got["edits"])
+        print(f"edits to auto pre-fills: {tot['frames']} frames ({tot['unchanged']} unchanged), {describe_edits(tot)}")
 
 
 def _job_ids(cat, sel, flag: str, ids: str, source: tuple[str, ...]) -> list[int]:

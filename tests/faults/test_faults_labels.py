@@ -1,7 +1,8 @@
 """Fault rows of the relabel queue (docs/labeling.md) through `hydranet engine label | import-labels | jobs`:
-malformed COCO and CVAT files, illegal job transitions, corrupt oracle labels, labels for frames that
-were never sent. Each error row also checks that nothing was recorded: never a silent skip, never a
-wrong label. One row per case; see faultlib.py for the contract."""
+malformed COCO and CVAT files (also of frames pre-filled by the auto-labeller: no edit record for what was not
+recorded), illegal job transitions, corrupt oracle labels, labels for frames that were never sent. Each error row
+also checks that nothing was recorded: never a silent skip, never a wrong label. One row per case; see faultlib.py
+for the contract."""
 from __future__ import annotations
 
 import json
@@ -147,6 +148,44 @@ FILE_CASES = [
 ]
 
 
+def _prefilled(tmp: Path, dataset: Path) -> Path:
+    """Both jobs pre-filled by the auto-labeller (`record_auto`, not sure: queued) with the exact boxes, then sent to
+    files: tmp/export/sel.coco.json holds the pre-fill as scored boxes."""
+    from data_engine.labeling import build_backend
+    from data_engine.labeling.base import two_d
+    from data_engine.labels import load_jobs, open_catalog, record_auto, send
+
+    cat = _setup(tmp, dataset, send=False)
+    with open_catalog(cat) as c:
+        for j in load_jobs(c, "sel"):
+            auto = two_d(json.loads((j.folder / "labels.json").read_text()))
+            for cam in auto["cameras"].values():
+                cam["boxes2d"] = [{**b, "confidence": 0.4} for b in cam["boxes2d"]]
+            record_auto(c, j, auto, "autolabel(faults)", accept=False, why="below the threshold")
+        send(c, build_backend("files", out=tmp / "export"), "sel")
+    return cat
+
+
+def prefilled_case(id, team, words, status=2, n=2, stdout=(), extra=()):
+    """An import of a person's file (`team(tmp)`) for pre-filled jobs; `n` label versions after it (2 are the autos')."""
+    def build(tmp, env):
+        _prefilled(tmp, env.dataset)
+        return ["engine", "import-labels", "--catalog", tmp / "cat.db", "--backend", "files", "--file", team(tmp), *extra]
+    return Case(id, build, status, words, stdout=stdout, check=labels_recorded(n))
+
+
+PREFILLED_CASES = [  # the edit record (docs/autolabel.md): only for what was recorded, never for a refused or held label
+    prefilled_case("labels-prefilled-untouched-export", lambda t: t / "export" / "sel.coco.json",
+                   ("sel.coco.json", "pre-annotations", "--accept-predictions")),
+    prefilled_case("labels-prefilled-export-accepted", lambda t: t / "export" / "sel.coco.json", (), status=0, n=4,
+                   stdout=("2 new label versions", "v2 against auto v1: no edit", "edits to auto pre-fills: 2 frames (2 unchanged)"),
+                   extra=("--accept-predictions",)),
+    prefilled_case("labels-prefilled-box-outside", lambda t: _team_file(t, "coco", _coco(
+        lambda d: _first_box(d).update(bbox=[10, 10, 500, 5]))), (), status=0, n=3,
+        stdout=("1 tasks quarantined", "edits: job 2", "edits to auto pre-fills: 1 frames")),
+]
+
+
 def _jobs(id, argv, words, status=2, prepare=None, n=0, stdout=()):
     def build(tmp, env):
         cat = _setup(tmp, env.dataset, backend="oracle", send=False)
@@ -248,6 +287,6 @@ IMPORT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", params(FILE_CASES + JOB_CASES + IMPORT_CASES))
+@pytest.mark.parametrize("case", params(FILE_CASES + PREFILLED_CASES + JOB_CASES + IMPORT_CASES))
 def test_fault(case, fault_env, tmp_path, monkeypatch, capsys):
     run_case(case, tmp_path, fault_env, monkeypatch, capsys)

@@ -1,6 +1,7 @@
 """Fault rows of `hydranet engine run` (the loop): no production for a new folder, a production that does not
 exist or is not a checkpoint, an --out that is something else, a corrupt or foreign journal, bad loop
-config keys, a --suites folder that is not one. One row per case, through the CLI; none leaves a loop behind."""
+config keys (a Label Studio labeller without a server configured), a --suites folder that is not one. One row per
+case, through the CLI; none leaves a loop behind."""
 from __future__ import annotations
 
 import json
@@ -49,6 +50,12 @@ def with_journal(tmp: Path, text: str) -> None:
     (tmp / "loop" / "loop.json").write_text(text)
 
 
+def no_server(mp) -> None:
+    """No Label Studio server configured (whatever the machine running the suite has set)."""
+    for var in ("HYDRANET_LABEL_STUDIO_URL", "HYDRANET_LABEL_STUDIO_TOKEN"):
+        mp.delenv(var, raising=False)
+
+
 def no_loop_left(tmp: Path) -> None:
     assert not (tmp / "loop" / "catalog.sqlite").exists()
     assert not list(tmp.glob("loop/rounds/*"))
@@ -75,8 +82,13 @@ CASES = [
     Case("budget-zero", lambda t, e: (real_run(t), run(t, "--set", "loop.budget=0"))[1], words=("loop.budget", ">= 1")),
     Case("labeller-a-person", lambda t, e: (real_run(t), run(t, "--set", "loop.labeller=label-studio"))[1],
          words=("loop.labeller", "oracle")),
-    Case("labeller-auto-then-label-studio", lambda t, e: (real_run(t), run(t, "--set", "loop.labeller=auto+label_studio"))[1],
-         words=("loop.labeller", "auto+files")),
+    Case("labeller-auto-then-label-studio-without-server", lambda t, e: (real_run(t), run(t, "--set",
+                                                                                "loop.labeller=auto+label_studio"))[1],
+         words=("loop.labeller auto+label_studio", "needs a Label Studio server", "HYDRANET_LABEL_STUDIO_URL",
+                "make labelstudio"), patch=lambda mp, t: no_server(mp)),
+    Case("labeller-label-studio-without-token", lambda t, e: (real_run(t), run(t, "--set", "loop.labeller=label_studio"))[1],
+         words=("loop.labeller label_studio", "HYDRANET_LABEL_STUDIO_TOKEN"),
+         patch=lambda mp, t: (no_server(mp), mp.setenv("HYDRANET_LABEL_STUDIO_URL", "http://127.0.0.1:9"))),
     Case("labeller-auto-accept-nan", lambda t, e: (real_run(t), run(t, "--set", "loop.labeller=auto", "--set",
                                                                    "autolabel.dense_accept=nan"))[1],
          words=("autolabel.dense_accept", "expected a number")),
