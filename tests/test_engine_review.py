@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from engine_catalogs import catalog_env
 from engine_fixtures import REPO, make_fleet
@@ -281,7 +282,10 @@ def test_label_studio_predictions_carry_the_model_sha256(env, monkeypatch):
                 cat.db.execute("INSERT INTO signals (run_id, frame_id, status, predictions) VALUES (1, ?, 'ok', ?)",
                                (j.frame_id, json.dumps(pred)))
         H, W = jobs[0].sizes[0]
-        md = {"heads": {"det2d": {"classes": ["car"]}}, "rig": {"image_size": [H, W], "names": list(jobs[0].cameras)}}
+        n = len(jobs[0].cameras)  # a complete metadata rig (deploy.metadata.ModelRig checks it)
+        md = {"heads": {"det2d": {"classes": ["car"]}},
+              "rig": {"image_size": [H, W], "names": list(jobs[0].cameras), "K": [np.eye(3).tolist()] * n,
+                      "cam2ego": [np.eye(4).tolist()] * n, "source_sizes": [[H, W]] * n}}
         monkeypatch.setattr("deploy.metadata.read_metadata", lambda path: md)
         assert {j.model_version for j in with_predictions(cat, jobs)} == {sha}
         fake = FakeClient()
