@@ -2,7 +2,7 @@
 the catalog's own API, then the queries the engine makes, on either backend. Run by hand, not in CI:
 
     .venv/bin/python benchmarks/catalog_scale.py --backend sqlite|lake [--frames 1000000] [--clip-frames 100]
-                                                 [--writers 2] [--dim 128] [--runs 5]
+                                                 [--writers 2] [--dim 128] [--runs 5] [--mine-budget 100]
 
 Prints one table: registration (`Catalog.add_fleet`) and ingest (sqlite: `Catalog.write_clip`, one transaction
 per clip, WAL, synchronous=FULL, one writer; lake: `--writers` processes each writing its clips' Parquet parts
@@ -10,7 +10,10 @@ itself, `lake.write_frames_part`, the driver committing the done markers, `Catal
 writer and with --writers so the scaling is visible), a top-1,000 query on a signal (`Catalog.top`), the whole
 signal table into numpy (`Catalog.table`, what mining reads), the embedding matrix into memory
 (`Catalog.embeddings`), exact 50-nearest-neighbour (`Catalog.nearest`), and the FAISS IVF index
-(data_engine/ann.py): build time, size, query time and recall@50 against the exact answer. The embeddings are
+(data_engine/ann.py): build time, size, query time and recall@50 against the exact answer; then diversity
+mining's k-center greedy over every frame for --mine-budget picks, exact (`mining.k_center_greedy`) and through
+the index (`mining.k_center_ann`): time, and the coverage radius (the largest distance of a frame to its nearest
+pick, what k-center minimises) of each and of a random pick of as many frames. The embeddings are
 clustered (1,000 centres + noise, as a model's embeddings of a fleet are; uniform noise has no neighbours to
 find). Query times are the median of --runs runs; each answer is checked against numpy on the generated data.
 The catalog lives in a temp folder under /tmp, deleted at the end.
@@ -186,12 +189,41 @@ def run(args) -> None:
         rows_out.append(("ANN 50-NN query", f"{t_ann * 1e3:,.2f} ms", f"recall@50 vs exact {np.mean(recalls):.3f} (min "
                          f"{min(recalls):.2f}) over {len(recalls)} queries; targets < 50 ms, >= 0.95: "
                          + ("met" if t_ann < 0.05 and np.mean(recalls) >= 0.95 else "MISSED")))
+        if args.mine_budget:
+            rows_out += mining_rows(e, e_ids, index, args.mine_budget)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"# catalog at scale, backend {args.backend}: {n:,} frames ({n_clips:,} clips x {args.clip_frames}), {len(cols)} "
           f"signal columns, {args.dim}-d embedding; median of {args.runs} runs per query\n")
     print("| step | time | rate / note |\n|---|---:|---|")
     print("\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows_out))
+
+
+def coverage_radius(emb: np.ndarray, picks) -> float:
+    """The largest cosine distance of any row to its nearest pick."""
+    best = np.full(len(emb), -np.inf, np.float32)
+    for s in range(0, len(picks), 256):
+        best = np.maximum(best, (emb @ emb[list(picks[s:s + 256])].T).max(1))
+    return float(np.sqrt(max(2 - 2 * float(best.min()), 0)))
+
+
+def mining_rows(e: np.ndarray, ids: np.ndarray, index, budget: int) -> list[tuple[str, str, str]]:
+    """Diversity's k-center greedy over every frame, exact and through the ANN index: time and coverage radius."""
+    from data_engine.mining import index_ball, k_center_ann, k_center_greedy
+
+    t0 = time.perf_counter()
+    exact, _ = k_center_greedy(e, budget)
+    t_exact = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    approx, _ = k_center_ann(e, budget, index_ball(index, ids, e))
+    t_ann = time.perf_counter() - t0
+    r_exact, r_ann = coverage_radius(e, exact), coverage_radius(e, approx)
+    r_rand = coverage_radius(e, np.random.default_rng(1).choice(len(e), budget, replace=False))
+    return [(f"diversity k-center, {budget} picks, exact (`k_center_greedy`)", f"{t_exact:.1f} s",
+             f"coverage radius {r_exact:.3f} (random picks: {r_rand:.3f})"),
+            (f"diversity k-center, {budget} picks, through the ANN index (`k_center_ann`)", f"{t_ann:.1f} s",
+             f"x{t_exact / t_ann:.0f} faster; coverage radius {r_ann:.3f} ({r_ann / r_exact:.3f} of exact); "
+             f"{len(set(exact) & set(approx))} picks in common")]
 
 
 if __name__ == "__main__":
@@ -203,4 +235,6 @@ if __name__ == "__main__":
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--backend", default="sqlite", choices=["sqlite", "lake"])
     ap.add_argument("--writers", type=int, default=2, help="lake: parallel writer processes for the second half")
+    ap.add_argument("--mine-budget", type=int, default=100, help="diversity k-center picks, exact and through the ANN "
+                    "index (0: skip)")
     run(ap.parse_args())

@@ -5,10 +5,12 @@ Jégou, Douze & Schmid, "Product quantization for nearest neighbor search", TPAM
     hydranet engine similar --catalog C --frame ID --k 50 --ann
 
 Exact search (`Catalog.nearest`, a matrix product over every embedding) stays the default and the reference:
-benchmarks/catalog_scale.py measures recall@50 of this index against it. The index is built once per run and
-then grows as clips arrive: it records the done clips it holds, and on every use the run's clips done since are
-added (an index older than the parts is brought up to date, never a silent miss); an index holding a clip the
-catalog does not mark done, or made for another catalog, is refused in one line (delete it to rebuild).
+benchmarks/catalog_scale.py measures recall@50 of this index against it. Diversity mining on a large lake pool
+(data_engine/mining.py, `k_center_ann`) updates each pick's neighbourhood through `ball`, a range search. The
+index is built once per run and then grows as clips arrive: it records the done clips it holds, and on every use
+the run's clips done since are added (an index older than the parts is brought up to date, never a silent miss);
+an index holding a clip the catalog does not mark done, or made for another catalog, is refused in one line
+(delete it to rebuild).
 Files: DIR/index/run=R.faiss + run=R.json in a catalog folder, CATALOG.db.index/ beside a catalog file; written
 through a temp file and a rename.
 """
@@ -117,6 +119,16 @@ def search(index, query: np.ndarray, k: int, nprobe: int = NPROBE) -> tuple[np.n
     ids, sims = ids[0][ok], sims[0][ok]
     order = np.lexsort((ids, -sims))
     return ids[order].astype(np.int64), sims[order]
+
+
+def ball(index, query: np.ndarray, radius: float, nprobe: int = NPROBE) -> tuple[np.ndarray, np.ndarray]:
+    """(frame ids, cosine distances) of the indexed rows closer than `radius` to the unit row `query` (D,), in no
+    order: a FAISS range search over the `nprobe` inverted lists nearest the query (rows of lists not visited are
+    missed: the approximation)."""
+    index.nprobe = min(int(nprobe), int(index.nlist))
+    q = np.asarray(query, np.float32).reshape(1, -1)
+    _, sims, ids = index.range_search(q, float(1 - radius * radius / 2))  # |a - b|^2 = 2 - 2 a.b on unit rows
+    return ids.astype(np.int64), np.sqrt(np.maximum(2 - 2 * sims.astype(np.float64), 0))
 
 
 def recall_at(exact_ids: np.ndarray, ann_ids: np.ndarray) -> float:

@@ -78,6 +78,19 @@ def check_url(url: str) -> None:
                "password in ~/.pgpass or PGPASSWORD rather than in the URL)").close()
 
 
+def drop_schema(url: str, schema: str) -> None:
+    """Remove a catalog's schema and every table in it (a migration that failed halfway); a server gone meanwhile is
+    left as it is (the schema's name is the new catalog's lake id, used by nothing else)."""
+    if not SCHEMA_NAME.match(schema):
+        raise PostgresError(f"{schema!r} is not a PostgreSQL schema name of a hydranet catalog")
+    try:
+        db = _open(url, "")
+    except PostgresError:
+        return
+    with db:
+        db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def connect(url: str, schema: str, tables: Mapping[str, str], meta: str, where: str) -> "Connection":
     """A connection to the catalog in `schema` of `url`, for the statements of the schema `tables` (table -> its
     CREATE statement); the schema and the `meta` table (its CREATE statement) are made if missing. `where` names

@@ -2,6 +2,7 @@
 when its folder's backend is "lake". Each function takes the catalog's SQLite connection (the transactional
 tables: clips, frames, the done markers in `shadow_clips`, `offline_sources`) and its `Lake` (the parts), and
 answers exactly what the SQLite tables would: same columns, same order (frame id), NaN for a missing value.
+`ray_frames` opens the same done parts as a Ray Data dataset, for a cluster.
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from data_engine.lake import Lake, LakeError, column, embedding_matrix, frames_path, hits_path, need, offline_path, \
-    write_frames_part, write_part
+from data_engine.lake import Lake, LakeError, column, embedding_matrix, frames_path, frames_schema, hits_path, need, \
+    offline_path, write_frames_part, write_part
 from data_engine.signals import SIGNALS
 
 INTS = ("frame_id", "idx", "cameras", "dim")
@@ -103,6 +104,28 @@ def rows(db: sqlite3.Connection, lake: Lake, run_id: int, columns: Sequence[str]
         return {c: typed(c, []) for c in columns}
     t = lake.query(f"SELECT {', '.join(columns)} FROM {{parts}} {_where(status, exclude, frame_ids)} ORDER BY frame_id", parts)
     return {c: typed(c, column(t, c)) for c in columns}
+
+
+def ray_frames(db: sqlite3.Connection, lake: Lake, run_id: int, columns: Sequence[str] | None = None):
+    """The run's frames rows as a `ray.data.Dataset` read natively from the lake's parts (`ray.data.read_parquet`):
+    exactly the parts DuckDB reads (done clips only; a part without its marker ignored and reported, every footer
+    checked), `columns` of `lake.frames_schema` (default all); rows in no guaranteed order (sort by frame_id)."""
+    try:
+        import ray.data as ray_data
+    except ModuleNotFoundError:
+        raise LakeError("reading the lake with Ray Data needs ray, which is not installed: pip install 'hydranet-stack[ray]' "
+                        "(from a checkout: pip install '.[ray]'); or query it with DuckDB (Catalog.rows)") from None
+    parts = _parts(db, lake, run_id)
+    cols = None if columns is None else list(columns)
+    if not parts:
+        empty = need("pyarrow").schema([f for f in frames_schema() if cols is None or f.name in cols]).empty_table()
+        return ray_data.from_arrow(empty)
+    try:  # Ray checks each path against fsspec's HTTP filesystem from several threads: import it (or fail to, where
+        import fsspec.implementations.http  # noqa: F401 - aiohttp is missing) once here, or a thread can see it half-imported
+    except ImportError:
+        pass
+    ds = ray_data.read_parquet([str(p) for p in parts])
+    return ds if cols is None else ds.select_columns(cols)
 
 
 def top(db: sqlite3.Connection, lake: Lake, run_id: int, signal: str, k: int, descending: bool) -> tuple[np.ndarray, np.ndarray]:

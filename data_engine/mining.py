@@ -8,7 +8,8 @@ Strategies (the miner reads signals and embeddings only, never the fleet's scena
 - uncertainty: the highest uncertainty score u = mean over the available uncertainty signals of
   their percentile rank in the pool (scale-free: entropies, counts and disagreements combine);
 - diversity: k-center greedy (Sener & Savarese, ICLR 2018) on the cosine embeddings: each pick is
-  the frame farthest from everything picked so far;
+  the frame farthest from everything picked so far; exact (the reference), or on a lake pool of at least
+  ANN_MIN_POOL frames through the run's ANN index (`k_center_ann`: each pick updates only its neighbourhood);
 - hybrid: the top `pool_factor * budget` frames by uncertainty, then k-center greedy inside that
   pool (uncertain *and* diverse, as PPAL, CVPR 2024);
 - triggers: the frames the triggers fired on, round-robin over the triggers (each trigger's hits
@@ -45,6 +46,8 @@ from data_engine.signals import UNCERTAINTY_COLUMNS
 from data_engine.triggers import build_triggers
 
 UNCERTAINTY_SIGNALS = UNCERTAINTY_COLUMNS  # each head's (its spec's) and the cross-head ones: data_engine.signals
+SEARCHES = ("auto", "exact", "ann")  # diversity's k-center: auto = ann on a lake pool of >= ANN_MIN_POOL frames, else exact
+ANN_MIN_POOL = 100_000  # below it exact k-center (O(pool x budget)) takes seconds; above, minutes per thousand picks
 
 
 class MiningError(ValueError):
@@ -107,6 +110,51 @@ def k_center_greedy(emb: np.ndarray, k: int, candidates: np.ndarray | None = Non
         d = np.minimum(d, np.sqrt(np.maximum(2 - 2 * X @ X[i], 0)))
         d[picked] = -np.inf
     return [int(cand[i]) for i in picked], dist_at
+
+
+def k_center_ann(emb: np.ndarray, k: int, ball: Callable[[int, float], tuple[np.ndarray, np.ndarray]],
+                 near: Callable[[int], np.ndarray] | None = None) -> tuple[list[int], list[float]]:
+    """`k_center_greedy` over every row of `emb` (unit rows), with each pick's update confined to its neighbourhood:
+    `ball(row, r)` -> (rows, distances) of the rows closer than r to `row`, r the largest distance any row still has.
+    A pick can lower only the distances of rows within r of it, so with an exact ball this is k_center_greedy (up to
+    float32 rounding); through an ANN index's range search (`data_engine.ann.ball`) a row it misses keeps a distance
+    too large, which can only make it a pick sooner. Cost per pick: the ball and an argmax, not a pass over the pool."""
+    X = np.asarray(emb, np.float32)
+    mean = X.mean(0, dtype=np.float64)
+    proj = X @ mean.astype(np.float32)  # |x - mean|^2 = 1 - 2 x.mean + |mean|^2 on unit rows: the farthest has the least x.mean
+    first = int(np.argmin(proj))
+    picked, dist_at = [first], [float(np.sqrt(max(1 - 2 * float(proj[first]) + float(mean @ mean), 0)))]
+    late = np.zeros(len(X))  # as in k_center_greedy: rows near a pick in time come after every free row
+    d = np.sqrt(np.maximum(2 - 2 * (X @ X[first]).astype(np.float64), 0))
+    d[first] = -np.inf
+    while len(picked) < min(k, len(X)):
+        if near is not None:
+            late[near(picked[-1])] = 10.0
+        i = int(np.argmax(d - late))
+        r = float(d.max())
+        picked.append(i)
+        dist_at.append(float(d[i]))
+        rows, dist = ball(i, r + 1e-6)
+        d[rows] = np.minimum(d[rows], dist)  # picked rows stay -inf
+        d[i] = -np.inf
+    return picked, dist_at
+
+
+def index_ball(index, frame_ids: np.ndarray, emb: np.ndarray) -> Callable[[int, float], tuple[np.ndarray, np.ndarray]]:
+    """`ball(row, r)` for `k_center_ann` over a pool (`frame_ids` (M,), unit `emb` (M, D)) through the run's FAISS
+    index (keyed by frame id; ids outside the pool are dropped)."""
+    from data_engine.ann import ball
+
+    frame_ids = np.asarray(frame_ids, np.int64)
+    order = np.argsort(frame_ids, kind="stable")
+    known = frame_ids[order]
+
+    def in_ball(row: int, r: float) -> tuple[np.ndarray, np.ndarray]:
+        ids, dist = ball(index, emb[row], r)
+        pos = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+        ok = known[pos] == ids
+        return order[pos[ok]], dist[ok]
+    return in_ball
 
 
 def gap_rule(pool: Mapping[str, Any], min_gap_s: float) -> Callable[[int], np.ndarray] | None:
@@ -173,10 +221,13 @@ def _dominant(pred: Mapping) -> str:
 
 # -- selection -------------------------------------------------------------------------------------
 def mine(catalog: str | Path, budget: int, strategy: str, cfg: EngineConfig | None = None, unit: str = "frame",
-         run: int | None = None, name: str | None = None) -> dict[str, Any]:
-    """Select `budget` items of a shadow run; recorded in the catalog (selection `name`) and returned."""
+         run: int | None = None, name: str | None = None, search: str = "auto") -> dict[str, Any]:
+    """Select `budget` items of a shadow run; recorded in the catalog (selection `name`) and returned. `search`: how
+    diversity finds its k-center picks (SEARCHES); a selection made through the ANN index says so (params.search)."""
     cfg = cfg or EngineConfig()
     strategy_fn(strategy)
+    if search not in SEARCHES:
+        raise MiningError(f"unknown search {search!r}; choose one of {list(SEARCHES)}")
     if unit not in UNITS:
         raise MiningError(f"unknown unit {unit!r}; choose one of {list(UNITS)}")
     if budget <= 0:
@@ -188,7 +239,8 @@ def mine(catalog: str | Path, budget: int, strategy: str, cfg: EngineConfig | No
         if budget > n:
             raise MiningError(f"--budget {budget} is larger than the pool of {n} {unit}s of shadow run {run_id} in {cat.path}; "
                               "ask for fewer or shadow more clips")
-        picks = select(pool, budget, strategy, cfg, cat, run_id)
+        ball = _ann_ball(cat, run_id, pool, strategy, unit, search)
+        picks = select(pool, budget, strategy, cfg, cat, run_id, ball)
         fired = trigger_hits(pool, cfg)
         items = [{"rank": r, "frame_id": int(pool["frame_id"][i]), "clip": str(pool["clip"][i]), "frame": int(pool["idx"][i]),
                   "frame_ids": list(pool["frame_ids"][i]), "reason": with_triggers(reason, r, fired.get(i, {}))}
@@ -197,9 +249,33 @@ def mine(catalog: str | Path, budget: int, strategy: str, cfg: EngineConfig | No
         params = {"unit": unit, "mining": {"pool_factor": cfg.mining.pool_factor, "dedup": cfg.mining.dedup,
                                            "class_cap": cfg.mining.class_cap, "seed": cfg.mining.seed,
                                            "min_gap_s": cfg.mining.min_gap_s}}
+        if ball is not None:  # only then: an exact selection's file stays what it always was
+            from data_engine.ann import NPROBE
+
+            params["search"] = {"method": "ann", "nprobe": NPROBE}
         cat.write_selection(name, run_id, strategy, budget, unit, params, items)
         info = cat.run_info(run_id)
-    return {"name": name, "strategy": strategy, "budget": budget, "unit": unit, "run": info, "pool": n, "items": items}
+    out = {"name": name, "strategy": strategy, "budget": budget, "unit": unit, "run": info, "pool": n, "items": items}
+    return out if ball is None else {**out, "search": params["search"]}
+
+
+def _ann_ball(cat: Catalog, run_id: int, pool: Mapping[str, Any], strategy: str, unit: str, search: str):
+    """The pool's `ball` through the run's ANN index (built or brought up to date) when diversity is to use it: asked
+    (search "ann"), or search "auto" on a lake catalog's pool of at least ANN_MIN_POOL frames with faiss installed;
+    else None (exact k-center). Only diversity reads it (hybrid's k-center runs inside a pool of a few x budget)."""
+    if strategy != "diversity" or search == "exact":
+        return None
+    if search == "auto":
+        import importlib.util
+
+        if cat.lake is None or unit != "frame" or len(pool["frame_id"]) < ANN_MIN_POOL or importlib.util.find_spec("faiss") is None:
+            return None
+    elif unit != "frame":
+        raise MiningError("--search ann indexes frames, not whole clips; mine --unit frame, or search exactly")
+    from data_engine.ann import open_index
+
+    index, _ = open_index(cat, run_id)
+    return index_ball(index, pool["frame_id"], pool["embedding"])
 
 
 def trigger_hits(pool: Mapping[str, Any], cfg: EngineConfig) -> dict[int, dict[str, float]]:
@@ -219,8 +295,11 @@ def with_triggers(reason: Mapping[str, Any], rank: int, hits: Mapping[str, float
 
 
 def select(pool: Mapping[str, Any], budget: int, strategy: str, cfg: EngineConfig, cat: Catalog | None = None,
-           run_id: int | None = None) -> list[tuple[int, dict]]:
-    """(row index, reason) of the picks, in order."""
+           run_id: int | None = None, ball: Callable[[int, float], tuple[np.ndarray, np.ndarray]] | None = None
+           ) -> list[tuple[int, dict]]:
+    """(row index, reason) of the picks, in order; diversity with a `ball` (`index_ball`) runs `k_center_ann`."""
+    if strategy == "diversity" and ball is not None:
+        return _diversity(pool, budget, cfg, ball)
     return strategy_fn(strategy)(pool, budget, cfg)
 
 
@@ -236,8 +315,10 @@ def _random(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tup
     return [(int(i), {"strategy": "random", "score": None}) for i in idx]
 
 
-def _diversity(pool: Mapping[str, Any], budget: int, cfg: EngineConfig) -> list[tuple[int, dict]]:
-    picks, dist = k_center_greedy(pool["embedding"], budget, near=gap_rule(pool, cfg.mining.min_gap_s))
+def _diversity(pool: Mapping[str, Any], budget: int, cfg: EngineConfig, ball=None) -> list[tuple[int, dict]]:
+    near = gap_rule(pool, cfg.mining.min_gap_s)
+    picks, dist = k_center_greedy(pool["embedding"], budget, near=near) if ball is None else \
+        k_center_ann(pool["embedding"], budget, ball, near)
     return [(i, {"strategy": "diversity", "score": round(d, 6)}) for i, d in zip(picks, dist)]
 
 

@@ -186,3 +186,142 @@ def test_ann_index_recall_growth_and_refusal(tmp_path):
     side.write_text(json.dumps({**json.loads(side.read_text()), "catalog": "another"}))
     with pytest.raises(AnnError, match="not an index of this catalog's run 1"):
         similar(lake, 5, 10, ann=True)
+
+
+def _clustered_pool(seed: int = 0, clusters: int = 50, rare: int = 10, dim: int = 16) -> tuple[np.ndarray, np.ndarray]:
+    """(unit rows, cluster of each row): `clusters` tight clusters, the first `rare` of them 8 rows, the rest 300."""
+    rng = np.random.default_rng(seed)
+    label = np.repeat(np.arange(clusters), np.where(np.arange(clusters) < rare, 8, 300))
+    e = rng.normal(size=(clusters, dim))[label] + rng.normal(scale=0.15, size=(len(label), dim))
+    return (e / np.linalg.norm(e, axis=1, keepdims=True)).astype(np.float32), label
+
+
+def _coverage_radius(emb: np.ndarray, picks) -> float:
+    """The largest distance of any row to its nearest pick (what k-center greedy minimises, within a factor 2)."""
+    return float(np.sqrt(max(2 - 2 * float((emb @ emb[list(picks)].T).max(1).min()), 0)))
+
+
+def test_k_center_through_a_ball_is_k_center():
+    """With an exact ball (every row within r of the pick, float64), k_center_ann picks exactly what k_center_greedy
+    picks, distances included: confining each update to the ball loses nothing; with a time gap rule too."""
+    from data_engine.mining import gap_rule, k_center_ann, k_center_greedy
+
+    rng = np.random.default_rng(1)
+    e = rng.normal(size=(600, 8))
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    X = e.astype(np.float64)
+
+    def exact_ball(row, r):
+        dist = np.sqrt(np.maximum(2 - 2 * X @ X[row], 0))
+        rows = np.flatnonzero(dist < r)
+        return rows, dist[rows]
+
+    pool = {"clip": np.asarray([f"c{i // 60}" for i in range(600)], object), "t_s": np.arange(600) % 60 * 0.1}
+    for near in (None, gap_rule(pool, 0.5)):
+        ref, ref_d = k_center_greedy(e, 40, near=near)
+        got, got_d = k_center_ann(e, 40, exact_ball, near)
+        assert got == ref and np.allclose(got_d, ref_d, atol=1e-5)
+
+
+def test_k_center_through_the_ann_index_covers_as_exact():
+    """Diversity through the FAISS index (range search over 64 of ~300 lists) on 12,080 frames in 50 clusters, 10 of
+    them rare (8 frames): it finds every cluster, as exact k-center does (random finds about 36), and its coverage
+    radius is within 5% of exact's."""
+    pytest.importorskip("faiss", reason="the ANN index needs the engine extra (faiss-cpu)")
+    from data_engine.ann import build
+    from data_engine.mining import index_ball, k_center_ann, k_center_greedy
+
+    e, label = _clustered_pool()
+    ids = np.arange(len(e)) * 3 + 7  # frame ids are not rows
+    exact, _ = k_center_greedy(e, 80)
+    approx, _ = k_center_ann(e, 80, index_ball(build(e, ids), ids, e))
+    rand = np.random.default_rng(0).choice(len(e), 80, replace=False)
+    assert len(set(approx)) == 80  # distinct picks
+    assert len(set(label[exact])) == len(set(label[approx])) == 50 > len(set(label[rand]))
+    r_exact, r_ann, r_rand = (_coverage_radius(e, p) for p in (exact, approx, rand))
+    assert r_ann <= 1.05 * r_exact and r_rand > 2 * r_exact, (r_exact, r_ann, r_rand)
+
+
+def test_mine_diversity_uses_the_lake_index_on_a_large_pool(tmp_path, monkeypatch):
+    """`mine(search="ann")` on a lake catalog selects through the run's index (built on first use) and says so in the
+    selection (params.search; an exact selection has no such key, so its file is as before); search "auto" uses it
+    only on a lake catalog's pool of >= ANN_MIN_POOL frames; clips and unknown searches are refused."""
+    pytest.importorskip("faiss", reason="the ANN index needs the engine extra (faiss-cpu)")
+    import dataclasses
+    import json
+
+    from data_engine import mining
+    from data_engine.ann import index_files
+    from data_engine.config import EngineConfig
+    from data_engine.mining import MiningError, mine
+
+    cfg = EngineConfig()
+    cfg = dataclasses.replace(cfg, mining=dataclasses.replace(cfg.mining, min_gap_s=0.0))
+    lake = write_fixture_catalog(create(tmp_path / "lake", "lake"), clips=12, frames=100)
+    db = write_fixture_catalog(tmp_path / "catalog.db", clips=12, frames=100)
+    exact = mine(lake, 20, "diversity", cfg, name="exact")
+    approx = mine(lake, 20, "diversity", cfg, name="ann", search="ann")
+    assert "search" not in exact and approx["search"] == {"method": "ann", "nprobe": 64}
+    with Catalog(lake) as cat:
+        assert index_files(cat, 1)[0].is_file()
+        params = json.loads(cat.db.execute("SELECT params FROM selections WHERE name = 'ann'").fetchone()[0])
+        assert params["search"]["method"] == "ann"
+        ids, emb = cat.embeddings(1)
+    row = {int(f): i for i, f in enumerate(ids)}
+    picks = [[row[it["frame_id"]] for it in sel["items"]] for sel in (exact, approx)]
+    assert len(set(picks[1])) == 20
+    assert _coverage_radius(emb, picks[1]) <= 1.1 * _coverage_radius(emb, picks[0])
+    monkeypatch.setattr(mining, "ANN_MIN_POOL", 1000)
+    assert "search" in mine(lake, 5, "diversity", cfg, name="auto-lake")  # 1,199 ok frames: the index
+    assert "search" not in mine(db, 5, "diversity", cfg, name="auto-file")  # a catalog file: exact
+    monkeypatch.setattr(mining, "ANN_MIN_POOL", 1_000_000)
+    assert "search" not in mine(lake, 5, "diversity", cfg, name="auto-small")
+    with pytest.raises(MiningError, match="indexes frames, not whole clips"):
+        mine(lake, 2, "diversity", cfg, "clip", search="ann")
+    with pytest.raises(MiningError, match="unknown search 'fast'"):
+        mine(lake, 2, "diversity", cfg, search="fast")
+
+
+def test_ray_data_reads_the_done_parts_as_duckdb_does(both, tmp_path, capsys):
+    """`lake_catalog.ray_frames`: Ray Data reads the lake's parts natively; its rows (sorted by frame id) equal the
+    DuckDB query's (`Catalog.rows`), column for column, embeddings included; a part without its done marker is
+    left out and reported, as on the DuckDB side."""
+    pytest.importorskip("ray.data", reason="Ray Data is not installed (pip install 'ray[data]', in the dev extra)")
+    import shutil
+
+    import ray
+
+    from data_engine.catalog_migrate import FRAME_COLUMNS
+    from data_engine.lake_catalog import ray_frames
+
+    lake = tmp_path / "lake"
+    shutil.copytree(both["lake"], lake)
+    db = sqlite3.connect(str(lake / "catalog.db"))
+    db.execute("DELETE FROM shadow_clips WHERE clip_id = 3")  # the driver killed before clip 3's marker
+    db.commit()
+    db.close()
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        with Catalog(lake) as cat:
+            capsys.readouterr()
+            want = cat.rows(1, list(FRAME_COLUMNS))
+            assert "no done marker" in capsys.readouterr().err
+            ds = ray_frames(cat.db, cat.lake, 1, [*FRAME_COLUMNS, "embedding"])
+            got = sorted(ds.take_all(), key=lambda r: r["frame_id"])
+            ids, emb = cat._embedding_rows(1)
+    finally:
+        if started:
+            ray.shutdown()
+
+    def plain(v):  # a value as compared: nulls (None, NaN) alike, numpy scalars as Python values
+        v = v.item() if isinstance(v, np.generic) else v
+        return None if v is None or isinstance(v, float) and v != v else v
+
+    assert len(want["frame_id"]) == len(got) == 30 and not {r["frame_id"] for r in got} & set(range(21, 31))  # clip 3
+    for c in FRAME_COLUMNS:
+        assert [plain(v) for v in want[c].tolist()] == [plain(r[c]) for r in got], c
+    vecs = {int(r["frame_id"]): r["embedding"] for r in got if r["embedding"] is not None}
+    assert sorted(vecs) == ids.tolist()
+    assert all(np.asarray(vecs[int(f)], np.float32).tobytes() == v.tobytes() for f, v in zip(ids, emb))

@@ -282,6 +282,50 @@ def test_two_processes_write_at_once_without_loss(cats, tmp_path):
         assert cat.db.execute("SELECT count(*) FROM models").fetchone()[0] == models_before + 2 * n
 
 
+def _schemas(url: str) -> set[str]:
+    with _pg(url) as db:
+        return {r[0] for r in db.execute("SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'hydranet_%'")}
+
+
+def test_migrate_a_file_onto_a_lake_on_the_server(cats, postgres, tmp_path, monkeypatch):  # noqa: F811
+    """`catalog migrate --to DIR --postgres URL`: the fixture file (with the label jobs, versions, events and registry
+    entries the tests above added) moves onto a lake whose tables live on the server; counts and checksums (rows by
+    key, not SQLite's rowid) verify on both; the same selections follow, and new rows get ids past the copied ones.
+    A migration that fails halfway leaves no folder and no schema on the server."""
+    import shutil
+
+    from data_engine import catalog_migrate
+    from data_engine.catalog_migrate import fingerprint, migrate
+    from data_engine.catalog_pg import Connection
+
+    src = tmp_path / "src.db"
+    shutil.copy(cats["sqlite"], src)
+    before = _schemas(postgres.url)
+    r = migrate(src, tmp_path / "moved", postgres.url)
+    with Catalog(src) as a, Catalog(tmp_path / "moved") as b:
+        assert isinstance(b.db, Connection) and b.lake is not None
+        want, got = fingerprint(a), fingerprint(b)
+        assert want == got and r["counts"] == {t: n for t, (n, _) in want.items()}
+        assert r["counts"]["labels"] > 0 and r["counts"]["registry"] > 0 and r["counts"]["signals"] == 40
+        assert b.db.execute("SELECT count(*) FROM signals").fetchone()[0] == 0  # per-frame rows are in the parts
+    assert _schemas(postgres.url) == before | {read_marker(tmp_path / "moved")["postgres"]["schema"]}
+    for strategy in ("diversity", "triggers"):
+        files = [mine_to_file(p, strategy, "frame", tmp_path / f"{strategy}-{k}.json") for k, p in
+                 (("file", src), ("moved", tmp_path / "moved"))]
+        assert files[0] == files[1]
+    with Catalog(src) as a, Catalog(tmp_path / "moved") as b:  # the new selections took the same next ids
+        q = "SELECT id, name FROM selections ORDER BY id"
+        assert a.db.execute(q).fetchall() == b.db.execute(q).fetchall()
+
+    def broken(cat, old):
+        raise RuntimeError("killed halfway")
+    monkeypatch.setattr(catalog_migrate, "_write_parts", broken)
+    with pytest.raises(RuntimeError, match="killed halfway"):
+        migrate(src, tmp_path / "half", postgres.url)
+    assert not (tmp_path / "half").exists() and not list(tmp_path.glob("half.tmp-*"))
+    assert _schemas(postgres.url) == before | {read_marker(tmp_path / "moved")["postgres"]["schema"]}
+
+
 # -- errors ---------------------------------------------------------------------------------------------------
 def test_a_bad_url_is_one_line_naming_it(postgres, tmp_path, capsys):  # noqa: F811
     from hydranet.cli import main

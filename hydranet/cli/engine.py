@@ -189,8 +189,9 @@ def cmd_engine_catalog(args) -> None:
         return
     from data_engine.catalog_migrate import migrate
 
-    r = migrate(args.src, args.out)
-    print(f"migrated {args.src} -> {r['out']} (lake): " + ", ".join(f"{t} {n}" for t, n in r["counts"].items())
+    r = migrate(args.src, args.out, args.postgres)
+    where = f", tables on PostgreSQL, {masked(args.postgres)}" if args.postgres else ""
+    print(f"migrated {args.src} -> {r['out']} (lake{where}): " + ", ".join(f"{t} {n}" for t, n in r["counts"].items())
           + f"; counts and checksums verified ({r['parts']} parts)")
 
 
@@ -206,6 +207,8 @@ def _add_engine_catalog(eng) -> None:
     mg = sub.add_parser("migrate", help="copy a catalog file into a new lake folder, every row, verified")
     mg.add_argument("--from", dest="src", type=Path, required=True, help="the catalog file (catalog.db)")
     mg.add_argument("--to", dest="out", type=Path, required=True, help="the new lake catalog folder")
+    mg.add_argument("--postgres", default=None, metavar="URL", help="put the new catalog's transactional tables on this "
+                    "PostgreSQL server (as `catalog create --postgres`) instead of the folder's SQLite file")
     mg.set_defaults(func=cmd_engine_catalog)
 
 

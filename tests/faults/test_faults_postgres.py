@@ -1,8 +1,9 @@
 """Fault rows of the PostgreSQL catalog (`hydranet engine catalog create --postgres URL`, data_engine/catalog_pg.py),
 against a real server started for the module (tests/pg_server.py): a URL that does not answer, refuses the password
-or is not a URL (create writes nothing), a catalog whose server is gone or refuses its login, a marker whose
-"postgres" entry is damaged, and on a lake whose done markers live on the server: a part without its marker (ignored
-and reported; a rerun of shadow commits it without rewriting it). One row per case, through the CLI."""
+or is not a URL (create writes nothing; nor does `catalog migrate --postgres`, which otherwise moves a file onto the
+server), a catalog whose server is gone or refuses its login, a marker whose "postgres" entry is damaged, and on a
+lake whose done markers live on the server: a part without its marker (ignored and reported; a rerun of shadow
+commits it without rewriting it). One row per case, through the CLI."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -81,6 +82,18 @@ def nothing_created(tmp: Path) -> None:
     assert not (tmp / "c").exists(), "create wrote a catalog folder for a server it could not use"
 
 
+def migrate(tmp: Path, pg_url: str) -> list:
+    """`catalog migrate` of a fixture catalog file onto a lake whose tables go to `pg_url`."""
+    from engine_catalogs import write_fixture_catalog
+
+    return ["engine", "catalog", "migrate", "--from", write_fixture_catalog(tmp / "src.db"), "--to", tmp / "m",
+            "--postgres", pg_url]
+
+
+def nothing_migrated(tmp: Path) -> None:
+    assert not (tmp / "m").exists() and not list(tmp.glob("m.tmp-*")), "migrate left a folder for a server it could not use"
+
+
 CASES = [
     Case("pg-create-no-answer", lambda t, e: create(t, url(port=1)),
          words=("127.0.0.1:1", "does not answer", "start the server", "--postgres"), check=nothing_created),
@@ -89,6 +102,12 @@ CASES = [
          check=nothing_created),
     Case("pg-create-not-a-url", lambda t, e: create(t, "not a url"),
          words=("not a url", "is not a PostgreSQL URL"), check=nothing_created),
+    Case("pg-migrate-no-answer", lambda t, e: migrate(t, url(port=1)),
+         words=("127.0.0.1:1", "does not answer", "start the server", "--postgres"), check=nothing_migrated),
+    Case("pg-migrate-wrong-password", lambda t, e: migrate(t, url(password="wrong-password")),
+         words=("refuses the login", "hydranet:***@"), absent=("wrong-password",), check=nothing_migrated),
+    Case("pg-migrate-onto-the-server", lambda t, e: migrate(t, PG["url"]), status=0,
+         stdout=("tables on PostgreSQL", "hydranet:***@", "counts and checksums verified")),
     Case("pg-catalog-server-gone", lambda t, e: mine(t, with_url(t, e, url(port=1)), "--budget", "1"),
          words=("127.0.0.1:1", "does not answer", "postgres.url", "catalog.json")),
     Case("pg-catalog-login-refused", lambda t, e: mine(t, with_url(t, e, url(password="wrong-password")), "--budget", "1"),
