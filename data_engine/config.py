@@ -181,7 +181,7 @@ class LoopConfig:
     fleet_config: str = "fleet"  # the fleet's YAML (a file or a shipped name); the suites share its rig and size
     fleet_set: tuple[str, ...] = ()  # overrides of the fleet config, e.g. ["sim.image_width=320"]
     unit_tests: bool = True  # grow the suites' unit tests with the labelled frames a trigger fired on
-    workers: int | None = None  # shadow workers (None: one per CPU)
+    workers: int | None = None  # shadow and fleet-render workers (None: one per CPU)
     ensemble: tuple[str, ...] = ()  # strategies ensemble | tta: exported models (ONNX) that join the production's ensemble
 
     def __post_init__(self):

@@ -330,7 +330,7 @@ class Loop:
         fleet = rdir / "fleet"
         if not (fleet / "dataset.json").exists():  # the fleet is renamed into place whole, or not at all
             generate_fleet(fleet, self.fleet, self.cfg.loop.fleet_clips, self.cfg.loop.fleet_seed + r,
-                           progress=self.progress)
+                           progress=self.progress, workers=self.cfg.loop.workers or os.cpu_count() or 1)  # same bytes
         return {"fleet": str(fleet), "clips": self.cfg.loop.fleet_clips}
 
     def stage_shadow(self, r: int, rdir: Path) -> dict[str, Any]:
