@@ -165,8 +165,7 @@ class BDD100KDataset(FrameReader):
         self._init_policy(on_bad_frame)
         if split not in SPLITS:
             raise DatasetError(f"{self.root}: unknown BDD100K split {split!r}; choose one of {list(SPLITS)}")
-        if cameras is not None and list(cameras) != [CAMERA]:
-            raise DatasetError(f"{self.root}: BDD100K has one camera, {CAMERA!r}; got cameras={list(cameras)}")
+        self._one_camera(cameras, CAMERA, "BDD100K")
         self.split, self.channels = split, tuple(channels)
         self.image_dir = self.root / "images" / "100k" / split
         if not self.image_dir.is_dir():

@@ -124,8 +124,7 @@ class CityscapesDataset(FrameReader):
         self._init_policy(on_bad_frame)
         if split not in SPLITS:
             raise DatasetError(f"{self.root}: unknown Cityscapes split {split!r}; choose one of {list(SPLITS)}")
-        if cameras is not None and list(cameras) != [CAMERA]:
-            raise DatasetError(f"{self.root}: Cityscapes has one camera, {CAMERA!r}; got cameras={list(cameras)}")
+        self._one_camera(cameras, CAMERA, "Cityscapes")
         self.split, self.channels = split, tuple(channels)
         self.image_dir = self.root / "leftImg8bit" / split
         self.label_dir = self.root / "gtFine" / split

@@ -210,8 +210,7 @@ class KittiDataset(FrameReader):
                  on_bad_frame: str = "raise"):
         self.root = Path(root)
         self._init_policy(on_bad_frame)
-        if cameras is not None and list(cameras) != [CAMERA]:
-            raise DatasetError(f"{self.root}: KITTI object has one camera, {CAMERA!r} (image_2); got cameras={list(cameras)}")
+        self._one_camera(cameras, CAMERA, "KITTI object")
         self.channels = tuple(channels)
         self.split = split or "training"
         part = "testing" if split == "testing" else "training"

@@ -57,6 +57,12 @@ class FrameReader(abc.ABC):
         self.skipped: list[str] = []
         self._bad: set[int] = set()
 
+    def _one_camera(self, cameras, camera: str, dataset: str) -> None:
+        """DatasetError unless `cameras` (a reader's argument) is None or exactly the one camera of the one-camera
+        `dataset` (its name, e.g. "KITTI object")."""
+        if cameras is not None and list(cameras) != [camera]:
+            raise DatasetError(f"{self.root}: {dataset} has one camera, {camera!r}; got cameras={list(cameras)}")
+
     def _index_frames(self) -> None:
         self._frames = [(si, fi) for si, s in enumerate(self.scenes) for fi in range(len(s["frames"]))]
         self.frame_ids = [(self.scenes[s]["name"], self.frame_name(s, f)) for s, f in self._frames]

@@ -134,8 +134,7 @@ class TuSimpleDataset(FrameReader):
                  on_bad_frame: str = "raise"):
         self.root = Path(root)
         self._init_policy(on_bad_frame)
-        if cameras is not None and list(cameras) != [CAMERA]:
-            raise DatasetError(f"{self.root}: TuSimple has one camera, {CAMERA!r}; got cameras={list(cameras)}")
+        self._one_camera(cameras, CAMERA, "TuSimple")
         if not self.root.is_dir():
             raise DatasetError(f"{self.root}: no such folder; {_FIX}", self.root)
         self.split, self.channels = split or "all", tuple(channels)
