@@ -297,7 +297,7 @@ class Catalog:
                 self.db.execute("SELECT id FROM shadow_runs ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:
             raise CatalogError(f"catalog {self.path} holds no shadow run{f' {run_id}' if run_id else ''}; run "
-                               "`hydranet engine shadow --onnx M --fleet F --catalog C` first")
+                               "`hydranet engine shadow --onnx M --data F --catalog C` first")
         return int(row[0])
 
     def table(self, run_id: int, status: str | None = "ok") -> dict[str, np.ndarray]:

@@ -412,7 +412,7 @@ def freeze_fleet_slices(out: str | Path, fleet_root: str | Path, slices: Iterabl
             fleet_id, run_id = _fleet_run(cat, fleet_root)
             if needs_signals and run_id is None:
                 raise SuiteError(f"slice {needs_signals[0]}: fleet {fleet_root} has no shadow run in catalog {catalog}; "
-                                 f"run `hydranet engine shadow --fleet {fleet_root} --catalog {catalog}` first")
+                                 f"run `hydranet engine shadow --data {fleet_root} --catalog {catalog}` first")
             if fleet_id is not None:
                 frame_ids = {(str(c), int(i)): int(f) for f, c, i in cat.db.execute(
                     "SELECT f.id, c.name, f.idx FROM frames f JOIN clips c ON f.clip_id = c.id WHERE c.fleet_id = ?",

@@ -1,7 +1,7 @@
 """Shadow mode: the deployed ONNX model (and optionally a candidate that never drives) over every
 clip of a fleet in scene order, per-frame signals into the catalog.
 
-    hydranet engine shadow --onnx model.onnx --fleet DIR --catalog CAT [--candidate-onnx other.onnx]
+    hydranet engine shadow --onnx model.onnx --data DIR --catalog CAT [--candidate-onnx other.onnx]
                            [--executor local|ray] [--workers N] [--ray-address ADDR]
 
 Car-side code only: `deploy.runtime.HydraRuntime` (numpy + onnxruntime), the stream runner

@@ -10,9 +10,10 @@ RENAMED = [  # (argv with the old spelling, the attribute, the new flag)
     (["quantize", "--model", "m.onnx", "--data", "d", "--out", "o.onnx"], "onnx", "--onnx"),
     (["data", "check", "--root", "d"], "data", "--data"),
     (["eval-nuscenes", "--dataroot", "d", "--split", "all", "--results", "r.json"], "data", "--data"),
-    (["engine", "shadow", "--model", "m.onnx", "--fleet", "f", "--catalog", "c.db"], "onnx", "--onnx"),
-    (["engine", "shadow", "--onnx", "m.onnx", "--fleet", "f", "--catalog", "c.db", "--candidate", "c.onnx"],
+    (["engine", "shadow", "--model", "m.onnx", "--data", "f", "--catalog", "c.db"], "onnx", "--onnx"),
+    (["engine", "shadow", "--onnx", "m.onnx", "--data", "f", "--catalog", "c.db", "--candidate", "c.onnx"],
      "candidate_onnx", "--candidate-onnx"),
+    (["engine", "shadow", "--onnx", "m.onnx", "--fleet", "f", "--catalog", "c.db"], "data", "--data"),
     (["engine", "similar", "--catalog", "c.db", "--image", "i.jpg", "--model", "m.onnx"], "onnx", "--onnx"),
     (["engine", "jobs", "--catalog", "c.db", "--accept", "1", "--version", "2"], "label_version", "--label-version"),
 ]
@@ -20,7 +21,7 @@ RENAMED = [  # (argv with the old spelling, the attribute, the new flag)
 
 @pytest.mark.parametrize("argv,attr,new", RENAMED, ids=[f"{a[0]} {a[1]} {n}" for a, _, n in RENAMED])
 def test_an_old_spelling_still_works_and_names_the_new_flag(argv, attr, new, capsys):
-    old = next(w for w in argv if w in ("--model", "--root", "--dataroot", "--candidate", "--version"))
+    old = next(w for w in argv if w in ("--model", "--root", "--dataroot", "--candidate", "--version", "--fleet"))
     args = build_parser().parse_args(argv)
     assert str(getattr(args, attr)) == argv[argv.index(old) + 1]
     err = capsys.readouterr().err.strip().splitlines()

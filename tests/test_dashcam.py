@@ -41,7 +41,7 @@ def test_dashcam_model_trains_on_the_preset_and_shadows_a_one_camera_recording(t
     fleet, cat = tmp_path / "fleet", tmp_path / "cat.db"
     assert main(["engine", "ingest", "--out", str(fleet), "--source", "video", "--videos", str(rec), "--rig",
                  str(rec / "rig.yaml"), "--hz", "10", "--quiet"]) == 0
-    assert main(["engine", "shadow", "--onnx", str(onnx), "--fleet", str(fleet), "--catalog", str(cat), "--workers",
+    assert main(["engine", "shadow", "--onnx", str(onnx), "--data", str(fleet), "--catalog", str(cat), "--workers",
                  "1", "--quiet"]) == 0
     with sqlite3.connect(cat) as db:
         rows = db.execute("SELECT status, det2d_entropy, drivable_entropy FROM signals").fetchall()

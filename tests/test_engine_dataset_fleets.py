@@ -76,7 +76,7 @@ def test_shadow_mode_runs_a_camera_model_on_the_bdd100k_and_kitti_fleets(world):
     export_checkpoint(root / "run", root / "camera.onnx", root / "sim", frames=1, verbose=False)
     for fmt, frames in (("bdd100k", 2), ("kitti", 8)):
         cat = root / f"{fmt}.db"
-        assert main(["engine", "shadow", "--onnx", str(root / "camera.onnx"), "--fleet", str(root / f"fleet_{fmt}"),
+        assert main(["engine", "shadow", "--onnx", str(root / "camera.onnx"), "--data", str(root / f"fleet_{fmt}"),
                      "--catalog", str(cat), "--quiet", "--workers", "1"]) == 0
         db = sqlite3.connect(cat)
         assert db.execute("SELECT count(*), sum(status = 'ok') FROM signals").fetchone() == (frames, frames)

@@ -52,7 +52,7 @@ def world(tmp_path_factory):
     assert main(["engine", "ingest", "--out", str(root / "rec"), "--source", "video", "--videos",
                  str(write_videos(sim, root / "videos")), "--rig", str(rig), "--quiet"]) == 0
     cat = root / "cat.db"
-    assert main(["engine", "shadow", "--onnx", str(model), "--fleet", str(root / "rec"), "--catalog", str(cat),
+    assert main(["engine", "shadow", "--onnx", str(model), "--data", str(root / "rec"), "--catalog", str(cat),
                  "--quiet", "--workers", "1"]) == 0
     sel = root / "sel.json"
     sel.write_text(json.dumps({"name": "team", "fleet": str((root / "rec").resolve()),

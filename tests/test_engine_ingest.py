@@ -129,7 +129,7 @@ def test_shadow_runs_on_a_video_fleet_and_reingest_adds_no_frames(world, tmp_pat
 
     assert ingest("--out", tmp_path / "f", "--source", "video", "--videos", world["videos"], "--rig", world["rig"]) == 0
     cat = tmp_path / "c.db"
-    argv = ["engine", "shadow", "--onnx", str(world["model"]), "--fleet", str(tmp_path / "f"), "--catalog", str(cat),
+    argv = ["engine", "shadow", "--onnx", str(world["model"]), "--data", str(tmp_path / "f"), "--catalog", str(cat),
             "--quiet", "--workers", "1"]
     assert main(argv) == 0
     db = sqlite3.connect(str(cat))
@@ -149,7 +149,7 @@ def test_recorded_frames_go_to_labelling_files_as_png_bit_identical_on_resend(wo
 
     assert ingest("--out", tmp_path / "f", "--source", "video", "--videos", world["videos"], "--rig", world["rig"]) == 0
     cat = tmp_path / "c.db"
-    assert main(["engine", "shadow", "--onnx", str(world["model"]), "--fleet", str(tmp_path / "f"), "--catalog",
+    assert main(["engine", "shadow", "--onnx", str(world["model"]), "--data", str(tmp_path / "f"), "--catalog",
                  str(cat), "--quiet", "--workers", "1"]) == 0
     assert main(["engine", "mine", "--catalog", str(cat), "--budget", "2", "--strategy", "random", "--out",
                  str(tmp_path / "sel.json")]) == 0

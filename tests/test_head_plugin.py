@@ -43,7 +43,7 @@ rt = HydraRuntime(onnx)
 frame = sorted((fleet / "scenes").iterdir())[0] / "000000"
 images = [cv2.cvtColor(cv2.imread(str(frame / f"{c}.jpg")), cv2.COLOR_BGR2RGB) for c in rt.camera_names]
 res = rt(images)
-rc = main(["engine", "shadow", "--onnx", str(onnx), "--fleet", str(fleet), "--catalog", str(catalog), "--workers", "1",
+rc = main(["engine", "shadow", "--onnx", str(onnx), "--data", str(fleet), "--catalog", str(catalog), "--workers", "1",
            "--quiet"])
 with sqlite3.connect(catalog) as db:
     values = [r[0] for r in db.execute("SELECT sky_fraction FROM signals WHERE status = 'ok' ORDER BY frame_id")]

@@ -48,7 +48,7 @@ def cmd_engine_ingest(args) -> None:
 def cmd_engine_shadow(args) -> None:
     from data_engine.shadow import run_shadow
 
-    st = run_shadow(args.onnx, args.fleet, args.catalog, args.candidate_onnx, args.executor, args.workers, progress=not args.quiet,
+    st = run_shadow(args.onnx, args.data, args.catalog, args.candidate_onnx, args.executor, args.workers, progress=not args.quiet,
                     ray_address=args.ray_address)
     print(f"shadow run {st['run_id']}: {st['clips'] - st['done_before']} of {st['clips']} clips shadowed now "
           f"({st['done_before']} done before), {st['frames']} frames, {st['corrupt']} corrupt -> {args.catalog}")
@@ -252,7 +252,7 @@ def add_engine(sub) -> None:
     ing.set_defaults(func=cmd_engine_ingest)
     sh = eng.add_parser("shadow", help="run the deployed ONNX model over every fleet clip; per-frame signals into the catalog")
     renamed(sh, "--onnx", "--model", type=Path, required=True, help="model.onnx written by `hydranet export`")
-    sh.add_argument("--fleet", type=Path, required=True, help="a fleet folder (`hydranet engine fleet` or `engine ingest`)")
+    renamed(sh, "--data", "--fleet", type=Path, required=True, help="a fleet folder (`hydranet engine fleet` or `engine ingest`)")
     sh.add_argument("--catalog", type=Path, required=True, help="catalog file (created if missing) or catalog folder "
                     "(`hydranet engine catalog create`)")
     renamed(sh, "--candidate-onnx", "--candidate", type=Path, default=None,

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("engine_env")
 
 
 def shadow(tmp: Path, env: Env, model=None, fleet=None, *extra) -> list:
-    return ["engine", "shadow", "--onnx", model or ENV["model"], "--fleet", fleet or env.dataset, "--catalog", tmp / "c.db",
+    return ["engine", "shadow", "--onnx", model or ENV["model"], "--data", fleet or env.dataset, "--catalog", tmp / "c.db",
             "--quiet", *extra]
 
 

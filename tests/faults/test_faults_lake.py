@@ -25,7 +25,7 @@ def lake_template(engine_env, fault_env, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("lake_faults")
     assert main(["engine", "catalog", "create", "--out", str(root / "lake"), "--backend", "lake"]) == 0
-    assert main(["engine", "shadow", "--onnx", str(ENGINE["model"]), "--fleet", str(fault_env.dataset), "--catalog",
+    assert main(["engine", "shadow", "--onnx", str(ENGINE["model"]), "--data", str(fault_env.dataset), "--catalog",
                  str(root / "lake"), "--quiet", "--workers", "1"]) == 0
     LAKE["dir"] = root / "lake"
 
@@ -75,7 +75,7 @@ def part_kept(tmp: Path) -> None:
 
 
 def shadow(tmp: Path, env: Env, catalog: Path) -> list:
-    return ["engine", "shadow", "--onnx", ENGINE["model"], "--fleet", env.dataset, "--catalog", catalog, "--quiet"]
+    return ["engine", "shadow", "--onnx", ENGINE["model"], "--data", env.dataset, "--catalog", catalog, "--quiet"]
 
 
 CASES = [

@@ -71,7 +71,7 @@ def part_kept(tmp: Path) -> None:
 
 
 def shadow(tmp: Path, env: Env, catalog: Path) -> list:
-    return ["engine", "shadow", "--onnx", ENGINE["model"], "--fleet", env.dataset, "--catalog", catalog, "--quiet"]
+    return ["engine", "shadow", "--onnx", ENGINE["model"], "--data", env.dataset, "--catalog", catalog, "--quiet"]
 
 
 def create(tmp: Path, pg_url: str) -> list:

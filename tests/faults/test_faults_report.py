@@ -58,7 +58,7 @@ def newer(tmp: Path) -> Path:
 
 
 def shadow(tmp: Path, env: Env, *extra) -> list:
-    return ["engine", "shadow", "--onnx", ENV["model"], "--fleet", env.dataset, "--catalog", tmp / "s.db", "--quiet", *extra]
+    return ["engine", "shadow", "--onnx", ENV["model"], "--data", env.dataset, "--catalog", tmp / "s.db", "--quiet", *extra]
 
 
 def mined(cat: Path, name: str = "one") -> Path:

@@ -61,7 +61,7 @@ def _rt(rt_env):
 
 
 def shadow(tmp: Path, env: Env, model: str = "model", *extra) -> list:
-    return ["engine", "shadow", "--onnx", ENV[model], "--fleet", env.dataset, "--catalog", tmp / "c.db", "--quiet", *extra]
+    return ["engine", "shadow", "--onnx", ENV[model], "--data", env.dataset, "--catalog", tmp / "c.db", "--quiet", *extra]
 
 
 def eval_onnx(model: str):

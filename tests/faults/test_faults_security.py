@@ -30,7 +30,7 @@ def _release_held_locks():
 
 # -- names that escape --------------------------------------------------------------------------------------
 def shadow(tmp: Path, fleet: Path) -> list:
-    return ["engine", "shadow", "--onnx", ENV["model"], "--fleet", fleet, "--catalog", tmp / "c.db", "--quiet"]
+    return ["engine", "shadow", "--onnx", ENV["model"], "--data", fleet, "--catalog", tmp / "c.db", "--quiet"]
 
 
 def fleet_clip_outside(tmp: Path, env) -> list:
@@ -128,7 +128,7 @@ def loop_locked(tmp: Path, env) -> list:
 
 def shadow_locked(tmp: Path, env) -> list:
     hold(tmp / "c.db.lock")
-    return ["engine", "shadow", "--onnx", ENV["model"], "--fleet", env.dataset, "--catalog", tmp / "c.db", "--quiet"]
+    return ["engine", "shadow", "--onnx", ENV["model"], "--data", env.dataset, "--catalog", tmp / "c.db", "--quiet"]
 
 
 def no_journal(tmp: Path) -> None:

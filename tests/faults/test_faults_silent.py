@@ -59,7 +59,7 @@ def test_shadow_refuses_the_frame_training_refuses(tmp_path, fault_env, capsys):
     from hydranet.cli import main
 
     fleet = png_dataset(tmp_path, fault_env)
-    assert main(["engine", "shadow", "--onnx", str(ENV["model"]), "--fleet", str(fleet), "--catalog",
+    assert main(["engine", "shadow", "--onnx", str(ENV["model"]), "--data", str(fleet), "--catalog",
                  str(tmp_path / "c.db"), "--quiet"]) == 0
     assert "1 corrupt" in capsys.readouterr().out
 
