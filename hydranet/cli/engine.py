@@ -237,7 +237,8 @@ def add_engine(sub) -> None:
     ing.add_argument("--timestamps", type=Path, default=None, help="video frame timestamps: CSV clip,camera,frame,"
                      "timestamp_us or JSON")
     ing.add_argument("--poses", type=Path, default=None, help="ego poses: CSV clip,timestamp_us,m00..m33 or JSON")
-    ing.add_argument("--format", default=None, help="dataset format, a registered reader's name (listed by `hydranet data check --help`; default: detected)")
+    ing.add_argument("--format", default=None,
+                     help="dataset format, a registered reader's name (listed by `hydranet data check --help`; default: detected)")
     ing.add_argument("--split", default=None)
     ing.add_argument("--version", default=None)
     ing.add_argument("--sweeps", type=int, default=0, help="nuScenes: unlabelled camera sweeps between two keyframes")
