@@ -280,6 +280,16 @@ def test_mine_diversity_uses_the_lake_index_on_a_large_pool(tmp_path, monkeypatc
         mine(lake, 2, "diversity", cfg, "clip", search="ann")
     with pytest.raises(MiningError, match="unknown search 'fast'"):
         mine(lake, 2, "diversity", cfg, search="fast")
+    # the CLI: `engine mine --search ann` is mine(search="ann"); a whole-clip ANN search is one line, exit 2
+    from hydranet.cli.main import main
+
+    out = tmp_path / "cli.json"
+    assert main(["engine", "mine", "--catalog", str(lake), "--budget", "20", "--strategy", "diversity", "--search", "ann",
+                 "--set", "mining.min_gap_s=0", "--name", "cli-ann", "--out", str(out)]) == 0
+    assert [it["frame_id"] for it in json.loads(out.read_text())["items"]] == [it["frame_id"] for it in approx["items"]]
+    assert main(["engine", "mine", "--catalog", str(lake), "--budget", "2", "--strategy", "diversity", "--unit", "clip",
+                 "--search", "ann", "--out", str(tmp_path / "clip.json")]) == 2
+    assert not (tmp_path / "clip.json").exists()
 
 
 def test_ray_data_reads_the_done_parts_as_duckdb_does(both, tmp_path, capsys):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydranet.cli.engine_labels import add_engine_autolabel, add_engine_labels
-from hydranet.cli.flags import engine_config, renamed
+from hydranet.cli.flags import Registered, engine_config, renamed
 from hydranet.config import add_override_option, load_config
 
 
@@ -72,7 +72,8 @@ def cmd_engine_triggers(args) -> None:
 def cmd_engine_mine(args) -> None:
     from data_engine.mining import mine, write_selection
 
-    sel = mine(args.catalog, args.budget, args.strategy, engine_config(args), args.unit, args.run, args.name)
+    sel = mine(args.catalog, args.budget, args.strategy, engine_config(args), args.unit, args.run, args.name,
+               args.search)
     write_selection(sel, args.out)
     print(f"selected {len(sel['items'])} {args.unit}(s) of {sel['pool']} by {args.strategy} -> {args.out}")
     print(format_picks(sel["items"]))
@@ -280,6 +281,9 @@ def add_engine(sub) -> None:
             c.add_argument("--unit", default="frame", help="frame or clip")
             c.add_argument("--out", type=Path, default=Path("selection.json"))
             c.add_argument("--name", default=None, help="selection name in the catalog (default: strategy-unit-budget)")
+            c.add_argument("--search", choices=Registered("data_engine.mining:SEARCHES"), default="auto",
+                           help="diversity's k-center search: exact, ann (the lake catalog's ANN index) or auto (ann on a "
+                                "lake pool of 100k frames or more, else exact)")
         if cmd == "similar":
             c.add_argument("--frame", type=int, default=None, help="query frame id (selection.json items' frame_id)")
             c.add_argument("--image", type=Path, default=None, help="query image file (JPEG/PNG, one camera's image)")
