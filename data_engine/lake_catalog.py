@@ -120,9 +120,9 @@ def ray_frames(db: sqlite3.Connection, lake: Lake, run_id: int, columns: Sequenc
     if not parts:
         empty = need("pyarrow").schema([f for f in frames_schema() if cols is None or f.name in cols]).empty_table()
         return ray_data.from_arrow(empty)
-    try:  # Ray checks each path against fsspec's HTTP filesystem from several threads: import it (or fail to, where
-        import fsspec.implementations.http  # noqa: F401 - aiohttp is missing) once here, or a thread can see it half-imported
-    except ImportError:
+    try:  # Ray checks each path against fsspec's HTTP filesystem from several threads: import it once here. Without
+        import fsspec.implementations.http  # noqa: F401 - aiohttp (installed with the ray extra) every thread retries
+    except ImportError:  # the failing import, and one of them can see the half-built module: Ray then raises ImportError
         pass
     ds = ray_data.read_parquet([str(p) for p in parts])
     return ds if cols is None else ds.select_columns(cols)
