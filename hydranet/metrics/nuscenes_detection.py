@@ -22,6 +22,8 @@ from hydranet.metrics.nuscenes_data import (DETECTION_NAMES, OFFICIAL_SPLITS, Bo
 TP_METRICS = ("trans_err", "scale_err", "orient_err", "vel_err", "attr_err")
 TP_SHORT = {"trans_err": "mATE", "scale_err": "mASE", "orient_err": "mAOE", "vel_err": "mAVE", "attr_err": "mAAE"}
 NELEM = 101  # recall points 0, 0.01, ..., 1
+RECALLS = np.linspace(0, 1, NELEM)
+RECALLS.flags.writeable = False  # shared by every MetricData
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,12 @@ class MetricData:
 
     @classmethod
     def no_predictions(cls) -> "MetricData":
-        return cls(np.linspace(0, 1, NELEM), np.zeros(NELEM), np.zeros(NELEM), {m: np.ones(NELEM) for m in TP_METRICS})
+        return cls(RECALLS, np.zeros(NELEM), np.zeros(NELEM), {m: np.ones(NELEM) for m in TP_METRICS})
+
+    @property
+    def empty(self) -> bool:
+        """Precision 0 at every recall point (no prediction, or none matched): AP 0."""
+        return not self.precision.any()
 
     @property
     def max_recall_ind(self) -> int:
@@ -96,12 +103,15 @@ def scale_iou(gt: EvalBox, pred: EvalBox) -> float:
 
 
 def cummean(x: np.ndarray) -> np.ndarray:
-    """Cumulative mean ignoring NaN; all NaN -> ones."""
-    if np.sum(np.isnan(x)) == len(x):
-        return np.ones(len(x))
-    sums = np.nancumsum(x.astype(float))
-    counts = np.cumsum(~np.isnan(x))
-    return np.divide(sums, counts, out=np.zeros_like(sums), where=counts != 0)
+    """Cumulative mean ignoring NaN along the first axis (a (N,) array, or (N, K): each column alone); a column
+    all NaN -> ones."""
+    x = np.asarray(x, float)
+    sums = np.nancumsum(x, axis=0)
+    nan = np.isnan(x)
+    counts = np.cumsum(~nan, axis=0)
+    out = np.divide(sums, counts, out=np.zeros_like(sums), where=counts != 0)
+    out[..., nan.all(axis=0)] = 1.0
+    return out
 
 
 def match_class(gt: Boxes, pred: Boxes, class_name: str, dist_th: float) -> tuple[int, np.ndarray, np.ndarray, dict]:
@@ -144,7 +154,8 @@ def match_class(gt: Boxes, pred: Boxes, class_name: str, dist_th: float) -> tupl
 
 def metric_data(npos: int, confs: np.ndarray, flags: np.ndarray, errors: dict) -> MetricData:
     """Precision, confidence and TP errors at the 101 recall points from `match_class`'s pieces (of one
-    sample or many concatenated in sample order: a per-frame state, docs/data_engine.md)."""
+    sample or many concatenated in sample order: a per-frame state, docs/data_engine.md). `errors` may be
+    empty: AP needs only the precision (`state_metrics` passes the errors at dist_th_tp alone)."""
     if npos == 0 or not np.any(flags):
         return MetricData.no_predictions()
     confs, flags = np.asarray(confs, float), np.asarray(flags, bool)
@@ -153,13 +164,14 @@ def metric_data(npos: int, confs: np.ndarray, flags: np.ndarray, errors: dict) -
     tp = np.cumsum(hit).astype(float)
     fp = np.arange(1, len(tp) + 1) - tp
     prec, rec = tp / (fp + tp), tp / float(npos)
-    rec_interp = np.linspace(0, 1, NELEM)
-    prec = np.interp(rec_interp, rec, prec, right=0)
+    prec = np.interp(RECALLS, rec, prec, right=0)
     match_conf = conf[hit]
-    conf = np.interp(rec_interp, rec, conf, right=0)
-    errs = {m: np.interp(conf[::-1], match_conf[::-1], cummean(np.asarray(v, float)[order][hit])[::-1])[::-1]
-            for m, v in errors.items()}
-    return MetricData(rec_interp, prec, conf, errs)
+    conf = np.interp(RECALLS, rec, conf, right=0)
+    errs = {}
+    if errors:  # the running mean of each TP error over the matches, read at the recall points' confidences
+        means = cummean(np.stack([np.asarray(v, float) for v in errors.values()], axis=1)[order][hit])[::-1]  # (M, K)
+        errs = {m: np.interp(conf[::-1], match_conf[::-1], means[:, i])[::-1] for i, m in enumerate(errors)}
+    return MetricData(RECALLS, prec, conf, errs)
 
 
 def accumulate(gt: Boxes, pred: Boxes, class_name: str, dist_th: float) -> MetricData:
@@ -168,6 +180,8 @@ def accumulate(gt: Boxes, pred: Boxes, class_name: str, dist_th: float) -> Metri
 
 
 def calc_ap(md: MetricData, min_recall: float, min_precision: float) -> float:
+    if md.empty:  # precision 0 at every recall point (a shortcut: the bootstrap computes this thousands of times)
+        return 0.0
     prec = np.copy(md.precision)[round(100 * min_recall) + 1:] - min_precision
     prec[prec < 0] = 0
     return float(np.mean(prec)) / (1.0 - min_precision)
@@ -305,8 +319,8 @@ def state_metrics(states: list, cfg: DetectionConfig) -> DetectionMetrics:
         hit = np.concatenate([e["hit"] for e in mine]) if mine else np.zeros(0, np.int64)
         err = np.concatenate([e["err"] for e in mine]) if mine else np.zeros((0, len(TP_METRICS)))
         errors = {m: err[:, i] for i, m in enumerate(TP_METRICS)}
-        for i, th in enumerate(cfg.dist_ths):
-            data[(c, th)] = metric_data(npos, conf, (hit >> i) & 1 == 1, errors)
+        for i, th in enumerate(cfg.dist_ths):  # the TP errors are the matches' at dist_th_tp: only its data uses them
+            data[(c, th)] = metric_data(npos, conf, (hit >> i) & 1 == 1, errors if th == cfg.dist_th_tp else {})
     return detection_metrics(data, cfg)
 
 

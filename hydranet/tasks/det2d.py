@@ -355,18 +355,18 @@ def coco_map_states(states: Sequence[Mapping[str, list]], num_classes: int) -> d
             continue
         sel = np.nonzero(label == k)[0]
         sel = sel[np.argsort(-score[sel], kind="mergesort")]
+        if not len(sel):  # ground truth, no detection: precision 0 at every recall point
+            precision[:, k] = 0.0
+            continue
         tps = (tp[sel] == 1) & (ig[sel] == 0)
         fps = (tp[sel] == 0) & (ig[sel] == 0)
-        tp_sum, fp_sum = np.cumsum(tps, axis=0).astype(float), np.cumsum(fps, axis=0).astype(float)
+        tp_sum, fp_sum = np.cumsum(tps, axis=0).astype(float), np.cumsum(fps, axis=0).astype(float)  # (D_k, T)
+        rc, pr = tp_sum / npig[k], tp_sum / (fp_sum + tp_sum + np.spacing(1))
+        pr = np.maximum.accumulate(pr[::-1], axis=0)[::-1]  # pycocotools' backward loop: each precision the max after it
         for t in range(len(COCO_IOUS)):
-            tpc, fpc = tp_sum[:, t], fp_sum[:, t]
-            rc, pr = tpc / npig[k], tpc / (fpc + tpc + np.spacing(1))
-            pr = np.maximum.accumulate(pr[::-1])[::-1]  # pycocotools' backward loop: each precision the max after it
-            inds = np.searchsorted(rc, COCO_RECALLS, side="left")
-            q = np.zeros(len(COCO_RECALLS))
+            inds = np.searchsorted(rc[:, t], COCO_RECALLS, side="left")
             ok = inds < len(pr)  # inds only grow: past the first miss every recall point stays 0
-            q[ok] = pr[inds[ok]]
-            precision[t, k] = q
+            precision[t, k] = np.where(ok, pr[np.minimum(inds, len(pr) - 1), t], 0.0)
     s_all, s50 = precision[precision > -1], precision[0][precision[0] > -1]
     return {"mAP": max(float(np.mean(s_all)) if s_all.size else -1.0, 0.0),
             "mAP50": max(float(np.mean(s50)) if s50.size else -1.0, 0.0)}
