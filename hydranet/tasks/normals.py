@@ -41,9 +41,13 @@ class NormalsTask(Task):
         return {"normals": np.ascontiguousarray(n.transpose(0, 3, 1, 2))}  # (N, 3, H, W)
 
     def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        pred = F.normalize(outputs["logits"].float(), dim=1, eps=1e-6)  # (B*N, 3, H, W)
+        # unit vectors as F.normalize(dim=1, eps=1e-6) gives them, 10x faster on CPU (torch's vector norm over the
+        # channel dim of an NCHW tensor is slow: 80 of the 1300 ms of a demo step); the clamp before the rsqrt
+        # keeps the gradient finite at a zero vector
+        x = outputs["logits"].float()  # (B*N, 3, H, W)
+        pred = x * torch.rsqrt((x * x).sum(dim=1, keepdim=True).clamp_min(1e-12))
         gt = targets["normals"]
-        valid = gt.norm(dim=1) > 0.5  # (B*N, H, W)
+        valid = (gt * gt).sum(dim=1) > 0.25  # (B*N, H, W): |gt| > 0.5
         cos = (pred * gt).sum(dim=1)
         return {"cosine": masked_mean(1.0 - cos, valid)}
 
