@@ -14,7 +14,18 @@ same model runs (data_engine/autolabel/):
 
 Printed: each variant's det2d AP50 over every camera image (COCO 101-point, IoU 0.5; `data_engine.intervals.ap50`
 over `hydranet.tasks.det2d.CocoMetric` image states) with its 95% bootstrap interval over clips, the paired
-difference hindsight - frame by frame with its interval, and the boxes each variant keeps. Writes results.json.
+difference hindsight - frame by frame with its interval, and the boxes each variant keeps. Then, per variant:
+
+- **human effort** (issue 35 item 4): the box edits a person makes to turn each frame's pre-fill (the labels as a
+  tool shows them, `labeling.base.as_shown`) into the sim's truth, as the edit record counts them
+  (`labeling.base.edit_record`: added + deleted + moved + class changed), against drawing every true box from
+  nothing; as a ratio edits / boxes drawn with its interval over clips, at the record's 0.5 px tolerance and at
+  2 px (a box within 2 px of the truth left as it is): the issue's target is 0.5 or less;
+- **the accept policy** (`autolabel.accept`, `data_engine/autolabel/policy.py`): the share of frames it accepts
+  without a person, and on those frames the accepted 2D boxes' precision and recall against the truth (greedy by
+  confidence, IoU >= 0.5, same class).
+
+Writes results.json.
 """
 from __future__ import annotations
 
@@ -27,6 +38,7 @@ import numpy as np
 
 SIZE = ["sim.image_width=96", "sim.image_height=64"]
 VARIANTS = ("hindsight", "frame_by_frame", "one_model")
+EFFORT_TOL_PX = (0.5, 2.0)  # a moved corner beyond this counts as an edit
 
 
 def pool(out: Path, clips: int, seed: int) -> Path:
@@ -81,6 +93,64 @@ def image_states(payload: dict, truth: dict, cameras, classes: list[str]) -> lis
     return out
 
 
+def frame_counts(payload: dict, truth: dict, cfg) -> dict[str, int]:
+    """One frame's human-effort and accept-policy counts (summed over frames and clips, then divided)."""
+    from data_engine.autolabel.policy import decide
+    from data_engine.labeling.base import as_shown, edit_record
+
+    shown = as_shown(payload)
+    out = {"truth_boxes": sum(len(c.get("boxes2d") or []) for c in truth["cameras"].values())}
+    for tol in EFFORT_TOL_PX:
+        e = edit_record(shown, truth, tol)
+        out[f"edits@{tol:g}"] = e["added"] + e["deleted"] + e["moved"] + e["class_changed"]
+    accepted, _ = decide(payload, cfg)
+    tp, n_pred, n_true = matches(payload, truth) if accepted else (0, 0, 0)
+    return {**out, "frames": 1, "accepted_frames": int(accepted), "accepted_boxes": n_pred, "accepted_true": tp,
+            "accepted_frames_truth": n_true}
+
+
+def matches(payload: dict, truth: dict, min_iou: float = 0.5) -> tuple[int, int, int]:
+    """(true positives, predicted boxes, true boxes) of one frame's 2D boxes: per camera, greedy by confidence,
+    each prediction takes the unmatched true box of its class with the highest IoU >= min_iou."""
+    from data_engine.labeling.base import iou
+
+    tp = n_pred = n_true = 0
+    for cam, c in truth["cameras"].items():
+        gt = c.get("boxes2d") or []
+        pred = sorted((payload["cameras"].get(cam) or {}).get("boxes2d") or [], key=lambda b: -b["confidence"])
+        n_pred, n_true, free = n_pred + len(pred), n_true + len(gt), set(range(len(gt)))
+        for b in pred:
+            best = max(((iou(b["bbox"], gt[j]["bbox"]), j) for j in free if gt[j]["class"] == b["class"]), default=(0.0, -1))
+            if best[0] >= min_iou:
+                free.discard(best[1])
+                tp += 1
+    return tp, n_pred, n_true
+
+
+def ratio_table(counts: dict[str, list[dict[str, int]]], resamples: int, seed: int = 0) -> dict[str, dict]:
+    """Per variant each ratio of summed counts (point, interval over clips): effort edits / boxes drawn at every
+    tolerance, accepted-frame share, accepted boxes' precision and recall."""
+    from data_engine.intervals import interval
+
+    ratios = {f"effort@{t:g}": (f"edits@{t:g}", "truth_boxes") for t in EFFORT_TOL_PX}
+    ratios.update({"accepted_share": ("accepted_frames", "frames"), "accepted_precision": ("accepted_true", "accepted_boxes"),
+                   "accepted_recall": ("accepted_true", "accepted_frames_truth")})
+    n = len(next(iter(counts.values())))
+    draws = np.random.default_rng([seed, 351]).integers(0, n, (resamples, n))
+    out = {}
+    for v, per_clip in counts.items():
+        a = {k: np.array([c[k] for c in per_clip], np.float64) for k in per_clip[0]}  # key -> (clips,)
+        out[v] = {name: {"value": float(_ratio(a[num], a[den])), "interval": interval(_ratio(a[num][draws], a[den][draws])),
+                         "of": int(a[den].sum())} for name, (num, den) in ratios.items()}
+    return out
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """sum(num) / sum(den) over the last axis (clips), NaN where den sums to 0."""
+    d = den.sum(-1)
+    return np.where(d > 0, num.sum(-1) / np.maximum(d, 1), np.nan)
+
+
 def bootstrap(per_clip: dict[str, list[list[dict]]], resamples: int, seed: int = 0) -> dict[str, dict]:
     """Per variant AP50 (point, interval over clips) and the paired hindsight - frame_by_frame difference."""
     from data_engine.intervals import ap50, interval
@@ -121,6 +191,7 @@ def main() -> None:
     ens, warnings = load_ensemble(args.models, fleet)
     classes = ens.classes["det2d"]
     per_clip: dict[str, list[list[dict]]] = {v: [] for v in VARIANTS}
+    counts: dict[str, list[dict[str, int]]] = {v: [] for v in VARIANTS}  # per clip: `frame_counts` summed
     boxes = {v: 0 for v in VARIANTS}
     t0 = time.time()
     for name in fleet.clip_names:
@@ -130,7 +201,10 @@ def main() -> None:
         for v in VARIANTS:
             per_clip[v].append([s for p, tr in zip(labels[v], truth) for s in image_states(p, tr, ens.cameras, classes)])
             boxes[v] += sum(len(c["boxes2d"]) for p in labels[v] for c in p["cameras"].values())
+            frames = [frame_counts(p, tr, cfg) for p, tr in zip(labels[v], truth)]
+            counts[v].append({k: sum(f[k] for f in frames) for k in frames[0]})
     res = bootstrap(per_clip, args.resamples)
+    effort = ratio_table(counts, args.resamples)
     frames = sum(len(fleet.clip(n).frames) for n in fleet.clip_names)
     print(f"autolabel on {len(fleet.clip_names)} clips, {frames} frames, cameras {', '.join(ens.cameras)}; "
           f"{len(ens.members)} models; {time.time() - t0:.0f} s" + "".join(f"\nwarning: {w}" for w in warnings))
@@ -139,9 +213,14 @@ def main() -> None:
         print(f"| {v} | {fmt(res[v]['ap50'], res[v]['interval'])} | {boxes[v]} |")
     d = res["hindsight_minus_frame_by_frame"]
     print(f"| hindsight - frame by frame | {fmt(d['ap50'], d['interval'], sign=True)} | |")
+    names = list(effort[VARIANTS[0]])
+    print("\n| variant | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
+    for v in VARIANTS:
+        print(f"| {v} | " + " | ".join(f"{fmt(r['value'], r['interval'])} (of {r['of']})" for r in effort[v].values()) + " |")
     out = {"models": [str(m) for m in args.models], "fleet": str(fleet.root), "clips": len(fleet.clip_names), "frames": frames,
            "params": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "boxes": boxes,
-           "results": {k: {"ap50": v["ap50"], "interval": v["interval"]} for k, v in res.items()}}
+           "results": {k: {"ap50": v["ap50"], "interval": v["interval"]} for k, v in res.items()},
+           "effort_and_policy": effort}
     (args.out / "results.json").write_text(json.dumps(out, indent=1))
 
 
