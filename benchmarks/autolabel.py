@@ -39,6 +39,7 @@ import numpy as np
 SIZE = ["sim.image_width=96", "sim.image_height=64"]
 VARIANTS = ("hindsight", "frame_by_frame", "one_model")
 EFFORT_TOL_PX = (0.5, 2.0)  # a moved corner beyond this counts as an edit
+EDITS = ("added", "deleted", "moved", "class_changed")  # the box edits of `labeling.base.edit_record`
 
 
 def pool(out: Path, clips: int, seed: int) -> Path:
@@ -102,7 +103,8 @@ def frame_counts(payload: dict, truth: dict, cfg) -> dict[str, int]:
     out = {"truth_boxes": sum(len(c.get("boxes2d") or []) for c in truth["cameras"].values())}
     for tol in EFFORT_TOL_PX:
         e = edit_record(shown, truth, tol)
-        out[f"edits@{tol:g}"] = e["added"] + e["deleted"] + e["moved"] + e["class_changed"]
+        out[f"edits@{tol:g}"] = sum(e[k] for k in EDITS)
+    out.update({k: e[k] for k in EDITS})  # the parts, at the last tolerance
     accepted, _ = decide(payload, cfg)
     tp, n_pred, n_true = matches(payload, truth) if accepted else (0, 0, 0)
     return {**out, "frames": 1, "accepted_frames": int(accepted), "accepted_boxes": n_pred, "accepted_true": tp,
@@ -217,6 +219,9 @@ def main() -> None:
     print("\n| variant | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
     for v in VARIANTS:
         print(f"| {v} | " + " | ".join(f"{fmt(r['value'], r['interval'])} (of {r['of']})" for r in effort[v].values()) + " |")
+    for v in VARIANTS:
+        parts = {k: sum(c[k] for c in counts[v]) for k in EDITS}
+        print(f"{v}: edits at {EFFORT_TOL_PX[-1]:g} px " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in parts.items()))
     out = {"models": [str(m) for m in args.models], "fleet": str(fleet.root), "clips": len(fleet.clip_names), "frames": frames,
            "params": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "boxes": boxes,
            "results": {k: {"ap50": v["ap50"], "interval": v["interval"]} for k, v in res.items()},

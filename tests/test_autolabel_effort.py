@@ -38,6 +38,7 @@ def test_effort_counts_each_edit_a_person_makes(al):
     c = al.frame_counts(payload, TRUTH, AutolabelConfig())
     assert c["truth_boxes"] == 3
     assert c["edits@0.5"] == 3 and c["edits@2"] == 2
+    assert (c["added"], c["deleted"], c["moved"], c["class_changed"]) == (1, 1, 0, 0)  # the parts at 2 px
     # every box at or above 0.5: the frame is accepted; 2 of its 3 boxes are right, 2 of the 3 true boxes found
     assert c["accepted_frames"] == 1 and (c["accepted_boxes"], c["accepted_true"], c["accepted_frames_truth"]) == (3, 2, 3)
     # one box under the threshold: the frame goes to a person and contributes nothing to the accepted counts
