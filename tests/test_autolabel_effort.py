@@ -2,23 +2,16 @@
 turn a pre-fill into the truth (the edit record), the accepted boxes' matches, and the ratios with their intervals."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
+from benchmark_scripts import load
 
 from data_engine.config import AutolabelConfig
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "autolabel.py"
 
 
 @pytest.fixture(scope="module")
 def al():
-    spec = importlib.util.spec_from_file_location("autolabel_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("autolabel")
 
 
 def box(cls, bbox, conf=None):

@@ -1,21 +1,15 @@
 """benchmarks/demo_seeds.py: the aggregation over seeds and the --out refusal (no training)."""
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "demo_seeds.py"
+from benchmark_scripts import load
 
 
 @pytest.fixture(scope="module")
 def ds():
-    spec = importlib.util.spec_from_file_location("demo_seeds", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("demo_seeds")
 
 
 def _results(map50: float, iou: float, acc: float = math.nan) -> dict:

@@ -2,24 +2,20 @@
 on fixtures written in the official formats (a sim, KITTI, Cityscapes and TuSimple folder) with a tiny model."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_scripts import load
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "realism_gap.py"
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def rg():
-    spec = importlib.util.spec_from_file_location("realism_gap", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load("realism_gap")
 
 
 def mean(v):

@@ -1,13 +1,9 @@
 """benchmarks/time_to_accuracy.py: targets, seconds to target and the summary table (no training)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from benchmark_scripts import load
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "time_to_accuracy.py"
-spec = importlib.util.spec_from_file_location("time_to_accuracy", SCRIPT)
-tta = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tta)
+tta = load("time_to_accuracy")
 
 
 def point(seconds, det2d, depth, acc):

@@ -1,0 +1,16 @@
+"""The benchmark scripts as modules for their tests (benchmarks/ is a folder of scripts, not a package)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load(name: str) -> ModuleType:
+    """benchmarks/<name>.py, executed as module `<name>` (its `main` is not run)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
