@@ -23,7 +23,7 @@ difference hindsight - frame by frame with its interval, and the boxes each vari
   2 px (a box within 2 px of the truth left as it is): the issue's target is 0.5 or less;
 - **the accept policy** (`autolabel.accept`, `data_engine/autolabel/policy.py`): the share of frames it accepts
   without a person, and on those frames the accepted 2D boxes' precision and recall against the truth (greedy by
-  confidence, IoU >= 0.5, same class).
+  confidence, IoU >= 0.5, same class: COCO's matching, `coco_image_state`).
 
 Writes results.json.
 """
@@ -94,8 +94,9 @@ def image_states(payload: dict, truth: dict, cameras, classes: list[str]) -> lis
     return out
 
 
-def frame_counts(payload: dict, truth: dict, cfg) -> dict[str, int]:
-    """One frame's human-effort and accept-policy counts (summed over frames and clips, then divided)."""
+def frame_counts(payload: dict, truth: dict, cfg, states: list[dict]) -> dict[str, int]:
+    """One frame's human-effort and accept-policy counts (summed over frames and clips, then divided). `states`: the
+    frame's `image_states` (COCO's matching: per camera and class, greedy by score; bit 0 of "tp" is IoU 0.5)."""
     from data_engine.autolabel.policy import decide
     from data_engine.labeling.base import as_shown, edit_record
 
@@ -106,27 +107,10 @@ def frame_counts(payload: dict, truth: dict, cfg) -> dict[str, int]:
         out[f"edits@{tol:g}"] = sum(e[k] for k in EDITS)
     out.update({k: e[k] for k in EDITS})  # the parts, at the last tolerance
     accepted, _ = decide(payload, cfg)
-    tp, n_pred, n_true = matches(payload, truth) if accepted else (0, 0, 0)
-    return {**out, "frames": 1, "accepted_frames": int(accepted), "accepted_boxes": n_pred, "accepted_true": tp,
-            "accepted_frames_truth": n_true}
-
-
-def matches(payload: dict, truth: dict, min_iou: float = 0.5) -> tuple[int, int, int]:
-    """(true positives, predicted boxes, true boxes) of one frame's 2D boxes: per camera, greedy by confidence,
-    each prediction takes the unmatched true box of its class with the highest IoU >= min_iou."""
-    from data_engine.labeling.base import iou
-
-    tp = n_pred = n_true = 0
-    for cam, c in truth["cameras"].items():
-        gt = c.get("boxes2d") or []
-        pred = sorted((payload["cameras"].get(cam) or {}).get("boxes2d") or [], key=lambda b: -b["confidence"])
-        n_pred, n_true, free = n_pred + len(pred), n_true + len(gt), set(range(len(gt)))
-        for b in pred:
-            best = max(((iou(b["bbox"], gt[j]["bbox"]), j) for j in free if gt[j]["class"] == b["class"]), default=(0.0, -1))
-            if best[0] >= min_iou:
-                free.discard(best[1])
-                tp += 1
-    return tp, n_pred, n_true
+    tp = sum(int(t) & 1 for s in states for t in s["tp"]) if accepted else 0
+    return {**out, "frames": 1, "accepted_frames": int(accepted), "accepted_true": tp,
+            "accepted_boxes": sum(len(s["label"]) for s in states) if accepted else 0,
+            "accepted_frames_truth": sum(sum(s["npig"]) for s in states) if accepted else 0}
 
 
 def ratio_table(counts: dict[str, list[dict[str, int]]], resamples: int, seed: int = 0) -> dict[str, dict]:
@@ -201,9 +185,10 @@ def main() -> None:
         labels = clip_labels(ens, fleet, clip, cfg)
         truth = [read_json(fleet.root / "scenes" / name / f["dir"] / "labels.json") for f in clip.frames]
         for v in VARIANTS:
-            per_clip[v].append([s for p, tr in zip(labels[v], truth) for s in image_states(p, tr, ens.cameras, classes)])
+            states = [image_states(p, tr, ens.cameras, classes) for p, tr in zip(labels[v], truth)]  # per frame, per camera
+            per_clip[v].append([s for frame in states for s in frame])
             boxes[v] += sum(len(c["boxes2d"]) for p in labels[v] for c in p["cameras"].values())
-            frames = [frame_counts(p, tr, cfg) for p, tr in zip(labels[v], truth)]
+            frames = [frame_counts(p, tr, cfg, st) for p, tr, st in zip(labels[v], truth, states)]
             counts[v].append({k: sum(f[k] for f in frames) for k in frames[0]})
     res = bootstrap(per_clip, args.resamples)
     effort = ratio_table(counts, args.resamples)
