@@ -119,7 +119,9 @@ def run(args) -> None:
         with Catalog(path, create=True) as cat:
             model = tmp / "model.onnx"
             model.write_bytes(b"synthetic")
-            model_id = cat.add_model(model, {"rig": {"names": ["CAM_FRONT"]}, "heads": {}, "embedding": {"dim": args.dim}})
+            rig = {"names": ["CAM_FRONT"], "image_size": [64, 96], "K": [np.eye(3).tolist()], "cam2ego": [np.eye(4).tolist()],
+                   "source_sizes": [[64, 96]]}  # a complete metadata rig: add_model reads it as deploy.metadata.ModelRig
+            model_id = cat.add_model(model, {"rig": rig, "heads": {}, "embedding": {"dim": args.dim}})
             fleet_id, clip_ids, frame_ids = cat.add_fleet(fleet)
             run_id = cat.add_run(model_id, None, fleet_id)
             t_reg = time.perf_counter() - t0

@@ -213,12 +213,25 @@ class Catalog:
 
     # -- registration (idempotent) -----------------------------------------------------------------
     def add_model(self, path: str | Path, md: Mapping[str, Any]) -> int:
+        """Register the ONNX model at `path` whose checked metadata is `md` (`deploy.metadata.read_metadata`'s): its
+        row's meta records the camera names in input order (`ModelRig.from_metadata`: a malformed rig is one
+        MetadataError line naming `path`) and the head names; `run_model` reads them back."""
+        from deploy.metadata import ModelRig
+
+        names = list(ModelRig.from_metadata(md, str(path)).names)
         sha = file_sha256(path)
         with self.transaction():
             self.db.execute("INSERT OR IGNORE INTO models (sha256, path, embedding_dim, meta, added) VALUES (?, ?, ?, ?, ?)",
                             (sha, str(path), int((md.get("embedding") or {}).get("dim", 0)),
-                             json.dumps({"rig": md["rig"]["names"], "heads": list(md["heads"])}), time.time()))
+                             json.dumps({"rig": names, "heads": list(md["heads"])}), time.time()))
         return self.db.execute("SELECT id FROM models WHERE sha256 = ?", (sha,)).fetchone()[0]
+
+    def run_model(self, run_id: int) -> tuple[str, list[str]]:
+        """(path, camera names in input order) of shadow run `run_id`'s model, as `add_model` recorded them ([] for a
+        row that records none)."""
+        path, meta = self.db.execute("SELECT m.path, m.meta FROM shadow_runs r JOIN models m ON r.model_id = m.id "
+                                     "WHERE r.id = ?", (run_id,)).fetchone()
+        return path, list(json.loads(meta or "{}").get("rig") or [])
 
     def add_fleet(self, fleet) -> tuple[int, dict[str, int], dict[tuple[str, int], int]]:
         """Register a `data_engine.fleet.Fleet`, its clips and frames: (fleet id, {clip: id}, {(clip, idx): frame id})."""

@@ -145,9 +145,7 @@ def _model_meta(cat: Catalog, run_id: int) -> tuple[str, list[str], tuple[int, i
     """(model path, camera names, model input (H, W) or None without det2d, det2d class names)."""
     from deploy.metadata import MetadataError, ModelRig, read_metadata
 
-    path, meta = cat.db.execute("SELECT m.path, m.meta FROM shadow_runs r JOIN models m ON r.model_id = m.id WHERE r.id = ?",
-                                (run_id,)).fetchone()
-    cams = list(json.loads(meta or "{}").get("rig") or [])
+    path, cams = cat.run_model(run_id)
     try:
         md = read_metadata(path)
         rig = ModelRig.from_metadata(md, str(path))

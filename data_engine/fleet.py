@@ -27,6 +27,7 @@ from hydranet.data.image import ImageError, read_image_file
 from hydranet.data.reader import DatasetError
 from hydranet.data.recording import RECORDED_FILE, Recording
 from hydranet.io import frame_path
+from hydranet.rig import RigError, camera_sizes, rig_from_dict
 from sim.config import RareConfig, SimConfig, _need, _weights
 
 if TYPE_CHECKING:
@@ -153,9 +154,12 @@ class Fleet:
             raise FleetError(f"{path} is not a hydranet-sim dataset (format {meta.get('format') if isinstance(meta, dict) else None!r});"
                              " give a folder written by `hydranet engine fleet`")
         self.meta = meta
-        rig = meta.get("rig") or {}
-        self.rig_name = str(rig.get("name", "?"))
-        self.cameras = {str(c["name"]): (int(c["height"]), int(c["width"])) for c in rig.get("cameras", [])}
+        try:
+            sizes = camera_sizes(meta.get("rig"), f"{path} rig")  # {name: (width, height)} in rig order
+        except RigError as e:
+            raise FleetError(f"{e}; regenerate the fleet") from None
+        self.rig_name = str(meta["rig"].get("name", "?"))
+        self.cameras = {name: (h, w) for name, (w, h) in sizes.items()}
         self.clip_names = [s.get("name") if isinstance(s, dict) else None for s in meta["scenes"]]
         for i, name in enumerate(self.clip_names):  # a clip named '../../x' must never be read
             frame_path(self.root, name, where=f"{path}: key 'scenes[{i}].name'", error=FleetError)
@@ -178,8 +182,6 @@ class Fleet:
     @property
     def rig(self):
         """The fleet's Rig (cameras with K, camera-to-ego pose and size)."""
-        from hydranet.rig import RigError, rig_from_dict
-
         if getattr(self, "_rig", None) is None:
             try:
                 self._rig = rig_from_dict(self.meta.get("rig"), f"{self.root / 'dataset.json'} rig")

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from hydranet.io import TMP, check_apart, check_name, pid_alive
+from hydranet.rig import camera_sizes
 
 FORMAT = "hydranet-fleet"
 VERSION = 1
@@ -498,6 +499,6 @@ def ingest(out: Path, source: str, overwrite: bool = False, progress: bool = Fal
     check_apart({"--out": out}, {"a followed link's target": fleet["source"].get("linked") or []}, IngestError)
     write_fleet(Path(out), fleet, overwrite)
     return {"out": str(out), "clips": len(fleet["clips"]), "frames": sum(len(c["frames"]) for c in fleet["clips"]),
-            "cameras": [c["name"] for c in fleet["rig"]["cameras"]], "source": fleet["source"]["kind"],
+            "cameras": list(camera_sizes(fleet["rig"], f"{Path(out) / FLEET_FILE} rig")), "source": fleet["source"]["kind"],
             "skipped": fleet.get("skipped", []), "linked": fleet["source"].get("linked") or []}
 

@@ -503,9 +503,9 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
         if missing:
             raise ReportError(f"selection {name!r} frame id {missing[0]} is not an ok frame of shadow run {run_id} in {cat.path}; "
                               "give --run of the run it was mined from")
-        meta, fleet_cams = cat.db.execute("SELECT m.meta, fl.cameras FROM shadow_runs r JOIN models m ON r.model_id = m.id "
-                                          "JOIN fleets fl ON r.fleet_id = fl.id WHERE r.id = ?", (run_id,)).fetchone()
-        cams = json.loads(meta)["rig"]
+        cams = cat.run_model(run_id)[1]
+        fleet_cams = cat.db.execute("SELECT fl.cameras FROM shadow_runs r JOIN fleets fl ON r.fleet_id = fl.id WHERE r.id = ?",
+                                    (run_id,)).fetchone()[0]
         every = cams + [c for c in json.loads(fleet_cams or "[]") if c not in cams]  # the model's first, then the fleet's others
         if camera is not None and camera not in every:
             raise ReportError(f"--camera {camera} is not a camera of the run's model or fleet; choose one of {every}")

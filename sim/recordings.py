@@ -15,6 +15,7 @@ import cv2
 import yaml
 
 from hydranet.io import frame_path
+from hydranet.rig import camera_sizes
 
 
 def _scenes(dataset: Path) -> tuple[dict, dict[str, list[dict]]]:
@@ -37,7 +38,7 @@ def write_videos(dataset: str | Path, out: str | Path, fps: float | None = None,
     dataset, out = Path(dataset), Path(out)
     meta, scenes = _scenes(dataset)
     fps = fps or float((meta.get("sim_config") or {}).get("frame_rate_hz") or 2.0)
-    cams = cameras or [c["name"] for c in meta["rig"]["cameras"]]
+    cams = cameras or list(camera_sizes(meta["rig"], f"{dataset / 'dataset.json'} rig"))
     for scene, frames in scenes.items():
         (out / scene).mkdir(parents=True, exist_ok=True)
         for cam in cams:
@@ -56,8 +57,9 @@ def write_image_sequences(dataset: str | Path, out: str | Path) -> Path:
     """out/<scene>/<CAMERA>/<timestamp_us>.jpg: the sim frames' own JPEG files, named by their timestamps."""
     dataset, out = Path(dataset), Path(out)
     meta, scenes = _scenes(dataset)
+    cams = list(camera_sizes(meta["rig"], f"{dataset / 'dataset.json'} rig"))
     for scene, frames in scenes.items():
-        for cam in (c["name"] for c in meta["rig"]["cameras"]):
+        for cam in cams:
             (out / scene / cam).mkdir(parents=True, exist_ok=True)
             for f in frames:
                 shutil.copyfile(frame_path(dataset, scene, f["dir"], f"{cam}.jpg", where=str(dataset)),

@@ -31,7 +31,7 @@ import cv2
 import numpy as np
 
 from hydranet.io import temp_path
-from hydranet.rig import check_name
+from hydranet.rig import camera_sizes, check_name
 
 FORMAT = "hydranet-sim"
 VERSION = 1
@@ -124,8 +124,7 @@ class DatasetWriter:
         if (meta["format"], meta["version"]) != (FORMAT, VERSION):
             raise ValueError(f"this writer writes {FORMAT} version {VERSION}, not {meta['format']} {meta['version']}")
         self.meta = meta
-        self.cameras = {check_name(c["name"], "camera", "dataset meta rig", ValueError): (int(c["height"]), int(c["width"]))
-                        for c in meta["rig"]["cameras"]}
+        self.cameras = {name: (h, w) for name, (w, h) in camera_sizes(meta["rig"], "dataset meta rig").items()}  # (H, W)
         b = meta["bev"]
         self.bev_shape = (3, round((b["x_range"][1] - b["x_range"][0]) / b["resolution"]),
                           round((b["y_range"][1] - b["y_range"][0]) / b["resolution"]))

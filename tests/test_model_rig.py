@@ -97,3 +97,38 @@ def test_camera_sizes_reads_a_calibrated_and_an_uncalibrated_rig():
                        ({"cameras": [{"name": "A", "width": 2, "height": 2}] * 2}, "unique")]:
         with pytest.raises(RigError, match=rf"^fleet F rig.*{words}"):
             camera_sizes(bad, "fleet F rig")
+
+
+def test_the_catalog_records_the_model_rig_and_a_fleet_its_camera_sizes_through_the_typed_readers(exported, tmp_path):
+    """catalog.add_model reads the camera names through ModelRig (a malformed rig: one MetadataError line naming the
+    file and the key, nothing registered) and run_model gives them back; Fleet reads its cameras through camera_sizes
+    (a missing or malformed rig: one FleetError line naming dataset.json and the key)."""
+    from data_engine.catalog import Catalog
+    from data_engine.fleet import Fleet, FleetError
+
+    root = tmp_path / "fleet"
+    root.mkdir()
+    rig = {"name": "bdd", "cameras": [{"name": "CAM_WIDE_FORWARD", "width": 320, "height": 192},
+                                      {"name": "CAM_MAIN_FORWARD", "width": 640, "height": 384}]}
+    (root / "dataset.json").write_text(json.dumps({"format": "hydranet-sim", "scenes": [], "rig": rig}))
+    fleet = Fleet(root)
+    assert fleet.rig_name == "bdd"
+    assert list(fleet.cameras.items()) == [("CAM_WIDE_FORWARD", (192, 320)), ("CAM_MAIN_FORWARD", (384, 640))]  # (H, W)
+    path = exported["onnx"]
+    with Catalog(tmp_path / "c.db", create=True) as cat:
+        run = cat.add_run(cat.add_model(path, read_metadata(path)), None, cat.add_fleet(fleet)[0])
+        assert cat.run_model(run) == (str(path), CAMS)
+        for edit, words in [(lambda md: md["rig"].pop("names"), "rig names None is not a list"),
+                            (lambda md: md.pop("rig"), "rig is NoneType, not a mapping")]:
+            md = read_metadata(path)
+            edit(md)
+            with pytest.raises(MetadataError, match=rf"^{path}: metadata {words}") as e:
+                cat.add_model(path, md)
+            assert "\n" not in str(e.value)
+        assert cat.db.execute("SELECT COUNT(*) FROM models").fetchone()[0] == 1
+    for bad, words in [(None, "expected a mapping with a non-empty 'cameras' list"),
+                       ({"name": "x", "cameras": [{"name": "A", "height": 2}]}, r"cameras\[0\]: a camera needs 'name'")]:
+        (root / "dataset.json").write_text(json.dumps({"format": "hydranet-sim", "scenes": [], "rig": bad}))
+        with pytest.raises(FleetError, match=rf"^{root / 'dataset.json'} rig.*{words}.*regenerate the fleet$") as e:
+            Fleet(root)
+        assert "\n" not in str(e.value)
