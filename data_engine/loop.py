@@ -199,6 +199,12 @@ class Loop:
             strategy_fn(self.cfg.loop.strategy)  # the config names it; only the miner knows its strategies
         except MiningError as e:
             raise ConfigError(f"config key 'loop.strategy': {e}") from None
+        from data_engine.triggers import build_triggers
+
+        try:  # an override naming no registered trigger (a head's spec row or ENGINE_ROWS) stops the run before round 1
+            build_triggers(self.cfg.trigger_params() or None)
+        except ValueError as e:
+            raise ConfigError(f"config key 'triggers': {e}") from None
         if self.cfg.loop.strategy in OFFLINE and not self.cfg.loop.ensemble:
             raise ConfigError(f"config key 'loop.ensemble' is empty: strategy {self.cfg.loop.strategy!r} needs at least one "
                               "exported model beside the production, e.g. --set 'loop.ensemble=[other_seed.onnx]'")

@@ -159,6 +159,41 @@ def test_unknown_trigger_lists_the_known_ones():
         build_triggers({"flicker": {"signal": "jitter"}})
 
 
+def test_the_engine_config_holds_overrides_only_and_an_unknown_name_in_it_is_an_error(tmp_path, capsys):
+    """configs/engine.yaml's `triggers:` restates no row's defaults (each head's rows live in its spec, the cross-head
+    ones in ENGINE_ROWS); a config naming a trigger no head or ENGINE_ROWS declares stops `engine triggers` with
+    the known names, before any hit is written."""
+    from data_engine.config import EngineConfig
+    from data_engine.triggers import overrides_only
+    from hydranet.cli import main
+    from hydranet.config import load_config
+
+    params = load_config(EngineConfig, "engine", []).trigger_params()
+    assert all(overrides_only(params).get(n) for n in params), "configs/engine.yaml restates a trigger's defaults"
+    assert [t.name for t in build_triggers(params or None)] == list(DECLARED)  # the shipped config switches none off
+    cat = write_fixture_catalog(tmp_path / "c.db")
+    (tmp_path / "engine.yaml").write_text("triggers:\n  sky_heavy: {quota: 3}\n")  # a head that is not registered
+    for args in (["--config", str(tmp_path / "engine.yaml")], ["--set", "triggers.sparkle.threshold=1"]):
+        assert main(["engine", "triggers", "--catalog", str(cat), *args]) == 2
+        err = capsys.readouterr().err
+        assert "unknown trigger '" in err and "known triggers: ['accel', 'box2d_vs_3d'" in err, err
+    with Catalog(cat) as c:
+        assert c.hits(1) == {}
+
+
+def test_the_loop_refuses_an_unknown_trigger_before_its_first_round(tmp_path):
+    from data_engine.config import EngineConfig, TriggerParams
+    from data_engine.loop import Loop
+    from hydranet.config import ConfigError
+
+    cfg = EngineConfig(triggers={"sparkle": TriggerParams(quota=3)})
+    with pytest.raises(ConfigError, match=r"config key 'triggers': unknown trigger 'sparkle'; known triggers: \['accel'"):
+        Loop(tmp_path / "loop", cfg, production=tmp_path / "run")
+    assert not (tmp_path / "loop").exists()
+    with pytest.raises(ConfigError, match=r"config key 'triggers': trigger 'flicker': quota must be at least 1"):
+        Loop(tmp_path / "loop", EngineConfig(triggers={"flicker": TriggerParams(quota=0)}), production=tmp_path / "run")
+
+
 def test_fixture_catalog_is_a_plain_catalog(tmp_path):
     p = write_fixture_catalog(tmp_path / "c.db")
     db = sqlite3.connect(str(p))

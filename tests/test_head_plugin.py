@@ -1,6 +1,7 @@
 """A head added as docs/adding_a_head.md says works on the car side: its spec file, installed as an out-of-tree
 head (the `hydranet.heads` entry point, read from the doc's own code block), is found by the torch-free
-runtime and by `hydranet engine shadow` in a separate process where importing torch fails (issue 33 item 1;
+runtime, by `hydranet engine shadow` and by `hydranet engine triggers` (its trigger row, overridable from the engine
+config) in a separate process where importing torch fails (issue 33 item 1;
 in-process tests would pass even if the spec were reachable only through its torch task file)."""
 from __future__ import annotations
 
@@ -46,14 +47,25 @@ res = rt(images)
 rc = main(["engine", "shadow", "--onnx", str(onnx), "--data", str(fleet), "--catalog", str(catalog), "--workers", "1",
            "--quiet"])
 with sqlite3.connect(catalog) as db:
-    values = [r[0] for r in db.execute("SELECT sky_fraction FROM signals WHERE status = 'ok' ORDER BY frame_id")]
+    rows = db.execute("SELECT frame_id, sky_fraction FROM signals WHERE status = 'ok' ORDER BY frame_id").fetchall()
+values, frame_ids = [r[1] for r in rows], [r[0] for r in rows]
+from data_engine.triggers import build_triggers  # the plugin's trigger row, with no edit in data_engine
+
+names = [t.name for t in build_triggers()]
+fired, triggers_rc = [], []
+for sets in ([], ["--set", "triggers.sky_heavy.threshold=-1", "--set", "triggers.sky_heavy.quota=1"]):  # default, override
+    triggers_rc.append(main(["engine", "triggers", "--catalog", str(catalog), *sets]))
+    with sqlite3.connect(catalog) as db:
+        fired.append([r[0] for r in db.execute("SELECT frame_id FROM trigger_hits WHERE trigger = 'sky_heavy' ORDER BY "
+                                               "frame_id")])
 try:
     import torch  # noqa: F401
     blocked = False
 except ImportError:
     blocked = True
 print(json.dumps({"masks": [r["mask"].shape for r in res["sky"]], "fractions": [float(r["mask"].mean()) for r in res["sky"]],
-                  "shadow": rc, "signals": values, "blocked": blocked, "torch": sorted(m for m in sys.modules if m.startswith("torch"))}))
+                  "shadow": rc, "signals": values, "frame_ids": frame_ids, "names": names, "fired": fired,
+                  "triggers_rc": triggers_rc, "blocked": blocked, "torch": sorted(m for m in sys.modules if m.startswith("torch"))}))
 '''
 
 
@@ -105,6 +117,15 @@ def test_doc_head_works_where_torch_cannot_be_imported(tmp_path):
     assert out["masks"] == [list(images.shape[1:3])] * 2 and out["shadow"] == 0
     assert len(out["signals"]) == 2 and all(0.0 <= v <= 1.0 for v in out["signals"])  # both frames, a real fraction
     assert abs(out["signals"][0] - np.mean(out["fractions"])) < 1e-6  # frame 0's signal is its cameras' sky fraction
+    # the spec's trigger row runs after the built-in heads' rows, before the cross-head ones, and fires on its column
+    from data_engine.triggers import ENGINE_ROWS, TABLE
+
+    builtin = [r[0] for r in TABLE[:len(TABLE) - len(ENGINE_ROWS)]]  # this process has no sky plugin
+    assert out["names"] == [*builtin, "sky_heavy", *(r[0] for r in ENGINE_ROWS)]
+    assert out["triggers_rc"] == [0, 0]
+    sky = dict(zip(out["frame_ids"], out["signals"]))
+    assert out["fired"][0] == sorted(f for f, v in sky.items() if v > 0.6)  # the doc's threshold
+    assert out["fired"][1] == [min(sky, key=lambda f: (-sky[f], f))]  # configs' override: fires on all, quota 1
 
 
 def test_a_broken_head_plugin_names_itself(tmp_path):

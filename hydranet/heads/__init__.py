@@ -2,10 +2,10 @@
 the training input and the data engine know of a head without torch.
 
 A head is two files in two fixed places: `hydranet/heads/<name>.py` (its `HeadSpec`: decoder, label
-keys, calibration need, engine signals, uncertainty columns; no torch) and `hydranet/tasks/<name>.py`
-(its torch `Task`, which names the spec as `Task.spec`). Importing this package registers every head:
-the built-in ones in `BUILTIN` order (the order of the catalog's signal columns), then every other
-module of this package (alphabetically), then the specs other installed packages declare under the
+keys, calibration need, engine signals, uncertainty columns, default trigger rows; no torch) and
+`hydranet/tasks/<name>.py` (its torch `Task`, which names the spec as `Task.spec`). Importing this
+package registers every head: the built-in ones in `BUILTIN` order (the order of the catalog's signal
+columns), then every other module of this package (alphabetically), then the specs other installed packages declare under the
 entry-point group `hydranet.heads` (an out-of-tree head: `sky = my_package.sky_head`, a module or a
 spec class). No other registry exists: every per-head tuple of the stack is derived from `HEADS`
 (`heads_where`): the sim's heads (`hydranet.data.sim_reader.SIM_HEADS`), the heads reading label
