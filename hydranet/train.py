@@ -159,13 +159,16 @@ def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None
     return LabelledFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T)
 
 
-def fit_priors(model: HydraNet, frames: LabelledFrames, count: int = 32) -> None:
-    """Every head's output bias at the label prior (`Task.fit_prior`) of `count` training frames
-    spread evenly over `frames`, unaugmented single frames (no RNG drawn)."""
-    plain = LabelledFrames(frames.data, model.heads, frames.image_hw)
+def fit_priors(model: HydraNet, frames: LabelledFrames, heads: list[str] | None = None, count: int = 32) -> None:
+    """The output bias of every head in `heads` (default: all) at its label prior (`Task.fit_prior`) of
+    `count` training frames spread evenly over `frames`, unaugmented single frames (no RNG drawn)."""
+    heads = list(model.heads) if heads is None else heads
+    if not heads:
+        return
+    plain = LabelledFrames(frames.data, {n: model.heads[n] for n in heads}, frames.image_hw)
     picks = np.unique(np.linspace(0, len(plain) - 1, min(count, len(plain))).round().astype(int))
-    targets = to_device(Collate(model.heads)([plain[int(i)] for i in picks]), next(model.parameters()).device)["targets"]
-    for name, task in model.heads.items():
+    targets = to_device(Collate(plain.tasks)([plain[int(i)] for i in picks]), next(model.parameters()).device)["targets"]
+    for name, task in plain.tasks.items():
         labelled = supervised_targets(targets[name], leading_rows(split_mask(targets[name])[0]))
         if labelled is not None:  # a mixed run: the frames that have this head's labels
             task.fit_prior(labelled)
@@ -301,10 +304,10 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         start = int(ckpt["step"])
         init = ckpt.get("init_from")
     else:
-        if cfg.label_priors:
-            fit_priors(model, frames)  # heads the init checkpoint lacks keep theirs
         if cfg.init_from is not None:  # partial load: matching weights from there, all else fresh (no RNG drawn)
             init = load_init_weights(model, cfg.init_from)
+        if cfg.label_priors:  # the heads the init checkpoint does not wholly hold (all without one)
+            fit_priors(model, frames, [n for n in model.heads if init is None or f"heads.{n}" in init["missing_modules"]])
         if d.world > 1:
             broadcast_buffers(model)
             for p in model.parameters():
