@@ -51,7 +51,7 @@ def trunk_stage(cfg: ExperimentConfig, steps: int, cameras: tuple[str, ...] | No
         raise ValueError("a trunk stage trains the camera heads, and model.tasks has none; train without it")
     model = dataclasses.replace(cfg.model, tasks=tasks)
     data = dataclasses.replace(cfg.data, cameras=tuple(cameras) if cameras else cfg.data.cameras)
-    optim = dataclasses.replace(cfg.optim, lr=cfg.optim.lr * lr_scale)
+    optim = dataclasses.replace(cfg.optim, lr=cfg.optim.lr * lr_scale, lr_mult={})  # lr_mult: stage 2's fine-tune
     return dataclasses.replace(cfg, model=model, data=data, optim=optim, steps=steps,
                                batch_size=batch_size or cfg.batch_size, checkpoint_every=steps, init_from=None)
 

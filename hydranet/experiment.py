@@ -70,6 +70,14 @@ class OptimConfig:
     schedule: Literal["cosine", "onecycle", "constant"] = "cosine"
     warmup_steps: int = 20
     grad_clip: float = 10.0  # max global gradient norm; 0 = off
+    # parameter-name prefix -> learning-rate multiplier (mmengine's paramwise `lr_mult`), e.g. {backbone: 0.1}:
+    # the longest matching prefix wins; 0 freezes those parameters (no gradient computed for them)
+    lr_mult: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for prefix, m in self.lr_mult.items():
+            if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < float("inf"):
+                raise ConfigError(f"config key 'optim.lr_mult.{prefix}' must be a finite number >= 0 (0 freezes), got {m!r}")
 
 
 @dataclass(frozen=True)

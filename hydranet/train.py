@@ -39,8 +39,8 @@ import torch
 import torch.distributed as dist
 
 from hydranet.bevgrid import BevGrid
-from hydranet.checkpoint import (CHECKPOINT, format_init_report, load_checkpoint, load_init_weights, model_meta,
-                                 rng_state, save_checkpoint, set_rng_state)
+from hydranet.checkpoint import (CHECKPOINT, format_init_report, group_by_module, load_checkpoint, load_init_weights,
+                                 model_meta, rng_state, save_checkpoint, set_rng_state)
 from hydranet.config import ConfigError, to_dict
 from hydranet.data.sources import check_supervision, open_data, open_sources, run_dataset
 from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_json
@@ -103,8 +103,8 @@ def broadcast_buffers(model: torch.nn.Module) -> None:
 # -- the loop --------------------------------------------------------------------------------
 def make_scheduler(cfg: OptimConfig, optimizer: torch.optim.Optimizer, steps: int):
     if cfg.schedule == "onecycle":
-        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=cfg.lr, total_steps=steps,
-                                                   pct_start=min(max(cfg.warmup_steps / steps, 0.01), 0.5))
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=[g["lr"] for g in optimizer.param_groups],
+                                                   total_steps=steps, pct_start=min(max(cfg.warmup_steps / steps, 0.01), 0.5))
     warm = max(cfg.warmup_steps, 0)
 
     def factor(step: int) -> float:
@@ -118,15 +118,44 @@ def make_scheduler(cfg: OptimConfig, optimizer: torch.optim.Optimizer, steps: in
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def lr_multipliers(cfg: OptimConfig, model: torch.nn.Module) -> dict[str, float]:
+    """{parameter name: its `optim.lr_mult`} (1.0 where no prefix matches; the longest matching prefix
+    wins, a prefix matching at a module boundary: "heads.det2d" is not "heads.det2d_extra"). A prefix
+    that names no parameter is a ConfigError listing the model's modules."""
+    names = [n for n, _ in model.named_parameters()]
+
+    def matches(prefix: str, name: str) -> bool:
+        return name == prefix or name.startswith(prefix + ".")
+
+    for prefix in cfg.lr_mult:
+        if not any(matches(prefix, n) for n in names):
+            raise ConfigError(f"config key 'optim.lr_mult.{prefix}' names no parameter of the model; its modules: "
+                              f"{', '.join(group_by_module(names))}")
+    out = {}
+    for n in names:
+        hits = [p for p in cfg.lr_mult if matches(p, n)]
+        out[n] = float(cfg.lr_mult[max(hits, key=len)]) if hits else 1.0
+    return out
+
+
 def make_optimizer(cfg: OptimConfig, model: torch.nn.Module) -> torch.optim.AdamW:
-    """AdamW; no weight decay on biases, norm scales and balancer log-variances (1-D or scalar). torch's fused
-    kernel where the parameters live on a CPU or CUDA device: one call for every tensor (the demo model's ~200
-    tensors: 7.6 -> 1.6 ms a step on 2 CPU threads, where the per-tensor loop is Python)."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in decay + rest)
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, fused=fused or None)
+    """AdamW; no weight decay on biases, norm scales and balancer log-variances (1-D or scalar); one parameter
+    group per (`optim.lr_mult` multiplier, decay); parameters at multiplier 0 are frozen (requires_grad off, left
+    out). torch's fused kernel where the parameters live on a CPU or CUDA device: one call for every tensor (the
+    demo model's ~200 tensors: 7.6 -> 1.6 ms a step on 2 CPU threads, where the per-tensor loop is Python)."""
+    mult = lr_multipliers(cfg, model)
+    groups: dict[tuple[float, bool], list[torch.nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        if mult[name] == 0:
+            p.requires_grad_(False)
+        if p.requires_grad:
+            groups.setdefault((mult[name], p.dim() >= 2), []).append(p)
+    params = [p for g in groups.values() for p in g]
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    order = [(m, decay) for m in dict.fromkeys(m for m, _ in groups) for decay in (True, False) if (m, decay) in groups]
+    return torch.optim.AdamW([{"params": groups[m, decay], "lr": cfg.lr * m,
+                               "weight_decay": cfg.weight_decay if decay else 0.0} for m, decay in order],
+                             lr=cfg.lr, fused=fused or None)
 
 
 def check_finite(losses: dict[str, torch.Tensor], heads: list[str], step: int, d: Dist, last_good: str) -> None:

@@ -204,9 +204,9 @@ class HydraNet(nn.Module):
 
     def backward(self, losses: Mapping[str, torch.Tensor]) -> None:
         """Backpropagate `forward(batch, "loss")` output through the balancer."""
-        shared = self.shared_parameters()
-        ids = {id(p) for p in shared}
-        others = [p for p in self.parameters() if id(p) not in ids]
+        shared = [p for p in self.shared_parameters() if p.requires_grad]  # frozen ones (optim.lr_mult 0) left out
+        ids = {id(p) for p in self.shared_parameters()}
+        others = [p for p in self.parameters() if id(p) not in ids and p.requires_grad]
         self.balancer.backward({n: losses[n] for n in present_objectives(self.objectives, losses)}, shared, others)
 
     def load_weights(self, state: Mapping[str, torch.Tensor], partial: bool = False) -> dict[str, list[str]]:
