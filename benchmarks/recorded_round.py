@@ -29,9 +29,10 @@ SETS = ["loop.workers=1", "retrain.steps=20", "suites.clips=1", "suites.frames=2
 def team_labels(run: Path, truth: Path, selection: str = "round000", round_dir: str = "r000") -> Path:
     """What a labelling team sends back for a files-labelled round: the COCO export's images labelled with the truth
     of the sim dataset `truth` the recordings were written from (its clip and frame folders match the fleet's)."""
+    from data_engine.label_queue import load_jobs
     from data_engine.labeling.base import Vocabulary
     from data_engine.labeling.files import image_entries, write_coco
-    from data_engine.labels import load_jobs, open_catalog
+    from data_engine.labels import open_catalog
 
     with open_catalog(run / "catalog.sqlite") as cat:
         jobs = load_jobs(cat, selection, ("sent",))

@@ -26,7 +26,8 @@ import numpy as np
 
 from data_engine import catalog_pg
 from data_engine import lake_catalog as lk
-from data_engine.catalog import TABLES, Catalog
+from data_engine.catalog import Catalog
+from data_engine.catalog_schema import TABLES
 from data_engine.lake import DB_FILE, LakeError, create, read_marker, write_frames_part
 from data_engine.signals import SIGNALS
 from hydranet.io import atomic_path

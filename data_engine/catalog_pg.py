@@ -1,9 +1,9 @@
 """The catalog's transactional tables on PostgreSQL (`hydranet engine catalog create --out DIR --postgres URL`).
 
-data_engine/catalog.py owns the schema and its migrations and speaks SQLite's SQL through a DB-API connection
-(`execute`, `executemany`, `fetchone`, `lastrowid`, `rowcount`); `connect` gives it a connection of the same shape
-over a PostgreSQL server (psycopg 3), so the one schema, the same MIGRATIONS and every query of registry.py,
-labels.py, gate.py, ... run unchanged. This module's one job is that translation:
+data_engine/catalog_schema.py owns the schema and its migrations; they and the queries of catalog.py, registry.py, the
+label modules, gate.py, ... speak SQLite's SQL through a DB-API connection (`execute`, `executemany`, `fetchone`,
+`lastrowid`, `rowcount`); `connect` gives them a connection of the same shape over a PostgreSQL server (psycopg 3), so
+the one schema, the same MIGRATIONS and every query run unchanged. This module's one job is that translation:
 
 - statements: `?` -> `%s`; INSERT OR IGNORE -> ON CONFLICT DO NOTHING; INSERT OR REPLACE -> ON CONFLICT (the
   primary key) DO UPDATE; an INSERT into a table keyed by `id` returns it (`lastrowid`);

@@ -4,7 +4,7 @@ A catalog folder (`hydranet engine catalog create --out DIR --backend sqlite|lak
 
     DIR/catalog.json      {"format": "hydranet-catalog", "backend": "lake" | "sqlite", "lake_schema", "lake_id",
                            "postgres": {"url", "schema"} when the transactional tables live on a PostgreSQL server}
-    DIR/catalog.db        the transactional tables (data_engine/catalog.py's schema; the done markers too), unless
+    DIR/catalog.db        the transactional tables (data_engine/catalog_schema.py's schema; the done markers too), unless
                           "postgres" names a server (`--postgres URL`, data_engine/catalog_pg.py)
     DIR/parts/frames/run=R/clip=C.parquet     one part per shadow task: the clip's signals, predictions, embeddings
     DIR/parts/offline/run=R/NAME.parquet      one server-side column (`hydranet engine uncertainty`)

@@ -381,9 +381,10 @@ class Loop:
         return {"dir": str(rdir / "report"), "shown": got["shown"]}
 
     def stage_label(self, r: int, rdir: Path) -> dict[str, Any]:
+        from data_engine.label_exchange import import_labels, send
+        from data_engine.label_queue import create_jobs, job_table
         from data_engine.labeling.base import edit_totals
-        from data_engine.labels import (accepted_labels, conflicts, create_jobs, edits, import_labels, job_table, open_catalog,
-                                        send, transition)
+        from data_engine.labels import accepted_labels, conflicts, edits, open_catalog, transition
 
         from data_engine.labeling.oracle import NO_TRUTH
 
@@ -480,7 +481,8 @@ class Loop:
         """The frames a trigger fired on (the deployed model failed there) become unit tests: labelled,
         frozen, and every later candidate is gated on them. Not on an auto-label: the models that failed there made
         it (counted as "auto_skipped")."""
-        from data_engine.labels import AUTO, accepted_versions, load_jobs, open_catalog, read_selection
+        from data_engine.label_queue import load_jobs, read_selection
+        from data_engine.labels import AUTO, accepted_versions, open_catalog
         from data_engine.suites import add_unit_tests
 
         if not self.cfg.loop.unit_tests:

@@ -34,7 +34,7 @@ class RegistryError(ValueError):
     """A promotion, rollback or production lookup that cannot be done; one line saying what to do."""
 
 
-# -- catalog handles (the `registry` table is defined in data_engine/catalog.py) ---------------------------
+# -- catalog handles (the `registry` table is defined in data_engine/catalog_schema.py) ---------------------------
 @contextmanager
 def open_registry(catalog: str | Path | Catalog, create: bool = False) -> Iterator[Catalog]:
     """The catalog: a path, opened (created with `create`) and closed here, or an open Catalog."""

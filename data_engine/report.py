@@ -88,7 +88,7 @@ def resolve_selection(cat: Catalog, selection: str | Path | None, run: int | Non
 
 
 def _selection_file(cat: Catalog, path: Path, run: int | None) -> tuple[str, int, list[dict[str, Any]]]:
-    from data_engine.labels import read_selection
+    from data_engine.label_queue import read_selection
 
     name, raw, sel = read_selection(path)
     file_run = (sel.get("run") or {}).get("run_id") if isinstance(sel.get("run"), dict) else None

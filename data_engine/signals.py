@@ -66,7 +66,7 @@ ENGINE_SIGNALS = {"flicker": ("det2d",), "jitter": ("det2d",), "cross_camera": (
                   "box2d_vs_3d": ("det3d", "det2d"), "depth_vs_3d": ("det3d",), "speed_excess": ("det3d",),
                   "accel": ("det3d",), "disagree_det2d": ("det2d",), "disagree_det3d": ("det3d",), "disagree_dense": (),
                   "num_det2d": ("det2d",), "num_det3d": ("det3d",)}
-SIGNALS = (*signal_columns(), *ENGINE_SIGNALS)  # the catalog's signal columns (data_engine/catalog.py)
+SIGNALS = (*signal_columns(), *ENGINE_SIGNALS)  # the catalog's signal columns (data_engine/catalog_schema.py)
 # what the miner's uncertainty strategy ranks frames by: each head's `uncertainty_columns` (its spec), then the
 # cross-head disagreements (temporal, 2D vs 3D, depth vs 3D, ensemble)
 UNCERTAINTY_COLUMNS = (*(c for spec in HEADS.values() for c in spec.uncertainty_columns), "flicker", "jitter",

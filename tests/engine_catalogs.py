@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from data_engine.catalog import APPLICATION_ID, Catalog
+from data_engine.catalog import Catalog
+from data_engine.catalog_schema import APPLICATION_ID
 from data_engine.signals import SIGNALS
 
 # the scale of each column in the fixture: values drawn around the trigger's threshold

@@ -233,8 +233,10 @@ def _rows(cat: Path, sql: str, *args):
 
 def test_autolabel_end_to_end(engine, capsys):
     """The whole command on a tiny fleet, then its rerun, then a run killed with kill -9 and rerun."""
+    from data_engine.label_exchange import import_labels, send
+    from data_engine.label_queue import create_jobs, load_jobs
     from data_engine.labeling import build_backend
-    from data_engine.labels import create_jobs, import_labels, open_catalog, send, transition, load_jobs
+    from data_engine.labels import open_catalog, transition
     from hydranet.io import file_sha256
 
     root, cat = engine["root"], engine["catalog"]
@@ -277,7 +279,7 @@ def test_autolabel_end_to_end(engine, capsys):
         assert (root / "out" / p["dense"]["file"]).is_file()
     # queued frames go to a person pre-filled with the auto-labels (what the files backend shows)
     with open_catalog(cat) as c:
-        from data_engine.labels import with_predictions
+        from data_engine.label_exchange import with_predictions
 
         queued = [j for j in load_jobs(c, "auto1", ("queued",)) if j.frame_id != fid_human]
         for j in with_predictions(c, queued):

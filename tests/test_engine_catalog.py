@@ -1,4 +1,4 @@
-"""The catalog schema: one owner (data_engine/catalog.py), a version that changes with the layout, and
+"""The catalog schema: one owner (data_engine/catalog_schema.py), a version that changes with the layout, and
 the migration of a version-1 catalog (as the code before schema version 2 wrote it) keeping every row."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from engine_catalogs import write_v1_catalog
 
-from data_engine.catalog import INDEXES, SCHEMA_VERSION, TABLES, Catalog, CatalogError
+from data_engine.catalog import Catalog
+from data_engine.catalog_schema import INDEXES, SCHEMA_VERSION, TABLES, CatalogError
 from data_engine.labels import accepted_labels, open_catalog
 from data_engine.registry import history, production
 
@@ -43,12 +44,12 @@ def user_version(path: Path) -> int:
 
 
 # -- one owner, a version that moves ------------------------------------------------------------------
-def test_every_table_is_defined_in_the_catalog_module_only():
+def test_every_table_is_defined_in_the_schema_module_only():
     created = {}
     for f in sorted((REPO / "data_engine").rglob("*.py")):
         for m in re.finditer(r"CREATE\s+(?:UNIQUE\s+)?(TABLE|INDEX)", f.read_text()):
             created.setdefault(f.relative_to(REPO).as_posix(), []).append(m.group(1))
-    assert list(created) == ["data_engine/catalog.py"], created
+    assert list(created) == ["data_engine/catalog_schema.py"], created
     assert set(TABLES) == {"models", "fleets", "clips", "frames", "shadow_runs", "shadow_clips", "signals", "embeddings",
                            "trigger_hits", "selections", "selection_items", "label_jobs", "labels", "registry",
                            "gate_results", "label_events", "offline_signals", "offline_sources"}

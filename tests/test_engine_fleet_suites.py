@@ -43,7 +43,9 @@ class TeamFiles:
 def world(tmp_path_factory):
     """A 2-clip x 2-frame sim fleet, its camera videos ingested as a recorded fleet, shadowed into a catalog by a
     2-step engine_tiny export; clip_00001's two frames labelled by a team (accepted v1, a correction imported as v2)."""
-    from data_engine.labels import create_jobs, import_labels, open_catalog, send, transition
+    from data_engine.label_exchange import import_labels, send
+    from data_engine.label_queue import create_jobs
+    from data_engine.labels import open_catalog, transition
 
     root = tmp_path_factory.mktemp("fleet_suites")
     sim = make_fleet(root / "sim", clips=2, frames=2, seed=5)

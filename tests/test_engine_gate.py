@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from engine_fixtures import REPO, make_fleet
 
-from data_engine.catalog import Catalog, CatalogError
+from data_engine.catalog import Catalog
+from data_engine.catalog_schema import CatalogError
 from hydranet.io import file_sha256
 from data_engine.fleet import FleetConfig
 from data_engine.gate import AGGREGATE, GateRule, evaluate_suites, gate

@@ -170,8 +170,9 @@ def test_recorded_frames_go_to_labelling_files_as_png_bit_identical_on_resend(wo
     import shutil
 
     shutil.rmtree(tmp_path / "export" / "images")
+    from data_engine.label_queue import load_jobs
     from data_engine.labeling.files import FilesBackend
-    from data_engine.labels import load_jobs, open_catalog
+    from data_engine.labels import open_catalog
 
     with open_catalog(cat) as c:
         FilesBackend(out=tmp_path / "export").send(load_jobs(c))

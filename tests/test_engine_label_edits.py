@@ -12,11 +12,12 @@ import pytest
 from engine_catalogs import catalog_env
 from engine_fixtures import make_fleet
 
+from data_engine.label_exchange import send, with_predictions
+from data_engine.label_queue import create_jobs, load_jobs
 from data_engine.labeling import build_backend
 from data_engine.labeling.base import Vocabulary, edit_record, edit_totals
 from data_engine.labeling.files import image_entries, write_coco
-from data_engine.labels import (create_jobs, edits, load_jobs, open_catalog, record_auto, send, versions,
-                                with_predictions)
+from data_engine.labels import edits, open_catalog, record_auto, versions
 
 CAM = "CAM_FRONT"
 # the auto-labeller's boxes on CAM_FRONT of the first frame (96x64 images): what the person is shown
@@ -75,7 +76,7 @@ def _import(env, cat, jobs, out, frames, capsys=None) -> dict:
     team = out / "team.json"
     write_coco(team, image_entries(jobs, {j.id: _payload(b, False) for j, b in zip(jobs, frames)}), vocab, "team")
     if capsys is None:
-        from data_engine.labels import import_labels
+        from data_engine.label_exchange import import_labels
 
         return import_labels(cat, build_backend("files", files=[team], labeller="team-a"), "sel")
     from hydranet.cli import main

@@ -17,12 +17,13 @@ from engine_catalogs import catalog_env
 from engine_fixtures import REPO, make_fleet
 
 from data_engine.catalog import Catalog
+from data_engine.label_exchange import import_labels, send
+from data_engine.label_queue import LabelError, create_jobs, load_jobs
 from data_engine.labeling import build_backend
 from data_engine.labeling.base import LabelingError, Vocabulary, compare, two_d
 from data_engine.labeling.files import image_entries, write_coco, write_cvat
 from data_engine.labeling.oracle import OracleBackend, OracleNoise
-from data_engine.labels import (LabelError, accepted_labels, conflicts, create_jobs, import_labels, load_jobs, open_catalog,
-                                send, transition, versions)
+from data_engine.labels import accepted_labels, conflicts, open_catalog, transition, versions
 
 
 @pytest.fixture(scope="module")
@@ -175,22 +176,24 @@ def test_bad_noise_and_selection_are_one_line_errors(env):
 KILL_SCRIPT = """
 import sys, time
 from pathlib import Path
+import data_engine.label_exchange as X
+import data_engine.label_queue as Q
 import data_engine.labels as L
 from data_engine.labeling.oracle import OracleBackend
 mode, cat_path, marker = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-real_move, calls = L._move, [0]
+real_move, calls = Q.move_job, [0]
 def slow_move(cat, job, to, **cols):  # inside the label's (or the send batch's) transaction
     real_move(cat, job, to, **cols)
     calls[0] += 1
     if calls[0] == 2:
         marker.write_text("inside")
         time.sleep(60)
-L._move = slow_move
+L.move_job = X.move_job = slow_move  # where record_label (import) and send look it up
 with L.open_catalog(cat_path) as cat:
     if mode == "import":
-        L.import_labels(cat, OracleBackend(), "sel")
+        X.import_labels(cat, OracleBackend(), "sel")
     else:
-        L.send(cat, OracleBackend(), "sel", batch=1)
+        X.send(cat, OracleBackend(), "sel", batch=1)
 """
 
 
@@ -397,7 +400,7 @@ def test_cli_label_import_accept(env, capsys):
 
 
 def test_placeholder_label_tables_of_older_catalogs_are_upgraded_only_when_empty(env):
-    from data_engine.catalog import CatalogError
+    from data_engine.catalog_schema import CatalogError
 
     old = ["CREATE TABLE label_jobs (id INTEGER PRIMARY KEY, selection_id INTEGER, frame_id INTEGER NOT NULL, state TEXT NOT NULL, "
            "backend TEXT, created REAL, updated REAL)",

@@ -29,10 +29,11 @@ from engine_fixtures import REPO, make_fleet
 
 from data_engine.catalog import Catalog
 from data_engine.fleet import Fleet
+from data_engine.label_exchange import import_labels
+from data_engine.label_queue import create_jobs, history, job_table, load_jobs
 from data_engine.labeling.base import LabelingError, Vocabulary
 from data_engine.labeling.label_studio import TOKEN_ENV, URL_ENV, Client, LabelStudioBackend
-from data_engine.labels import (accepted_versions, conflicts, create_jobs, history, import_labels, job_table, load_jobs, open_catalog,
-                                transition, versions)
+from data_engine.labels import accepted_versions, conflicts, open_catalog, transition, versions
 
 LS_BIN = REPO / ".venv-labelstudio" / "bin" / "label-studio"
 START_TIMEOUT_S = float(os.environ.get("HYDRANET_LABEL_STUDIO_START_S", "300"))
@@ -94,19 +95,20 @@ def _with_truth_predictions(cat, jobs, min_score=0.1):
 SEND_KILL = """
 import sys, time
 from pathlib import Path
+import data_engine.label_exchange as X
 import data_engine.labels as L
 from data_engine.labeling.label_studio import LabelStudioBackend
 cat_path, name, url, token, marker = sys.argv[1:6]
-real_move, calls = L._move, [0]
+real_move, calls = X.move_job, [0]
 def slow_move(cat, job, to, **cols):
     real_move(cat, job, to, **cols)
     calls[0] += 1
     if calls[0] == 2:  # job 2's tasks exist on the server; its 'sent' is not committed yet
         Path(marker).write_text("inside")
         time.sleep(120)
-L._move = slow_move
+X.move_job = slow_move  # where send looks it up
 with L.open_catalog(cat_path) as cat:
-    L.send(cat, LabelStudioBackend(url, token), name, batch=1)
+    X.send(cat, LabelStudioBackend(url, token), name, batch=1)
 """
 
 
@@ -146,8 +148,8 @@ def test_label_studio_round_trip(server, env, monkeypatch):
     with open_catalog(env["catalog"]) as cat:
         assert [j.state for j in load_jobs(cat, name)].count("sent") == 1
         # 2. the rerun (with pre-annotations) adopts the task already on the server: none twice
-        monkeypatch.setattr("data_engine.labels.with_predictions", _with_truth_predictions)
-        from data_engine.labels import send
+        monkeypatch.setattr("data_engine.label_exchange.with_predictions", _with_truth_predictions)
+        from data_engine.label_exchange import send
 
         assert send(cat, LabelStudioBackend(url, token), name)["sent"] == 3
         jobs = load_jobs(cat, name)
@@ -235,7 +237,7 @@ def test_label_studio_per_camera_tasks_and_a_project_of_the_other_kind(server, e
     sel.write_text(json.dumps({"name": name, "frames": [{"clip": "clip_00000", "frame": 0}, {"clip": "clip_00001", "frame": 1}]}))
     vocab = Vocabulary.from_dataset(env["fleet"])
     with open_catalog(cat_path) as cat:
-        from data_engine.labels import send
+        from data_engine.label_exchange import send
 
         create_jobs(cat, sel, "label_studio")
         assert send(cat, LabelStudioBackend(url, token, task="camera"), name)["sent"] == 2
@@ -271,7 +273,7 @@ def test_label_studio_labels_recorded_video_frames(server, tmp_path):
     video frames; the reviewer's boxes come back as label versions of the recorded frames, within 0.5 px."""
     from recording_fixtures import sim_rig_file, write_videos
 
-    from data_engine.labels import send
+    from data_engine.label_exchange import send
     from hydranet.cli import main
 
     url, token = server
@@ -311,7 +313,8 @@ def test_label_studio_edits_of_an_auto_pre_fill_are_recorded(server, tmp_path):
     as its prediction (model_version: the auto labeller); the reviewer submits them with one box moved 3 px, one
     deleted, one renamed and one drawn: the import records exactly those edits with the reviewer's version
     (tests/test_engine_label_edits.py does the same through COCO files, the loop through an in-memory server)."""
-    from data_engine.labels import record_auto, send
+    from data_engine.label_exchange import send
+    from data_engine.labels import record_auto
 
     url, token = server
     client = Client(url, token)

@@ -180,7 +180,8 @@ def test_the_auto_labeller_labels_first(world, tmp_path, labeller):
     production as its ensemble) first; what its policy accepts trains as source "auto", the rest goes to X (the
     oracle here), or is rejected for "auto" alone; the round says which labels were automatic."""
     from data_engine.config import EngineConfig
-    from data_engine.labels import AUTO, accepted_versions, job_table, open_catalog
+    from data_engine.label_queue import job_table
+    from data_engine.labels import AUTO, accepted_versions, open_catalog
     from hydranet.config import load_config
 
     cfg = load_config(EngineConfig, "engine", [*SETS, f"loop.labeller={labeller}"])

@@ -20,11 +20,12 @@ from fake_label_studio import FakeLS
 from engine_fixtures import make_fleet
 
 from data_engine.fleet import Fleet
+from data_engine.label_exchange import import_labels, send
+from data_engine.label_queue import LabelError, create_jobs, history, job_table, load_jobs
 from data_engine.labeling.base import LabelingError, Vocabulary
 from data_engine.labeling.label_studio import LabelStudioBackend
 from data_engine.labeling.ls_tasks import camera_names, config_kind, label_config
-from data_engine.labels import (LabelError, accepted_versions, create_jobs, history, import_labels, job_table, load_jobs,
-                                open_catalog, send, transition, versions)
+from data_engine.labels import accepted_versions, open_catalog, transition, versions
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +58,13 @@ def _sent(env, task="frame", predictions=True):
     backend = LabelStudioBackend(client=fake, task=task)
     cat = open_catalog(env["catalog"])
     create_jobs(cat, env["selection"], backend.name)
-    def preds(c, jobs):  # the shadow run's det2d boxes as pre-annotations (labels.with_predictions' form)
+    def preds(c, jobs):  # the shadow run's det2d boxes as pre-annotations (label_exchange.with_predictions' form)
         return [dataclasses.replace(j, model_version="ab" * 32, predictions={
             cam: [{"bbox": [1.0 + k, 2.0, 20.0 + k, 30.0], "label": "car", "score": 0.5 + 0.1 * k}] for k, cam in enumerate(j.cameras)})
             for j in jobs] if predictions else list(jobs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("data_engine.labels.with_predictions", preds)
+        mp.setattr("data_engine.label_exchange.with_predictions", preds)
         send(cat, backend, "sel")
     return cat, backend, fake
 

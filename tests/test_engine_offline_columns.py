@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from engine_fixtures import make_fleet, make_model
 
-from data_engine.catalog import Catalog, CatalogError
+from data_engine.catalog import Catalog
+from data_engine.catalog_schema import CatalogError
 from data_engine.mining import mine
 from data_engine.shadow import run_shadow
 from data_engine.uncertainty import offline_signals, pool_signals, run_uncertainty

@@ -17,7 +17,8 @@ import pytest
 from engine_catalogs import mine_to_file, write_fixture_catalog, write_fixture_offline
 from pg_server import postgres  # noqa: F401 - the module's server (a fixture)
 
-from data_engine.catalog import APPLICATION_ID, INDEXES, SCHEMA_VERSION, TABLES, Catalog, CatalogError
+from data_engine.catalog import Catalog
+from data_engine.catalog_schema import APPLICATION_ID, INDEXES, SCHEMA_VERSION, TABLES, CatalogError, table_names
 from data_engine.catalog_migrate import FRAME_COLUMNS
 from data_engine.catalog_pg import PostgresError, masked
 from data_engine.lake import create, read_marker
@@ -156,8 +157,9 @@ def _jobs(cat: Catalog, frames: list[int], name: str) -> list:
 
 
 def _labels_and_registry(path: Path, files: Path) -> dict:
+    from data_engine.label_queue import history
     from data_engine.labeling.base import FetchedLabel
-    from data_engine.labels import accepted_versions, history, record_label, transition, versions
+    from data_engine.labels import accepted_versions, record_label, transition, versions
     from data_engine.registry import _insert_entry, model_id, production, rollback
     from data_engine.registry import history as registry_history
     from hydranet.io import file_sha256
@@ -221,7 +223,7 @@ def test_an_older_catalog_on_the_server_is_migrated_keeping_rows(postgres, tmp_p
         cat.db.execute("PRAGMA user_version = 2")
     with Catalog(folder) as cat:
         assert cat.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-        assert cat.columns("label_jobs")[-1] == "note" and set(cat._tables()) == set(TABLES)
+        assert cat.columns("label_jobs")[-1] == "note" and set(table_names(cat.db)) == set(TABLES)
         assert cat.db.execute("SELECT selection, state, note FROM label_jobs").fetchall() == [("s", "queued", None)]
         cat.db.execute("PRAGMA user_version = 99")
     with pytest.raises(CatalogError, match="schema version 99, newer than this package's"):

@@ -105,7 +105,8 @@ def nus_round(world) -> Path:
 
 def test_nuscenes_round_with_sweeps_uses_the_dataset_labels_as_stand_in_oracle(world, nus_round):
     from data_engine.fleet import Fleet
-    from data_engine.labels import accepted_versions, job_table, open_catalog
+    from data_engine.label_queue import job_table
+    from data_engine.labels import accepted_versions, open_catalog
     from data_engine.loop import STAGES
     from hydranet.data.formats import open_dataset
 

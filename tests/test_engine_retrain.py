@@ -16,10 +16,12 @@ from engine_fixtures import REPO, make_fleet
 from data_engine.catalog import Catalog
 from hydranet.io import file_sha256
 from data_engine.fleet import Fleet
+from data_engine.label_exchange import import_labels, send
+from data_engine.label_queue import create_jobs, load_jobs
 from data_engine.labeling import build_backend
 from data_engine.labeling.base import Vocabulary
 from data_engine.labeling.files import image_entries, write_coco
-from data_engine.labels import accepted_versions, create_jobs, import_labels, load_jobs, open_catalog, send, transition
+from data_engine.labels import accepted_versions, open_catalog, transition
 from data_engine.retrain import HUMAN_HEADS, RetrainConfig, RetrainError, materialize_accepted, retrain
 from hydranet.config import ConfigError
 

@@ -20,10 +20,11 @@ import pytest
 from engine_catalogs import catalog_env
 from engine_fixtures import REPO, make_fleet
 
+from data_engine.label_exchange import import_labels, send
+from data_engine.label_queue import LabelError, create_jobs, history, job_table, load_jobs
 from data_engine.labeling.label_studio import LabelStudioBackend, box_result
 from data_engine.labeling.oracle import OracleBackend
-from data_engine.labels import (LabelError, accepted_labels, accepted_versions, create_jobs, history, import_labels, job_table,
-                                load_jobs, open_catalog, send, transition)
+from data_engine.labels import accepted_labels, accepted_versions, open_catalog, transition
 
 
 @pytest.fixture(scope="module")
@@ -114,19 +115,21 @@ def test_cli_reopen_and_repin_with_history(env, capsys):
 SLOW = """
 import sys, time
 from pathlib import Path
+import data_engine.label_exchange as X
+import data_engine.label_queue as Q
 import data_engine.labels as L
-orig = L._event
+orig = Q.log_event
 def slow(*a, **k):
     orig(*a, **k)
     Path(sys.argv[2]).write_text("in")
     time.sleep(60)
-L._event = slow
+L.log_event = X.log_event = slow  # where transition (labels) and hold (label_exchange) look it up
 with L.open_catalog(sys.argv[1]) as cat:
     if sys.argv[3] == "repin":
         L.transition(cat, [1], "accepted", version=2, by="bob")
     else:
-        job = L.load_jobs(cat, "sel", ids=[1])[0]
-        L.hold(cat, job, "task 7 box outside the image", True)
+        job = Q.load_jobs(cat, "sel", ids=[1])[0]
+        X.hold(cat, job, "task 7 box outside the image", True)
 """
 
 
@@ -149,7 +152,7 @@ def test_kill9_mid_move_keeps_the_history_whole(env, what):
         if what == "repin":
             transition(cat, [1], "accepted", version=2, by="bob")
         else:
-            from data_engine.labels import hold
+            from data_engine.label_exchange import hold
 
             assert hold(cat, load_jobs(cat, "sel", ids=[1])[0], "task 7 box outside the image", True)
         after = history(cat)
@@ -264,7 +267,7 @@ def test_one_bad_label_studio_task_is_quarantined_and_the_rest_imported(env, cap
 
 
 def test_label_studio_predictions_carry_the_model_sha256(env, monkeypatch):
-    from data_engine.labels import with_predictions
+    from data_engine.label_exchange import with_predictions
 
     sha = "ab" * 32
     with open_catalog(env["catalog"]) as cat:

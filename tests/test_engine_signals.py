@@ -7,7 +7,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from data_engine.catalog import Catalog, CatalogError
+from data_engine.catalog import Catalog
+from data_engine.catalog_schema import CatalogError
 from data_engine.mining import k_center_greedy, percentile_rank
 from data_engine.signals import ClipState, ModelInfo, entropy, frame_signals, project
 from hydranet.geometry import boxes_corners

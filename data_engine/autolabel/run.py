@@ -42,7 +42,7 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 def _selected(cat, selection: Path) -> tuple[str, dict[str, dict[str, list[tuple[int, int]]]]]:
     """(selection name, {fleet root: {clip: [(frame index, frame id)]}}) of the selected frames."""
-    from data_engine.labels import _frame_ids, read_selection
+    from data_engine.label_queue import _frame_ids, read_selection
 
     name, items, sel = read_selection(selection)
     ids = _frame_ids(cat, items, sel.get("fleet") or (sel.get("run") or {}).get("fleet"), f"selection {selection}")
@@ -161,7 +161,8 @@ def _record(catalog: Path, selection: Path, name: str, backend: str, payloads: d
             cfg) -> list[dict[str, Any]]:
     """Every payload into the catalog (data_engine.labels.record_auto, one transaction per frame): one row per frame
     {"frame_id", "decision": accepted | queued | human | left, "why", "version", "new"}."""
-    from data_engine.labels import create_jobs, human_versions, load_jobs, open_catalog, record_auto
+    from data_engine.label_queue import create_jobs, load_jobs
+    from data_engine.labels import human_versions, open_catalog, record_auto
 
     rows = []
     with open_catalog(catalog) as cat:

@@ -6,10 +6,11 @@ A backend takes label jobs and gives labels back:
     backend.fetch(jobs) -> iterable of FetchedLabel | Held  # finished labels of the sent jobs, in any order; Held: a
                                                              # job with no label yet and why (quarantined, partly done)
 
-`data_engine.labels` owns the jobs' states and the versioned label store; a backend never writes
-the catalog. A label's payload is the frame's labels in the dataset format (docs/dataset_format.md,
-labels.json): {"cameras": {CAM: {"boxes2d": [{"bbox": [x0, y0, x1, y1], "class", "attributes"}],
-"lanes2d": [...]}}, ...}; human backends fill the 2D part, the oracle the whole labels.json.
+`data_engine.label_queue` owns the jobs' states, `data_engine.labels` the versioned label store and
+`data_engine.label_exchange` the calls into a backend; a backend never writes the catalog. A label's payload
+is the frame's labels in the dataset format (docs/dataset_format.md, labels.json): {"cameras": {CAM: {"boxes2d":
+[{"bbox": [x0, y0, x1, y1], "class", "attributes"}], "lanes2d": [...]}}, ...}; human backends fill the 2D part, the
+oracle the whole labels.json.
 
 Label names (what a person picks in a tool) are the dataset's object classes, except signs and lights,
 which are picked by what they show, as the signs_lights head predicts them: "sign:stop", "light:red",

@@ -22,13 +22,15 @@ def _label_backend(args):
 
 
 def _selection_name(sel):
-    from data_engine.labels import read_selection
+    from data_engine.label_queue import read_selection
 
     return None if sel is None else read_selection(sel)[0] if str(sel).endswith(".json") else str(sel)
 
 
 def cmd_engine_label(args) -> None:
-    from data_engine.labels import create_jobs, open_catalog, send
+    from data_engine.label_exchange import send
+    from data_engine.label_queue import create_jobs
+    from data_engine.labels import open_catalog
 
     backend = _label_backend(args)
     with open_catalog(args.catalog) as cat:
@@ -39,8 +41,9 @@ def cmd_engine_label(args) -> None:
 
 
 def cmd_engine_import_labels(args) -> None:
+    from data_engine.label_exchange import import_labels
     from data_engine.labeling.base import describe_changes, describe_edits, edit_totals
-    from data_engine.labels import import_labels, open_catalog
+    from data_engine.labels import open_catalog
 
     with open_catalog(args.catalog) as cat:
         got = import_labels(cat, _label_backend(args), _selection_name(args.selection), progress=not args.quiet)
@@ -65,7 +68,7 @@ def cmd_engine_import_labels(args) -> None:
 
 
 def _job_ids(cat, sel, flag: str, ids: str, source: tuple[str, ...]) -> list[int]:
-    from data_engine.labels import job_table
+    from data_engine.label_queue import job_table
 
     if ids == "all":
         return [r["job"] for r in job_table(cat, sel) if r["state"] in source]
@@ -78,7 +81,8 @@ def _job_ids(cat, sel, flag: str, ids: str, source: tuple[str, ...]) -> list[int
 def cmd_engine_jobs(args) -> None:
     import datetime
 
-    from data_engine.labels import conflicts, history, job_table, open_catalog, transition
+    from data_engine.label_queue import history, job_table
+    from data_engine.labels import conflicts, open_catalog, transition
 
     sel = _selection_name(args.selection)
     with open_catalog(args.catalog) as cat:

@@ -83,7 +83,8 @@ def other_rig_fleet(tmp: Path, env: Env) -> Path:
 def labelled_selection_then_remine(tmp: Path, env) -> list:
     """Selection 'sel' holds frame Q with a label job; re-mining 'sel' now picks only the other frame P."""
     from data_engine.catalog import Catalog
-    from data_engine.labels import create_jobs, open_catalog
+    from data_engine.label_queue import create_jobs
+    from data_engine.labels import open_catalog
     from hydranet.cli import main
 
     cat = cat_copy(tmp)

@@ -16,9 +16,10 @@ from faultlib import Case, copy_dataset, frame_dir, params, run_case
 def _setup(tmp: Path, dataset: Path, backend: str = "files", send: bool = True, frames=(0, 1)) -> Path:
     from data_engine.catalog import Catalog
     from data_engine.fleet import Fleet
+    from data_engine.label_exchange import send as send_jobs
+    from data_engine.label_queue import create_jobs
     from data_engine.labeling import build_backend
-    from data_engine.labels import create_jobs, open_catalog
-    from data_engine.labels import send as send_jobs
+    from data_engine.labels import open_catalog
 
     cat = tmp / "cat.db"
     with Catalog(cat, create=True) as c:
@@ -34,9 +35,10 @@ def _setup(tmp: Path, dataset: Path, backend: str = "files", send: bool = True, 
 
 def _team_file(tmp: Path, fmt: str, edit=None) -> Path:
     """The exact labels of the sent jobs as a team's tool would send them back, then `edit`ed."""
+    from data_engine.label_queue import load_jobs
     from data_engine.labeling.base import Vocabulary
     from data_engine.labeling.files import image_entries, write_coco, write_cvat
-    from data_engine.labels import load_jobs, open_catalog
+    from data_engine.labels import open_catalog
 
     with open_catalog(tmp / "cat.db") as c:
         jobs = load_jobs(c, "sel")
@@ -69,9 +71,10 @@ def file_case(id, fmt, edit, words, status=2, n=0, stdout=(), extra=(), team=Non
 
 def _predictions_file(tmp: Path, fmt: str, edit=None) -> Path:
     """What `engine label --backend files` wrote (the model's pre-annotations), sent back untouched."""
+    from data_engine.label_queue import load_jobs
     from data_engine.labeling.base import Vocabulary
     from data_engine.labeling.files import image_entries, write_coco, write_cvat
-    from data_engine.labels import load_jobs, open_catalog
+    from data_engine.labels import open_catalog
 
     with open_catalog(tmp / "cat.db") as c:
         jobs = load_jobs(c, "sel")
@@ -151,9 +154,11 @@ FILE_CASES = [
 def _prefilled(tmp: Path, dataset: Path) -> Path:
     """Both jobs pre-filled by the auto-labeller (`record_auto`, not sure: queued) with the exact boxes, then sent to
     files: tmp/export/sel.coco.json holds the pre-fill as scored boxes."""
+    from data_engine.label_exchange import send
+    from data_engine.label_queue import load_jobs
     from data_engine.labeling import build_backend
     from data_engine.labeling.base import two_d
-    from data_engine.labels import load_jobs, open_catalog, record_auto, send
+    from data_engine.labels import open_catalog, record_auto
 
     cat = _setup(tmp, dataset, send=False)
     with open_catalog(cat) as c:
@@ -196,8 +201,9 @@ def _jobs(id, argv, words, status=2, prepare=None, n=0, stdout=()):
 
 
 def _label_all(cat):
+    from data_engine.label_exchange import import_labels, send
     from data_engine.labeling.oracle import OracleBackend
-    from data_engine.labels import import_labels, open_catalog, send
+    from data_engine.labels import open_catalog
 
     with open_catalog(cat) as c:
         send(c, OracleBackend(), "sel")

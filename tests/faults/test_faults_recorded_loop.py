@@ -138,8 +138,10 @@ def recorded_after_labelled_sim(tmp: Path, env) -> list:
     from data_engine.catalog import Catalog
     from data_engine.config import EngineConfig
     from data_engine.fleet import Fleet
+    from data_engine.label_exchange import import_labels, send
+    from data_engine.label_queue import create_jobs, job_table
     from data_engine.labeling import build_backend
-    from data_engine.labels import create_jobs, import_labels, job_table, send, transition
+    from data_engine.labels import transition
     from data_engine.loop import STAGES, Loop
     from hydranet.config import load_config
 

@@ -36,8 +36,10 @@ def production(fault_env: Env, tmp_path_factory) -> Path:
 def _catalog(tmp: Path, fleet: Path, accept: bool = True, name: str = "cat.db") -> Path:
     from data_engine.catalog import Catalog
     from data_engine.fleet import Fleet
+    from data_engine.label_exchange import import_labels, send
+    from data_engine.label_queue import create_jobs, load_jobs
     from data_engine.labeling import build_backend
-    from data_engine.labels import create_jobs, import_labels, load_jobs, open_catalog, send, transition
+    from data_engine.labels import open_catalog, transition
 
     cat = tmp / name
     if cat.exists():  # a row that built it already (an earlier run in the same folder)
@@ -107,8 +109,10 @@ def _one_camera_label(tmp: Path, env: Env) -> list:
     """A file label that covers CAM_FRONT only, accepted: the other cameras would train as 'no objects'."""
     from data_engine.catalog import Catalog
     from data_engine.fleet import Fleet
+    from data_engine.label_exchange import send
+    from data_engine.label_queue import create_jobs, load_jobs
     from data_engine.labeling import FetchedLabel, build_backend
-    from data_engine.labels import create_jobs, load_jobs, open_catalog, record_label, send, transition
+    from data_engine.labels import open_catalog, record_label, transition
 
     cat = tmp / "cat1.db"
     with Catalog(cat, create=True) as c:
@@ -127,7 +131,8 @@ def _one_camera_label(tmp: Path, env: Env) -> list:
 
 
 def _one_accepted(tmp: Path, env: Env) -> Path:
-    from data_engine.labels import load_jobs, open_catalog, transition
+    from data_engine.label_queue import load_jobs
+    from data_engine.labels import open_catalog, transition
 
     cat = _catalog(tmp, env.dataset, accept=False)
     with open_catalog(cat) as c:
