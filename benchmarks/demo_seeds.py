@@ -1,7 +1,7 @@
 """The demo's metric figures over several training seeds: median [min, max].
 
     python benchmarks/demo_seeds.py --seeds 3 --out out/bench_demo_seeds [--jobs N] [--overwrite]
-        [--steps N] [--trunk-steps 800] [--set KEY=VALUE ...]
+        [--steps N] [--trunk-steps 800] [--trunk-cameras all] [--trunk-batch N] [--set KEY=VALUE ...]
 
 Training is seeded and bit-identical on one machine, not across machines (another CPU's float kernels
 round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from hydranet.curriculum import TRUNK_STEPS
+from hydranet.curriculum import TRUNK_CAMERAS, TRUNK_STEPS
 
 STAGE = "hydranet"  # the demo's one trained model: configs/full.yaml
 
@@ -128,7 +128,8 @@ def check_out(out: Path, overwrite: bool) -> None:
         shutil.rmtree(out)
 
 
-def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int, overrides: list[str]) -> None:
+def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int, overrides: list[str],
+           trunk_cameras: str = "", trunk_batch: int = 0) -> None:
     """One training seed in this process: the demo's training and evaluation; writes out/result.json."""
     import torch
 
@@ -137,8 +138,9 @@ def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps:
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    train_two_stage(recipe_experiment(data, val, seed, steps or None, overrides=overrides), out / "run", trunk_steps, progress=False,
-                    overwrite=True)
+    cameras = TRUNK_CAMERAS if not trunk_cameras else None if trunk_cameras == "all" else tuple(trunk_cameras.split(","))
+    train_two_stage(recipe_experiment(data, val, seed, steps or None, overrides=overrides), out / "run", trunk_steps,
+                    progress=False, overwrite=True, cameras=cameras, trunk_batch=trunk_batch or None)
     rows = collect(STAGE, evaluate_checkpoint(out / "run", val, out / "metrics.json", out / "predictions", progress=False))
     t1 = time.perf_counter()
     (out / "result.json").write_text(json.dumps({"seed": seed, "metrics": rows,
@@ -146,7 +148,7 @@ def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps:
 
 
 def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, steps: int, trunk_steps: int,
-              overrides: list[str]) -> dict:
+              overrides: list[str], trunk_cameras: str = "", trunk_batch: int = 0) -> dict:
     """Each seed in its own process (OMP_NUM_THREADS=1), `jobs` at a time; returns {seed: result}."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending, running, done = list(seeds), {}, {}
@@ -157,7 +159,8 @@ def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, ste
             d.mkdir(parents=True)
             log = open(d / "log.txt", "w")
             cmd = [sys.executable, __file__, "_worker", "--seed", str(s), "--data", str(data), "--val", str(val),
-                   "--out", str(d), "--steps", str(steps), "--trunk-steps", str(trunk_steps)]
+                   "--out", str(d), "--steps", str(steps), "--trunk-steps", str(trunk_steps),
+                   "--trunk-cameras", trunk_cameras, "--trunk-batch", str(trunk_batch)]
             cmd += [f"--set={o}" for o in overrides]
             running[s] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log,
                           time.perf_counter())
@@ -187,11 +190,12 @@ def main(argv: list[str] | None = None) -> dict | None:
         w = argparse.ArgumentParser()
         for k in ("--data", "--val", "--out"):
             w.add_argument(k, type=Path, required=True)
-        for k in ("--seed", "--steps", "--trunk-steps"):
+        for k in ("--seed", "--steps", "--trunk-steps", "--trunk-batch"):
             w.add_argument(k, type=int, required=True)
+        w.add_argument("--trunk-cameras", required=True)
         w.add_argument("--set", action="append", default=[])
         a = w.parse_args(argv[1:])
-        worker(a.seed, a.data, a.val, a.out, a.steps, a.trunk_steps, a.set)
+        worker(a.seed, a.data, a.val, a.out, a.steps, a.trunk_steps, a.set, a.trunk_cameras, a.trunk_batch)
         return None
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1")
@@ -200,6 +204,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--overwrite", action="store_true")
     ap.add_argument("--steps", type=int, default=0, help="training steps of the whole model (0: the config's, as the demo)")
     ap.add_argument("--trunk-steps", type=int, default=TRUNK_STEPS, help=f"trunk stage steps (the demo's {TRUNK_STEPS}; 0 skips it)")
+    ap.add_argument("--trunk-cameras", default="", help="the trunk stage's cameras, comma-separated, or 'all' "
+                    f"(default: the demo's {','.join(TRUNK_CAMERAS)})")
+    ap.add_argument("--trunk-batch", type=int, default=0, help="the trunk stage's batch (0: the config's, as the demo)")
     ap.add_argument("--scenes", type=int, default=16)
     ap.add_argument("--val-scenes", type=int, default=4)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -219,7 +226,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     gen = time.perf_counter() - t0
     seeds = list(range(a.seeds))
     t1 = time.perf_counter()
-    done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.trunk_steps, a.set)
+    done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.trunk_steps, a.set, a.trunk_cameras, a.trunk_batch)
     total = time.perf_counter() - t1
     agg = aggregate({s: done[s]["metrics"] for s in seeds})
     walls = {s: done[s]["wall"] for s in seeds}

@@ -57,10 +57,11 @@ def trunk_stage(cfg: ExperimentConfig, steps: int, cameras: tuple[str, ...] | No
 
 
 def train_two_stage(cfg: ExperimentConfig, out: str | Path, trunk_steps: int, progress: bool = True,
-                    cameras: tuple[str, ...] | None = TRUNK_CAMERAS, overwrite: bool = False, **train_args) -> HydraNet:
-    """Stage 1 (`trunk_stage`, `trunk_steps` steps) into out/trunk, then `cfg` from it into the run folder
-    `out`; returns the trained model. `trunk_steps` 0 trains `cfg` alone. `train_args` go to the second
-    stage's `hydranet.train.train` (e.g. on_step)."""
+                    cameras: tuple[str, ...] | None = TRUNK_CAMERAS, overwrite: bool = False,
+                    trunk_batch: int | None = None, **train_args) -> HydraNet:
+    """Stage 1 (`trunk_stage`, `trunk_steps` steps on `cameras` at batch `trunk_batch`, default the config's)
+    into out/trunk, then `cfg` from it into the run folder `out`; returns the trained model. `trunk_steps` 0
+    trains `cfg` alone. `train_args` go to the second stage's `hydranet.train.train` (e.g. on_step)."""
     from hydranet.train import train
 
     out = Path(out)
@@ -68,5 +69,5 @@ def train_two_stage(cfg: ExperimentConfig, out: str | Path, trunk_steps: int, pr
         return train(cfg, out, progress=progress, overwrite=overwrite, **train_args)
     if cfg.init_from is not None:
         raise ValueError(f"config key 'init_from' ({cfg.init_from}) and a trunk stage both start the run; give one")
-    train(trunk_stage(cfg, trunk_steps, cameras), out / TRUNK_DIR, progress=progress, overwrite=overwrite)
+    train(trunk_stage(cfg, trunk_steps, cameras, trunk_batch), out / TRUNK_DIR, progress=progress, overwrite=overwrite)
     return train(cfg, out, progress=progress, overwrite=overwrite, init_from=out / TRUNK_DIR, **train_args)
