@@ -254,6 +254,28 @@ class Task(nn.Module, abc.ABC):
         return {"kind": self.spec.decoder, "params": self.decoder_params()}
 
 
+class BinaryMaskTask(Task):
+    """A per-camera binary mask head (drivable area, lane lines): `DenseHead` logits (B*N, 1, H, W) trained with
+    BCE-with-logits at `pos_weight` against targets["mask"] (N, 1, H, W) float, its bias started at the labels'
+    prior under that weight; subclasses build the mask and decode it."""
+
+    def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32, pos_weight: float = 1.0,
+                 threshold: float = 0.5):
+        super().__init__(in_channels, in_stride)
+        self.head = DenseHead(in_channels, 1, width, in_stride=in_stride)
+        self.pos_weight, self.threshold = pos_weight, threshold
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+        logits = outputs["logits"].float()  # (B*N, 1, H, W)
+        pw = torch.tensor(self.pos_weight, device=logits.device)
+        return {"bce": F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=pw)}
+
+    @torch.no_grad()
+    def fit_prior(self, targets: Mapping[str, Any]) -> None:
+        """The output bias at the positive rate of `targets` under this head's pos_weight."""
+        self.head.out.bias.fill_(float(weighted_bce_prior_logit(targets["mask"].float().mean(), self.pos_weight)))
+
+
 def decode_numpy(spec: Mapping[str, Any], outputs: Mapping[str, torch.Tensor],
                  decoder: Callable[..., list] | None = None) -> list[dict[str, torch.Tensor]]:
     """A task's `decode` through the one numpy implementation the deployed runtime uses too (the

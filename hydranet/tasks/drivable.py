@@ -13,28 +13,20 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from hydranet import heads
 from hydranet.viz import draw_camera
 
-from hydranet.tasks.base import (DenseHead, Metric, PrimaryMetric, Task, decode_numpy, require, score_constant,
-                                 weighted_bce_prior_logit)
+from hydranet.tasks.base import BinaryMaskTask, Metric, PrimaryMetric, decode_numpy, require, score_constant
 
 
-class DrivableTask(Task):
+class DrivableTask(BinaryMaskTask):
     """Per camera: logits (B*N, 1, H, W); decode: bool mask (H, W) per image."""
 
     name = "drivable"
     spec = heads.Drivable  # the numpy side: decoder, label keys, blank labels, engine signals
     primary_metric = PrimaryMetric("iou")
     baseline_name = "per-pixel majority"
-
-    def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32, pos_weight: float = 1.0,
-                 threshold: float = 0.5):
-        super().__init__(in_channels, in_stride)
-        self.head = DenseHead(in_channels, 1, width, in_stride=in_stride)
-        self.pos_weight, self.threshold = pos_weight, threshold
 
     @classmethod
     def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> DrivableTask:
@@ -43,16 +35,6 @@ class DrivableTask(Task):
     def build_targets(self, sample: Mapping) -> dict[str, Any]:
         mask = np.asarray(require(sample, "drivable", self.name), bool)  # (N, H, W)
         return {"mask": mask[:, None].astype(np.float32)}  # (N, 1, H, W)
-
-    def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        logits = outputs["logits"].float()  # (B*N, 1, H, W)
-        pw = torch.tensor(self.pos_weight, device=logits.device)
-        return {"bce": F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=pw)}
-
-    @torch.no_grad()
-    def fit_prior(self, targets: Mapping[str, Any]) -> None:
-        """The output bias at the positive rate of `targets` under this head's pos_weight."""
-        self.head.out.bias.fill_(float(weighted_bce_prior_logit(targets["mask"].float().mean(), self.pos_weight)))
 
     def decoding(self) -> dict[str, Any]:
         return {"kind": "binary_mask", "params": {"threshold": self.threshold}}

@@ -17,11 +17,10 @@ from typing import Any
 import cv2
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from hydranet import heads
-from hydranet.tasks.base import (DenseHead, Metric, PrimaryMetric, Task, camera_labels, decode_numpy, image_hw,
-                                 score_constant, weighted_bce_prior_logit)
+from hydranet.tasks.base import (BinaryMaskTask, Metric, PrimaryMetric, camera_labels, decode_numpy, image_hw,
+                                 score_constant)
 from hydranet.tasks.drivable import BinaryIoU
 
 CULANE_WIDTH_FRAC = 30 / 590  # CULane evaluation draws lanes 30 px wide on 590-row images
@@ -44,7 +43,7 @@ def draw_lanes(lanes: list[list[np.ndarray]], hw: tuple[int, int], width: int) -
     return out.astype(bool)
 
 
-class LanesTask(Task):
+class LanesTask(BinaryMaskTask):
     """Per camera: line logits (B*N, 1, H, W); decode: {"mask" (H, W) bool, "instances" (H, W)
     int32 with 0 = background and 1..K one lane each}."""
 
@@ -56,9 +55,8 @@ class LanesTask(Task):
     def __init__(self, in_channels: int, in_stride: int = 8, width: int = 32, line_width_frac: float = 0.02,
                  pos_weight: float = 4.0, threshold: float = 0.5, min_area_frac: float = 2e-4,
                  eval_width_frac: float = CULANE_WIDTH_FRAC):
-        super().__init__(in_channels, in_stride)
-        self.head = DenseHead(in_channels, 1, width, in_stride=in_stride)
-        self.line_width_frac, self.pos_weight, self.threshold = line_width_frac, pos_weight, threshold
+        super().__init__(in_channels, in_stride, width, pos_weight, threshold)
+        self.line_width_frac = line_width_frac
         self.min_area_frac, self.eval_width_frac = min_area_frac, eval_width_frac
 
     @classmethod
@@ -78,16 +76,6 @@ class LanesTask(Task):
             lanes.append(cam_lanes)
         return {"mask": np.stack(masks)[:, None].astype(np.float32),  # (N, 1, H, W)
                 "lanes": lanes}  # N x [lane][polyline] (P, 2) pixel points
-
-    def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        logits = outputs["logits"].float()  # (B*N, 1, H, W)
-        pw = torch.tensor(self.pos_weight, device=logits.device)
-        return {"bce": F.binary_cross_entropy_with_logits(logits, targets["mask"], pos_weight=pw)}
-
-    @torch.no_grad()
-    def fit_prior(self, targets: Mapping[str, Any]) -> None:
-        """The output bias at the positive rate of `targets` under this head's pos_weight."""
-        self.head.out.bias.fill_(float(weighted_bce_prior_logit(targets["mask"].float().mean(), self.pos_weight)))
 
     def decoding(self) -> dict[str, Any]:
         return {"kind": "lanes", "params": {"threshold": self.threshold, "min_area_frac": self.min_area_frac}}
