@@ -8,9 +8,11 @@ Car-side code only: `deploy.runtime.HydraRuntime` (numpy + onnxruntime), the str
 `hydranet.stream.stream` carrying the video state through each clip, `data_engine.signals`. No
 torch, no sim renderer. One clip is one task: workers compute a clip's rows, the parent writes each
 clip in one catalog transaction with its done marker, so a kill at any moment loses at most the
-clips in flight and a rerun skips finished ones. Workers: a local process pool (`spawn`, default),
-or Ray Data (`map_batches` over one clip per row, an actor pool whose actors each hold their ONNX
-Runtime sessions with intra-op threads = the actor's CPUs, so actors do not oversubscribe).
+clips in flight and a rerun skips finished ones (a pool worker ends with its driver, kill -9
+included; a worker killed alone stops the run with one line once the clips done are committed).
+Workers: a local process pool (`spawn`, default), or Ray Data (`map_batches` over one clip per row,
+an actor pool whose actors each hold their ONNX Runtime sessions with intra-op threads = the actor's
+CPUs, so actors do not oversubscribe).
 A frame whose image is missing or corrupt is recorded with status "corrupt" and its error, and the
 video state restarts after it (the gap breaks the stream). A model (or candidate) whose outputs hold
 NaN or Inf on a clip makes the whole clip bad: every frame is recorded with status "bad" and the
@@ -186,6 +188,28 @@ def shadow_task(task: Mapping[str, Any]) -> dict[str, Any]:
 
 def _init_worker(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    _exit_with_driver()
+
+
+def _exit_with_driver() -> None:
+    """A pool worker ends the moment its driver is gone (kill -9 included): a thread waits on the spawn pipe the
+    driver holds open (`multiprocessing.parent_process().sentinel`, at EOF when the driver dies). An orphaned
+    worker otherwise lived on: it finished its clip and the ones queued to it, writing parts no driver commits
+    (next to a rerun's workers, over the parts they wrote), then waited for work forever. A temp it leaves is
+    removed by the rerun (its pid is gone)."""
+    import multiprocessing as mp
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="shadow-driver-watch", daemon=True).start()
 
 
 def run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candidate: str | Path | None = None,
@@ -297,12 +321,22 @@ def _execute(tasks: list[dict], executor: str, workers: int, threads: int, ray_a
         return
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp.get_context("spawn"),
                              initializer=_init_worker, initargs=(threads,)) as pool:
         futures = [pool.submit(shadow_task, t) for t in tasks]
+        lost = 0
         for fut in as_completed(futures):
-            yield fut.result()
+            try:
+                res = fut.result()
+            except BrokenProcessPool:  # a worker was killed: the clips that finished are still yielded (committed)
+                lost += 1
+                continue
+            yield res
+    if lost:
+        raise ShadowError(f"a shadow worker process died (killed, or out of memory): {lost} of {len(tasks)} clip(s) of this "
+                          "run were not committed; the clips done are kept: rerun the same command to shadow the rest")
 
 
 def _ahead(results: Iterator[dict]) -> Iterator[dict]:

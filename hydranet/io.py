@@ -282,13 +282,20 @@ def remove_stale_temps(folder: Path, dirs: bool = False) -> list[Path]:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process `pid` can still write: it exists and is not a zombie (killed, not yet reaped by its parent or
+    by init: /proc/PID/stat state Z on Linux; a killed pool worker stays one for a while, for ever where PID 1 does
+    not reap), else its temps were kept as a live writer's."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): it exists
+    return state not in ("Z", "X")
 
 
 def replace_folder(tmp: Path, out: Path) -> None:
