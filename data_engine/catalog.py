@@ -156,6 +156,13 @@ class Catalog:
         self._emb_cache.clear()
         return lk.commit_clip(self.db, self.lake, run_id, clip_id)
 
+    def compact(self, run_id: int, rows: int | None = None) -> dict[str, int]:
+        """Lake: the run's done clip parts gathered into blocks of at least `rows` rows (default lake.BLOCK_ROWS;
+        data_engine/lake.py, compaction); the rows every query answers are unchanged. {"blocks", "clips", "removed"}."""
+        if self.lake is None:
+            raise CatalogError(f"catalog {self.path} is not a lake; only a lake's parts are compacted")
+        return lk.compact(self.db, self.lake, run_id, rows)
+
     def _insert_signals(self, sql: str, values: list[tuple]) -> None:
         self.db.executemany(sql, values)
 
@@ -233,9 +240,11 @@ class Catalog:
             if len(ids) == 0:
                 self._emb_cache[key] = (ids, np.zeros((0, 0), np.float32))
             else:
-                vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=-1, keepdims=True), 1e-12)
-                flat = vecs.reshape(len(ids), -1)
-                emb = (flat / np.maximum(np.linalg.norm(flat, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+                emb = np.empty((len(ids), vecs.shape[1] * vecs.shape[2]), np.float32)  # (M, N*C), one copy
+                for s in range(0, len(ids), 65_536):  # in chunks: at 10M frames a temporary is gigabytes
+                    v = vecs[s:s + 65_536]
+                    v = (v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)).reshape(len(v), -1)
+                    emb[s:s + len(v)] = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
                 emb.flags.writeable = False  # shared by every caller of this Catalog object
                 self._emb_cache[key] = (ids, emb)
         ids, emb = self._emb_cache[key]

@@ -7,6 +7,7 @@ A catalog folder (`hydranet engine catalog create --out DIR --backend sqlite|lak
     DIR/catalog.db        the transactional tables (data_engine/catalog_schema.py's schema; the done markers too), unless
                           "postgres" names a server (`--postgres URL`, data_engine/catalog_pg.py)
     DIR/parts/frames/run=R/clip=C.parquet     one part per shadow task: the clip's signals, predictions, embeddings
+    DIR/parts/frames/run=R/block=F-L.parquet  done clips F..L compacted into one part (`Lake.compact`)
     DIR/parts/offline/run=R/NAME.parquet      one server-side column (`hydranet engine uncertainty`)
     DIR/parts/hits/run=R/TRIGGER.vV.parquet   one trigger version's hits
 
@@ -17,6 +18,12 @@ marker always has its whole part. Every part's Parquet footer names its table, t
 the lake it belongs to: a truncated part, a part of another schema version or of another catalog's lake is a
 one-line `LakeError` naming the file. Queries read the done parts with DuckDB (`read_parquet` over the file
 list), never a glob, so a temp or foreign file is never read.
+
+Compaction (Delta Lake's OPTIMIZE, Iceberg's rewrite_data_files): a query pays a fixed cost per file (a 1,000-row
+part costs as much to open as to scan), so `Lake.compact` gathers a run's done clip parts, in clip order, into block
+parts of at least `BLOCK_ROWS` rows (sorted by frame id; the footer lists the clips it holds), then deletes the clip
+parts it covers. A kill between the two leaves both: readers take the block and ignore the clip parts it covers, and
+the next compaction deletes them. A block holds done clips only, so it needs no marker of its own.
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ DB_FILE = "catalog.db"
 BACKENDS = ("sqlite", "lake")
 FORMAT = "hydranet-catalog"
 META_KEY = "hydranet.lake"
+BLOCK_ROWS = 131_072  # rows a compacted block gathers at least (about 100 MiB with a 128-d embedding)
 EXTRA = "pip install 'hydranet-stack[engine]' (from a checkout: pip install '.[engine]')"
 
 
@@ -160,7 +168,7 @@ def write_part(path: Path, table, meta: Mapping[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     table = table.replace_schema_metadata({META_KEY: json.dumps({"schema": LAKE_SCHEMA, **meta})})
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+        pq.write_table(table, tmp, compression="lz4")  # read 1.7x faster than zstd for 8% more bytes (measured)
     return path
 
 
@@ -179,6 +187,10 @@ def frames_path(root: Path, run_id: int, clip_id: int) -> Path:
     return root / "parts" / "frames" / f"run={run_id}" / f"clip={clip_id}.parquet"
 
 
+def block_path(root: Path, run_id: int, clips: Sequence[int]) -> Path:
+    return root / "parts" / "frames" / f"run={run_id}" / f"block={min(clips)}-{max(clips)}.parquet"
+
+
 def offline_path(root: Path, run_id: int, name: str) -> Path:
     return root / "parts" / "offline" / f"run={run_id}" / f"{check_name(name, 'offline column', 'lake', LakeError)}.parquet"
 
@@ -194,7 +206,7 @@ class Lake:
     def __init__(self, root: Path, lake_id: str):
         self.root, self.id = Path(root), str(lake_id)
         self._con = None
-        self._checked: dict[str, tuple[int, int]] = {}  # part -> (size, mtime_ns) when its footer was checked
+        self._checked: dict[str, tuple[tuple[int, int], dict]] = {}  # part -> ((size, mtime_ns), its checked footer)
         self.reported: set[str] = set()
 
     @property
@@ -235,41 +247,112 @@ class Lake:
                             f"({self.root / MARKER}): two catalogs write one lake; give each catalog its own folder")
         return {**meta, "num_rows": md.num_rows}
 
+    def meta(self, path: Path) -> dict:
+        """`part_meta(path)`, read once per (size, mtime) seen: a file replaced since is checked again."""
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return self.part_meta(path)  # raises, naming it
+        key = (st.st_size, st.st_mtime_ns)
+        got = self._checked.get(str(path))
+        if got is None or got[0] != key:
+            got = (key, self.part_meta(path))
+            self._checked[str(path)] = got
+        return got[1]
+
     def check(self, parts: Sequence[Path]) -> None:
-        """Every part's footer checked once per (size, mtime) seen: a file replaced since is checked again."""
+        """Every part's footer checked (once per size and mtime)."""
         for p in parts:
-            try:
-                st = p.stat()
-            except FileNotFoundError:
-                self.part_meta(p)  # raises, naming it
-            key = (st.st_size, st.st_mtime_ns)
-            if self._checked.get(str(p)) != key:
-                self.part_meta(p)
-                self._checked[str(p)] = key
+            self.meta(p)
+
+    def layout(self, run_id: int) -> tuple[dict[int, Path], dict[int, Path]]:
+        """({clip id: its block part}, {clip id: its own part}) of a run's frames folder, footers of blocks checked;
+        a clip in two blocks is a LakeError."""
+        folder = self.root / "parts" / "frames" / f"run={run_id}"
+        blocks: dict[int, Path] = {}
+        singles: dict[int, Path] = {}
+        for p in sorted(folder.glob("*.parquet")) if folder.is_dir() else ():
+            stem = p.name[:-len(".parquet")]
+            if stem.startswith("clip=") and stem[5:].isdigit():
+                singles[int(stem[5:])] = p
+            elif stem.startswith("block="):
+                meta = self.meta(p)
+                clips = meta.get("clips")
+                if meta.get("table") != "frames" or meta.get("run") != run_id or not isinstance(clips, list) \
+                        or meta.get("rows") != meta["num_rows"]:
+                    raise LakeError(f"lake part {p} is not a whole block of run {run_id}'s frames; delete it and rerun "
+                                    "`hydranet engine catalog compact` (the clip parts it covered are gone: rerun "
+                                    "`hydranet engine shadow` into a new catalog)")
+                for c in clips:
+                    if int(c) in blocks:
+                        raise LakeError(f"lake parts {blocks[int(c)]} and {p} both hold clip {c} of run {run_id}; delete the "
+                                        "newer block (its clips are in the other)")
+                    blocks[int(c)] = p
+        return blocks, singles
 
     def frames_parts(self, run_id: int, done: set[int]) -> list[Path]:
-        """The parts of run `run_id` whose clip is marked done, by clip id; a part without a marker is ignored and
-        reported once (one line on stderr); a done clip whose part is missing is a LakeError."""
+        """The parts of run `run_id` that hold its done clips: blocks, then clip parts by clip id. A clip part without
+        a marker is ignored and reported once (one line on stderr); one a block covers is ignored; a done clip in no
+        part is a LakeError, and so is a block holding a clip that is not done."""
+        blocks, singles = self.layout(run_id)
         folder = self.root / "parts" / "frames" / f"run={run_id}"
-        have = {}
-        for p in folder.glob("clip=*.parquet") if folder.is_dir() else ():
-            stem = p.name[len("clip="):-len(".parquet")]
-            if stem.isdigit():
-                have[int(stem)] = p
-        lost = sorted(done - set(have))
+        stray = sorted(set(blocks) - done)
+        if stray:
+            raise LakeError(f"catalog {self.root}: lake part {blocks[stray[0]]} holds clip {stray[0]} of shadow run {run_id}, "
+                            "which the catalog does not mark done (a catalog file restored from an older copy?); restore "
+                            "the catalog's database with its parts folder, or recreate the catalog")
+        lost = sorted(done - set(blocks) - set(singles))
         if lost:
             raise LakeError(f"catalog {self.root}: clip {lost[0]} of shadow run {run_id} is marked done but its lake part "
                             f"{frames_path(self.root, run_id, lost[0])} is missing ({len(lost)} part(s) lost); restore the "
                             "parts folder from a copy, or recreate the catalog")
-        pending = sorted(set(have) - done)
+        pending = sorted(set(singles) - done - set(blocks))
         if pending and str(folder) not in self.reported:
             self.reported.add(str(folder))
             print(f"warning: catalog {self.root}: {len(pending)} lake part(s) of shadow run {run_id} have no done marker and "
-                  f"are ignored (first: {have[pending[0]]}); rerun `hydranet engine shadow` to commit them",
+                  f"are ignored (first: {singles[pending[0]]}); rerun `hydranet engine shadow` to commit them",
                   file=sys.stderr)
-        parts = [have[c] for c in sorted(done)]
+        parts = sorted(set(blocks.values()), key=lambda p: min(self.meta(p)["clips"]))
+        parts += [singles[c] for c in sorted(done - set(blocks))]
         self.check(parts)
         return parts
+
+    def compact(self, run_id: int, done: set[int], rows: int | None = None) -> dict[str, int]:
+        """Gather the run's done clip parts, in clip order, into blocks of at least `rows` rows (default BLOCK_ROWS;
+        the last clips, short of `rows`, stay as they are until more arrive); each block written whole (temp, rename), then the clip parts
+        it covers deleted. Clip parts a block already covers (a compaction killed between the two) are deleted first.
+        Returns {"blocks": written, "clips": compacted, "removed": clip parts deleted}."""
+        rows = BLOCK_ROWS if rows is None else rows
+        if int(rows) < 1:
+            raise LakeError(f"--rows must be at least 1, got {rows}")
+        pa, pq = need("pyarrow"), need("pyarrow.parquet")
+        self.remove_stale(run_id)
+        blocks, singles = self.layout(run_id)
+        removed = 0
+        for c in sorted(set(singles) & set(blocks)):
+            singles.pop(c).unlink(missing_ok=True)
+            removed += 1
+        todo = [c for c in sorted(done) if c in singles]
+        out = {"blocks": 0, "clips": 0}
+        group: list[int] = []
+        n = 0
+        for c in todo:
+            group.append(c)
+            n += self.meta(singles[c])["num_rows"]
+            if n < rows:
+                continue
+            metas = [self.meta(singles[g]) for g in group]
+            table = pa.concat_tables([pq.read_table(singles[g]) for g in group]).sort_by("frame_id")
+            write_part(block_path(self.root, run_id, group), table.replace_schema_metadata(None),
+                       {"table": "frames", "lake": self.id, "run": run_id, "clips": group, "rows": table.num_rows,
+                        "not_ok": sum(int(m.get("not_ok", 0)) for m in metas)})
+            for g in group:
+                singles.pop(g).unlink()
+            removed += len(group)
+            out["blocks"] += 1
+            out["clips"] += len(group)
+            group, n = [], 0
+        return {**out, "removed": removed}
 
     def query(self, sql: str, parts: Sequence[Path]):
         """`sql` with {parts} replaced by `read_parquet([...])` of `parts`, as an Arrow table."""
@@ -295,11 +378,25 @@ class Lake:
         return parts
 
 
-def column(table, name: str, dtype=None) -> np.ndarray:
-    """One column of an Arrow table as numpy (nulls: NaN for floats, None for objects)."""
+def column(table, name: str, dtype=None, repeated: bool = False) -> np.ndarray:
+    """One column of an Arrow table as numpy (nulls: NaN for floats, None for objects). `repeated`: a string column of
+    few distinct values (clip names, statuses), converted through its dictionary (one Python string per value, not
+    per row: 1.5x faster)."""
     col = table.column(name)
+    if repeated and col.null_count == 0 and len(col):
+        d = need("pyarrow.compute").dictionary_encode(col).combine_chunks()
+        return d.dictionary.to_numpy(zero_copy_only=False)[d.indices.to_numpy()]
     out = col.to_numpy(zero_copy_only=False) if col.num_chunks != 1 else col.chunk(0).to_numpy(zero_copy_only=False)
     return out if dtype is None else np.asarray(out, dtype)
+
+
+def by_frame(table):
+    """`table` ordered by its frame_id column: as it is when already ordered (parts in clip order usually are, and
+    a check is cheaper than a sort), else one stable argsort and a take."""
+    ids = column(table, "frame_id", np.int64)
+    if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all()):
+        return table
+    return table.take(np.argsort(ids, kind="stable"))
 
 
 def embedding_matrix(table) -> tuple[np.ndarray, np.ndarray, set]:

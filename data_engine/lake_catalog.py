@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from data_engine.lake import Lake, LakeError, column, embedding_matrix, frames_path, frames_schema, hits_path, need, \
-    offline_path, write_frames_part, write_part
+from data_engine.lake import Lake, LakeError, by_frame, column, embedding_matrix, frames_path, frames_schema, \
+    hits_path, need, offline_path, write_frames_part, write_part
 from data_engine.signals import SIGNALS
 
 INTS = ("frame_id", "idx", "cameras", "dim")
@@ -75,9 +75,12 @@ def latest_ok_run(db: sqlite3.Connection):
 
 
 # -- reading the frames parts ----------------------------------------------------------------------------
+def _done(db: sqlite3.Connection, run_id: int) -> set[int]:
+    return {r[0] for r in db.execute("SELECT clip_id FROM shadow_clips WHERE run_id = ?", (run_id,))}
+
+
 def _parts(db: sqlite3.Connection, lake: Lake, run_id: int):
-    done = {r[0] for r in db.execute("SELECT clip_id FROM shadow_clips WHERE run_id = ?", (run_id,))}
-    return lake.frames_parts(run_id, done)
+    return lake.frames_parts(run_id, _done(db, run_id))
 
 
 def _where(status: str | None, exclude: str | None, frame_ids: Iterable[int] | None) -> str:
@@ -102,8 +105,9 @@ def rows(db: sqlite3.Connection, lake: Lake, run_id: int, columns: Sequence[str]
     parts = _parts(db, lake, run_id)
     if not parts:
         return {c: typed(c, []) for c in columns}
-    t = lake.query(f"SELECT {', '.join(columns)} FROM {{parts}} {_where(status, exclude, frame_ids)} ORDER BY frame_id", parts)
-    return {c: typed(c, column(t, c)) for c in columns}
+    cols = list(dict.fromkeys(["frame_id", *columns]))
+    t = by_frame(lake.query(f"SELECT {', '.join(cols)} FROM {{parts}} {_where(status, exclude, frame_ids)}", parts))
+    return {c: typed(c, column(t, c, repeated=c in ("clip", "status"))) for c in columns}
 
 
 def ray_frames(db: sqlite3.Connection, lake: Lake, run_id: int, columns: Sequence[str] | None = None):
@@ -137,12 +141,17 @@ def top(db: sqlite3.Connection, lake: Lake, run_id: int, signal: str, k: int, de
     return typed("frame_id", column(t, "frame_id")), typed(signal, column(t, signal))
 
 
+def compact(db: sqlite3.Connection, lake: Lake, run_id: int, rows: int | None = None) -> dict[str, int]:
+    """The run's done clip parts gathered into blocks of at least `rows` rows (`Lake.compact`)."""
+    return lake.compact(run_id, _done(db, run_id), rows)
+
+
 def embedding_rows(db: sqlite3.Connection, lake: Lake, run_id: int, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(frame ids (M,), raw per-camera vectors (M, N, C) float32) of the run, by frame id."""
     parts = _parts(db, lake, run_id)
     if not parts:
         return np.zeros(0, np.int64), np.zeros((0, 0, 0), np.float32)
-    t = lake.query("SELECT frame_id, cameras, dim, embedding FROM {parts} WHERE embedding IS NOT NULL ORDER BY frame_id", parts)
+    t = by_frame(lake.query("SELECT frame_id, cameras, dim, embedding FROM {parts} WHERE embedding IS NOT NULL", parts))
     ids, flat, shapes = embedding_matrix(t)
     if not len(ids):
         return ids, np.zeros((0, 0, 0), np.float32)

@@ -289,6 +289,8 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
                 stats["corrupt"] += sum(r["status"] == "corrupt" for r in res["rows"])
             bar.update(1)
         bar.close()
+        if cat.lake is not None:  # every full block of done clip parts gathered: queries pay per file
+            stats["compacted"] = cat.compact(run_id)
         stats["bad"] = bad_clips(cat, run_id)  # the run's, clips done before included: a rerun says it again
         stats["bad_clips"] = len(stats["bad"])
     if stats["bad"]:

@@ -188,6 +188,18 @@ def cmd_engine_catalog(args) -> None:
         where = f" (tables on PostgreSQL, {masked(args.postgres)})" if args.postgres else ""
         print(f"created a {args.backend} catalog in {out}{where}; give it to any command as --catalog {out}")
         return
+    if args.catalog_command == "compact":
+        if not args.catalog.is_dir():
+            raise ValueError(f"--catalog {args.catalog} is not a catalog folder; only a lake catalog's parts are compacted")
+        with Catalog(args.catalog) as cat:
+            if cat.lake is None:
+                raise ValueError(f"--catalog {args.catalog} is a sqlite catalog folder, not a lake; only a lake's parts "
+                                 "are compacted")
+            run = cat.latest_run(args.run)
+            r = cat.compact(run, args.rows)
+        print(f"shadow run {run} of {args.catalog}: {r['clips']} clip part(s) gathered into {r['blocks']} block(s); "
+              f"{r['removed']} clip part(s) removed")
+        return
     from data_engine.catalog_migrate import migrate
 
     r = migrate(args.src, args.out, args.postgres)
@@ -211,6 +223,13 @@ def _add_engine_catalog(eng) -> None:
     mg.add_argument("--postgres", default=None, metavar="URL", help="put the new catalog's transactional tables on this "
                     "PostgreSQL server (as `catalog create --postgres`) instead of the folder's SQLite file")
     mg.set_defaults(func=cmd_engine_catalog)
+    cp = sub.add_parser("compact", help="gather a lake run's clip parts into large blocks (queries pay per file); rows "
+                        "unchanged. `engine shadow` does it for every full block at the end of a run")
+    cp.add_argument("--catalog", type=Path, required=True, help="the lake catalog folder")
+    cp.add_argument("--run", type=int, default=None, help="shadow run id (default: the latest good run)")
+    cp.add_argument("--rows", type=int, default=None, help="rows a block gathers at least (default 131,072; the clips short "
+                    "of it stay as they are until more arrive)")
+    cp.set_defaults(func=cmd_engine_catalog)
 
 
 def add_engine(sub) -> None:

@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 from faultlib import ENGINE, Case, Env, junk, mine, params, run_case
 
@@ -74,6 +75,22 @@ def part_kept(tmp: Path) -> None:
     db.close()
 
 
+def compacted(tmp: Path) -> Path:
+    """A lake copy whose one clip part is compacted into a block, the block then truncated."""
+    from data_engine.catalog import Catalog
+
+    lake = lake_copy(tmp)
+    with Catalog(lake) as cat:
+        assert cat.compact(1, 1)["blocks"] == 1
+    block = next((lake / "parts" / "frames" / "run=1").glob("block=*.parquet"))
+    block.write_bytes(block.read_bytes()[:100])
+    return lake
+
+
+def compact(catalog: Path, *extra: str) -> list:
+    return ["engine", "catalog", "compact", "--catalog", catalog, *extra]
+
+
 def shadow(tmp: Path, env: Env, catalog: Path) -> list:
     return ["engine", "shadow", "--onnx", ENGINE["model"], "--data", env.dataset, "--catalog", catalog, "--quiet"]
 
@@ -97,11 +114,40 @@ CASES = [
          words=("not an empty folder",)),
     Case("lake-create-unknown-backend", lambda t, e: ["engine", "catalog", "create", "--out", t / "c", "--backend", "mongo"],
          words=("mongo", "sqlite", "lake")),
+    Case("compact-a-catalog-file", lambda t, e: compact(ENGINE["catalog"]), words=("cat.db", "not a catalog folder", "lake")),
+    Case("compact-rows-zero", lambda t, e: compact(lake_copy(t), "--rows", "0"), words=("--rows", "at least 1")),
+    Case("compact-unknown-run", lambda t, e: compact(lake_copy(t), "--run", "9"), words=("9",)),
+    Case("compact-a-sqlite-folder", lambda t, e: main_ok(["engine", "catalog", "create", "--out", t / "c"]) and compact(t / "c"),
+         words=("not a lake",)),
+    Case("lake-block-truncated", lambda t, e: mine(t, compacted(t), "--budget", "1"),
+         words=("block=1-1.parquet", "truncated", "delete it")),
     Case("lake-migrate-from-junk", lambda t, e: ["engine", "catalog", "migrate", "--from", junk(t, "j.db"), "--to", t / "l"],
          words=("j.db", "not a readable catalog"), check=lambda t: None if not (t / "l").exists() else pytest.fail("wrote --to")),
 ]
 
 
+def main_ok(argv: list) -> bool:
+    from hydranet.cli import main
+
+    return main([str(a) for a in argv]) == 0
+
+
 @pytest.mark.parametrize("case", params(CASES))
 def test_lake_fault(case: Case, tmp_path, fault_env, monkeypatch, capsys):
     run_case(case, tmp_path, fault_env, monkeypatch, capsys)
+
+
+def test_shadow_compacts_full_blocks_as_it_ends(tmp_path, fault_env, monkeypatch):
+    """`engine shadow` on a lake gathers every full block as it ends (BLOCK_ROWS lowered to the one clip's rows)."""
+    import data_engine.lake as lake_mod
+    from data_engine.catalog import Catalog
+
+    monkeypatch.setattr(lake_mod, "BLOCK_ROWS", 2)
+    assert main_ok(["engine", "catalog", "create", "--out", tmp_path / "lake", "--backend", "lake"])
+    assert main_ok(shadow(tmp_path, fault_env, tmp_path / "lake"))
+    assert [p.name for p in (tmp_path / "lake" / "parts" / "frames" / "run=1").iterdir()] == ["block=1-1.parquet"]
+    with Catalog(tmp_path / "lake") as got, Catalog(LAKE["dir"]) as ref:
+        a, b = ref.table(1, status=None), got.table(1, status=None)
+        assert len(b["frame_id"]) == 2 and a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)

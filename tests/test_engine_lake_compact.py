@@ -1,0 +1,139 @@
+"""Compaction of a lake catalog's frames parts (`Lake.compact`, `hydranet engine catalog compact`, the end of
+`engine shadow`): blocks answer exactly what the clip parts answered (and what the SQLite catalog answers: every
+query, every strategy's selection file byte for byte), a kill between a block and the removal of its clip parts
+leaves nothing read twice, and a block that cannot be trusted is one line naming it."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from engine_catalogs import mine_to_file, write_fixture_catalog, write_fixture_offline
+
+from data_engine.catalog import Catalog
+from data_engine.catalog_migrate import PER_FRAME, fingerprint
+from data_engine.lake import LakeError, block_path, create, frames_path
+from data_engine.mining import STRATEGIES
+
+pytest.importorskip("duckdb", reason="the lake backend needs the engine extra (duckdb)")
+CLIPS = (1, 2, 3, 4)  # the fixture catalog: 4 clips of 10 frames, all done
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("compact")
+    db = write_fixture_catalog(root / "catalog.db")
+    lake = write_fixture_catalog(create(root / "lake", "lake"))
+    for p in (db, lake):
+        write_fixture_offline(p)
+    return {"sqlite": db, "lake": lake}
+
+
+def copy(lake: Path, tmp: Path) -> Path:
+    shutil.copytree(lake, tmp / "lake")
+    return tmp / "lake"
+
+
+def files(lake: Path) -> list[str]:
+    return sorted(p.name for p in (lake / "parts" / "frames" / "run=1").iterdir())
+
+
+def assert_same(ref: Path, lake: Path) -> None:
+    """Every per-frame answer of `lake` equals `ref`'s."""
+    with Catalog(ref) as a, Catalog(lake) as b:
+        for status in (None, "ok"):
+            ta, tb = a.table(1, status=status), b.table(1, status=status)
+            assert ta.keys() == tb.keys()
+            for k in ta:
+                np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+        for sig in ("flicker", "jitter"):
+            for desc in (True, False):
+                np.testing.assert_array_equal(np.stack(a.top(1, sig, 7, desc)), np.stack(b.top(1, sig, 7, desc)))
+        ea, eb = a.embeddings(1), b.embeddings(1)
+        assert np.array_equal(ea[0], eb[0]) and ea[1].tobytes() == eb[1].tobytes()
+        assert a.predictions(1, ta["frame_id"]) == b.predictions(1, tb["frame_id"])
+        fa, fb = fingerprint(a), fingerprint(b)
+        assert all(fa[t] == fb[t] for t in PER_FRAME), [t for t in PER_FRAME if fa[t] != fb[t]]
+
+
+@pytest.mark.parametrize("rows, blocks, left", [(20, ["block=1-2", "block=3-4"], []), (25, ["block=1-3"], ["clip=4"]),
+                                                (1000, [], ["clip=1", "clip=2", "clip=3", "clip=4"])])
+def test_blocks_answer_what_the_clip_parts_did(both, tmp_path, rows, blocks, left):
+    lake = copy(both["lake"], tmp_path)
+    with Catalog(lake) as cat:
+        got = cat.compact(1, rows)
+    assert got == {"blocks": len(blocks), "clips": 4 - len(left), "removed": 4 - len(left)}
+    assert files(lake) == sorted([f"{b}.parquet" for b in blocks] + [f"{c}.parquet" for c in left])
+    assert_same(both["sqlite"], lake)
+    with Catalog(lake) as cat:  # a second compaction finds nothing new to gather
+        assert cat.compact(1, rows) == {"blocks": 0, "clips": 0, "removed": 0}
+
+
+def test_every_strategy_selects_the_same_files_after_compaction(both, tmp_path):
+    lake = copy(both["lake"], tmp_path)
+    with Catalog(lake) as cat:
+        cat.compact(1, 25)
+    for unit in ("frame", "clip"):
+        for strategy in STRATEGIES:
+            a = mine_to_file(both["sqlite"], strategy, unit, tmp_path / f"{strategy}-{unit}-sqlite.json")
+            b = mine_to_file(lake, strategy, unit, tmp_path / f"{strategy}-{unit}-lake.json")
+            assert a == b, f"{strategy} ({unit}) selects differently after compaction"
+
+
+def test_a_kill_between_block_and_removal_reads_nothing_twice(both, tmp_path, capsys):
+    lake = copy(both["lake"], tmp_path)
+    with Catalog(lake) as cat:
+        cat.compact(1, 20)
+    for c in CLIPS:  # the clip parts back, as a compaction killed after its renames and before its unlinks leaves them
+        shutil.copy(frames_path(both["lake"], 1, c), frames_path(lake, 1, c))
+    assert_same(both["sqlite"], lake)
+    assert "no done marker" not in capsys.readouterr().err  # covered, not pending
+    with Catalog(lake) as cat:
+        assert cat.compact(1, 20) == {"blocks": 0, "clips": 0, "removed": 4}
+    assert files(lake) == ["block=1-2.parquet", "block=3-4.parquet"]
+
+
+def test_a_part_without_its_done_marker_is_not_compacted(both, tmp_path, capsys):
+    lake = copy(both["lake"], tmp_path)
+    db = sqlite3.connect(str(lake / "catalog.db"))
+    db.execute("DELETE FROM shadow_clips WHERE clip_id = 2")  # the driver was killed before it committed clip 2
+    db.commit()
+    db.close()
+    with Catalog(lake) as cat:
+        assert cat.compact(1, 20) == {"blocks": 1, "clips": 2, "removed": 2}  # clips 1 and 3: done and in order
+        assert len(cat.table(1, status=None)["frame_id"]) == 30
+        assert "have no done marker and are ignored" in capsys.readouterr().err
+        cat.commit_clip(1, 2)  # what a rerun of shadow does
+        assert cat.compact(1, 20) == {"blocks": 1, "clips": 2, "removed": 2}
+    assert files(lake) == ["block=1-3.parquet", "block=2-4.parquet"]
+    assert_same(both["sqlite"], lake)
+
+
+def damaged(lake: Path, how: str) -> Path:
+    block = block_path(lake, 1, [1, 2])
+    if how == "truncated":
+        block.write_bytes(block.read_bytes()[:200])
+    elif how == "not done":
+        db = sqlite3.connect(str(lake / "catalog.db"))
+        db.execute("DELETE FROM shadow_clips WHERE clip_id = 1")
+        db.commit()
+        db.close()
+    elif how == "twice":
+        shutil.copy(block, block.with_name("block=1-9.parquet"))
+    return block
+
+
+@pytest.mark.parametrize("how, says", [("truncated", "is truncated or not Parquet"),
+                                       ("not done", "holds clip 1 of shadow run 1, which the catalog does not mark done"),
+                                       ("twice", "both hold clip 1 of run 1")])
+def test_a_block_that_cannot_be_trusted_is_refused_naming_it(both, tmp_path, how, says):
+    lake = copy(both["lake"], tmp_path)
+    with Catalog(lake) as cat:
+        cat.compact(1, 20)
+    block = damaged(lake, how)
+    with Catalog(lake) as cat, pytest.raises(LakeError, match=says) as e:
+        cat.table(1)
+    assert str(block) in str(e.value) and "\n" not in str(e.value)
+
