@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -51,6 +52,27 @@ class SyntheticFleet:
 
     def clip(self, name: str) -> Clip:
         return Clip(name, [{"index": k, "dir": f"{k:06d}", "timestamp_us": k * 500_000} for k in range(self.frames)])
+
+
+def log(stage: str) -> None:
+    """Progress on stderr: the stage done, this process's resident memory now and at its peak (Linux)."""
+    status = Path("/proc/self/status").read_text() if Path("/proc/self/status").exists() else ""
+    mem = {ln.split(":")[0]: int(ln.split()[1]) / 2**20 for ln in status.splitlines() if ln.startswith(("VmRSS", "VmHWM"))}
+    print(f"[{time.strftime('%H:%M:%S')}] {stage}: RSS {mem.get('VmRSS', 0):.1f} GiB (peak {mem.get('VmHWM', 0):.1f})",
+          file=sys.stderr, flush=True)
+
+
+class Rows(list):
+    """The table's rows, each also printed on stderr as it comes (a run killed late keeps what it measured)."""
+
+    def append(self, row: tuple[str, str, str]) -> None:
+        super().append(row)
+        print("| " + " | ".join(row) + " |", file=sys.stderr, flush=True)
+
+    def __iadd__(self, rows):
+        for r in rows:
+            self.append(r)
+        return self
 
 
 def timed(fn, runs: int) -> tuple[float, object]:
@@ -112,7 +134,7 @@ def run(args) -> None:
     cols = list(SIGNALS[: args.signals])
     centres = rng.normal(size=(1000, args.dim))
     tmp = Path(tempfile.mkdtemp(prefix="catalog_scale_", dir="/tmp"))
-    rows_out = []
+    rows_out = Rows()
     try:
         path = create(tmp / "lake", "lake") if args.backend == "lake" else tmp / "catalog.db"
         fleet = SyntheticFleet(str(tmp / "fleet"), n_clips, args.clip_frames)
@@ -128,6 +150,8 @@ def run(args) -> None:
             t_reg = time.perf_counter() - t0
             clips = [(clip_ids[name], name, [frame_ids[(name, f)] for f in range(args.clip_frames)],
                       {frame_ids[(name, f)]: f for f in range(args.clip_frames)}) for name in fleet.clip_names]
+            del frame_ids  # 10M (clip, index) keys: gigabytes the later stages need
+            log("registered")
             rows_out.append(("register fleet (clips + frames, SQLite)", f"{t_reg:.1f} s", f"{n / t_reg:,.0f} frames/s"))
             if args.backend == "lake":
                 half = clips[: len(clips) // 2]
@@ -135,6 +159,7 @@ def run(args) -> None:
                 n1 = sum(len(c[2]) for c in half)
                 tw, tc = ingest_lake(cat, run_id, clips[len(half):], cols, args.dim, centres, args.writers)
                 nw, cw = n - n1, len(clips) - len(half)
+                del half
                 rows_out += [("ingest, 1 writer (parts + done markers)", f"{t1:.1f} s", f"{n1 / t1:,.0f} frames/s"),
                              (f"ingest, {args.writers} writers", f"{tw:.1f} s", f"{nw / tw:,.0f} frames/s, x{(nw / tw) / (n1 / t1):.2f} "
                               "of 1 writer"),
@@ -153,6 +178,8 @@ def run(args) -> None:
                 t_ingest = time.perf_counter() - t0
                 rows_out.append(("ingest, 1 writer (write_clip)", f"{t_ingest:.1f} s", f"{n / t_ingest:,.0f} frames/s, "
                                  f"{n_clips / t_ingest:,.0f} transactions/s"))
+        del clips
+        log("ingested")
         size_mb = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file() and "fleet" not in p.parts) / 2**20
         rows_out.append(("catalog size on disk", f"{size_mb:,.0f} MiB", ""))
         with Catalog(path) as cat:
@@ -160,6 +187,7 @@ def run(args) -> None:
             table = cat.table(run_id)
             t_table = time.perf_counter() - t0
             assert len(table["frame_id"]) == n
+            log("whole table read")
             signal_cols = {c: table[c] for c in (cols[0], cols[-1])}
             frame_col = table["frame_id"]
             del table  # at 10M frames the whole table is gigabytes: keep the two columns the checks need
@@ -174,6 +202,7 @@ def run(args) -> None:
             t0 = time.perf_counter()
             e_ids, e = cat.embeddings(run_id)
             t_load = time.perf_counter() - t0
+            log("embeddings read")
             rows_out.append(("embedding matrix into memory (once per Catalog)", f"{t_load:.1f} s", f"{e.nbytes / 2**20:,.0f} MiB "
                              "float32, unit rows"))
             queries = rng.choice(n, args.runs, replace=False)
@@ -187,9 +216,11 @@ def run(args) -> None:
         t0 = time.perf_counter()
         index = build(e, e_ids)
         t_build = time.perf_counter() - t0
+        log("index built")
         import faiss
 
-        mib = faiss.serialize_index(index).nbytes / 2**20
+        faiss.write_index(index, str(tmp / "index.faiss"))  # its size on disk is its size in memory (IVF-Flat)
+        mib = (tmp / "index.faiss").stat().st_size / 2**20
         rows_out.append(("ANN index build (FAISS IVF-Flat)", f"{t_build:.1f} s", f"{index.nlist} lists, {mib:,.0f} MiB"))
         times, recalls = [], []
         for q, ref in exact.items():
@@ -201,8 +232,9 @@ def run(args) -> None:
         rows_out.append(("ANN 50-NN query", f"{t_ann * 1e3:,.2f} ms", f"recall@50 vs exact {np.mean(recalls):.3f} (min "
                          f"{min(recalls):.2f}) over {len(recalls)} queries; targets < 50 ms, >= 0.95: "
                          + ("met" if t_ann < 0.05 and np.mean(recalls) >= 0.95 else "MISSED")))
+        log("ANN queried")
         if args.mine_budget:
-            rows_out += mining_rows(e, e_ids, index, args.mine_budget)
+            rows_out += mining_rows(e, e_ids, index, args.mine_budget, exact=n <= args.exact_mine_max)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"# catalog at scale, backend {args.backend}: {n:,} frames ({n_clips:,} clips x {args.clip_frames}), {len(cols)} "
@@ -219,23 +251,29 @@ def coverage_radius(emb: np.ndarray, picks) -> float:
     return float(np.sqrt(max(2 - 2 * worst, 0)))
 
 
-def mining_rows(e: np.ndarray, ids: np.ndarray, index, budget: int) -> list[tuple[str, str, str]]:
-    """Diversity's k-center greedy over every frame, exact and through the ANN index: time and coverage radius."""
+def mining_rows(e: np.ndarray, ids: np.ndarray, index, budget: int, exact: bool = True) -> list[tuple[str, str, str]]:
+    """Diversity's k-center greedy over every frame, through the ANN index and (with `exact`) exactly: time and
+    coverage radius. Exact k-center works on a float64 copy of the pool (10 GB at 10M frames): skipped above
+    --exact-mine-max."""
     from data_engine.mining import index_ball, k_center_ann, k_center_greedy
 
     t0 = time.perf_counter()
-    exact, _ = k_center_greedy(e, budget)
-    t_exact = time.perf_counter() - t0
-    t0 = time.perf_counter()
     approx, _ = k_center_ann(e, budget, index_ball(index, ids, e))
     t_ann = time.perf_counter() - t0
-    r_exact, r_ann = coverage_radius(e, exact), coverage_radius(e, approx)
+    r_ann = coverage_radius(e, approx)
     r_rand = coverage_radius(e, np.random.default_rng(1).choice(len(e), budget, replace=False))
-    return [(f"diversity k-center, {budget} picks, exact (`k_center_greedy`)", f"{t_exact:.1f} s",
-             f"coverage radius {r_exact:.3f} (random picks: {r_rand:.3f})"),
-            (f"diversity k-center, {budget} picks, through the ANN index (`k_center_ann`)", f"{t_ann:.1f} s",
-             f"x{t_exact / t_ann:.0f} faster; coverage radius {r_ann:.3f} ({r_ann / r_exact:.3f} of exact); "
-             f"{len(set(exact) & set(approx))} picks in common")]
+    rows = [(f"diversity k-center, {budget} picks, through the ANN index (`k_center_ann`)", f"{t_ann:.1f} s",
+             f"coverage radius {r_ann:.3f} (random picks: {r_rand:.3f})")]
+    if not exact:
+        return rows + [(f"diversity k-center, {budget} picks, exact (`k_center_greedy`)", "skipped",
+                        f"its float64 copy of {len(e):,} embeddings does not fit beside the index (--exact-mine-max)")]
+    t0 = time.perf_counter()
+    exact_picks, _ = k_center_greedy(e, budget)
+    t_exact = time.perf_counter() - t0
+    r_exact = coverage_radius(e, exact_picks)
+    return rows + [(f"diversity k-center, {budget} picks, exact (`k_center_greedy`)", f"{t_exact:.1f} s",
+                    f"coverage radius {r_exact:.3f}; the index's is {r_ann / r_exact:.3f} of it, x{t_exact / t_ann:.0f} "
+                    f"faster; {len(set(exact_picks) & set(approx))} picks in common")]
 
 
 if __name__ == "__main__":
@@ -249,6 +287,7 @@ if __name__ == "__main__":
     ap.add_argument("--writers", type=int, default=2, help="lake: parallel writer processes for the second half")
     ap.add_argument("--no-compact", dest="compact", action="store_false", help="lake: query the clip parts as written "
                     "(one per clip), not compacted into blocks")
+    ap.add_argument("--exact-mine-max", type=int, default=2_000_000, help="exact k-center only up to this many frames")
     ap.add_argument("--mine-budget", type=int, default=100, help="diversity k-center picks, exact and through the ANN "
                     "index (0: skip)")
     run(ap.parse_args())

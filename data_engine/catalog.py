@@ -62,6 +62,7 @@ class Catalog:
         return table_columns(self.db, table)
 
     def close(self) -> None:
+        self._emb_cache.clear()  # gigabytes at fleet scale: a closed catalog holds none of it
         self.db.close()
         if self.lake is not None:
             self.lake.close()

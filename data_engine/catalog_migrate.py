@@ -150,6 +150,7 @@ def _write_parts(cat: Catalog, old: Catalog) -> int:
             write_frames_part(lk.lake_ref(lake, run), clip_id, name, idx, rows)
             n += 1
         for run in [r[0] for r in cat.db.execute("SELECT id FROM shadow_runs ORDER BY id")]:
+            cat.compact(run)  # full blocks, as engine shadow leaves them (the fingerprint below checks them too)
             for col, values in old.offline(run).items():
                 f = sorted(values)
                 lk.write_offline(cat.db, lake, run, f, {col: [values[i] for i in f]}, [])

@@ -319,9 +319,9 @@ class Lake:
 
     def compact(self, run_id: int, done: set[int], rows: int | None = None) -> dict[str, int]:
         """Gather the run's done clip parts, in clip order, into blocks of at least `rows` rows (default BLOCK_ROWS;
-        the last clips, short of `rows`, stay as they are until more arrive); each block written whole (temp, rename), then the clip parts
-        it covers deleted. Clip parts a block already covers (a compaction killed between the two) are deleted first.
-        Returns {"blocks": written, "clips": compacted, "removed": clip parts deleted}."""
+        the last clips, short of `rows`, stay as they are until more arrive); each block written whole (temp, rename),
+        then the clip parts it covers deleted. Clip parts a block already covers (a compaction killed between the two)
+        are deleted first. Returns {"blocks": written, "clips": compacted, "removed": clip parts deleted}."""
         rows = BLOCK_ROWS if rows is None else rows
         if int(rows) < 1:
             raise LakeError(f"--rows must be at least 1, got {rows}")

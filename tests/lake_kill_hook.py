@@ -1,12 +1,14 @@
 """Test-only pauses at the kill points of a lake shadow run (tests/test_engine_lake_kill.py): a worker stopped half way
-through writing its clip's part, the driver stopped inside the transaction of a clip's done marker. Nothing in
+through writing its clip's part, the driver stopped inside the transaction of a clip's done marker, or half way
+through writing the first block of the compaction that ends the run. Nothing in
 data_engine knows of them: `python -c "import lake_kill_hook; lake_kill_hook.main()" ARGS` (tests/ on PYTHONPATH)
 patches the driver, then runs `hydranet ARGS`; the pool's workers get the patch through their initializer (pickled by
 reference to this module).
 
 $LAKE_KILL_HOOK (JSON): {"dir": the folder of the signal files, "worker": clip id whose part write pauses,
-"driver": clip id whose done marker pauses}. A paused process writes DIR/worker-<clip> (or driver-<clip>) holding its
-pid, then waits for DIR/go (the test kills it first, or writes go to let it finish).
+"driver": clip id whose done marker pauses, "block_rows": the driver's compaction block size (lake.BLOCK_ROWS),
+"compact": true to pause the first block write}. A paused process writes DIR/worker-<clip> (driver-<clip>, compact)
+holding its pid, then waits for DIR/go (the test kills it first, or writes go to let it finish).
 """
 from __future__ import annotations
 
@@ -39,7 +41,11 @@ def _paused_atomic_path(original):
     def atomic_path(path):
         conf = _conf()
         path = Path(path)
-        if conf.get("worker") is None or path.name != f"clip={conf['worker']}.parquet":
+        if conf.get("compact") and path.name.startswith("block="):
+            what = "compact"
+        elif conf.get("worker") is not None and path.name == f"clip={conf['worker']}.parquet":
+            what = f"worker-{conf['worker']}"
+        else:
             with original(path) as tmp:
                 yield tmp
             return
@@ -53,7 +59,7 @@ def _paused_atomic_path(original):
             with open(tmp, "wb") as f:  # the temp half written when the kill lands
                 f.write(data[: len(data) // 2])
                 f.flush()
-                _pause(conf, f"worker-{conf['worker']}")
+                _pause(conf, what)
                 f.write(data[len(data) // 2:])
             os.replace(tmp, path)
         finally:
@@ -83,8 +89,11 @@ def install_driver() -> None:
     from data_engine import shadow
     from data_engine.catalog import Catalog
 
+    import data_engine.lake as lake
+
     shadow._original_init_worker = shadow._init_worker
     shadow._init_worker = init_worker
+    lake.BLOCK_ROWS = _conf().get("block_rows") or lake.BLOCK_ROWS
     install_worker()  # the in-process path (--workers 1) writes parts in the driver
     commit = Catalog.commit_clip
 

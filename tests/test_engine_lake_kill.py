@@ -10,7 +10,9 @@ pauses the processes there; data_engine knows nothing of it):
   after committing the clips done;
 - driver: the driver killed alone while a worker is half way through clip 3's part: the workers end by themselves
   (an orphaned worker went on writing parts, then waited forever);
-- poll: the plain CLI, no pause, the group killed as soon as a first part exists.
+- poll: the plain CLI, no pause, the group killed as soon as a first part exists;
+- compact: every clip done, the compaction that ends the run (blocks of two clips here) half way through its first
+  block; the whole group killed. The rerun shadows nothing, compacts, and reads every frame once.
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ def mine_all(lake: Path, out: Path) -> dict[str, bytes]:
 
 def snapshot(lake: Path) -> dict:
     """What the catalog holds: its SQLite rows (clips, frames, done markers without their time) and every row of its
-    done parts, by frame id."""
+    runs' parts (clip parts and blocks; a frame in two would show twice), by frame id."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -94,7 +96,7 @@ def snapshot(lake: Path) -> dict:
         done = db.execute("SELECT run_id, clip_id, frames, corrupt FROM shadow_clips ORDER BY run_id, clip_id").fetchall()
     finally:
         db.close()
-    parts = [frames_path(lake, run, clip) for run, clip, _, _ in done]
+    parts = sorted({p for run, _, _, _ in done for p in (lake / "parts" / "frames" / f"run={run}").glob("*.parquet")})
     rows = pa.concat_tables([pq.read_table(p) for p in parts]).sort_by("frame_id").to_pylist() if parts else []
     return {"tables": tables, "done": done, "rows": rows}
 
@@ -158,13 +160,15 @@ def done_clips(lake: Path) -> set[int]:
         db.close()
 
 
-@pytest.mark.parametrize("kill", ["group", "worker", "driver", "poll"])
-def test_kill_9_then_rerun_equals_a_single_writer_run(env, tmp_path, kill):
+@pytest.mark.parametrize("kill", ["group", "worker", "driver", "poll", "compact"])
+def test_kill_9_then_rerun_equals_a_single_writer_run(env, tmp_path, kill, monkeypatch):
     lake = tmp_path / "lake"
     cli("engine", "catalog", "create", "--out", lake, "--backend", "lake")
     sig = tmp_path / "signals"
     sig.mkdir()
     hook = {"dir": str(sig), "worker": 3, "driver": 2 if kill == "group" else None}
+    if kill == "compact":
+        hook = {"dir": str(sig), "block_rows": 6, "compact": True}
     pythonpath = os.pathsep.join(p for p in (str(REPO / "tests"), os.environ.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-c", "import lake_kill_hook; lake_kill_hook.main()"] if kill != "poll" else \
         [sys.executable, "-m", "hydranet.cli"]
@@ -176,6 +180,10 @@ def test_kill_9_then_rerun_equals_a_single_writer_run(env, tmp_path, kill):
     try:
         if kill == "poll":
             wait_for("a first part", lambda: any(part.glob("clip=*.parquet")) if part.is_dir() else False, proc)
+            os.killpg(pgid, signal.SIGKILL)
+        elif kill == "compact":
+            wait_for("its first block", lambda: (sig / "compact").exists(), proc)
+            assert [p.name for p in part.glob("block=*")] == [f"block=1-2.parquet.tmp-{(sig / 'compact').read_text()}"]
             os.killpg(pgid, signal.SIGKILL)
         else:
             wait_for("its kill point", lambda: (sig / "worker-3").exists() and frames_path(lake, 1, 4).exists()
@@ -207,7 +215,9 @@ def test_kill_9_then_rerun_equals_a_single_writer_run(env, tmp_path, kill):
 
     # the killed state: only marked clips are read, whole parts only, a half part is a temp
     done, before = done_clips(lake), whole_parts(lake)
-    if kill != "poll":
+    if kill == "compact":
+        assert done == {1, 2, 3, 4} and set(before) == {frames_path(lake, 1, c) for c in (1, 2, 3, 4)}
+    elif kill != "poll":
         assert done <= {1, 2, 4} and set(before) == {frames_path(lake, 1, c) for c in (1, 2, 4)}
         assert kill != "group" or 2 not in done  # the marker's transaction died with the driver
     from data_engine.catalog import Catalog
@@ -217,11 +227,19 @@ def test_kill_9_then_rerun_equals_a_single_writer_run(env, tmp_path, kill):
     names = {name for cid, _, name, _ in env["ref"]["tables"]["clips"] if cid in done}
     assert sorted(table["frame_id"].tolist()) == [r["frame_id"] for r in env["ref"]["rows"] if r["clip"] in names]
 
+    if kill == "compact":  # the rerun compacts as the killed run would have
+        import data_engine.lake as lake_mod
+
+        monkeypatch.setattr(lake_mod, "BLOCK_ROWS", 6)
     out = cli(*shadow_args(env, lake))  # the rerun, to completion
     left = len(before)
     assert f"{CLIPS - left} of {CLIPS} clips shadowed now ({left} done before)" in out, out
-    assert sorted(p.name for p in run_dir(lake).iterdir()) == [f"clip={c}.parquet" for c in range(1, CLIPS + 1)]  # no temp
-    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in before} == before  # committed, never rewritten
+    files = sorted(p.name for p in run_dir(lake).iterdir())  # no temp
+    if kill == "compact":
+        assert files == ["block=1-2.parquet", "block=3-4.parquet"]
+    else:
+        assert files == [f"clip={c}.parquet" for c in range(1, CLIPS + 1)]
+        assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in before} == before  # committed, never rewritten
     got = snapshot(lake)
     ids = [r["frame_id"] for r in got["rows"]]
     assert len(ids) == len(set(ids)) == 3 * CLIPS  # no frame lost, none twice
