@@ -65,6 +65,43 @@ def write_fixture_offline(path: Path) -> None:
         cols["ensemble"][3] = np.nan
         cat.write_offline(1, ids.tolist(), cols, [{"path": "a.onnx"}, {"path": "b.onnx"}])
 
+def both_backends(root: Path) -> dict[str, Path]:
+    """The seeded fixture catalog (with its offline columns) written twice under `root`: {"sqlite": a catalog file,
+    "lake": a lake catalog folder}."""
+    from data_engine.lake import create
+
+    db = write_fixture_catalog(root / "catalog.db")
+    lake = write_fixture_catalog(create(root / "lake", "lake"))
+    for p in (db, lake):
+        write_fixture_offline(p)
+    return {"sqlite": db, "lake": lake}
+
+
+def assert_same_answers(ref: Path, other: Path) -> None:
+    """Every per-frame answer of catalog `other` equals `ref`'s (tables, top-k both ways, embeddings byte for byte,
+    predictions, offline columns, each per-frame table's fingerprint): the lake against the SQLite file, a compacted
+    lake against the clip parts."""
+    from data_engine.catalog_migrate import PER_FRAME, fingerprint
+
+    with Catalog(ref) as a, Catalog(other) as b:
+        assert a.latest_run() == b.latest_run() == 1
+        for status in (None, "ok"):
+            ta, tb = a.table(1, status=status), b.table(1, status=status)
+            assert ta.keys() == tb.keys()
+            for k in ta:
+                np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+        for sig in ("flicker", "jitter"):
+            for desc in (True, False):
+                np.testing.assert_array_equal(np.stack(a.top(1, sig, 7, desc)), np.stack(b.top(1, sig, 7, desc)))
+        ea, eb = a.embeddings(1), b.embeddings(1)
+        assert np.array_equal(ea[0], eb[0]) and ea[1].tobytes() == eb[1].tobytes()
+        assert a.predictions(1, ta["frame_id"]) == b.predictions(1, tb["frame_id"])
+        oa, ob = a.offline(1), b.offline(1)
+        assert oa.keys() == ob.keys() and all(np.allclose(list(oa[k].values()), list(ob[k].values()), equal_nan=True) for k in oa)
+        fa, fb = fingerprint(a), fingerprint(b)
+        assert all(fa[t] == fb[t] for t in PER_FRAME), [t for t in PER_FRAME if fa[t] != fb[t]]  # row for row
+
+
 def mine_to_file(path: Path, strategy: str, unit: str, out: Path) -> bytes:
     """The selection file of `strategy` over the fixture catalog (6 frames or 2 clips, min gap 0.25 s), as bytes:
     what the backend tests compare byte for byte."""

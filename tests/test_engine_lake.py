@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from engine_catalogs import mine_to_file, write_fixture_catalog, write_fixture_offline
+from engine_catalogs import assert_same_answers, both_backends, mine_to_file, write_fixture_catalog
 
 from data_engine.catalog import Catalog
-from data_engine.catalog_migrate import PER_FRAME, fingerprint, migrate
+from data_engine.catalog_migrate import fingerprint, migrate
 from data_engine.lake import LakeError, create, frames_path, read_marker
 from data_engine.mining import STRATEGIES
 from data_engine.triggers import build_triggers, fire_all
@@ -23,12 +23,7 @@ pytest.importorskip("duckdb", reason="the lake backend needs the engine extra (d
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("lake")
-    db = write_fixture_catalog(root / "catalog.db")
-    lake = write_fixture_catalog(create(root / "lake", "lake"))
-    for p in (db, lake):
-        write_fixture_offline(p)
-    return {"sqlite": db, "lake": lake}
+    return both_backends(tmp_path_factory.mktemp("lake"))
 
 
 def test_folder_layout_and_parts(both):
@@ -43,22 +38,7 @@ def test_folder_layout_and_parts(both):
 
 
 def test_same_answers_on_both_backends(both):
-    with Catalog(both["sqlite"]) as a, Catalog(both["lake"]) as b:
-        assert a.latest_run() == b.latest_run() == 1
-        ta, tb = a.table(1, status=None), b.table(1, status=None)
-        assert ta.keys() == tb.keys()
-        for k in ta:
-            np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
-        for sig in ("flicker", "jitter"):
-            for desc in (True, False):
-                np.testing.assert_array_equal(np.stack(a.top(1, sig, 7, desc)), np.stack(b.top(1, sig, 7, desc)))
-        ea, eb = a.embeddings(1), b.embeddings(1)
-        assert np.array_equal(ea[0], eb[0]) and ea[1].tobytes() == eb[1].tobytes()
-        assert a.predictions(1, ta["frame_id"]) == b.predictions(1, tb["frame_id"])
-        oa, ob = a.offline(1), b.offline(1)
-        assert oa.keys() == ob.keys() and all(np.allclose(list(oa[k].values()), list(ob[k].values()), equal_nan=True) for k in oa)
-        fa, fb = fingerprint(a), fingerprint(b)
-        assert all(fa[t] == fb[t] for t in PER_FRAME), [t for t in PER_FRAME if fa[t] != fb[t]]  # row for row
+    assert_same_answers(both["sqlite"], both["lake"])
 
 
 @pytest.mark.parametrize("unit", ["frame", "clip"])

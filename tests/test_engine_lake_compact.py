@@ -8,13 +8,11 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import numpy as np
 import pytest
-from engine_catalogs import mine_to_file, write_fixture_catalog, write_fixture_offline
+from engine_catalogs import assert_same_answers, both_backends, mine_to_file
 
 from data_engine.catalog import Catalog
-from data_engine.catalog_migrate import PER_FRAME, fingerprint
-from data_engine.lake import LakeError, block_path, create, frames_path
+from data_engine.lake import LakeError, block_path, frames_path
 from data_engine.mining import STRATEGIES
 
 pytest.importorskip("duckdb", reason="the lake backend needs the engine extra (duckdb)")
@@ -23,12 +21,7 @@ CLIPS = (1, 2, 3, 4)  # the fixture catalog: 4 clips of 10 frames, all done
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("compact")
-    db = write_fixture_catalog(root / "catalog.db")
-    lake = write_fixture_catalog(create(root / "lake", "lake"))
-    for p in (db, lake):
-        write_fixture_offline(p)
-    return {"sqlite": db, "lake": lake}
+    return both_backends(tmp_path_factory.mktemp("compact"))
 
 
 def copy(lake: Path, tmp: Path) -> Path:
@@ -40,24 +33,6 @@ def files(lake: Path) -> list[str]:
     return sorted(p.name for p in (lake / "parts" / "frames" / "run=1").iterdir())
 
 
-def assert_same(ref: Path, lake: Path) -> None:
-    """Every per-frame answer of `lake` equals `ref`'s."""
-    with Catalog(ref) as a, Catalog(lake) as b:
-        for status in (None, "ok"):
-            ta, tb = a.table(1, status=status), b.table(1, status=status)
-            assert ta.keys() == tb.keys()
-            for k in ta:
-                np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
-        for sig in ("flicker", "jitter"):
-            for desc in (True, False):
-                np.testing.assert_array_equal(np.stack(a.top(1, sig, 7, desc)), np.stack(b.top(1, sig, 7, desc)))
-        ea, eb = a.embeddings(1), b.embeddings(1)
-        assert np.array_equal(ea[0], eb[0]) and ea[1].tobytes() == eb[1].tobytes()
-        assert a.predictions(1, ta["frame_id"]) == b.predictions(1, tb["frame_id"])
-        fa, fb = fingerprint(a), fingerprint(b)
-        assert all(fa[t] == fb[t] for t in PER_FRAME), [t for t in PER_FRAME if fa[t] != fb[t]]
-
-
 @pytest.mark.parametrize("rows, blocks, left", [(20, ["block=1-2", "block=3-4"], []), (25, ["block=1-3"], ["clip=4"]),
                                                 (1000, [], ["clip=1", "clip=2", "clip=3", "clip=4"])])
 def test_blocks_answer_what_the_clip_parts_did(both, tmp_path, rows, blocks, left):
@@ -66,7 +41,7 @@ def test_blocks_answer_what_the_clip_parts_did(both, tmp_path, rows, blocks, lef
         got = cat.compact(1, rows)
     assert got == {"blocks": len(blocks), "clips": 4 - len(left), "removed": 4 - len(left)}
     assert files(lake) == sorted([f"{b}.parquet" for b in blocks] + [f"{c}.parquet" for c in left])
-    assert_same(both["sqlite"], lake)
+    assert_same_answers(both["sqlite"], lake)
     with Catalog(lake) as cat:  # a second compaction finds nothing new to gather
         assert cat.compact(1, rows) == {"blocks": 0, "clips": 0, "removed": 0}
 
@@ -88,7 +63,7 @@ def test_a_kill_between_block_and_removal_reads_nothing_twice(both, tmp_path, ca
         cat.compact(1, 20)
     for c in CLIPS:  # the clip parts back, as a compaction killed after its renames and before its unlinks leaves them
         shutil.copy(frames_path(both["lake"], 1, c), frames_path(lake, 1, c))
-    assert_same(both["sqlite"], lake)
+    assert_same_answers(both["sqlite"], lake)
     assert "no done marker" not in capsys.readouterr().err  # covered, not pending
     with Catalog(lake) as cat:
         assert cat.compact(1, 20) == {"blocks": 0, "clips": 0, "removed": 4}
@@ -108,7 +83,7 @@ def test_a_part_without_its_done_marker_is_not_compacted(both, tmp_path, capsys)
         cat.commit_clip(1, 2)  # what a rerun of shadow does
         assert cat.compact(1, 20) == {"blocks": 1, "clips": 2, "removed": 2}
     assert files(lake) == ["block=1-3.parquet", "block=2-4.parquet"]
-    assert_same(both["sqlite"], lake)
+    assert_same_answers(both["sqlite"], lake)
 
 
 def damaged(lake: Path, how: str) -> Path:
@@ -147,4 +122,4 @@ def test_migrate_compacts_what_it_moves(both, tmp_path, monkeypatch):
     monkeypatch.setattr(lake_mod, "BLOCK_ROWS", 20)
     migrate(both["sqlite"], tmp_path / "moved")
     assert files(tmp_path / "moved") == ["block=1-2.parquet", "block=3-4.parquet"]
-    assert_same(both["sqlite"], tmp_path / "moved")
+    assert_same_answers(both["sqlite"], tmp_path / "moved")
