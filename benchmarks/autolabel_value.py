@@ -3,7 +3,8 @@ on auto-labels of the same N frames, and on auto-labels of 2N frames at no human
 the same frozen suites.
 
     python benchmarks/autolabel_value.py --production RUN --out OUT [--seeds 3] [--budget 8] [--retrain-steps 20]
-        [--fleet-clips 6] [--suite-clips 2] [--suite-frames 2] [--image 320x192] [--resamples 2000] [--overwrite]
+        [--fleet-clips 6] [--suite-clips 2] [--suite-frames 2] [--image 320x192] [--resamples 2000]
+        [--overwrite | --resume]
 
 Per seed s (the round's fleet is `loop.fleet_seed` 1000 + s: the same fleet, shadow run and selection for the
 oracle and auto arms of that seed), three one-round loops (`data_engine.loop.Loop`, the demo's round: hybrid
@@ -20,7 +21,9 @@ frames; `loop.unit_tests` off so no arm grows it). Reported per arm and head: th
 the suites (the gate's aggregate row), its change from the production, and the paired differences auto N - oracle N
 and auto 2N - oracle N over seeds with a percentile bootstrap over seeds (`data_engine.intervals.interval`; with 3
 seeds an interval says little: it is printed so that nobody reads a point as a result). Writes OUT/results.json
-and OUT/results.md; each loop's folder stays under OUT/<arm>/s<seed> (gate.json, labels, the summary line).
+and OUT/results.md (a head no suite could score, e.g. no sign matched, is "not scored", never a NaN); each loop's
+folder stays under OUT/<arm>/s<seed> (gate.json, labels, the summary line). --resume continues a killed run: the
+loops are resumable, a finished one is read back, not rerun.
 """
 from __future__ import annotations
 
@@ -82,6 +85,15 @@ def paired(values: dict[str, list[float]], a: str, b: str, resamples: int) -> di
     return {"mean": float(d.mean()), "ci": None if ci is None else [float(ci[0]), float(ci[1])], "per_seed": d.tolist()}
 
 
+def finite(obj):
+    """`obj` with every non-finite float (an undefined per-seed value) as None, for JSON."""
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return None if isinstance(obj, float) and not np.isfinite(obj) else obj
+
+
 def nanmean(values) -> float:
     """The mean of the finite values (NaN when none is)."""
     v = np.asarray(values, np.float64)
@@ -101,13 +113,14 @@ def main() -> None:
     ap.add_argument("--image", default="320x192", help="the fleet's and suites' render size, WxH (the demo's)")
     ap.add_argument("--resamples", type=int, default=2000)
     ap.add_argument("--overwrite", action="store_true")
+    ap.add_argument("--resume", action="store_true", help="continue OUT (finished loops are read back)")
     args = ap.parse_args()
     if not (args.production / "checkpoint.pt").is_file():
         sys.exit(f"error: --production {args.production} is not a training run folder; train one (make demo writes "
                  "out/demo/run)")
-    if args.out.exists():
+    if args.out.exists() and not args.resume:
         if not args.overwrite:
-            sys.exit(f"error: --out {args.out} exists; give a new folder or --overwrite")
+            sys.exit(f"error: --out {args.out} exists; give a new folder, --overwrite or --resume")
         shutil.rmtree(args.out)
     results, suites = {}, None
     for seed in range(args.seeds):
@@ -123,6 +136,9 @@ def main() -> None:
     for head in heads:
         metric, better = results[ARMS[0]][0]["heads"][head][3], results[ARMS[0]][0]["heads"][head][2]
         values = {arm: [r["heads"][head][0] for r in results[arm]] for arm in ARMS}
+        if not np.isfinite([v for vs in values.values() for v in vs]).any():
+            table[head] = {"metric": metric, "scored": False}  # e.g. no sign matched on any suite
+            continue
         table[head] = {"metric": metric, "higher_is_better": better,
                        "production": nanmean([r["heads"][head][1] for r in results[ARMS[0]]]),
                        "arms": {arm: nanmean(v) for arm, v in values.items()}, "per_seed": values,
@@ -137,14 +153,18 @@ def main() -> None:
         return f"{d['mean']:+.4f} " + (f"[{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]" if d["ci"] else "[no interval]")
 
     for head, t in table.items():
+        if not t.get("scored", True):
+            lines.append(f"| {head} | {t['metric']} | not scored on the suites (nothing matched) |||||||")
+            continue
         lines.append(f"| {head} | {t['metric']} | {t['production']:.4f} | " + " | ".join(f"{t['arms'][a]:.4f}" for a in ARMS)
                      + f" | {diff(t['auto N - oracle N'])} | {diff(t['auto 2N - oracle N'])} |")
     text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.md").write_text(text)
-    (args.out / "results.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "table": table,
+    (args.out / "results.json").write_text(json.dumps(finite({"args": {k: str(v) for k, v in vars(args).items()}, "table": table,
                                                        "runs": {a: [{k: v for k, v in r.items() if k != "heads"} for r in rs]
-                                                                for a, rs in results.items()}}, indent=1) + "\n")
+                                                                for a, rs in results.items()}}), indent=1, allow_nan=False)
+                                          + "\n")
     print(text)
 
 
