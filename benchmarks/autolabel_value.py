@@ -118,9 +118,15 @@ def main() -> None:
     if not (args.production / "checkpoint.pt").is_file():
         sys.exit(f"error: --production {args.production} is not a training run folder; train one (make demo writes "
                  "out/demo/run)")
+    w, _, h = args.image.partition("x")
+    if not (w.isdigit() and h.isdigit() and int(w) > 0 and int(h) > 0):
+        sys.exit(f"error: --image {args.image!r}: give the render size as WIDTHxHEIGHT, e.g. 320x192")
     if args.out.exists() and not args.resume:
         if not args.overwrite:
             sys.exit(f"error: --out {args.out} exists; give a new folder, --overwrite or --resume")
+        if any(p.name not in {*(a.replace(" ", "_") for a in ARMS), "results.json", "results.md"} for p in args.out.iterdir()):
+            sys.exit(f"error: --out {args.out} holds files this benchmark did not write; --overwrite replaces only its own "
+                     "output: give a new folder")
         shutil.rmtree(args.out)
     results, suites = {}, None
     for seed in range(args.seeds):
@@ -150,13 +156,18 @@ def main() -> None:
              "auto 2N - oracle N [95% CI] |", "|---|---|---:|---:|---:|---:|---|---|"]
 
     def diff(d: dict) -> str:
+        if not np.isfinite(d["mean"]):
+            return "not scored"
         return f"{d['mean']:+.4f} " + (f"[{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]" if d["ci"] else "[no interval]")
+
+    def cell(v: float) -> str:
+        return f"{v:.4f}" if np.isfinite(v) else "not scored"
 
     for head, t in table.items():
         if not t.get("scored", True):
             lines.append(f"| {head} | {t['metric']} | not scored on the suites (nothing matched) |||||||")
             continue
-        lines.append(f"| {head} | {t['metric']} | {t['production']:.4f} | " + " | ".join(f"{t['arms'][a]:.4f}" for a in ARMS)
+        lines.append(f"| {head} | {t['metric']} | {cell(t['production'])} | " + " | ".join(cell(t['arms'][a]) for a in ARMS)
                      + f" | {diff(t['auto N - oracle N'])} | {diff(t['auto 2N - oracle N'])} |")
     text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ A catalog folder (`hydranet engine catalog create --out DIR --backend sqlite|lak
     DIR/catalog.db        the transactional tables (data_engine/catalog_schema.py's schema; the done markers too), unless
                           "postgres" names a server (`--postgres URL`, data_engine/catalog_pg.py)
     DIR/parts/frames/run=R/clip=C.parquet     one part per shadow task: the clip's signals, predictions, embeddings
-    DIR/parts/frames/run=R/block=F-L.parquet  done clips F..L compacted into one part (`Lake.compact`)
+    DIR/parts/frames/run=R/block=F-L.parquet  done clips (the lowest F, the highest L) compacted into one part
     DIR/parts/offline/run=R/NAME.parquet      one server-side column (`hydranet engine uncertainty`)
     DIR/parts/hits/run=R/TRIGGER.vV.parquet   one trigger version's hits
 
@@ -23,7 +23,10 @@ Compaction (Delta Lake's OPTIMIZE, Iceberg's rewrite_data_files): a query pays a
 part costs as much to open as to scan), so `Lake.compact` gathers a run's done clip parts, in clip order, into block
 parts of at least `BLOCK_ROWS` rows (sorted by frame id; the footer lists the clips it holds), then deletes the clip
 parts it covers. A kill between the two leaves both: readers take the block and ignore the clip parts it covers, and
-the next compaction deletes them. A block holds done clips only, so it needs no marker of its own.
+the next compaction deletes them. A block holds done clips only, so it needs no marker of its own. Compaction runs
+under the catalog's lock (`engine shadow`'s, and `engine catalog compact` takes it); a reader that listed a clip part
+a compaction removed since lists the parts again (`lake_catalog`). The clips of a run short of a full block stay
+clip parts (at most BLOCK_ROWS rows, about 1% of a 10M-frame run's rows in 100 files).
 """
 from __future__ import annotations
 
@@ -206,7 +209,7 @@ class Lake:
     def __init__(self, root: Path, lake_id: str):
         self.root, self.id = Path(root), str(lake_id)
         self._con = None
-        self._checked: dict[str, tuple[tuple[int, int], dict]] = {}  # part -> ((size, mtime_ns), its checked footer)
+        self._checked: dict[str, tuple[tuple[int, int, int], dict]] = {}  # part -> ((size, mtime_ns, inode), footer)
         self.reported: set[str] = set()
 
     @property
@@ -248,12 +251,12 @@ class Lake:
         return {**meta, "num_rows": md.num_rows}
 
     def meta(self, path: Path) -> dict:
-        """`part_meta(path)`, read once per (size, mtime) seen: a file replaced since is checked again."""
+        """`part_meta(path)`, read once per (size, mtime, inode) seen: a file replaced since is checked again."""
         try:
             st = path.stat()
         except FileNotFoundError:
             return self.part_meta(path)  # raises, naming it
-        key = (st.st_size, st.st_mtime_ns)
+        key = (st.st_size, st.st_mtime_ns, st.st_ino)
         got = self._checked.get(str(path))
         if got is None or got[0] != key:
             got = (key, self.part_meta(path))
@@ -261,7 +264,7 @@ class Lake:
         return got[1]
 
     def check(self, parts: Sequence[Path]) -> None:
-        """Every part's footer checked (once per size and mtime)."""
+        """Every part's footer checked (once per size, mtime and inode)."""
         for p in parts:
             self.meta(p)
 
@@ -276,7 +279,11 @@ class Lake:
             if stem.startswith("clip=") and stem[5:].isdigit():
                 singles[int(stem[5:])] = p
             elif stem.startswith("block="):
-                meta = self.meta(p)
+                try:
+                    meta = self.meta(p)
+                except LakeError as e:  # a block's clips are done: shadow would not recompute them
+                    raise LakeError(f"{str(e).split(';')[0]}; it is a compacted block whose clip parts are gone: restore "
+                                    "the parts folder from a copy, or recreate the catalog") from None
                 clips = meta.get("clips")
                 if meta.get("table") != "frames" or meta.get("run") != run_id or not isinstance(clips, list) \
                         or meta.get("rows") != meta["num_rows"]:
@@ -285,8 +292,9 @@ class Lake:
                                     "`hydranet engine shadow` into a new catalog)")
                 for c in clips:
                     if int(c) in blocks:
-                        raise LakeError(f"lake parts {blocks[int(c)]} and {p} both hold clip {c} of run {run_id}; delete the "
-                                        "newer block (its clips are in the other)")
+                        raise LakeError(f"lake parts {blocks[int(c)]} and {p} both hold clip {c} of run {run_id} (a block "
+                                        "copied in, or compactions run without the catalog's lock); restore the parts "
+                                        "folder from a copy, or recreate the catalog")
                     blocks[int(c)] = p
         return blocks, singles
 
@@ -347,7 +355,7 @@ class Lake:
                        {"table": "frames", "lake": self.id, "run": run_id, "clips": group, "rows": table.num_rows,
                         "not_ok": sum(int(m.get("not_ok", 0)) for m in metas)})
             for g in group:
-                singles.pop(g).unlink()
+                singles.pop(g).unlink(missing_ok=True)
             removed += len(group)
             out["blocks"] += 1
             out["clips"] += len(group)

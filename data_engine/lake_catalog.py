@@ -83,6 +83,18 @@ def _parts(db: sqlite3.Connection, lake: Lake, run_id: int):
     return lake.frames_parts(run_id, _done(db, run_id))
 
 
+def _query(db: sqlite3.Connection, lake: Lake, run_id: int, sql: str):
+    """`sql` over the run's done parts (None when there is none). A clip part listed here and removed before it is
+    read (a compaction finishing meanwhile) is read again from a fresh listing, once; any other error stands."""
+    for attempt in (0, 1):
+        try:
+            parts = _parts(db, lake, run_id)
+            return lake.query(sql, parts) if parts else None
+        except LakeError:
+            if attempt:
+                raise
+
+
 def _where(status: str | None, exclude: str | None, frame_ids: Iterable[int] | None) -> str:
     terms = []
     if status is not None:
@@ -102,11 +114,11 @@ def rows(db: sqlite3.Connection, lake: Lake, run_id: int, columns: Sequence[str]
     bad = [c for c in columns if c not in known]
     if bad:
         raise LakeError(f"unknown frames column {bad[0]!r}")
-    parts = _parts(db, lake, run_id)
-    if not parts:
-        return {c: typed(c, []) for c in columns}
     cols = list(dict.fromkeys(["frame_id", *columns]))
-    t = by_frame(lake.query(f"SELECT {', '.join(cols)} FROM {{parts}} {_where(status, exclude, frame_ids)}", parts))
+    t = _query(db, lake, run_id, f"SELECT {', '.join(cols)} FROM {{parts}} {_where(status, exclude, frame_ids)}")
+    if t is None:
+        return {c: typed(c, []) for c in columns}
+    t = by_frame(t)
     return {c: typed(c, column(t, c, repeated=c in ("clip", "status"))) for c in columns}
 
 
@@ -133,11 +145,10 @@ def ray_frames(db: sqlite3.Connection, lake: Lake, run_id: int, columns: Sequenc
 
 
 def top(db: sqlite3.Connection, lake: Lake, run_id: int, signal: str, k: int, descending: bool) -> tuple[np.ndarray, np.ndarray]:
-    parts = _parts(db, lake, run_id)
-    if not parts:
+    t = _query(db, lake, run_id, f"SELECT frame_id, {signal} FROM {{parts}} WHERE status = 'ok' AND {signal} IS NOT NULL AND "
+               f"NOT isnan({signal}) ORDER BY {signal} {'DESC' if descending else 'ASC'}, frame_id LIMIT {int(k)}")
+    if t is None:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    t = lake.query(f"SELECT frame_id, {signal} FROM {{parts}} WHERE status = 'ok' AND {signal} IS NOT NULL AND NOT isnan({signal}) "
-                   f"ORDER BY {signal} {'DESC' if descending else 'ASC'}, frame_id LIMIT {int(k)}", parts)
     return typed("frame_id", column(t, "frame_id")), typed(signal, column(t, signal))
 
 
@@ -148,10 +159,10 @@ def compact(db: sqlite3.Connection, lake: Lake, run_id: int, rows: int | None = 
 
 def embedding_rows(db: sqlite3.Connection, lake: Lake, run_id: int, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(frame ids (M,), raw per-camera vectors (M, N, C) float32) of the run, by frame id."""
-    parts = _parts(db, lake, run_id)
-    if not parts:
+    t = _query(db, lake, run_id, "SELECT frame_id, cameras, dim, embedding FROM {parts} WHERE embedding IS NOT NULL")
+    if t is None:
         return np.zeros(0, np.int64), np.zeros((0, 0, 0), np.float32)
-    t = by_frame(lake.query("SELECT frame_id, cameras, dim, embedding FROM {parts} WHERE embedding IS NOT NULL", parts))
+    t = by_frame(t)
     ids, flat, shapes = embedding_matrix(t)
     if not len(ids):
         return ids, np.zeros((0, 0, 0), np.float32)

@@ -123,3 +123,25 @@ def test_migrate_compacts_what_it_moves(both, tmp_path, monkeypatch):
     migrate(both["sqlite"], tmp_path / "moved")
     assert files(tmp_path / "moved") == ["block=1-2.parquet", "block=3-4.parquet"]
     assert_same_answers(both["sqlite"], tmp_path / "moved")
+
+
+def test_a_reader_whose_listing_a_compaction_outdated_lists_again(both, tmp_path, monkeypatch):
+    """A clip part listed by a reader, then removed by a compaction finishing before the read: read from the blocks."""
+    from data_engine.lake import Lake
+
+    lake = copy(both["lake"], tmp_path)
+    query = Lake.query
+    ran = []
+
+    def compact_first(self, sql, parts):  # the compaction lands between this reader's listing and its read
+        if not ran:
+            ran.append(True)
+            with Catalog(lake) as other:
+                assert other.compact(1, 20)["blocks"] == 2
+        return query(self, sql, parts)
+
+    monkeypatch.setattr(Lake, "query", compact_first)
+    with Catalog(lake) as cat:
+        assert len(cat.table(1, status=None)["frame_id"]) == 40 and ran
+    monkeypatch.undo()
+    assert_same_answers(both["sqlite"], lake)

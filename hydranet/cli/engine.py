@@ -191,7 +191,9 @@ def cmd_engine_catalog(args) -> None:
     if args.catalog_command == "compact":
         if not args.catalog.is_dir():
             raise ValueError(f"--catalog {args.catalog} is not a catalog folder; only a lake catalog's parts are compacted")
-        with Catalog(args.catalog) as cat:
+        from hydranet.io import exclusive_lock
+
+        with exclusive_lock(f"{args.catalog}.lock", f"catalog {args.catalog}", ValueError), Catalog(args.catalog) as cat:
             if cat.lake is None:
                 raise ValueError(f"--catalog {args.catalog} is a sqlite catalog folder, not a lake; only a lake's parts "
                                  "are compacted")

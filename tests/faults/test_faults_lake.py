@@ -87,6 +87,27 @@ def compacted(tmp: Path) -> Path:
     return lake
 
 
+HELD: list = []
+
+
+def held_lock(lake: Path) -> bool:
+    """The catalog's lock taken as a running `engine shadow` holds it (flock is per open file: the CLI call must wait)."""
+    import fcntl
+    import os
+
+    f = open(f"{lake}.lock", "a+")
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    HELD.append(f)
+    return True
+
+
+def release_held() -> None:
+    while HELD:
+        HELD.pop().close()
+
+
 def compact(catalog: Path, *extra: str) -> list:
     return ["engine", "catalog", "compact", "--catalog", catalog, *extra]
 
@@ -120,7 +141,9 @@ CASES = [
     Case("compact-a-sqlite-folder", lambda t, e: main_ok(["engine", "catalog", "create", "--out", t / "c"]) and compact(t / "c"),
          words=("not a lake",)),
     Case("lake-block-truncated", lambda t, e: mine(t, compacted(t), "--budget", "1"),
-         words=("block=1-1.parquet", "truncated", "delete it")),
+         words=("block=1-1.parquet", "truncated", "compacted block", "restore the parts folder")),
+    Case("compact-locked-by-a-shadow", lambda t, e: held_lock(lake_copy(t)) and compact(t / "lake"),
+         words=("lake", "in use by another process", "pid"), check=lambda t: release_held()),
     Case("lake-migrate-from-junk", lambda t, e: ["engine", "catalog", "migrate", "--from", junk(t, "j.db"), "--to", t / "l"],
          words=("j.db", "not a readable catalog"), check=lambda t: None if not (t / "l").exists() else pytest.fail("wrote --to")),
 ]
