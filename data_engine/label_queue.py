@@ -15,7 +15,6 @@ sending jobs to a backend and importing its labels, data_engine/label_exchange.p
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 from data_engine.catalog import Catalog
 from data_engine.labeling.base import Job, LabelingError
+from hydranet.io import read_json
 
 STATES = ("queued", "sent", "labelled", "accepted", "rejected")
 TRANSITIONS = {"queued": ("sent",), "sent": ("labelled", "rejected"), "labelled": ("accepted", "rejected"), "rejected": ("queued",),
@@ -42,12 +42,7 @@ class LabelError(LabelingError):
 def read_selection(path: str | Path) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
     """(name, items, the whole JSON) of a selection file; items are {"frame_id"?, "clip", "frame", "frame_ids"?}."""
     path = Path(path)
-    try:
-        sel = json.loads(path.read_text())
-    except OSError as e:
-        raise LabelError(f"selection {path}: {e.strerror or e}; give the file `hydranet engine mine --out` wrote") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LabelError(f"selection {path} is not valid JSON ({e})") from None
+    sel = read_json(path, "selection", LabelError, "give the file `hydranet engine mine --out` wrote")
     items = sel.get("items", sel.get("frames")) if isinstance(sel, dict) else None
     if not isinstance(items, list) or not items:
         raise LabelError(f"selection {path} has no 'items' (miner output) or 'frames' list [{{\"clip\", \"frame\"}}]")

@@ -166,7 +166,7 @@ def test_bad_noise_and_selection_are_one_line_errors(env):
         with pytest.raises(LabelError, match="clip_00009/0 is not in catalog"):
             create_jobs(cat, bad, "oracle")
         bad.write_text("{")
-        with pytest.raises(LabelError, match="not valid JSON"):
+        with pytest.raises(LabelError, match="corrupt JSON"):
             create_jobs(cat, bad, "oracle")
     with pytest.raises(LabelingError, match="unknown labelling backend 'human'"):
         build_backend("human")
@@ -303,7 +303,7 @@ def _coco_bad(d, how):
 
 @pytest.mark.parametrize("how, words", [("bbox-negative-width", "annotations[0]"), ("unknown-category", "unknown label 'spaceship'"),
                                         ("image-unknown", "clip_00042"),
-                                        ("no-annotations", "'annotations' is missing"), ("not-json", "not valid COCO JSON")])
+                                        ("no-annotations", "'annotations' is missing"), ("not-json", "corrupt JSON")])
 def test_malformed_coco_is_refused_and_records_nothing(env, how, words):
     cat, out = _sent_to_files(env)
     with cat:

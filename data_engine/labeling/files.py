@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hydranet.io import atomic_write_text, path_inside
+from hydranet.io import atomic_write_text, path_inside, read_json
 from data_engine.labeling.base import FetchedLabel, Held, Job, LabelingError, Vocabulary, check_bbox
 
 LANE = "lane:"
@@ -83,12 +83,7 @@ def write_coco(path: str | Path, entries: Sequence[Mapping], vocab: Vocabulary, 
 def read_coco(path: str | Path, vocab: Vocabulary) -> list[dict[str, Any]]:
     """[{"name", "size", "boxes": [{"name", "bbox"}], "lanes": []}] per image of a COCO file."""
     path = Path(path)
-    try:
-        d = json.loads(path.read_text())
-    except OSError as e:
-        raise LabelingError(f"{path}: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LabelingError(f"{path} is not valid COCO JSON ({e})") from None
+    d = read_json(path, "COCO file", LabelingError, "export it again from the labelling tool (COCO JSON)")
     if not isinstance(d, dict):
         raise LabelingError(f"{path} is not a COCO file: the top level is not an object")
     for key in ("images", "annotations", "categories"):

@@ -107,7 +107,7 @@ FILE_CASES = [
               ("team.json", "annotations[0]", "integer 'id'")),
     file_case("labels-coco-ok", "coco", None, (), status=0, n=2),
     file_case("labels-cvat-ok", "cvat", None, (), status=0, n=2),
-    file_case("labels-coco-not-json", "coco", lambda s: s[:-30], ("team.json", "not valid coco json")),
+    file_case("labels-coco-not-json", "coco", lambda s: s[:-30], ("team.json", "corrupt json", "export it again")),
     file_case("labels-coco-no-images", "coco", _coco(lambda d: d.pop("images")), ("team.json", "'images' is missing")),
     file_case("labels-coco-bbox-negative", "coco", _coco(lambda d: _first_box(d)["bbox"].__setitem__(2, -4)),
               ("team.json", "annotations[0]", "positive width")),

@@ -179,7 +179,7 @@ CASES = [
     Case("report-selection-file-missing", lambda t, e: report(t, selected(t), "--selection", t / "sel.json"),
          words=("sel.json",), check=no_report),
     Case("report-selection-file-not-json", lambda t, e: report(t, selected(t), "--selection", junk(t, "sel.json")),
-         words=("sel.json", "not valid JSON"), check=no_report),
+         words=("sel.json", "corrupt JSON", "engine mine --out"), check=no_report),
     Case("report-selection-file-other-frames", lambda t, e: (t / "s.json").write_text(json.dumps(
         {"items": [{"frame_id": 999}]})) and report(t, selected(t), "--selection", t / "s.json"),
          words=("frame id 999", "not an ok frame", "--run"), check=no_report),
