@@ -11,8 +11,8 @@ oracle and auto arms of that seed), three one-round loops (`data_engine.loop.Loo
 mining, export, gate) from the production RUN (a training run folder, e.g. the demo's `out/demo/run`):
 
 - **oracle N**: `loop.labeller oracle`, `loop.budget N`: the sim's exact labels of the N mined frames;
-- **auto N**: `loop.labeller auto` with every frame accepted (`autolabel.accept` 0 for det2d and det3d: the
-  auto-labeller's labels train as they are, nobody looks), the same N frames;
+- **auto N**: `loop.labeller auto` with every frame accepted (`autolabel.accept` 0 for det2d and det3d, and
+  `accept_empty`: the auto-labeller's labels train as they are, nobody looks), the same N frames;
 - **auto 2N**: the same at `loop.budget 2N` (the mining picks 2N frames of the same fleet).
 
 Each retrains `--retrain-steps` steps on the production's data plus the round's labels (`retrain`), and the gate
@@ -49,7 +49,7 @@ def arm_sets(arm: str, seed: int, args) -> list[str]:
             f"retrain.steps={args.retrain_steps}", f"suites.clips={args.suite_clips}", f"suites.frames={args.suite_frames}"]
     if arm == "oracle N":
         return sets + ["loop.labeller=oracle"]
-    return sets + ["loop.labeller=auto", ACCEPT_ALL]
+    return sets + ["loop.labeller=auto", ACCEPT_ALL, "autolabel.accept_empty=true"]
 
 
 def num(v) -> float:

@@ -393,7 +393,9 @@ class Loop:
             with open_catalog(self.catalog) as cat:
                 name = auto["selection"]
                 unsure = [j["job"] for j in job_table(cat, name) if j["state"] == "queued"]
-                transition(cat, unsure, "rejected", by="engine run (loop.labeller auto: below the accept policy, no person)")
+                nobody = "engine run (loop.labeller auto: below the accept policy, no person)"
+                transition(cat, unsure, "sent", by=nobody)  # the job machine's one way to a rejection (queued -> sent ->
+                transition(cat, unsure, "rejected", by=nobody)  # rejected): nobody is sent anything
                 states = [j["state"] for j in job_table(cat, name)]
                 total = len(accepted_labels(cat))
             return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected"),

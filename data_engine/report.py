@@ -285,12 +285,14 @@ def camera_view(image: np.ndarray | None, error: str | None, camera: str,
     return tile, drawn
 
 
-def frame_panel(title: str, reason: Mapping[str, Any], legend: Sequence[tuple[str, Sequence[int]]],
+def frame_panel(title: str, reason: Mapping[str, Any] | Sequence[str], legend: Sequence[tuple[str, Sequence[int]]],
                 height: int) -> tuple[np.ndarray, dict[str, Any]]:
     """The panel right of a frame's cameras (RGB, PANEL_W wide, at least `height` tall): the title, the whole reason
-    (wrapped), the legend (a colour swatch and a label each). Returns (panel, {"reason_lines", "reason_y",
-    "legend": [{"label", "color", "y"}]}) with y the baseline of each line in the panel."""
-    lines = [ln for fact in reason_text(reason) for ln in wrap(fact, PANEL_W - 16)]
+    (a mined item's reason, or the facts to write as a list of strings; wrapped), the legend (a colour swatch and a
+    label each). Returns (panel, {"reason_lines", "reason_y", "legend": [{"label", "color", "y"}]}) with y the
+    baseline of each line in the panel."""
+    facts = reason_text(reason) if isinstance(reason, Mapping) else list(reason)
+    lines = [ln for fact in facts for ln in wrap(fact, PANEL_W - 16)]
     H = max(height, 40 + LINE_H * len(lines) + 30 + LINE_H * len(legend) + 10)
     panel = np.full((H, PANEL_W, 3), 24, np.uint8)
     _text(panel, title, (8, 24), 0.6)

@@ -170,6 +170,13 @@ def test_policy_accepts_only_when_every_box_is_sure():
     ped = {"cameras": {"CAM_FRONT": {"boxes2d": [box("pedestrian", 0.7)]}}, "boxes3d": []}
     ok, why = decide(ped, cfg)
     assert not ok and "pedestrian" in why and "0.800" in why
+    empty = {"cameras": {"CAM_FRONT": {"boxes2d": []}}, "boxes3d": [], "supervises": ["det2d"]}
+    ok, why = decide(empty, cfg)  # nothing found is not "nothing there": a person looks
+    assert not ok and "no det2d box found" in why and "accept_empty" in why
+    assert decide(empty, AutolabelConfig(accept_empty=True))[0]
+    assert decide(empty, AutolabelConfig(accept={"det3d": 0.5}))[0]  # det2d not judged
+    only2d = {"cameras": {"CAM_FRONT": {"boxes2d": [box("car", 0.6)]}}, "boxes3d": [], "supervises": ["det2d"]}
+    assert decide(only2d, cfg)[0]  # a camera model's label: det3d is not what it supervises
 
 
 @pytest.mark.parametrize("key,value", [("min_track_score", float("nan")), ("fuse_iou", 1.5), ("track_iou", -0.1)])
@@ -295,8 +302,45 @@ def test_autolabel_end_to_end(engine, capsys):
     assert _rows(cat, "SELECT id, frame_id, version, digest FROM labels ORDER BY id") == labels_before
     assert _rows(cat, "SELECT id, state, label_id FROM label_jobs ORDER BY id") == jobs_before
     assert [r["decision"] for r in again["frames"]] == [r["decision"] for r in summary["frames"]]
+    import cv2  # preview.png: the four labelled frames drawn one under the other (test_preview_* checks what is drawn)
+    sheet = cv2.imread(str(root / "out" / again["preview"]))
+    assert again["preview"] == "preview.png" and sheet is not None and sheet.shape[0] > 4 * 300
     (root / "kill").mkdir()
     _killed_and_rerun(engine, root / "kill")  # in this test: the fixture's fleet and models are built once
+
+
+def test_preview_draws_the_labels_where_they_are(engine):
+    """preview.frame_views: the auto box in its class colour at its place, the dense mask blended where it is set
+    and nowhere else (the same view without labels is the reference)."""
+    from data_engine.autolabel.preview import frame_views
+    from data_engine.fleet import Fleet, read_frame
+    from data_engine.report import CAM_W, camera_view, fleet_truth
+    from hydranet.viz import class_color
+
+    fleet = engine["fleet"]
+    fdir = Fleet(fleet).clip("clip_00000").frames[0]["dir"]
+    image = read_frame(fleet, "clip_00000", fdir, ["CAM_FRONT"])[0]  # (64, 96, 3)
+    H, W = image.shape[:2]
+    box = [10.0, 6.0, 40.0, 24.0]  # camera pixels, top half
+    payload = {"cameras": {"CAM_FRONT": {"boxes2d": [{"bbox": box, "class": "truck", "confidence": 0.9, "track_id": 3,
+                                                      "attributes": {}}]}}, "boxes3d": []}
+    drivable = np.zeros((1, H // 2, W // 2), np.float16)
+    drivable[:, H // 4:] = 0.9  # the bottom half of the image (a mask at the model's resolution is resized)
+    classes = ["car", "truck"]
+    views, drawn = frame_views(fleet, "clip_00000", fdir, ["CAM_FRONT"], payload, {"drivable": drivable}, classes)
+    truth = ((fleet_truth(fleet, "clip_00000", fdir) or {}).get("cameras") or {}).get("CAM_FRONT")
+    ref, _ = camera_view(image, None, "CAM_FRONT", [], (H, W), None, truth, None, classes)
+    view = views[0]
+    assert view.shape == ref.shape and "truck" in drawn and "drivable (model)" in drawn
+    k = CAM_W / W
+    x0, y0, x1, y1 = (round(v * k) for v in box)
+    assert tuple(view[(y0 + y1) // 2, x0]) == class_color(1)  # the box's left edge, in truck's colour
+    changed = np.any(view != ref, axis=-1)  # (h, CAM_W)
+    h = view.shape[0]
+    assert changed[h // 2 + 2:].mean() > 0.9  # the mask's half blended
+    outside = changed[:h // 2 - 1].copy()
+    outside[max(0, y0 - 16):y1 + 3, max(0, x0 - 3):x1 + 120] = False  # the box and its name above it
+    assert not outside.any()
 
 
 KILL_AFTER_FIRST = """

@@ -174,22 +174,25 @@ def test_the_ensemble_strategy_scores_each_round_pool_before_mining(world, tmp_p
     assert picks == sorted(cols, key=lambda f: (-cols[f], f))[:2]
 
 
-@pytest.mark.parametrize("labeller", ["auto", "auto+oracle"])
-def test_the_auto_labeller_labels_first(world, tmp_path, labeller):
+@pytest.mark.parametrize("labeller, sure", [("auto", None), ("auto+oracle", None), ("auto", 1.0)])
+def test_the_auto_labeller_labels_first(world, tmp_path, labeller, sure):
     """loop.labeller auto | auto+X (issue 35 item 3): the round's selection goes through `engine autolabel` (the
     production as its ensemble) first; what its policy accepts trains as source "auto", the rest goes to X (the
-    oracle here), or is rejected for "auto" alone; the round says which labels were automatic."""
+    oracle here), or is rejected for "auto" alone; the round says which labels were automatic. `sure` 1.0: no box
+    is sure enough, every frame is unsure (queued -> rejected for "auto" alone: once a crash)."""
     from data_engine.config import EngineConfig
     from data_engine.label_queue import job_table
     from data_engine.labels import AUTO, accepted_versions, open_catalog
     from hydranet.config import load_config
 
-    cfg = load_config(EngineConfig, "engine", [*SETS, f"loop.labeller={labeller}"])
+    accept = [f"autolabel.accept={{det2d: {sure}, det3d: {sure}}}"] if sure is not None else []
+    cfg = load_config(EngineConfig, "engine", [*SETS, f"loop.labeller={labeller}", *accept])
     loop, rdir = _first_stages(world, tmp_path, cfg, "fleet", "shadow", "triggers", "mine", "label")
     got = loop.done(0, "label")
     auto = got["auto"]
     assert auto["human"] == (None if labeller == "auto" else "oracle")
     assert auto["accepted"] + auto["queued"] == 2 and (rdir / "autolabel" / "summary.json").is_file()
+    assert sure is None or auto["queued"] == 2
     with open_catalog(loop.catalog) as cat:
         versions = accepted_versions(cat)
         states = [j["state"] for j in job_table(cat, got["selection"])]

@@ -1,9 +1,10 @@
 """The ensemble: exported models (ONNX, the torch-free `deploy.runtime.HydraRuntime`) run over every frame of a
 clip, each also on the horizontally flipped images (test-time augmentation of the camera heads).
 
-`load_ensemble` checks the members against the fleet before anything runs: each model's cameras must be the
-fleet's (and a BEV model's calibration the fleet's: `Fleet.check_rig`), each camera image the model's size or its
-calibrated size; the members must share their cameras and their classes. Heads that not every member has are
+`load_ensemble` checks the members against the fleet before anything runs, as shadow mode does (`Fleet.check_rig`):
+each model's cameras must be the fleet's, and a BEV model's calibration the fleet's once scaled to its input size; a
+camera-only model takes any image size (resized to its input, its boxes scaled back to the camera's pixels: a
+1280x720 dashcam through a 160x96 model). The members must share their cameras and their classes. Heads that not every member has are
 dropped from the fusion (a warning naming them); `run_clip` returns per frame what the fusion needs.
 """
 from __future__ import annotations
@@ -50,18 +51,6 @@ def _classes(md: Mapping[str, Any], head: str) -> list[str]:
     return list((md["heads"][head].get("classes") or md.get("classes") or []))
 
 
-def _check_sizes(rt, fleet, path: Path) -> None:
-    """AutolabelError unless each of the model's cameras in the fleet is the model's input size or its calibrated
-    size (another size would be another calibration, or boxes scaled by a guess)."""
-    H, W = rt.image_size
-    for n, cam in enumerate(rt.camera_names):
-        size = tuple(fleet.cameras[cam])
-        if size not in ((H, W), tuple(rt.source_sizes[n])):
-            sh, sw = rt.source_sizes[n]
-            raise AutolabelError(f"model {path} takes {W}x{H} images (calibrated at {sw}x{sh}); the fleet {fleet.root} "
-                                 f"camera {cam} is {size[1]}x{size[0]}: give models exported for this fleet's rig and size")
-
-
 def load_ensemble(models: Sequence[str | Path], fleet) -> tuple[Ensemble, list[str]]:
     """(the checked ensemble, warnings) for `models` over `fleet` (a data_engine.fleet.Fleet)."""
     from data_engine.fleet import FleetError
@@ -82,8 +71,7 @@ def load_ensemble(models: Sequence[str | Path], fleet) -> tuple[Ensemble, list[s
             fleet.check_rig(rt.rig, str(path), bev=uses_calibration(rt))
         except FleetError as e:
             raise AutolabelError(f"{e} (model {path})") from None
-        _check_sizes(rt, fleet, path)
-        rt.allow_sizes(fleet.cameras)
+        rt.allow_sizes(fleet.cameras)  # checked by check_rig: a BEV model's calibration scaled; a camera model any size
         if members and rt.camera_names != members[0].rt.camera_names:
             raise AutolabelError(f"model {path} sees cameras {rt.camera_names}, model {members[0].path} sees "
                                  f"{members[0].rt.camera_names}: an ensemble needs models of one rig")

@@ -3,9 +3,11 @@
 A frame is **accepted** when every box of every thresholded head is at least as sure as its threshold
 (`autolabel.accept` per head, `autolabel.accept_class` per class name, which wins over its head's) and every dense
 head's mean per-pixel agreement reaches `autolabel.dense_accept`; otherwise it is **queued** for a person,
-pre-filled with the auto-labels, and the reason names the least sure box. A frame with no box is accepted only
-when its heads are thresholded and nothing was found with confidence: the policy judges boxes that exist; what
-the ensemble missed no threshold can see (docs/autolabel.md, limits).
+pre-filled with the auto-labels, and the reason names the least sure box. The policy judges boxes that exist;
+what every model missed no threshold can see (docs/autolabel.md, limits), so a frame where a judged head (one the
+label supervises and `accept` thresholds) found no box at all is queued too, unless `autolabel.accept_empty`: an
+empty label says "no object here", which on real footage is more often "the models saw none" (found on a genuine
+highway clip, where the frames the sim-trained models saw no car in were accepted as empty roads).
 """
 from __future__ import annotations
 
@@ -38,4 +40,8 @@ def decide(payload: Mapping[str, Any], cfg) -> tuple[bool, str]:
             worst = (margin, f"{head} agreement {d['agreement']:.3f} < {cfg.dense_accept:.3f}")
     if worst is not None:
         return False, f"below the accept threshold: {worst[1]}"
+    judged = [h for h in payload.get("supervises", ("det2d",)) if h in cfg.accept]
+    empty = [h for h in judged if not any(head == h for head, _, _ in boxes)]
+    if empty and not cfg.accept_empty:
+        return False, f"no {' or '.join(empty)} box found: a person checks what the models missed (autolabel.accept_empty)"
     return True, f"every box at or above its threshold ({len(boxes)} boxes)"

@@ -10,8 +10,9 @@ its provenance (the models' sha256 and the parameters) and a confidence per obje
 of any other source (a person's, a file's, the oracle's) is never labelled again.
 
 OUT holds summary.json (frames labelled, boxes, tracks, accepted vs queued, the heads dropped, every frame's
-decision), labels/<clip>/<frame>.json (each payload) and dense/<clip>/<frame>.npz (dense heads: the ensemble
-mean and the agreement, dense.dense_arrays). It is written to OUT.tmp-<pid> and renamed once the catalog holds
+decision), labels/<clip>/<frame>.json (each payload), dense/<clip>/<frame>.npz (dense heads: the ensemble
+mean and the agreement, dense.dense_arrays) and preview.png (up to six labelled frames with their labels drawn:
+preview.py). It is written to OUT.tmp-<pid> and renamed once the catalog holds
 every label: a run killed at any point leaves no OUT, and its rerun gives the same labels (same digest: no
 version twice). Nothing is written outside OUT and the catalog.
 """
@@ -30,6 +31,7 @@ import numpy as np
 from data_engine.autolabel.clip import fuse_frames, label_clip
 from data_engine.autolabel.ensemble import AutolabelError, Ensemble, load_ensemble, run_member
 from data_engine.autolabel.policy import decide
+from data_engine.autolabel.preview import write_preview
 
 
 def _check_out(out: Path, overwrite: bool) -> None:
@@ -205,7 +207,7 @@ def run_autolabel(catalog: str | Path, selection: str | Path, models: Sequence[s
         had = cat.db.execute("SELECT backend FROM label_jobs WHERE selection = ? LIMIT 1", (name,)).fetchone()
     backend = backend or (had[0] if had else "files")
     warnings: list[str] = []
-    payloads, dense, where = {}, {}, {}
+    payloads, dense, where, roots = {}, {}, {}, {}
     counts = {"clips": 0, "frames_run": 0, "tracks2d": 0, "tracks3d": 0, "unreadable": 0}
     for root, clips in by_fleet.items():
         fleet, found = _open_fleet(root, list(clips), selection)
@@ -217,6 +219,10 @@ def run_autolabel(catalog: str | Path, selection: str | Path, models: Sequence[s
         counts = {k: counts[k] + c[k] for k in counts}
         where.update({fid: (cname, {f["index"]: f["dir"] for f in found[cname].frames}[idx])
                       for cname, frames in clips.items() for idx, fid in frames if fid in p})
+        roots.update({fid: root for fid in p})
+    if "det3d" not in ens.heads:
+        warnings.append("2D labels only: the models share no det3d head (3D labels need BEV models, and a fleet with "
+                        "calibration and ego poses)")
     prov = _provenance(ens, cfg)
     for p in payloads.values():
         p["provenance"] = prov
@@ -227,6 +233,7 @@ def run_autolabel(catalog: str | Path, selection: str | Path, models: Sequence[s
         _write_files(tmp, payloads, dense, where)
         rows = _record(catalog, selection, name, backend, payloads, labeller_name(prov), cfg)
         summary = _summary(catalog, selection, name, backend, ens, prov, payloads, rows, counts, warnings, where)
+        summary["preview"] = _preview(tmp / "preview.png", summary, payloads, dense, where, roots, ens)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1))
         replace_folder(tmp, out)
     finally:
@@ -235,6 +242,18 @@ def run_autolabel(catalog: str | Path, selection: str | Path, models: Sequence[s
 
             shutil.rmtree(tmp, ignore_errors=True)
     return summary
+
+
+def _preview(path: Path, summary: dict, payloads: dict, dense: dict, where: dict, roots: dict, ens: Ensemble) -> str | None:
+    """OUT/preview.png (preview.write_preview) of the labelled frames; its name, or None when no frame was labelled."""
+    rows = {r["frame_id"]: r for r in summary["frames"]}
+    frames = [{"fleet": roots[fid], "clip": where[fid][0], "frame": where[fid][1], "payload": payloads[fid],
+               "dense": dense.get(fid), "decision": rows[fid]["decision"], "why": rows[fid]["why"]}
+              for fid in sorted(payloads, key=lambda i: (roots[i], *where[i]))]
+    header = (f"autolabel {summary['selection']}: {summary['frames_labelled']} frames labelled by "
+              f"{len(summary['models'])} model(s) ({', '.join(Path(m['path']).name for m in summary['models'])}), "
+              f"{summary['accepted']} accepted, {summary['queued']} queued for a person")
+    return path.name if write_preview(path, frames, ens.cameras, ens.classes.get("det2d", []), header) else None
 
 
 def _summary(catalog: Path, selection: Path, name: str, backend: str, ens: Ensemble, prov: dict, payloads: dict[int, dict],

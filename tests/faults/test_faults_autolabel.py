@@ -1,5 +1,6 @@
 """Fault rows of `hydranet engine autolabel` (data_engine/autolabel/, docs/autolabel.md): a model of another rig
-or image size than the fleet, models whose heads differ (a warning: the shared heads are fused), a NaN model, a
+or, for a BEV model, another calibration than the fleet (a camera-only model takes any image size, as in shadow
+mode), models whose heads differ (a warning: the shared heads are fused), a NaN model, a
 clip of one frame (labelled per frame, said so), a fleet without poses (2D tracks only, said so), a selection
 whose clips or fleet are gone, thresholds NaN or outside [0, 1], an existing --out without --overwrite, a model
 missing or given twice. Every refusal leaves no --out, no temp folder and no label in the catalog. One row per
@@ -62,8 +63,16 @@ def models(fault_env: Env, tmp_path_factory) -> dict[str, Path]:
     _M["bev"] = _export(fault_env.dataset, root / "bev.onnx", "engine_tiny.yaml", 2)
     _M["rig"] = with_metadata(_M["a"], root / "rig.onnx", lambda md: md["rig"].update(names=["CAM_OTHER"]))
     _M["size"] = with_metadata(_M["a"], root / "size.onnx", lambda md: md["rig"].update(source_sizes=[[96, 160]]))
+    _M["calib"] = with_metadata(_M["bev"], root / "calib.onnx", _wider_lens)
     _M["nan"] = _nan_model(_M["b"], root / "nan.onnx")
     return _M
+
+
+def _wider_lens(md: dict) -> None:
+    """The BEV model's camera calibrated with a focal length 1.5x the fleet's (another lens or resolution)."""
+    for K in md["rig"]["K"]:
+        K[0][0] *= 1.5
+        K[1][1] *= 1.5
 
 
 def _fleet(tmp: Path, env: Env, edit=None) -> Path:
@@ -149,8 +158,10 @@ CASES = [
          stdout=("warning: heads not shared by every model are dropped", "signs_lights", "normals", "det3d"),
          check=labelled(2)),
     Case("autolabel-other-rig", lambda t, e: _argv(t, e, "a", "rig"), words=("rig.onnx", "CAM_OTHER", "rig"), check=refused),
-    Case("autolabel-other-size", lambda t, e: _argv(t, e, "size", "a"),
-         words=("size.onnx", "160x96", "64x48", "CAM_FRONT", "export"), check=refused),
+    Case("autolabel-camera-model-other-size", lambda t, e: _argv(t, e, "size", "a"), 0,
+         stdout=("2 frames of 1 clips", "2 models"), check=labelled(2)),
+    Case("autolabel-bev-model-other-calibration", lambda t, e: _argv(t, e, "calib"),
+         words=("calib.onnx", "CAM_FRONT", "intrinsics differ", "own rig"), check=refused),
     Case("autolabel-nan-model", lambda t, e: _argv(t, e, "a", "nan"), words=("nan.onnx", "non-finite", "export it again"),
          check=refused),
     Case("autolabel-one-frame-clip", lambda t, e: _argv(t, e, "a", "b", edit=_one_frame), 0,
