@@ -13,7 +13,7 @@ install: $(STAMP)
 # `pip install .` alone is the car side (no torch: README "Installing"). The demo needs [all] (train, sim,
 # engine); the tests add [dev] (pytest, ruff, ray) and [nuscenes] on top (`make test` after `make demo` installs
 # only those). nuscenes-devkit pins numpy<2: its real needs come from the [nuscenes] extra, the devkit itself
-# is installed without dependencies (used by tests and cross-checks only).
+# is installed without dependencies (used by tests and cross-checks only), as is TrackEval (pyproject.toml).
 # --no-compile: Python compiles each module on its first import (and caches it) instead of pip compiling every
 # file of every package up front (measured here: install 136 -> 84 s, the first import of the stack 6.5 -> 14.6 s;
 # [all] alone 70 s)
@@ -25,7 +25,7 @@ $(DEMO_STAMP): pyproject.toml Makefile
 
 $(STAMP): $(DEMO_STAMP)
 	$(PY) -m pip install -q --no-compile -e '.[all,dev,nuscenes]'
-	$(PY) -m pip install -q --no-compile --no-deps 'nuscenes-devkit>=1.1'
+	$(PY) -m pip install -q --no-compile --no-deps 'nuscenes-devkit>=1.1' 'trackeval>=1.3'
 	touch $(STAMP)
 
 demo: $(DEMO_STAMP)
