@@ -60,8 +60,64 @@ def pool(out: Path, clips: int, seed: int) -> Path:
     return out
 
 
-def clip_labels(ens, fleet, clip, cfg) -> tuple[dict[str, list[dict]], dict[str, list[dict | None]]]:
-    """({variant: [payload per frame]}, {variant: [dense arrays per frame, or None]}) of one clip (every frame)."""
+NOISY_TRUTH = {  # --detector noisy-truth: a simulated detector that finds the objects (what hindsight works on)
+    "recall": 0.8,  # each true box found with this probability, frame by frame
+    "px": 2.0,  # 2D corners: Gaussian noise sigma, pixels
+    "m": 0.5,  # 3D centre x, y: sigma, metres
+    "size": 0.1,  # 3D size: log-normal sigma (10%)
+    "yaw": 0.2,  # 3D heading: sigma, radians
+    "mps": 1.5,  # 3D velocity x, y: sigma, m/s (one frame's estimate)
+    "false": 1.0,  # false boxes per frame (3D, within 30 m) and per camera image (2D): Poisson mean
+}
+
+
+def noisy_truth_run(truths: list[dict], ens, sizes: dict, rng: np.random.Generator, noise: dict = NOISY_TRUTH) -> list[dict]:
+    """`run_member`'s items of a simulated detector over a clip's frames (`truths`: their labels.json): every true
+    box of the ensemble's classes found with probability `recall`, with Gaussian noise on its corners (2D) or
+    centre, size, heading and velocity (3D), a score uniform in [0.3, 0.9]; plus Poisson(`false`) false boxes per
+    camera image and per frame, scored in [0.1, 0.4]. No dense maps."""
+    c2, c3 = ens.classes["det2d"], ens.classes.get("det3d", [])
+    out = []
+    for tr in truths:
+        item: dict = {"det2d": [], "dense": []}
+        for cam in ens.cameras:
+            h, w = sizes[cam]
+            found = [b for b in tr["cameras"].get(cam, {}).get("boxes2d") or [] if b["class"] in c2 and rng.random() < noise["recall"]]
+            k = rng.poisson(noise["false"])
+            xy, wh = rng.uniform(0, 1, (k, 2)) * [w, h], rng.uniform(8, 40, (k, 2))
+            boxes = np.concatenate([np.array([b["bbox"] for b in found], np.float64).reshape(-1, 4)
+                                    + rng.normal(0, noise["px"], (len(found), 4)), np.concatenate([xy, xy + wh], 1)])
+            scores = np.concatenate([rng.uniform(0.3, 0.9, len(found)), rng.uniform(0.1, 0.4, k)])
+            labels = np.concatenate([[c2.index(b["class"]) for b in found], rng.integers(0, len(c2), k)]).astype(np.int64)
+            item["det2d"].append([(boxes, scores, labels)])
+        if c3:
+            found = [b for b in tr.get("boxes3d") or [] if b["class"] in c3 and b.get("num_pixels", 0) > 0
+                     and rng.random() < noise["recall"]]
+            arr = np.array([[*b["center"], *b["size"], b["yaw"], *b["velocity"][:2]] for b in found], np.float64).reshape(-1, 9)
+            n = len(found)
+            arr[:, :2] += rng.normal(0, noise["m"], (n, 2))
+            arr[:, 3:6] *= np.exp(rng.normal(0, noise["size"], (n, 3)))
+            arr[:, 6] += rng.normal(0, noise["yaw"], n)
+            arr[:, 7:9] += rng.normal(0, noise["mps"], (n, 2))
+            k = rng.poisson(noise["false"])
+            false = np.zeros((k, 9))
+            false[:, :2], false[:, 2] = rng.uniform(-30, 30, (k, 2)), 0.8
+            false[:, 3:6], false[:, 6] = [4.5, 1.9, 1.5], rng.uniform(-np.pi, np.pi, k)
+            false[:, 7:9] = rng.normal(0, noise["mps"], (k, 2))
+            item["det3d"] = (np.concatenate([arr, false]), np.concatenate([rng.uniform(0.3, 0.9, n), rng.uniform(0.1, 0.4, k)]),
+                             np.concatenate([[c3.index(b["class"]) for b in found], np.zeros(k)]).astype(np.int64))
+        out.append(item)
+    return out
+
+
+def noisy_truth_detector(truths: list[dict], ens, rng: np.random.Generator, frames: list[dict], sizes: dict) -> list[dict]:
+    """`clip_labels`'s detector of `--detector noisy-truth` (functools.partial over the clip's truths)."""
+    return noisy_truth_run(truths, ens, sizes, rng)
+
+
+def clip_labels(ens, fleet, clip, cfg, detector=None) -> tuple[dict[str, list[dict]], dict[str, list[dict | None]]]:
+    """({variant: [payload per frame]}, {variant: [dense arrays per frame, or None]}) of one clip (every frame).
+    `detector(frames, sizes)` -> one run's items replaces the models (then "one model" is that run, frame by frame)."""
     import dataclasses
 
     from data_engine.autolabel.clip import fuse_frames, label_clip
@@ -73,14 +129,14 @@ def clip_labels(ens, fleet, clip, cfg) -> tuple[dict[str, list[dict]], dict[str,
     posed = all(f["ego2world"] is not None for f in frames)
     times = np.array([f["timestamp_us"] for f in frames], np.float64) / 1e6
     poses = [f["ego2world"] for f in frames]
-    runs = [run_member(m, ens, frames, sizes, cfg.tta, posed) for m in ens.members]
+    runs = [detector(frames, sizes)] if detector else [run_member(m, ens, frames, sizes, cfg.tta, posed) for m in ens.members]
     fused = fuse_frames(runs, ens.cameras, sizes, cfg)
     args = (ens.cameras, sizes, ens.classes, cfg)
     whole = label_clip(fused, times, poses, *args)
     out = {"hindsight": [whole["frames"][t] for t in range(len(frames))]}
     out["frame_by_frame"] = [label_clip(fused[t:t + 1], times[t:t + 1], poses[t:t + 1], *args)["frames"][0]
                              for t in range(len(frames))]
-    single = [run_member(ens.members[0], ens, frames, sizes, False, posed)]
+    single = runs if detector else [run_member(ens.members[0], ens, frames, sizes, False, posed)]
     one = fuse_frames(single, ens.cameras, sizes, dataclasses.replace(cfg, tta=False))
     alone = [label_clip(one[t:t + 1], times[t:t + 1], poses[t:t + 1], *args) for t in range(len(frames))]
     out["one_model"] = [a["frames"][0] for a in alone]
@@ -339,13 +395,16 @@ def main() -> None:
     ap.add_argument("--fleet-seed", type=int, default=900)
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--set", action="append", default=[], help="engine config override, e.g. autolabel.min_score=0.05")
+    ap.add_argument("--detector", choices=("models", "noisy-truth"), default="models",
+                    help="noisy-truth: a simulated detector (the truth with NOISY_TRUTH's noise) instead of the models, "
+                         "which then give the rig and classes only: what hindsight does with boxes that are objects")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(EngineConfig, "engine", args.set).autolabel
     fleet = Fleet(args.fleet or pool(args.out / "fleet", args.clips, args.fleet_seed))
     ens, warnings = load_ensemble(args.models, fleet)
     classes, classes3d = ens.classes["det2d"], ens.classes.get("det3d", [])
-    bev = bevmap_truth(ens, fleet)
+    bev = bevmap_truth(ens, fleet) if args.detector == "models" else None
     metrics = tracking_metrics()
     per_clip: dict[str, list[list[dict]]] = {v: [] for v in VARIANTS}
     counts: dict[str, list[dict[str, int]]] = {v: [] for v in VARIANTS}  # per clip: `frame_counts` summed
@@ -356,9 +415,13 @@ def main() -> None:
     t0 = time.time()
     for name in fleet.clip_names:
         clip = fleet.clip(name)
-        labels, dense = clip_labels(ens, fleet, clip, cfg)
         folders = [fleet.root / "scenes" / name / f["dir"] for f in clip.frames]
         truth = [read_json(d / "labels.json") for d in folders]
+        detector = None
+        if args.detector == "noisy-truth":
+            rng = np.random.default_rng([args.fleet_seed, fleet.clip_names.index(name)])
+            detector = functools.partial(noisy_truth_detector, truth, ens, rng)
+        labels, dense = clip_labels(ens, fleet, clip, cfg, detector)
         posed = classes3d and all(f["ego2world"] is not None for f in clip.frames)
         rasters = [read_bev(d / "bev.png") for d in folders] if bev else []
         for v in VARIANTS:
@@ -397,7 +460,8 @@ def main() -> None:
     for v in VARIANTS:
         parts = {k: sum(c[k] for c in counts[v]) for k in EDITS}
         print(f"{v}: edits at {EFFORT_TOL_PX[-1]:g} px " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in parts.items()))
-    out = {"models": [str(m) for m in args.models], "fleet": str(fleet.root), "clips": len(fleet.clip_names), "frames": frames,
+    noise = {"noise": NOISY_TRUTH} if args.detector == "noisy-truth" else {}
+    out = {"models": [str(m) for m in args.models], "detector": args.detector, **noise, "fleet": str(fleet.root), "clips": len(fleet.clip_names), "frames": frames,
            "params": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "boxes": boxes,
            "results": {k: {"ap50": v["ap50"], "interval": v["interval"]} for k, v in res.items()},
            "effort_and_policy": effort}

@@ -222,7 +222,8 @@ class AutolabelConfig:
     process_noise: float = 2.0  # Kalman constant-velocity model: acceleration variance (px/s^2 or m/s^2, squared)
     noise_px: float = 2.0  # 2D measurement sigma, pixels
     noise_m: float = 0.5  # 3D measurement sigma, metres
-    min_speed: float = 1.0  # m/s: a track this fast (smoothed) gets its yaw from its motion
+    noise_mps: float = 2.0  # 3D: sigma of a detection's own velocity, m/s (0: velocity from the positions alone)
+    min_speed: float = 2.0  # m/s: a track this fast (smoothed) gets its yaw from its motion (slower: its detections')
     accept: dict[str, float] = field(default_factory=lambda: {"det2d": 0.5, "det3d": 0.5})  # per head: every box above
     accept_class: dict[str, float] = field(default_factory=dict)  # per class name: overrides its head's threshold
     dense_accept: float = 0.0  # a dense head's mean per-pixel agreement a frame needs (0: dense heads never block)
@@ -239,6 +240,7 @@ class AutolabelConfig:
         for key in ("fuse_distance", "track_distance", "process_noise", "noise_px", "noise_m"):
             _positive(key, getattr(self, key))
         _positive("min_speed", self.min_speed, zero=True)
+        _positive("noise_mps", self.noise_mps, zero=True)
         _positive("max_gap", self.max_gap, integer=True, zero=True)
         _positive("min_track_length", self.min_track_length, integer=True)
 

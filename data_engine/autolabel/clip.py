@@ -70,7 +70,8 @@ def tracks_3d(fused: Sequence[dict | None], times: np.ndarray, poses: Sequence[n
         scores = np.array([dets[t][1][k] for t, k in tr])
         labels = np.array([dets[t][2][k] for t, k in tr])
         if _kept(tr, track_confidence(frames, scores), cfg):
-            out.append(hindsight_3d(times, frames, world, scores, labels, cfg.process_noise, cfg.noise_m, cfg.min_speed))
+            out.append(hindsight_3d(times, frames, world, scores, labels, cfg.process_noise, cfg.noise_m, cfg.min_speed,
+                                    cfg.noise_mps))
     return out
 
 

@@ -7,7 +7,9 @@ filters forward (`batch_filter`, a frame the track missed is a prediction withou
 `rts_smoother` runs backward (Rauch, Tung, Striebel, "Maximum likelihood estimates of linear dynamic systems",
 AIAA Journal 3(8), 1965): each frame's estimate then uses every frame of the track, past and future, so the
 positions are smoother than any frame's detection, the missed frames are filled, and the velocity comes from
-the whole trajectory (not one frame's regression).
+the whole trajectory (not one frame's regression). A 3D track also measures its detections' own velocities (a
+video model's velocity head: `noise_mps` > 0), so its velocity weighs the trajectory's slope against the
+network's estimates by their noise; with `noise_mps` 0 the velocity is the trajectory's alone.
 
 `hindsight_3d` adds what holds for a rigid object over its whole track: one size (the median of its
 detections), one class (score-weighted vote), the height of its centre (median), and the yaw from its motion
@@ -20,21 +22,28 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def rts_smooth(times: np.ndarray, z: np.ndarray, q: float, r: float) -> tuple[np.ndarray, np.ndarray]:
+def rts_smooth(times: np.ndarray, z: np.ndarray, q: float, r: float, zv: np.ndarray | None = None,
+               rv: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Constant-velocity RTS smoothing of measurements z (T, D) at `times` (T,) seconds, rows of NaN = missed
-    frames -> (positions (T, D), velocities (T, D)) smoothed."""
+    frames -> (positions (T, D), velocities (T, D)) smoothed. `zv` (T, D): the detections' own velocity estimates
+    (a video model's velocity head), measured too with sigma `rv` when rv > 0 (else only the positions are)."""
     from filterpy.common import Q_discrete_white_noise
     from filterpy.kalman import KalmanFilter
 
     times, z = np.asarray(times, np.float64), np.asarray(z, np.float64)
     T, D = z.shape
-    kf = KalmanFilter(dim_x=2 * D, dim_z=D)  # state [p_0, v_0, p_1, v_1, ...]
-    kf.H = np.zeros((D, 2 * D))
+    with_v = zv is not None and rv > 0
+    if with_v:
+        z = np.concatenate([z, np.asarray(zv, np.float64)], 1)  # (T, 2D): positions, then velocities
+    kf = KalmanFilter(dim_x=2 * D, dim_z=z.shape[1])  # state [p_0, v_0, p_1, v_1, ...]
+    kf.H = np.zeros((z.shape[1], 2 * D))
     kf.H[np.arange(D), 2 * np.arange(D)] = 1.0
-    kf.R = np.eye(D) * r ** 2
+    if with_v:
+        kf.H[D + np.arange(D), 2 * np.arange(D) + 1] = 1.0
+    kf.R = np.diag([r ** 2] * D + [rv ** 2] * (D if with_v else 0))
     first = np.flatnonzero(np.isfinite(z).all(1))[0]
     kf.x = np.zeros(2 * D)
-    kf.x[0::2] = z[first]
+    kf.x[0::2] = z[first, :D]
     kf.P = np.diag(np.tile([r ** 2, 1e4], D))  # position known to the measurement, velocity unknown
     dts = np.diff(times, prepend=times[0])
     F = {dt: np.kron(np.eye(D), np.array([[1.0, dt], [0.0, 1.0]])) for dt in set(dts.tolist())}  # one per distinct step
@@ -87,12 +96,14 @@ def circular_mean(angles: np.ndarray, weights: np.ndarray) -> float:
 
 
 def hindsight_3d(times: np.ndarray, frames: Sequence[int], world: np.ndarray, scores: np.ndarray, labels: np.ndarray,
-                 q: float, r: float, min_speed: float) -> dict:
+                 q: float, r: float, min_speed: float, rv: float = 0.0) -> dict:
     """One world-frame 3D track: its detections at `frames` (n,), world boxes (n, 9) x, y, z, l, w, h, yaw, vx, vy ->
     {"frames" (S,), "boxes" (S, 9) world: smoothed x, y, median z and size, yaw from motion where it moves, the
-    smoothed velocity; "label", "confidence", "detected" (S,) bool, "moving" (S,) bool}."""
+    smoothed velocity; "label", "confidence", "detected" (S,) bool, "moving" (S,) bool}. `rv` > 0: the detections'
+    own velocities are measured too (sigma rv, m/s), beside their positions (sigma r)."""
     s = span(frames)
-    pos, vel = rts_smooth(np.asarray(times)[s], measurements(frames, world[:, :2]), q, r)  # (S, 2) each
+    pos, vel = rts_smooth(np.asarray(times)[s], measurements(frames, world[:, :2]), q, r,
+                          measurements(frames, world[:, 7:9]), rv)  # (S, 2) each
     speed = np.linalg.norm(vel, axis=1)
     moving = speed >= min_speed
     still_yaw = circular_mean(world[:, 6], scores)
