@@ -461,7 +461,8 @@ def main() -> None:
         parts = {k: sum(c[k] for c in counts[v]) for k in EDITS}
         print(f"{v}: edits at {EFFORT_TOL_PX[-1]:g} px " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in parts.items()))
     noise = {"noise": NOISY_TRUTH} if args.detector == "noisy-truth" else {}
-    out = {"models": [str(m) for m in args.models], "detector": args.detector, **noise, "fleet": str(fleet.root), "clips": len(fleet.clip_names), "frames": frames,
+    out = {"models": [str(m) for m in args.models], "detector": args.detector, **noise, "fleet": str(fleet.root),
+           "clips": len(fleet.clip_names), "frames": frames,
            "params": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, "boxes": boxes,
            "results": {k: {"ap50": v["ap50"], "interval": v["interval"]} for k, v in res.items()},
            "effort_and_policy": effort}
