@@ -1,7 +1,7 @@
 """What hindsight buys the auto-labeller: its labels against the sim's truth, head by head, hindsight vs frame by frame.
 
     python benchmarks/autolabel.py --models A.onnx [B.onnx ...] --out out/bench_autolabel [--fleet FLEET]
-        [--clips 8] [--fleet-seed 900] [--resamples 1000] [--set autolabel.min_score=0.05 ...]
+        [--clips 8] [--fleet-seed 900] [--resamples 1000] [--set autolabel.min_score=0.05 ...] [--detector noisy-truth]
 
 The fleet is a sim fleet with its labels (--fleet, else --clips clips of configs/fleet.yaml at 96x64 drawn with
 --fleet-seed, a seed none of the models trained on). Every frame of every clip is labelled three ways, from the
@@ -131,7 +131,7 @@ def clip_labels(ens, fleet, clip, cfg, detector=None) -> tuple[dict[str, list[di
     poses = [f["ego2world"] for f in frames]
     runs = [detector(frames, sizes)] if detector else [run_member(m, ens, frames, sizes, cfg.tta, posed) for m in ens.members]
     fused = fuse_frames(runs, ens.cameras, sizes, cfg)
-    args = (ens.cameras, sizes, ens.classes, cfg)
+    args = (ens.cameras, sizes, ens.classes, ens.params(cfg))
     whole = label_clip(fused, times, poses, *args)
     out = {"hindsight": [whole["frames"][t] for t in range(len(frames))]}
     out["frame_by_frame"] = [label_clip(fused[t:t + 1], times[t:t + 1], poses[t:t + 1], *args)["frames"][0]
@@ -191,16 +191,20 @@ def det3d_values(states: list[dict]) -> dict[str, float]:
 
 
 def bevmap_state(dense: dict | None, raster: np.ndarray, task, threshold: float) -> dict[str, list[int]] | None:
-    """One frame's BEV map IoU pieces ({"inter", "union"} per channel, `ChannelIoU`'s states) of the label's mean map
-    decoded at the head's threshold against the truth raster (bev.png, resampled to the model's grid by the
-    head's own `build_targets`); None without a BEV map label."""
+    """One frame's BEV map IoU pieces ({"inter", "union"} per channel: the head's own `ChannelIoU` state) of the
+    label's mean map decoded as the head decodes (p > threshold) against the truth raster (bev.png, resampled to the
+    model's grid by the head's own `build_targets`); None without a BEV map label."""
     if dense is None or "bevmap" not in dense:
         return None
-    t = task.build_targets({"bev": raster})
-    pred = np.asarray(dense["bevmap"], np.float32)[0] >= threshold  # (K, X, Y)
-    gt, valid = t["mask"][0] > 0.5, t["valid"][0][None]
-    return {"inter": ((pred & gt) & valid).reshape(len(pred), -1).sum(1).tolist(),
-            "union": ((pred | gt) & valid).reshape(len(pred), -1).sum(1).tolist()}
+    import torch
+
+    from hydranet.tasks.bevmap import ChannelIoU
+
+    t = task.build_targets({"bev": raster})  # mask (1, K, X, Y), valid (1, X, Y)
+    pred = torch.from_numpy(np.asarray(dense["bevmap"], np.float32)[0] > threshold)  # (K, X, Y)
+    metric = ChannelIoU(task.channels)
+    metric.update([{"mask": pred}], {"mask": torch.from_numpy(t["mask"]), "valid": torch.from_numpy(t["valid"])})
+    return metric.states()[0]
 
 
 def _ids(items: list) -> dict:

@@ -230,8 +230,6 @@ class AutolabelConfig:
     accept_empty: bool = False  # accept a frame where a judged head found no box (false: a person checks what was missed)
 
     def __post_init__(self):
-        if not isinstance(self.accept_empty, bool):
-            raise ConfigError(f"config key 'autolabel.accept_empty' must be true or false, got {self.accept_empty!r}")
         for key in ("fuse_iou", "min_score", "track_iou", "min_track_score", "dense_accept"):
             _unit(key, getattr(self, key))
         for key, mapping in (("accept", self.accept), ("accept_class", self.accept_class)):

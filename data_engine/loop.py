@@ -392,10 +392,13 @@ class Loop:
         if auto is not None and auto["human"] is None:  # "auto" alone: what the policy did not accept is not labelled
             with open_catalog(self.catalog) as cat:
                 name = auto["selection"]
-                unsure = [j["job"] for j in job_table(cat, name) if j["state"] == "queued"]
                 nobody = "engine run (loop.labeller auto: below the accept policy, no person)"
-                transition(cat, unsure, "sent", by=nobody)  # the job machine's one way to a rejection (queued -> sent ->
-                transition(cat, unsure, "rejected", by=nobody)  # rejected): nobody is sent anything
+                unsure = [j["job"] for j in job_table(cat, name) if j["state"] == "queued"]
+                if unsure:  # the job machine's one way to a rejection: queued -> sent -> rejected (nobody is sent anything)
+                    transition(cat, unsure, "sent", by=nobody)
+                sent = [j["job"] for j in job_table(cat, name) if j["state"] == "sent"]  # also a killed run's, once resumed
+                if sent:
+                    transition(cat, sent, "rejected", by=nobody)
                 states = [j["state"] for j in job_table(cat, name)]
                 total = len(accepted_labels(cat))
             return {"selection": name, "accepted": states.count("accepted"), "rejected": states.count("rejected"),

@@ -407,17 +407,28 @@ def _frame_truth(fleet: Path, clip: str, fdir: str, accepted: Mapping[str, Any] 
     return dict(labels.get("cameras") or {}), {c: m for c, m in drivable.items() if m is not None}
 
 
+def read_views(fleet: Path, clip: str, fdir: str, cams: Sequence[str]) -> dict[str, tuple[np.ndarray | None, str | None]]:
+    """{camera: (its image RGB, None) or (None, why it cannot be read)} of one frame: a tile draws either."""
+    images: dict[str, tuple[np.ndarray | None, str | None]] = {}
+    for cam in cams:
+        try:
+            images[cam] = read_frame(fleet, clip, fdir, [cam])[0], None
+        except ValueError as e:
+            images[cam] = None, str(e)
+    return images
+
+
+def legend_entries(drawn: Sequence[str], classes: Sequence[str]) -> list[tuple[str, Sequence[int]]]:
+    """(label, colour) of each thing `camera_view` drew: an overlay's colour, else its class's."""
+    return [(lab, OVERLAYS.get(lab) or class_color(classes.index(lab) if lab in classes else int(lab[5:]))) for lab in drawn]
+
+
 def _frame_picture(fleet: Path, clip: str, fdir: str, cams: Sequence[str], shown_cams: Sequence[str], det2d: Sequence[Mapping],
                    model_size, classes: Sequence[str], predict, truth: Mapping[str, Any],
                    drivable: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], list[str]]:
     """(one view per shown camera, the legend labels drawn on any) of a selected frame: its images read from the
     fleet, the model's masks where `predict` (mask_predictor) and every model camera's image are there."""
-    images: dict[str, tuple[np.ndarray | None, str | None]] = {}
-    for cam in dict.fromkeys([*shown_cams, *(cams if predict is not None else [])]):
-        try:
-            images[cam] = read_frame(fleet, clip, fdir, [cam])[0], None
-        except ValueError as e:
-            images[cam] = None, str(e)
+    images = read_views(fleet, clip, fdir, list(dict.fromkeys([*shown_cams, *(cams if predict is not None else [])])))
     masks: dict[str, dict[str, np.ndarray]] = {}
     if predict is not None and all(images[c][0] is not None for c in cams):
         for head, per_cam in predict([images[c][0] for c in cams]).items():
@@ -537,8 +548,7 @@ def write_report(catalog: str | Path, out: str | Path, selection: str | Path | N
         labels, drivable = _frame_truth(fleet, clip, dirs[fid], accepted.get(fid), shown_cams, semantic)
         views, drawn = _frame_picture(fleet, clip, dirs[fid], cams, shown_cams, (preds.get(fid) or {}).get("det2d") or [],
                                       model_size, classes, predict, labels, drivable)
-        legend = [(lab, OVERLAYS.get(lab) or class_color(classes.index(lab) if lab in classes else int(lab[5:])))
-                  for lab in drawn]
+        legend = legend_entries(drawn, classes)
         panel, text = frame_panel(f"#{it['rank']} {clip}/{idx:06d}", it["reason"], legend, max(v.shape[0] for v in views))
         tiles.append(frame_tile(views, panel))
         grid_w = min(GRID_COLS, len(views)) * CAM_W

@@ -105,7 +105,8 @@ def test_bevmap_label_iou_against_its_raster(al):
     raster[2, 8:10, 8:10] = 3  # one object cell at (0.5 m, 0.5 m)
     pred = np.zeros((1, 3, 8, 8), np.float16)
     pred[0, 0, :4] = 0.9  # drivable right
-    pred[0, 0, 4:6] = 0.5  # at the threshold: drawn, and wrong
+    pred[0, 0, 4:6] = 0.6  # over the threshold: drawn, and wrong
+    pred[0, 0, 6:] = 0.5  # at the threshold: not drawn (the head decodes p > threshold)
     st = al.bevmap_state({"bevmap": pred}, raster, task, 0.5)
     iou = ChannelIoU(task.channels).compute_states([st])
     assert iou["iou/drivable"] == pytest.approx(4 / 6) and iou["iou/objects"] == 0.0

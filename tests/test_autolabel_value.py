@@ -23,7 +23,7 @@ def test_each_arm_is_a_valid_engine_config(arm, labeller, budget):
     assert (cfg.loop.labeller, cfg.loop.budget, cfg.loop.fleet_seed) == (labeller, budget, 1002)
     assert cfg.loop.unit_tests is False and cfg.retrain.steps == 40 and cfg.suites.clips == 2
     if labeller == "auto":  # every frame accepted: the labels train as they are
-        assert cfg.autolabel.accept == {"det2d": 0.0, "det3d": 0.0}
+        assert cfg.autolabel.accept == {"det2d": 0.0, "det3d": 0.0} and cfg.autolabel.accept_empty
 
 
 def test_paired_differences_drop_undefined_seeds():

@@ -101,8 +101,9 @@ def label_clip(fused: Sequence[dict | None], times: np.ndarray, poses: Sequence[
     tracked = T > 1
     posed = all(p is not None for p in poses)
     has3d = posed and any(f is not None and "det3d" in f for f in fused)
-    payloads: dict[int, dict] = {t: {"cameras": {c: {"boxes2d": [], "lanes2d": []} for c in cameras}, "boxes3d": []}
-                                 for t in range(T) if fused[t] is not None}
+    supervises = [h for h in ("det2d", "det3d") if h in classes and (h == "det2d" or has3d)]  # what the labels train
+    payloads: dict[int, dict] = {t: {"cameras": {c: {"boxes2d": [], "lanes2d": []} for c in cameras}, "boxes3d": [],
+                                     "supervises": supervises} for t in range(T) if fused[t] is not None}
     n2d = n3d = 0
     next_id = 0
     for n, cam in enumerate(cameras):

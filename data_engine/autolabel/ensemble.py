@@ -46,6 +46,14 @@ class Ensemble:
     def posed_heads(self) -> bool:
         return "det3d" in self.heads
 
+    def params(self, cfg):
+        """The `autolabel:` parameters this ensemble labels with: `noise_mps` 0 unless every member has a video
+        queue (a single-frame model's velocities are guesses, not measurements for the smoother)."""
+        import dataclasses
+
+        video = all(m.rt.state_spec for m in self.members)
+        return cfg if video or not cfg.noise_mps else dataclasses.replace(cfg, noise_mps=0.0)
+
 
 def _classes(md: Mapping[str, Any], head: str) -> list[str]:
     return list((md["heads"][head].get("classes") or md.get("classes") or []))

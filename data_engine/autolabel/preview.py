@@ -25,18 +25,21 @@ def _spread(items: Sequence, k: int) -> list:
 
 
 def frame_views(fleet_root: Path, clip: str, fdir: str, cameras: Sequence[str], payload: Mapping, dense: Mapping | None,
-                classes: Sequence[str]) -> tuple[list[np.ndarray], list[str]]:
-    """(one view per camera, the legend labels drawn) of one labelled frame."""
-    from data_engine.fleet import read_frame
-    from data_engine.report import camera_view, fleet_truth
+                classes: Sequence[str], warnings: list[str] | None = None) -> tuple[list[np.ndarray], list[str]]:
+    """(one view per camera, the legend labels drawn) of one labelled frame. A truth file that cannot be read is
+    left out of the picture and said in `warnings` (the labels are recorded: the picture never fails a run)."""
+    from data_engine.report import camera_view, fleet_truth, read_views
 
-    truth = (fleet_truth(fleet_root, clip, fdir) or {}).get("cameras") or {}
+    try:
+        truth = (fleet_truth(fleet_root, clip, fdir) or {}).get("cameras") or {}
+    except ValueError as e:
+        truth = {}
+        if warnings is not None:
+            warnings.append(f"preview.png: frame {clip}/{fdir} drawn without its truth ({e})")
+    images = read_views(fleet_root, clip, fdir, cameras)
     views, drawn = [], []
     for n, cam in enumerate(cameras):
-        try:
-            image, error = read_frame(fleet_root, clip, fdir, [cam])[0], None
-        except ValueError as e:
-            image, error = None, str(e)
+        image, error = images[cam]
         boxes = [(b["bbox"], classes.index(b["class"]) if b["class"] in classes else -1, b["confidence"])
                  for b in payload["cameras"][cam]["boxes2d"]]
         masks = {h: np.asarray(dense[h][n], np.float32) > MASK_P for h in ("drivable", "lanes") if dense and h in dense}
@@ -47,25 +50,25 @@ def frame_views(fleet_root: Path, clip: str, fdir: str, cameras: Sequence[str], 
     return views, drawn
 
 
-def write_preview(path: Path, frames: Sequence[Mapping], cameras: Sequence[str], classes: Sequence[str], header: str) -> int:
+def write_preview(path: Path, frames: Sequence[Mapping], cameras: Sequence[str], classes: Sequence[str], header: str,
+                  warnings: list[str] | None = None) -> int:
     """Draw `frames` ({"fleet", "clip", "frame", "payload", "dense" or None, "decision", "why"}; up to PREVIEW_FRAMES
     of them, spread evenly) into `path`; returns how many frames it shows (0: nothing written)."""
-    from data_engine.report import OVERLAYS, contact_sheet, frame_panel, frame_tile
-    from hydranet.viz import class_color, write_png
+    from data_engine.report import contact_sheet, frame_panel, frame_tile, legend_entries
+    from hydranet.viz import write_png
 
     shown = _spread(list(frames), PREVIEW_FRAMES)
     tiles = []
     for f in shown:
-        views, drawn = frame_views(Path(f["fleet"]), f["clip"], f["frame"], cameras, f["payload"], f["dense"], classes)
+        views, drawn = frame_views(Path(f["fleet"]), f["clip"], f["frame"], cameras, f["payload"], f["dense"], classes,
+                                   warnings)
         boxes = [b for c in f["payload"]["cameras"].values() for b in c["boxes2d"]]
         facts = [f"decision: {f['decision']} ({f['why']})",
                  f"auto boxes: {len(boxes)}, {sum(b.get('track_id') is not None for b in boxes)} on a track, "
                  f"{sum(bool(b.get('attributes', {}).get('filled')) for b in boxes)} filled in a gap",
                  f"3D boxes: {len(f['payload'].get('boxes3d') or [])}"]
-        index = {c: k for k, c in enumerate(classes)}
-        legend = [(f"{lab.split(' ')[0]} (ensemble mean > {MASK_P})", OVERLAYS[lab]) if lab.endswith("(model)") else
-                  (lab, OVERLAYS[lab]) if lab in OVERLAYS else (f"{lab} (auto)", class_color(index.get(lab, -1)))
-                  for lab in drawn]
+        legend = [(f"{lab.split(' ')[0]} (ensemble mean > {MASK_P})" if lab.endswith("(model)") else
+                   lab if "(" in lab else f"{lab} (auto)", color) for lab, color in legend_entries(drawn, classes)]
         panel, _ = frame_panel(f"{f['clip']} / {f['frame']}", facts, legend, max(v.shape[0] for v in views))
         tiles.append(frame_tile(views, panel))
     if not tiles:

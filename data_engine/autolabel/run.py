@@ -126,7 +126,7 @@ def label_fleet_clips(ens: Ensemble, fleet, clips: dict, wanted: dict[str, list[
         per_member = [run_member(m, ens, frames, sizes, cfg.tta, posed) for m in ens.members]
         fused = fuse_frames(per_member, ens.cameras, sizes, cfg)
         times = np.array([f["timestamp_us"] for f in frames], np.float64) / 1e6
-        res = label_clip(fused, times, [f["ego2world"] for f in frames], ens.cameras, sizes, ens.classes, cfg)
+        res = label_clip(fused, times, [f["ego2world"] for f in frames], ens.cameras, sizes, ens.classes, ens.params(cfg))
         counts["clips"] += 1
         counts["frames_run"] += len(frames)
         counts["tracks2d"] += res["tracks2d"]
@@ -138,8 +138,7 @@ def label_fleet_clips(ens: Ensemble, fleet, clips: dict, wanted: dict[str, list[
                 counts["unreadable"] += 1
                 warnings.append(f"clip {name} frame {idx} cannot be read: not labelled")
                 continue
-            payloads[fid] = {**res["frames"][t], "supervises": [h for h in ("det2d", "det3d") if h in ens.heads and
-                                                                (h == "det2d" or res["has3d"])]}
+            payloads[fid] = res["frames"][t]
             if t in res["dense"]:
                 payloads[fid]["dense"]["file"] = f"dense/{name}/{frames[t]['dir']}.npz"
                 dense[fid] = res["dense"][t]
@@ -221,7 +220,7 @@ def run_autolabel(catalog: str | Path, selection: str | Path, models: Sequence[s
                       for cname, frames in clips.items() for idx, fid in frames if fid in p})
         roots.update({fid: root for fid in p})
     if "det3d" not in ens.heads:
-        warnings.append("2D labels only: the models share no det3d head (3D labels need BEV models, and a fleet with "
+        warnings.append("no 3D labels: the models share no det3d head (3D labels need BEV models, and a fleet with "
                         "calibration and ego poses)")
     prov = _provenance(ens, cfg)
     for p in payloads.values():
@@ -253,7 +252,8 @@ def _preview(path: Path, summary: dict, payloads: dict, dense: dict, where: dict
     header = (f"autolabel {summary['selection']}: {summary['frames_labelled']} frames labelled by "
               f"{len(summary['models'])} model(s) ({', '.join(Path(m['path']).name for m in summary['models'])}), "
               f"{summary['accepted']} accepted, {summary['queued']} queued for a person")
-    return path.name if write_preview(path, frames, ens.cameras, ens.classes.get("det2d", []), header) else None
+    shown = write_preview(path, frames, ens.cameras, ens.classes.get("det2d", []), header, summary["warnings"])
+    return path.name if shown else None
 
 
 def _summary(catalog: Path, selection: Path, name: str, backend: str, ens: Ensemble, prov: dict, payloads: dict[int, dict],
