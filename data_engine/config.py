@@ -212,6 +212,7 @@ class AutolabelConfig:
 
     tta: bool = True  # add each model's horizontally flipped view (camera heads) to the ensemble
     fuse_iou: float = 0.55  # weighted box fusion: boxes of one class overlapping this much are one object
+    fuse_conf: str = "avg"  # a fused box's score: avg (agreement of the views counts) | max (the surest view's)
     fuse_distance: float = 2.0  # 3D fusion: BEV centres of one class closer than this (m) are one object
     min_score: float = 0.1  # a member's box below this score does not enter the fusion
     track_iou: float = 0.3  # 2D tracking gate: IoU of the predicted box and the detection
@@ -230,6 +231,8 @@ class AutolabelConfig:
     accept_empty: bool = False  # accept a frame where a judged head found no box (false: a person checks what was missed)
 
     def __post_init__(self):
+        if self.fuse_conf not in ("avg", "max"):
+            raise ConfigError(f"config key 'autolabel.fuse_conf' must be avg or max, got {self.fuse_conf!r}")
         for key in ("fuse_iou", "min_score", "track_iou", "min_track_score", "dense_accept"):
             _unit(key, getattr(self, key))
         for key, mapping in (("accept", self.accept), ("accept_class", self.accept_class)):

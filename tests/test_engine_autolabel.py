@@ -37,6 +37,11 @@ def test_wbf_halves_what_one_of_two_views_sees_and_flip_is_undone():
     box = np.array([[10.0, 5.0, 30.0, 25.0]])
     one = wbf([(box, np.array([0.8]), np.array([2])), (np.zeros((0, 4)), np.zeros(0), np.zeros(0, int))], (64, 96), 0.55, 0.0)
     assert one[1][0] == pytest.approx(0.4)  # WBF "avg": seen by 1 of 2 views
+    views = [(box, np.array([0.8]), np.array([2])), (np.zeros((0, 4)), np.zeros(0), np.zeros(0, int))]
+    assert wbf(views, (64, 96), 0.55, 0.0, "max")[1][0] == pytest.approx(0.8)  # "max": the surest view's score
+    b3 = np.array([[10.0, 2.0, 0.8, 4.5, 1.9, 1.5, 0.0, 0.0, 0.0]])
+    lone = [(b3, np.array([0.8]), np.array([0])), (np.zeros((0, 9)), np.zeros(0), np.zeros(0, int))]
+    assert fuse_3d(lone, 2.0, 0.0)[1][0] == pytest.approx(0.4) and fuse_3d(lone, 2.0, 0.0, "max")[1][0] == pytest.approx(0.8)
     np.testing.assert_allclose(flip_boxes(flip_boxes(box, 96), 96), box)
     np.testing.assert_allclose(flip_boxes(box, 96), [[66.0, 5.0, 86.0, 25.0]])
 
@@ -208,6 +213,8 @@ def test_thresholds_outside_the_unit_interval_are_refused(key, value):
         AutolabelConfig(**{key: value})
     with pytest.raises(ConfigError, match="autolabel.accept.det2d"):
         AutolabelConfig(accept={"det2d": float("nan")})
+    with pytest.raises(ConfigError, match="autolabel.fuse_conf.*avg or max"):
+        AutolabelConfig(fuse_conf="median")
 
 
 # -- end to end ---------------------------------------------------------------------------------------

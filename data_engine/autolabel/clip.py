@@ -29,10 +29,11 @@ def fuse_frames(per_member: Sequence[Sequence[dict | None]], cameras: Sequence[s
             out.append(None)
             continue
         fused: dict[str, Any] = {"det2d": [wbf([v for it in items for v in it["det2d"][n]], sizes[cam], cfg.fuse_iou,
-                                               cfg.min_score) for n, cam in enumerate(cameras)] if items[0]["det2d"][0] else [],
+                                               cfg.min_score, cfg.fuse_conf) for n, cam in enumerate(cameras)]
+                                 if items[0]["det2d"][0] else [],
                                  "dense": fuse_dense([v for it in items for v in it["dense"]])}
         if "det3d" in items[0]:
-            fused["det3d"] = fuse_3d([it["det3d"] for it in items], cfg.fuse_distance, cfg.min_score)
+            fused["det3d"] = fuse_3d([it["det3d"] for it in items], cfg.fuse_distance, cfg.min_score, cfg.fuse_conf)
         out.append(fused)
     return out
 
