@@ -342,7 +342,8 @@ def test_preview_draws_the_labels_where_they_are(engine):
     and nowhere else (the same view without labels is the reference)."""
     from data_engine.autolabel.preview import frame_views
     from data_engine.fleet import Fleet, read_frame
-    from data_engine.report import CAM_W, camera_view, fleet_truth
+    from data_engine.report import fleet_truth
+    from data_engine.report_pictures import CAM_W, camera_view
     from hydranet.viz import class_color
 
     fleet = engine["fleet"]
@@ -417,3 +418,19 @@ def _killed_and_rerun(engine, tmp: Path) -> None:
     assert _rows(cat, q) == _rows(ref, q) and len(_rows(cat, q)) == before + 2
     q = "SELECT selection, frame_id, state, label_id IS NULL, note FROM label_jobs ORDER BY selection, frame_id"
     assert _rows(cat, q) == _rows(ref, q)
+
+
+def test_the_detections_velocities_are_measured_only_from_video_members():
+    """Ensemble.params: noise_mps kept when every member has a video queue, 0 when one is single-frame (its
+    velocities are guesses); the other parameters untouched."""
+    from types import SimpleNamespace
+
+    from data_engine.autolabel.ensemble import Ensemble, Member
+
+    def member(video: bool) -> Member:
+        return Member(Path("m.onnx"), SimpleNamespace(state_spec={"input": "prev_bev"} if video else None), "0" * 64, ("det3d",))
+
+    cfg = AutolabelConfig(noise_mps=2.0, min_speed=3.0)
+    assert Ensemble([member(True), member(True)], ("det3d",)).params(cfg) is cfg
+    got = Ensemble([member(True), member(False)], ("det3d",)).params(cfg)
+    assert got.noise_mps == 0.0 and got.min_speed == 3.0

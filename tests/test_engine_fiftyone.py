@@ -27,7 +27,8 @@ from engine_fixtures import REPO, make_fleet
 from data_engine.catalog import Catalog
 from data_engine.fiftyone_export import check_export, export_fiftyone, relative_box
 from data_engine.mining import mine
-from data_engine.report import CAM_W, PANEL_W, write_report
+from data_engine.report import write_report
+from data_engine.report_pictures import CAM_W, PANEL_W
 from data_engine.shadow import run_shadow
 from data_engine.signals import SIGNALS
 from data_engine.triggers import build_triggers, fire_all

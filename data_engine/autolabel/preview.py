@@ -1,7 +1,7 @@
 """preview.png of an auto-labelling run: what the labeller wrote, drawn on the frames it labelled.
 
 Up to PREVIEW_FRAMES labelled frames (spread evenly over them, in clip and frame order), one under the other,
-each camera as the engine report draws it (data_engine.report.camera_view): the auto-label's 2D boxes in their
+each camera as the engine report draws it (data_engine.report_pictures.camera_view): the auto-label's 2D boxes in their
 class colour with their confidence, the ensemble's mean drivable and lane masks (p > 0.5) as translucent fills, and
 where the fleet keeps its truth (a sim fleet) the true boxes in white; on the right the frame, the policy's decision
 and why, the boxes and tracks, and the legend.
@@ -28,7 +28,8 @@ def frame_views(fleet_root: Path, clip: str, fdir: str, cameras: Sequence[str], 
                 classes: Sequence[str], warnings: list[str] | None = None) -> tuple[list[np.ndarray], list[str]]:
     """(one view per camera, the legend labels drawn) of one labelled frame. A truth file that cannot be read is
     left out of the picture and said in `warnings` (the labels are recorded: the picture never fails a run)."""
-    from data_engine.report import camera_view, fleet_truth, read_views
+    from data_engine.report import fleet_truth
+    from data_engine.report_pictures import camera_view, read_views
 
     try:
         truth = (fleet_truth(fleet_root, clip, fdir) or {}).get("cameras") or {}
@@ -54,7 +55,7 @@ def write_preview(path: Path, frames: Sequence[Mapping], cameras: Sequence[str],
                   warnings: list[str] | None = None) -> int:
     """Draw `frames` ({"fleet", "clip", "frame", "payload", "dense" or None, "decision", "why"}; up to PREVIEW_FRAMES
     of them, spread evenly) into `path`; returns how many frames it shows (0: nothing written)."""
-    from data_engine.report import contact_sheet, frame_panel, frame_tile, legend_entries
+    from data_engine.report_pictures import contact_sheet, frame_panel, frame_tile, legend_entries
     from hydranet.viz import write_png
 
     shown = _spread(list(frames), PREVIEW_FRAMES)
