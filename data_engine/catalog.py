@@ -93,10 +93,15 @@ class Catalog:
 
     def run_model(self, run_id: int) -> tuple[str, list[str]]:
         """(path, camera names in input order) of shadow run `run_id`'s model, as `add_model` recorded them ([] for a
-        row that records none)."""
-        path, meta = self.db.execute("SELECT m.path, m.meta FROM shadow_runs r JOIN models m ON r.model_id = m.id "
-                                     "WHERE r.id = ?", (run_id,)).fetchone()
-        return path, list(json.loads(meta or "{}").get("rig") or [])
+        row that records none), narrowed to the run's fleet's cameras: a fleet with only some of the model's cameras
+        ran its camera heads there (`data_engine.shadow.runtime_for_fleet`), and the run's per-camera rows are
+        those cameras'."""
+        path, meta, fleet_cams = self.db.execute(
+            "SELECT m.path, m.meta, f.cameras FROM shadow_runs r JOIN models m ON r.model_id = m.id "
+            "JOIN fleets f ON r.fleet_id = f.id WHERE r.id = ?", (run_id,)).fetchone()
+        names = list(json.loads(meta or "{}").get("rig") or [])
+        present = set(json.loads(fleet_cams or "[]"))
+        return path, [n for n in names if n in present] or names
 
     def add_fleet(self, fleet) -> tuple[int, dict[str, int], dict[tuple[str, int], int]]:
         """Register a `data_engine.fleet.Fleet`, its clips and frames: (fleet id, {clip: id}, {(clip, idx): frame id})."""

@@ -108,12 +108,11 @@ def mask_predictor(model: str | Path, fleet: Path) -> tuple[Callable[[list[np.nd
     big per frame), so the frame is run again through the torch-free runtime, as shadow mode ran it (the camera
     heads read the frame alone: no video state)."""
     from data_engine.fleet import Fleet
-    from data_engine.shadow import load_runtime
+    from data_engine.shadow import runtime_for_fleet
     from deploy.runtime import DeployError
 
-    try:
-        rt = load_runtime(str(model))
-        rt.allow_sizes(Fleet(fleet).cameras)  # the fleet's camera sizes, resized to the model's as shadow mode does
+    try:  # as shadow mode ran it: the fleet's camera sizes resized to the model's, on the model's cameras it has
+        rt, _ = runtime_for_fleet(str(model), Fleet(fleet))
     except (OSError, ValueError, DeployError) as e:  # FleetError is a ValueError
         return None, f"model {model} or fleet {fleet} cannot be read ({str(e)[:120]})"
     heads = [h for h in MASK_HEADS if h in rt.heads]

@@ -48,7 +48,7 @@ from hydranet.stream import VideoState, stream
 
 EXECUTORS = ("local", "ray")
 BAD = "bad"  # the status of every frame of a clip on which a model gave non-finite outputs
-_RUNTIMES: dict[tuple[str, int | None], Any] = {}
+_RUNTIMES: dict[tuple[str, int | None, tuple[str, ...] | None], Any] = {}
 
 
 class ShadowError(ValueError):
@@ -68,19 +68,38 @@ class _BadClip(Exception):
     """Inside `shadow_clip`: a model's outputs on this frame are non-finite; the clip is bad."""
 
 
-def load_runtime(path: str | Path, threads: int | None = None):
-    """A cached HydraRuntime of this process (one ONNX Runtime session per model and worker)."""
+def load_runtime(path: str | Path, threads: int | None = None, cameras: tuple[str, ...] | None = None):
+    """A cached HydraRuntime of this process (one ONNX Runtime session per model, camera subset and worker)."""
     from deploy.runtime import HydraRuntime
 
-    key = (str(path), threads)
+    key = (str(path), threads, cameras)
     if key not in _RUNTIMES:
-        _RUNTIMES[key] = HydraRuntime(path, threads=threads)
+        _RUNTIMES[key] = HydraRuntime(path, threads=threads, cameras=cameras)
     return _RUNTIMES[key]
 
 
-def uses_calibration(rt) -> bool:
-    """A model whose view transform into BEV is built from its cameras' calibration (metadata "bev")."""
-    return bool(rt.meta.get("bev"))
+def runtime_for_fleet(path: str | Path, fleet: Fleet, threads: int | None = None, load=load_runtime):
+    """(runtime, its camera subset or None) of model `path` on `fleet`, checked (`Fleet.check_rig`) and taking the
+    fleet's camera sizes. A fleet with only some of the model's cameras (a one-camera dashcam under a six-camera
+    HydraNet) runs the camera heads there (`HydraRuntime(cameras=)`; `subset_line()` says which BEV heads are not
+    run); a model without camera heads, or no camera in common, is a FleetError naming the camera it lacks.
+    `load(path, threads, cameras)`: the runtime (default: this process's cached one)."""
+    from data_engine.fleet import FleetError
+    from deploy.runtime import DeployError
+
+    rt = load(path, threads, None)
+    present = tuple(n for n in rt.camera_names if n in fleet.cameras)
+    cameras = present if present and len(present) < len(rt.camera_names) else None
+    if cameras:
+        try:
+            rt = load(path, threads, cameras)
+        except DeployError as e:
+            lacks = next(n for n in rt.camera_names if n not in fleet.cameras)
+            raise FleetError(f"fleet {fleet.root} (cameras {sorted(fleet.cameras)}) lacks camera {lacks} of model {path}: "
+                             f"{e}; run it on a fleet of its own rig") from None
+    fleet.check_rig(rt.rig, str(path), bev=rt.runs_bev)
+    rt.allow_sizes(fleet.cameras)
+    return rt, cameras
 
 
 def check_model(rt, role: str = "--onnx") -> None:
@@ -108,8 +127,9 @@ def shadow_clip(task: Mapping[str, Any]) -> dict[str, Any]:
     from deploy.runtime import NonFiniteOutput
     from hydranet.decoding import NonFiniteError
 
-    rt = load_runtime(task["model"], task.get("threads"))
-    cand = load_runtime(task["candidate"], task.get("threads")) if task.get("candidate") else None
+    rt = load_runtime(task["model"], task.get("threads"), task.get("cameras"))
+    cand = load_runtime(task["candidate"], task.get("threads"), task.get("candidate_cameras")) \
+        if task.get("candidate") else None
     for r in (rt, cand):  # the fleet's camera sizes, checked by Fleet.check_rig to be each model's calibration
         if r is not None:
             r.allow_sizes(task.get("sizes") or {})
@@ -222,11 +242,19 @@ def run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candid
     return _run_shadow(model, fleet, catalog, candidate, executor, workers, progress, ray_address)
 
 
+def _fleet_runtime(model: str | Path, fl: Fleet, role: str):
+    """`runtime_for_fleet` of a model shadow mode runs (checked to have the embedding output)."""
+    rt, cameras = runtime_for_fleet(str(model), fl)
+    check_model(rt, role)
+    return rt, cameras
+
+
 def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candidate: str | Path | None = None,
                 executor: str = "local", workers: int | None = None, progress: bool = True,
                 ray_address: str | None = None) -> dict[str, int]:
     """Shadow `model` over every clip of `fleet` not yet done for this (model, candidate, fleet);
-    returns {"run_id", "clips", "done_before", "frames", "corrupt" (frames whose images could not be read),
+    returns {"run_id", "clips", "done_before", "frames", "corrupt" (frames whose images could not be read), "notes"
+    (a line per model running on a subset of its cameras: the BEV heads not run),
     "bad_clips", "bad" ([(clip, error)]: clips on which a model gave non-finite outputs)}, or raises
     `BadClipsError` (carrying those stats) after writing every clip when the run holds bad clips.
     `ray_address`: with executor "ray", the cluster to join (else $RAY_ADDRESS, else a local instance
@@ -244,14 +272,12 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
     fl = Fleet(fleet)
     model = Path(model).resolve()  # workers (other processes, Ray actors) may start elsewhere
     candidate = Path(candidate).resolve() if candidate is not None else None
-    rt = load_runtime(str(model))
-    check_model(rt)
-    fl.check_rig(rt.rig, str(model), bev=uses_calibration(rt))
-    cand = None
-    if candidate is not None:
-        cand = load_runtime(str(candidate))
-        check_model(cand, "--candidate-onnx")
-        fl.check_rig(cand.rig, str(candidate), bev=uses_calibration(cand))
+    rt, cameras = _fleet_runtime(model, fl, "--onnx")
+    cand, cand_cameras = _fleet_runtime(candidate, fl, "--candidate-onnx") if candidate is not None else (None, None)
+    if cand is not None and cand.camera_names != rt.camera_names:
+        raise ShadowError(f"--candidate-onnx {candidate} runs on cameras {cand.camera_names} of fleet {fl.root}, --onnx "
+                          f"{model} on {rt.camera_names}: compare models of one rig")
+    notes = [r.subset_line() for r in (rt, cand) if r is not None and r.subset_line()]  # printed by the caller
     workers = workers or max(1, os.cpu_count() or 1)
     threads = max(1, (os.cpu_count() or 1) // workers)
     with Catalog(catalog, create=True) as cat:
@@ -271,12 +297,12 @@ def _run_shadow(model: str | Path, fleet: str | Path, catalog: str | Path, candi
                 continue
             clip = fl.clip(name)
             tasks.append({"root": str(fl.root.resolve()), "clip": name, "clip_id": clip_ids[name], "model": str(model),
-                          "sizes": fl.cameras,
+                          "sizes": fl.cameras, "cameras": cameras, "candidate_cameras": cand_cameras,
                           "candidate": str(candidate) if candidate else None, "threads": threads,
                           "lake": lake_ref(cat.lake, run_id) if cat.lake is not None else None,
                           "frames": [{**f, "frame_id": frame_ids[(name, f["index"])]} for f in clip.frames]})
         stats = {"run_id": run_id, "clips": len(fl.clip_names), "done_before": len(done), "frames": 0, "corrupt": 0,
-                 "bad_clips": 0, "bad": []}
+                 "bad_clips": 0, "bad": [], "notes": notes}
         bar = tqdm(total=len(tasks), desc="engine shadow", unit="clip", disable=not progress)
         for res in _execute(tasks, executor, workers, threads, ray_address, quiet=not progress):
             if "part" in res:  # a lake: the worker wrote the part, the parent commits the done marker only

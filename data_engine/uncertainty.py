@@ -159,7 +159,7 @@ def pool_signals(models: Sequence[str | Path], fleet: str | Path, frames: Sequen
     from tqdm import tqdm
 
     from data_engine.fleet import Fleet, FleetError, read_frame
-    from data_engine.shadow import load_runtime, uses_calibration
+    from data_engine.shadow import runtime_for_fleet
     from deploy.runtime import DeployError
 
     if len(models) < 2:
@@ -167,10 +167,12 @@ def pool_signals(models: Sequence[str | Path], fleet: str | Path, frames: Sequen
     fl = Fleet(fleet)
     runtimes = []
     for m in models:
-        try:
-            rt = load_runtime(str(m))
+        try:  # a fleet with some of the model's cameras: the camera heads there
+            rt, _ = runtime_for_fleet(str(m), fl)
         except (OSError, DeployError) as e:
             raise UncertaintyError(f"model {m} cannot be loaded ({e}); give an ONNX file written by `hydranet export`") from None
+        except FleetError as e:
+            raise UncertaintyError(str(e)) from None
         heads = [h for h in HEADS if h in rt.heads]
         if not heads:
             raise UncertaintyError(f"model {m} has none of the heads {HEADS}; the signals need one")
@@ -180,11 +182,6 @@ def pool_signals(models: Sequence[str | Path], fleet: str | Path, frames: Sequen
             raise UncertaintyError(f"model {m}: heads {heads}, cameras {rt.camera_names} at {list(rt.image_size)}; the first "
                                    f"model's are {runtimes[0][1]}, {first.camera_names} at {list(first.image_size)}: an "
                                    "ensemble needs the same heads, cameras and size")
-        try:
-            fl.check_rig(rt.rig, str(m), bev=uses_calibration(rt))
-        except FleetError as e:
-            raise UncertaintyError(str(e)) from None
-        rt.allow_sizes(fl.cameras)
         runtimes.append((rt, heads))
     cams, heads = runtimes[0][0].camera_names, runtimes[0][1]
 

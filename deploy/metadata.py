@@ -90,6 +90,12 @@ class ModelRig:
         return cls(str(rig.get("name", "")), tuple(names), (int(size[0]), int(size[1])), K, T,
                    tuple((int(h), int(w)) for h, w in sources), lenses)
 
+    def select(self, names: Sequence[str]) -> "ModelRig":
+        """These cameras of the rig (names it has), in the order given."""
+        idx = [self.names.index(n) for n in names]
+        return ModelRig(self.name, tuple(names), self.image_size, self.K[idx], self.cam2ego[idx],
+                        tuple(self.source_sizes[i] for i in idx), tuple(self.lenses[i] for i in idx))
+
     @property
     def cameras(self) -> tuple[Camera, ...]:
         """The model's cameras at its input size, in input order."""

@@ -26,19 +26,20 @@ class OnnxPredictor(nn.Module):
     the metadata (for targets and metrics; their weights are unused), `forward(batch, "predict")`
     runs the ONNX model."""
 
-    def __init__(self, model_path: str | Path, threads: int | None = None):
+    def __init__(self, model_path: str | Path, threads: int | None = None, cameras: list[str] | None = None):
         super().__init__()
         from hydranet.config import from_dict
         from hydranet.experiment import ExperimentConfig
         from hydranet.models import build_model
 
-        self.runtime = HydraRuntime(model_path, threads=threads)
+        self.runtime = HydraRuntime(model_path, threads=threads, cameras=cameras)  # cameras: its camera heads there alone
         md = self.runtime.meta
         if "config" not in md or "meta" not in md:
             raise ValueError(f"{model_path} lacks hydranet.config / hydranet.meta metadata; re-export it with `hydranet export`")
         self.cfg = from_dict(ExperimentConfig, md["config"])
-        self.heads = build_model(self.cfg.model, md["meta"]).heads
-        self.video_frames = int((md.get("bev") or {}).get("video_frames", 1))
+        heads = build_model(self.cfg.model, md["meta"]).heads
+        self.heads = nn.ModuleDict({k: v for k, v in heads.items() if k in self.runtime.heads})
+        self.video_frames = int((md.get("bev") or {}).get("video_frames", 1)) if self.runtime.runs_bev else 1
 
     def forward(self, batch: Mapping[str, Any], mode: str = "predict") -> dict[str, list]:
         if mode != "predict":
@@ -67,6 +68,9 @@ def evaluate_onnx(model_path: str | Path, data: str | Path, out: str | Path | No
     from hydranet.evaluate import evaluate, evaluation_frames, write_results
 
     model = OnnxPredictor(model_path)
+    cameras = _cameras_in(model, data)
+    if cameras is not None:  # a dataset with some of the model's cameras: its camera heads there (BEV heads not run)
+        model = OnnxPredictor(model_path, cameras=cameras)
     cfg, rt = model.cfg, model.runtime
     frames = evaluation_frames(model, cfg, data, cameras=rt.camera_names, image_size=rt.image_size)
     bs = batch_size or (cfg.batch_size if rt.batch_fixed is None else rt.batch_fixed)
@@ -74,11 +78,31 @@ def evaluate_onnx(model_path: str | Path, data: str | Path, out: str | Path | No
         raise ValueError(f"{model_path} has a fixed batch of {rt.batch_fixed} but {data} has {len(frames)} frames; "
                          "export with --dynamic-batch to evaluate")
     results = evaluate(model, frames, bs, "cpu", progress, save_predictions)
+    if rt.slots is not None:  # the cameras run and the BEV heads left out, said in one line
+        results.update({"cameras": list(rt.camera_names), "skipped_heads": rt.skipped_heads, "note": rt.subset_line()})
     results.update({"model_file": str(model_path), "data": str(data),
                     "quantization": rt.meta.get("quantization"), "step": (rt.meta.get("source") or {}).get("step")})
     if out is not None:
         write_results(results, out)
     return results
+
+
+def _cameras_in(model: OnnxPredictor, data: str | Path) -> list[str] | None:
+    """The model's cameras that dataset `data` has when it lacks some of them (None: it has them all, or none: the
+    reader's own error then names the camera)."""
+    from hydranet.data.reader import DatasetError
+    from hydranet.data.sources import open_data
+
+    try:
+        open_data(model.cfg.data, data, cameras=model.runtime.camera_names, channels=("images",))
+        return None
+    except DatasetError:
+        try:
+            names = open_data(model.cfg.data, data, all_cameras=True, channels=("images",)).rig.names
+        except DatasetError:
+            return None
+    present = [n for n in model.runtime.camera_names if n in names]
+    return present or None
 
 
 def evaluate_any(model: str | Path, data: str | Path, out: str | Path | None = None, progress: bool = True,

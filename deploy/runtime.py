@@ -6,9 +6,16 @@
     res["det3d"][0]["boxes"]                   # BEV heads: one result per frame
     res = rt.step(next_images, ego2world=pose) # a model with the video module carries its BEV queue itself
     rt.reset()                                 # a new drive: forget the queue
+    front = HydraRuntime("model.onnx", cameras=["CAM_FRONT"])  # the camera heads alone on some of its cameras
 
 The video state is a `hydranet.stream.VideoState` (numpy): `step()` feeds the remembered queue and
 the ego motion since the last frame, and stores the new queue; `rt(...)` is `rt.step(...)`.
+
+`cameras=`: the camera heads (per camera: each image's outputs depend on that image alone) on a subset of
+the model's cameras, e.g. a six-camera HydraNet on a one-camera dashcam, without re-exporting. The graph still
+runs its N camera slots (the other slots get a copy of the first given image, their outputs dropped), so it
+costs what the whole model costs; `hydranet export --cameras` writes the graph of the subset alone. The BEV
+heads, which read every camera, are not run: `skipped_heads` names them and `subset_line()` says why.
 
 Decoding is `hydranet.decoding` (numpy), the same code the torch tasks' `decode` runs, driven by
 the per-head "decoding" entry of the metadata. A head without a numpy decoder gives its raw
@@ -85,10 +92,11 @@ def model_metadata(session: ort.InferenceSession, where: str) -> dict[str, Any]:
 class HydraRuntime:
     """One exported HydraNet: preprocess -> ONNX Runtime -> numpy decoding of every head.
 
-    `timings` holds the last call's seconds for "preprocess", "inference" and "postprocess"."""
+    `timings` holds the last call's seconds for "preprocess", "inference" and "postprocess". `cameras`: run
+    the camera heads alone on these of the model's cameras (module docstring)."""
 
     def __init__(self, model_path: str | Path, providers: Sequence[str] | None = None, threads: int | None = None,
-                 optimization: str = "all", spinning: bool = False):
+                 optimization: str = "all", spinning: bool = False, cameras: Sequence[str] | None = None):
         self.path = Path(model_path)
         self.session = load_session(self.path, providers, threads, optimization, spinning)
         self.meta = model_metadata(self.session, str(self.path))
@@ -103,9 +111,49 @@ class HydraRuntime:
         self.input_names = [i.name for i in self.session.get_inputs()]
         bev = self.meta.get("bev") or {}
         self.state_spec = bev.get("state")
+        self.graph_state = self.state_spec  # the graph's video inputs (fed even when its BEV heads are not run)
         self.batch_fixed = None if self.meta.get("dynamic_batch") else int(self.meta["inputs"]["images"]["shape"][0])
         self.video = VideoState()
         self.timings: dict[str, float] = {}
+        self.graph_cameras: list[str] = list(self.camera_names)
+        self.slots: np.ndarray | None = None  # (k,) graph slot of each camera run; None: every camera, in order
+        self.skipped_heads: list[str] = []
+        if cameras is not None:
+            self._narrow(list(cameras))
+
+    def _narrow(self, cameras: list[str]) -> None:
+        """Run the camera heads alone on `cameras` (see the module docstring)."""
+        names = self.graph_cameras
+        unknown = [c for c in cameras if c not in names]
+        if unknown or not cameras or len(set(cameras)) != len(cameras):
+            raise DeployError(f"{self.path}: cameras {cameras}: give distinct cameras of the model ({', '.join(names)})"
+                              + (f"; it has no camera {unknown[0]!r}" if unknown else ""))
+        space = {o: (self.meta["outputs"].get(o) or {}).get("space") for o in self.output_names}
+        per_camera = {n: h for n, h in self.heads.items() if all(space[o] == "image" for o in h["outputs"])}
+        if not per_camera:
+            raise DeployError(f"{self.path}: its heads ({', '.join(self.heads)}) read every camera of its rig "
+                              f"({', '.join(names)}) and it has no camera head to run on {', '.join(cameras)} alone")
+        self.skipped_heads = [n for n in self.heads if n not in per_camera]
+        self.heads = per_camera
+        self.slots = np.array([names.index(c) for c in cameras])
+        self._fill = np.array([cameras.index(n) if n in cameras else 0 for n in names])  # (N,) image given to each slot
+        self.output_names = [o for o in self.output_names if space[o] == "image"]
+        self.state_spec = None  # no BEV head runs: nothing to remember
+        self.rig = self.rig.select(cameras)
+        self.camera_names, self.source_sizes = list(cameras), list(self.rig.source_sizes)
+
+    @property
+    def runs_bev(self) -> bool:
+        """Whether a view transform into BEV (bound to the cameras' calibration) runs: metadata "bev", all cameras."""
+        return bool(self.meta.get("bev")) and self.slots is None
+
+    def subset_line(self) -> str:
+        """One line: which heads a camera subset leaves out and what they need ('' when none is left out)."""
+        if not self.skipped_heads:
+            return ""
+        run = ", ".join(self.heads)
+        return (f"{self.path}: BEV head(s) {', '.join(self.skipped_heads)} not run: they need every camera of the model "
+                f"({', '.join(self.graph_cameras)}); its camera heads ({run}) run on {', '.join(self.camera_names)}")
 
     # -- input ----------------------------------------------------------------------------------
     @property
@@ -170,15 +218,18 @@ class HydraRuntime:
               ego_motion: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Graph inputs for preprocessed `images` (B, N, 3, H, W); a video model also gets the queue
         `prev_bev` (zeros, a stream start, when None) and `ego_motion` (identity when None)."""
+        if self.slots is not None:
+            images = images[:, self._fill]  # (B, k, ...) -> the graph's (B, N, ...) slots
         feeds = {"images": images}
-        if self.state_spec:
+        spec = self.graph_state
+        if spec:
             B = images.shape[0]
             if prev_bev is None or prev_bev.shape[0] != B:
                 prev_bev = np.zeros((B, *self.meta["inputs"]["prev_bev"]["shape"][1:]), np.float32)
                 ego_motion = None
             motion = np.eye(4, dtype=np.float32) if ego_motion is None else np.asarray(ego_motion, np.float32)
-            feeds[self.state_spec["input"]] = np.ascontiguousarray(prev_bev, np.float32)
-            feeds[self.state_spec["motion"]] = np.ascontiguousarray(np.broadcast_to(motion.reshape(-1, 4, 4), (B, 4, 4)),
+            feeds[spec["input"]] = np.ascontiguousarray(prev_bev, np.float32)
+            feeds[spec["motion"]] = np.ascontiguousarray(np.broadcast_to(motion.reshape(-1, 4, 4), (B, 4, 4)),
                                                                     np.float32)
         return feeds
 
@@ -188,7 +239,10 @@ class HydraRuntime:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Raw outputs {name: array} of the graph; `NonFiniteOutput` when one holds NaN or Inf."""
-        raw = dict(zip(self.output_names, self.session.run(None, dict(feeds))))
+        raw = dict(zip(self.output_names, self.session.run(self.output_names, dict(feeds))))
+        if self.slots is not None:  # rows b*N + n -> b*k + i of the cameras run
+            N = len(self.graph_cameras)
+            raw = {o: a.reshape(-1, N, *a.shape[1:])[:, self.slots].reshape(-1, *a.shape[1:]) for o, a in raw.items()}
         self.check_finite(raw)
         return raw
 

@@ -62,24 +62,24 @@ def _classes(md: Mapping[str, Any], head: str) -> list[str]:
 def load_ensemble(models: Sequence[str | Path], fleet) -> tuple[Ensemble, list[str]]:
     """(the checked ensemble, warnings) for `models` over `fleet` (a data_engine.fleet.Fleet)."""
     from data_engine.fleet import FleetError
-    from data_engine.shadow import uses_calibration
+    from data_engine.shadow import runtime_for_fleet
     from deploy.runtime import DeployError, HydraRuntime
     from hydranet.io import file_sha256
 
     if not models:
         raise AutolabelError("--models is empty; give one or more ONNX files written by `hydranet export`")
     members: list[Member] = []
+    notes: list[str] = []
     for m in models:
         path = Path(m)
-        try:
-            rt = HydraRuntime(path)
+        try:  # a fleet with some of a model's cameras: its camera heads there (its BEV heads not run, said so)
+            rt, _ = runtime_for_fleet(path, fleet, load=lambda p, t, c: HydraRuntime(p, threads=t, cameras=c))
         except DeployError as e:
             raise AutolabelError(str(e)) from None
-        try:
-            fleet.check_rig(rt.rig, str(path), bev=uses_calibration(rt))
         except FleetError as e:
             raise AutolabelError(f"{e} (model {path})") from None
-        rt.allow_sizes(fleet.cameras)  # checked by check_rig: a BEV model's calibration scaled; a camera model any size
+        if rt.subset_line():
+            notes.append(rt.subset_line())
         if members and rt.camera_names != members[0].rt.camera_names:
             raise AutolabelError(f"model {path} sees cameras {rt.camera_names}, model {members[0].path} sees "
                                  f"{members[0].rt.camera_names}: an ensemble needs models of one rig")
@@ -91,8 +91,8 @@ def load_ensemble(models: Sequence[str | Path], fleet) -> tuple[Ensemble, list[s
     shared = tuple(h for h in members[0].heads if all(h in mb.heads for mb in members))
     dropped = {str(mb.path): [h for h in mb.heads if h not in shared] for mb in members}
     dropped = {k: v for k, v in dropped.items() if v}
-    warnings = ["heads not shared by every model are dropped from the fusion: "
-                + "; ".join(f"{k}: {', '.join(v)}" for k, v in dropped.items())] if dropped else []
+    warnings = notes + (["heads not shared by every model are dropped from the fusion: "
+                         + "; ".join(f"{k}: {', '.join(v)}" for k, v in dropped.items())] if dropped else [])
     classes = {}
     for h in (h for h in BOX_HEADS if h in shared):
         classes[h] = _classes(members[0].rt.meta, h)

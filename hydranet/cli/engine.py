@@ -50,6 +50,8 @@ def cmd_engine_shadow(args) -> None:
 
     st = run_shadow(args.onnx, args.data, args.catalog, args.candidate_onnx, args.executor, args.workers, progress=not args.quiet,
                     ray_address=args.ray_address)
+    for line in st["notes"]:
+        print(line)
     print(f"shadow run {st['run_id']}: {st['clips'] - st['done_before']} of {st['clips']} clips shadowed now "
           f"({st['done_before']} done before), {st['frames']} frames, {st['corrupt']} corrupt -> {args.catalog}")
 

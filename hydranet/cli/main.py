@@ -217,6 +217,8 @@ def cmd_eval(args) -> None:
 
         results = evaluate_onnx(args.onnx, data, args.out, progress=not args.quiet,
                                 save_predictions=args.save_predictions)
+        if results.get("note"):
+            print(results["note"])
     else:
         results = evaluate_checkpoint(args.checkpoint, data, args.out, args.save_predictions, progress=not args.quiet,
                                       format=args.format, split=args.split, version=args.version)

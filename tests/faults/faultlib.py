@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 ENGINE: dict = {}  # conftest's engine_env: {"model", "noemb", "catalog"} (an untrained export, shadowed over the dataset)
 RUNS: dict = {}  # conftest's two_runs: {"a", "b"} 1-step run folders (seeds 0, 1), "a.onnx" the export of a
@@ -162,3 +164,24 @@ def with_metadata(src: Path, dst: Path, edit) -> Path:
     set_metadata(m, {PREFIX + k: json.dumps(v) for k, v in md.items()})
     onnx.save(m, str(dst))
     return dst
+
+
+def export_untrained(ds: Path, out: Path, config: str, seed: int, cameras: tuple[str, ...] | None = ("CAM_FRONT",),
+                     overrides: tuple[str, ...] = ()) -> Path:
+    """An untrained model of configs/`config` (seeded) on dataset `ds`'s `cameras` (None: every camera) at 32x64,
+    exported to `out`."""
+    import torch
+
+    from data_engine.fleet import Fleet
+    from deploy.export import export_model, sim_frames
+    from hydranet.checkpoint import meta_for_rig
+    from hydranet.experiment import load_experiment
+    from hydranet.models import build_model
+
+    picked = [f"data.cameras=[{','.join(cameras)}]"] if cameras else []
+    cfg = load_experiment(REPO / "configs" / config, [f"data.root={ds}", *picked, "data.image_size=[32,64]", "device=cpu",
+                                                       *overrides])
+    meta = meta_for_rig(cfg, json.loads((ds / "dataset.json").read_text()), Fleet(ds).rig, str(ds))
+    torch.manual_seed(seed)
+    export_model(build_model(cfg.model, meta), cfg, meta, out, sim_frames(cfg, ds, 1), verbose=False)
+    return out

@@ -17,28 +17,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from faultlib import Case, edit_json, Env, no_temp_left, params, run_case, with_metadata
+from faultlib import Case, edit_json, Env, export_untrained, no_temp_left, params, run_case, with_metadata
 
 REPO = Path(__file__).resolve().parents[2]
 _M: dict[str, Path] = {}
 SCENE = "scene_0000"
-
-
-def _export(ds: Path, out: Path, config: str, seed: int) -> Path:
-    import torch
-
-    from data_engine.fleet import Fleet
-    from deploy.export import export_model, sim_frames
-    from hydranet.checkpoint import meta_for_rig
-    from hydranet.experiment import load_experiment
-    from hydranet.models import build_model
-
-    cfg = load_experiment(REPO / "configs" / config, [f"data.root={ds}", "data.cameras=[CAM_FRONT]", "data.image_size=[32,64]",
-                                                       "device=cpu"])
-    meta = meta_for_rig(cfg, json.loads((ds / "dataset.json").read_text()), Fleet(ds).rig, str(ds))
-    torch.manual_seed(seed)
-    export_model(build_model(cfg.model, meta), cfg, meta, out, sim_frames(cfg, ds, 1), verbose=False)
-    return out
 
 
 def _nan_model(src: Path, dst: Path) -> Path:
@@ -58,9 +41,9 @@ def _nan_model(src: Path, dst: Path) -> Path:
 @pytest.fixture(scope="module")
 def models(fault_env: Env, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("autolabel_faults")
-    _M["a"] = _export(fault_env.dataset, root / "a.onnx", "tiny.yaml", 0)
-    _M["b"] = _export(fault_env.dataset, root / "b.onnx", "tiny.yaml", 1)
-    _M["bev"] = _export(fault_env.dataset, root / "bev.onnx", "engine_tiny.yaml", 2)
+    _M["a"] = export_untrained(fault_env.dataset, root / "a.onnx", "tiny.yaml", 0)
+    _M["b"] = export_untrained(fault_env.dataset, root / "b.onnx", "tiny.yaml", 1)
+    _M["bev"] = export_untrained(fault_env.dataset, root / "bev.onnx", "engine_tiny.yaml", 2)
     _M["rig"] = with_metadata(_M["a"], root / "rig.onnx", lambda md: md["rig"].update(names=["CAM_OTHER"]))
     _M["size"] = with_metadata(_M["a"], root / "size.onnx", lambda md: md["rig"].update(source_sizes=[[96, 160]]))
     _M["calib"] = with_metadata(_M["bev"], root / "calib.onnx", _wider_lens)
