@@ -2,7 +2,7 @@
 scenarios, and each mining strategy's enrichment over random selection, with intervals.
 
     python benchmarks/engine_mining.py --out out/bench_engine [--seeds 3] [--jobs 3] [--clips 120]
-        [--train-clips 24] [--steps 150] [--members 3] [--rare 0.03] [--resamples 1000]
+        [--train-clips 24] [--steps 150] [--members 3] [--rare 0.03] [--resamples 1000] [--production-cache DIR]
 
 Per seed S (seeds 0..N-1, each a separate process with OMP_NUM_THREADS=1, --jobs at a time): a training
 fleet and a separate evaluation fleet (configs/fleet.yaml rates, rare scenarios raised with --rare so a small
@@ -18,6 +18,10 @@ through data_engine/evaluation.py (the code `hydranet engine triggers` and `repo
   selection's expected rate is 0.25, so "error vs random" is this rate / the pool's;
 - also the raw mean 1 - F1 (saturated near 1 for a weak model) and drivable 1 - IoU (a dense-head error,
   from the same offline pass).
+With --production-cache DIR the members are not trained: the production is the 60-CPU-minute recipe's model
+(benchmarks/production_cache.py: trained once, cached under its recipe's hash), the second member its snapshot at
+60% of the steps (a snapshot ensemble), and the pools are rendered at fleet.yaml's 160x96, the model's input size
+(its BEV view transform is bound to that calibration).
 Enrichment = a selection's rate / a random selection's expected rate (the pool's). Intervals: a two-level
 bootstrap (seeds with replacement, and each seed's pool clips with replacement: a clip's frames move
 together), 95%, seeded; the selections are fixed, the measurement is resampled.
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 import warnings
@@ -57,16 +62,17 @@ def worker(args) -> None:
     seed = args.worker_seed
     out = Path(args.out) / f"seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
-    size = ["sim.image_width=96", "sim.image_height=64"]
+    prod = Path(args.production) if args.production else None
+    size = [] if prod else ["sim.image_width=96", "sim.image_height=64"]  # a production: fleet.yaml's 160x96, its input
     t0 = time.time()
-    if not (out / "train" / "dataset.json").exists():
+    if not prod and not (out / "train" / "dataset.json").exists():
         generate_fleet(out / "train", load_config(FleetConfig, "fleet", size), args.train_clips, 100 + seed, progress=False)
     if not (out / "fleet" / "dataset.json").exists():
         generate_fleet(out / "fleet", load_config(FleetConfig, "fleet", [*size, *(f"rare.{n}={args.rare}" for n in RARE)]),
                        args.clips, seed, progress=False)
     t_fleet = time.time() - t0
-    members = []
-    for k in range(args.members):
+    members = [prod / "run", prod / "snapshot.pt"] if prod else []  # the cached production and its snapshot
+    for k in range(0 if prod else args.members):
         run = out / f"member{k}"
         if not (run / "checkpoint.pt").exists():
             cfg = load_experiment("configs/engine_tiny.yaml", [f"data.root={out / 'train'}", f"steps={args.steps}",
@@ -74,7 +80,9 @@ def worker(args) -> None:
                                                                 f"seed={1000 * seed + k}"])
             train(cfg, run, progress=False, overwrite=run.exists())
         members.append(run)
-    if not (out / "model.onnx").exists():
+    if prod:
+        shutil.copy(prod / "model.onnx", out / "model.onnx")
+    elif not (out / "model.onnx").exists():
         export_checkpoint(members[0], out / "model.onnx", out / "train", frames=2, verbose=False)
     t_train = time.time() - t0 - t_fleet
     cat_path = out / "catalog.db"
@@ -109,8 +117,9 @@ def worker(args) -> None:
         for k in range(args.repeats if s == "random" else 1):
             picks = select(pool, budget, s, EngineConfig(mining=MiningConfig(seed=k)))
             sel[s].append([int(pool["frame_id"][i]) for i, _ in picks])
-    md = [f"# seed {seed}: {args.clips} clips, {len(fids)} frames, rare-scenario frames {sum(frames['rare'])}; "
-          f"{args.members} members x {args.steps} steps on {args.train_clips} other clips; shadow "
+    who = (f"the cached production {prod} and its snapshot" if prod else
+           f"{args.members} members x {args.steps} steps on {args.train_clips} other clips")
+    md = [f"# seed {seed}: {args.clips} clips, {len(fids)} frames, rare-scenario frames {sum(frames['rare'])}; {who}; shadow "
           f"{st['frames'] / max(t_shadow, 1e-9):.1f} frames/s", "", trigger_markdown(trigger_rows(triggers, hits, truth, table), truth)]
     (out / "engine_mining.md").write_text("\n".join(md) + "\n")
     secs = {"fleets": round(t_fleet, 1), "train+export": round(t_train, 1), "shadow": round(t_shadow, 1),
@@ -121,6 +130,8 @@ def worker(args) -> None:
 def spawn(args, seeds: list[int]) -> dict[int, float]:
     cmd = [sys.executable, __file__, "--out", str(args.out), "--clips", str(args.clips), "--train-clips", str(args.train_clips),
            "--steps", str(args.steps), "--members", str(args.members), "--rare", str(args.rare), "--repeats", str(args.repeats)]
+    if args.production:
+        cmd += ["--production", str(args.production)]
     return run_seeds(cmd, seeds, args.jobs, Path(args.out))
 
 
@@ -201,8 +212,10 @@ def run(args) -> None:
     took = spawn(args, seeds)
     table, figs = summarize(args, seeds)
     secs = {s: json.loads((out / f"seed{s}" / "selections.json").read_text())["seconds"] for s in seeds}
+    who = (f"production {args.production} (60-CPU-minute recipe) + its snapshot" if args.production else
+           f"{args.members} members x {args.steps} steps on {args.train_clips} clips")
     head = [f"# engine mining: {args.seeds} seeds, {args.clips}-clip pools (rare {args.rare} per clip each), "
-            f"{args.members} members x {args.steps} steps on {args.train_clips} clips, {args.resamples} resamples", "",
+            f"{who}, {args.resamples} resamples", "",
             "seconds per seed (wall; worker stages): " + "; ".join(
                 f"seed {s}: {took.get(s, float('nan')):.0f} ({', '.join(f'{k} {v:.0f}' for k, v in secs[s].items())})"
                 for s in seeds), ""]
@@ -224,10 +237,18 @@ if __name__ == "__main__":
     ap.add_argument("--train-clips", type=int, default=24)
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--members", type=int, default=3, help="ensemble members (the first is the production)")
+    ap.add_argument("--production-cache", type=Path, default=None,
+                    help="start from the 60-CPU-minute production cached here (benchmarks/production_cache.py; trained "
+                         "first if absent): it and its snapshot are the members, --members/--steps/--train-clips unused")
+    ap.add_argument("--production", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--rare", type=float, default=0.03, help="probability per clip of each rare scenario")
     ap.add_argument("--repeats", type=int, default=5, help="random selections drawn (a check: random is the pool's rate)")
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--boot-seed", type=int, default=0)
     ap.add_argument("--worker-seed", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.production_cache is not None and a.production is None:  # resolved once, in the parent
+        from production_cache import RECIPE_60MIN, production, recipe  # benchmarks/, this script's folder
+
+        a.production = str(production(a.production_cache, recipe(**RECIPE_60MIN)).resolve())
     worker(a) if a.worker_seed is not None else run(a)

@@ -1,0 +1,204 @@
+"""A production model for the engine's benchmarks, trained once by the 60-CPU-minute recipe
+(benchmarks/time_to_accuracy.py `--targets 60min`: `hydranet.curriculum` two-stage training on the demo's kind
+of sim data) and cached under the hash of its recipe, so engine_mining, label_efficiency and gate_discrimination
+start from a model worth mining with without paying its hour each time.
+
+    python benchmarks/production_cache.py --cache out/production_cache [--scenes 48] [--steps 1500]
+        [--trunk-steps 3000] [--seed 0] [--adopt RUN_DIR]
+
+The recipe is everything that decides the weights: the experiment config `recipe_experiment` builds (data
+roots and checkpoint_every aside: they do not change the training), the trunk steps, the sim config, the number
+of training and held-out scenes and the sim seed. Its SHA-256 names the folder (CACHE/production-<hash>/ with
+recipe.json, data/, run/, snapshot.pt, model.onnx and done.json, written last). snapshot.pt is the run's checkpoint at
+60% of its full steps: with the final one it is a two-member snapshot ensemble (Huang et al., 2017), the only
+second member one run gives, for the engine's `ensemble` signal. A folder is used only when its done.json
+exists and its recipe.json is the recipe asked for: a changed config, sim or step count gives another hash and
+trains anew, never reuses. A folder without done.json (a killed run) is refused naming it. What the hash does not
+cover: the code. After a change to the model or training code, delete the cache (or pass another --cache).
+
+`--adopt RUN_DIR` registers a run already trained by this recipe (time_to_accuracy's seedS/run beside its
+data/): its config.json must equal the recipe's (roots and checkpoint_every aside), its trunk stage the
+recipe's steps and its data the recipe's sim config, scene count and seed; anything else is refused naming the
+key that differs. The run and its data are copied, the ONNX export written.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from hydranet.curriculum import TRUNK_STEPS
+
+ROOT_KEYS = ("root", "val_root")  # where the data lies, not what it is
+RECIPE_60MIN = {"scenes": 48, "val_scenes": 4, "steps": 1500, "trunk_steps": 3000, "seed": 0}
+SNAPSHOT_AT = 0.6  # the second ensemble member: the run's checkpoint at 60% of its steps (a snapshot ensemble)
+
+
+class CacheError(ValueError):
+    """The cache cannot serve or register this recipe; one line naming the folder or key."""
+
+
+def recipe(scenes: int, val_scenes: int, steps: int, trunk_steps: int = TRUNK_STEPS, seed: int = 0) -> dict:
+    """The recipe as a JSON-able dict: {"experiment", "trunk_steps", "sim", "scenes", "val_scenes", "sim_seed"}."""
+    from hydranet.config import to_dict
+    from hydranet.curriculum import recipe_experiment
+    from sim.config import DEMO_SIM
+
+    return {"experiment": training_config(to_dict(recipe_experiment("DATA", "VAL", seed, steps))),
+            "trunk_steps": trunk_steps, "sim": to_dict(DEMO_SIM), "scenes": scenes, "val_scenes": val_scenes, "sim_seed": 0}
+
+
+def training_config(cfg: dict) -> dict:
+    """An experiment config dict less where things lie and how often they are saved (data roots, checkpoint_every,
+    init_from: the two-stage recipe's own trunk folder)."""
+    cfg = json.loads(json.dumps(cfg))
+    for key in ROOT_KEYS:
+        cfg["data"].pop(key, None)
+    for key in ("checkpoint_every", "init_from"):
+        cfg.pop(key, None)
+    return cfg
+
+
+def recipe_hash(r: dict) -> str:
+    return hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def snapshot_step(steps: int) -> int:
+    return max(1, round(SNAPSHOT_AT * steps))
+
+
+def folder_of(cache: Path, r: dict) -> Path:
+    return Path(cache) / f"production-{recipe_hash(r)}"
+
+
+def cached(cache: Path, r: dict) -> Path | None:
+    """The production folder of recipe `r` when it is complete, None when absent; CacheError for a folder a killed
+    run left (no done.json) or whose recipe.json is not `r` (edited by hand)."""
+    folder = folder_of(cache, r)
+    if not folder.exists():
+        return None
+    if not (folder / "done.json").is_file():
+        raise CacheError(f"{folder} has no done.json: a production run stopped before it finished; delete the folder "
+                         "and run again")
+    got = json.loads((folder / "recipe.json").read_text())
+    if got != r:
+        raise CacheError(f"{folder}/recipe.json is not the recipe its name hashes (edited?); delete the folder")
+    return folder
+
+
+def production(cache: Path, r: dict, threads: int = 2, progress: bool = True) -> Path:
+    """The folder of recipe `r`'s production (run/, model.onnx, data/): the cached one, else trained now."""
+    folder = cached(cache, r)
+    if folder is not None:
+        print(f"[production] reusing {folder} (recipe {recipe_hash(r)})", file=sys.stderr)
+        return folder
+    import torch
+
+    from hydranet.config import from_dict
+    from hydranet.curriculum import recipe_experiment, train_two_stage
+    from sim.config import SimConfig
+    from sim.generate import generate_split
+
+    folder = folder_of(cache, r)
+    folder.mkdir(parents=True)
+    (folder / "recipe.json").write_text(json.dumps(r, indent=1, sort_keys=True))
+    torch.set_num_threads(threads)
+    data, val = generate_split(folder / "data", from_dict(SimConfig, r["sim"]), r["scenes"], r["val_scenes"], seed=r["sim_seed"],
+                               progress=progress)
+    steps = r["experiment"]["steps"]
+    snap = snapshot_step(steps)
+    cfg = dataclasses.replace(recipe_experiment(data, val, r["experiment"]["seed"], steps),
+                              checkpoint_every=math.gcd(snap, steps))
+
+    def on_step(step: int, losses: dict) -> None:  # before step's checkpoint is written: step - 1's is on disk
+        if step == snap + 1:
+            shutil.copy(folder / "run" / "checkpoint.pt", folder / "snapshot.pt")
+
+    t0 = time.perf_counter()
+    train_two_stage(cfg, folder / "run", r["trunk_steps"], progress=progress, on_step=on_step)
+    return _finish(folder, r, {"train_seconds": round(time.perf_counter() - t0, 1), "threads": threads})
+
+
+def adopt(cache: Path, r: dict, run: Path) -> Path:
+    """Register `run` (trained by recipe `r`, its data at run/../../data) in the cache; CacheError naming the key
+    where it differs."""
+    run = Path(run)
+    if cached(cache, r) is not None:
+        raise CacheError(f"{folder_of(cache, r)} already holds recipe {recipe_hash(r)}; nothing to adopt")
+    cfg = json.loads((run / "config.json").read_text())
+    data_root, val_root = Path(cfg["data"]["root"]), Path(cfg["data"]["val_root"])
+    _same(training_config(cfg), r["experiment"], f"{run / 'config.json'}")
+    trunk = json.loads((run / "trunk" / "config.json").read_text())
+    if trunk["steps"] != r["trunk_steps"]:
+        raise CacheError(f"{run / 'trunk' / 'config.json'}: key 'steps' is {trunk['steps']}, the recipe's trunk stage "
+                         f"{r['trunk_steps']}: not this recipe's run")
+    for root, scenes in ((data_root, r["scenes"]), (val_root, r["val_scenes"])):
+        meta = json.loads((root / "dataset.json").read_text())
+        _same({k: meta["sim_config"].get(k) for k in r["sim"]}, r["sim"], f"{root / 'dataset.json'} sim_config")
+        if len(meta["scenes"]) != scenes:
+            raise CacheError(f"{root / 'dataset.json'}: {len(meta['scenes'])} scenes, the recipe's {scenes}")
+    if json.loads((data_root / "dataset.json").read_text())["seed"] != r["sim_seed"]:
+        raise CacheError(f"{data_root / 'dataset.json'}: key 'seed' is not the recipe's sim seed {r['sim_seed']}")
+    folder = folder_of(cache, r)
+    if folder.exists():
+        shutil.rmtree(folder)  # a killed adoption (no done.json): nothing in it is valid
+    folder.mkdir(parents=True)
+    (folder / "recipe.json").write_text(json.dumps(r, indent=1, sort_keys=True))
+    shutil.copytree(data_root, folder / "data" / "sim")
+    shutil.copytree(val_root, folder / "data" / "sim_val")
+    snap = run.parent / f"step{snapshot_step(r['experiment']['steps'])}.pt"
+    if not snap.is_file():
+        raise CacheError(f"{snap} is missing: the snapshot at {SNAPSHOT_AT:.0%} of the steps (time_to_accuracy writes "
+                         "it with --snapshots 5) is the production's second ensemble member")
+    shutil.copytree(run, folder / "run", ignore=shutil.ignore_patterns("tb"))
+    shutil.copy(snap, folder / "snapshot.pt")
+    moved = json.loads((folder / "run" / "config.json").read_text())
+    moved["data"].update(root=str(folder / "data" / "sim"), val_root=str(folder / "data" / "sim_val"))
+    (folder / "run" / "config.json").write_text(json.dumps(moved, indent=1))
+    return _finish(folder, r, {"adopted_from": str(run.resolve())})
+
+
+def _same(got: dict, want: dict, where: str, prefix: str = "") -> None:
+    for key in sorted(set(got) | set(want)):
+        a, b = got.get(key), want.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            _same(a, b, where, f"{prefix}{key}.")
+        elif a != b:
+            raise CacheError(f"{where}: key '{prefix}{key}' is {a!r}, the recipe's {b!r}: not this recipe's run")
+
+
+def _finish(folder: Path, r: dict, info: dict) -> Path:
+    """Export run/ to model.onnx (parity checked), then done.json: the folder is complete."""
+    from deploy.export import export_checkpoint
+
+    export_checkpoint(folder / "run", folder / "model.onnx", folder / "data" / "sim", frames=2, verbose=False)
+    (folder / "done.json").write_text(json.dumps({"recipe": recipe_hash(r), **info, "finished": time.time()}, indent=1))
+    return folder
+
+
+def main(argv: list[str] | None = None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", type=Path, required=True)
+    for key, value in RECIPE_60MIN.items():
+        ap.add_argument(f"--{key.replace('_', '-')}", type=int, default=value)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--adopt", type=Path, default=None, help="a run this recipe trained (time_to_accuracy's seedS/run)")
+    args = ap.parse_args(argv)
+    r = recipe(args.scenes, args.val_scenes, args.steps, args.trunk_steps, args.seed)
+    try:
+        folder = adopt(args.cache, r, args.adopt) if args.adopt else production(args.cache, r, args.threads)
+    except CacheError as e:
+        raise SystemExit(f"error: {e}") from None
+    print(f"production of recipe {recipe_hash(r)}: {folder} (model.onnx, run/, data/)")
+    return folder
+
+
+if __name__ == "__main__":
+    main()
+

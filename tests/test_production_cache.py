@@ -1,0 +1,67 @@
+"""benchmarks/production_cache.py: the engine benchmarks' 60-CPU-minute production, cached under its recipe's hash.
+A changed recipe is another folder (never reused); a folder a killed run left, or whose recipe.json was edited, is
+refused; a run is adopted only when its config, trunk stage and data are the recipe's, else refused naming the key.
+No training here: the recipe is read, the run folders are written by hand."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.production_cache import CacheError, adopt, cached, folder_of, recipe, recipe_hash, training_config
+from hydranet.config import to_dict
+from hydranet.curriculum import recipe_experiment
+
+SMALL = {"scenes": 4, "val_scenes": 1, "steps": 10, "trunk_steps": 5, "seed": 0}
+
+
+def test_the_hash_follows_every_part_of_the_recipe():
+    base = recipe(**SMALL)
+    assert recipe_hash(base) == recipe_hash(recipe(**SMALL))
+    for key, value in (("steps", 11), ("trunk_steps", 6), ("scenes", 5), ("seed", 1)):
+        assert recipe_hash(recipe(**{**SMALL, key: value})) != recipe_hash(base), key
+    changed = json.loads(json.dumps(base))
+    changed["experiment"]["optim"]["lr"] *= 2
+    assert recipe_hash(changed) != recipe_hash(base)
+    # where the data lies and how often checkpoints are saved are not the recipe
+    moved = to_dict(recipe_experiment("/elsewhere", "/elsewhere_val", 0, 10))
+    moved["checkpoint_every"], moved["init_from"] = 3, "/some/trunk"
+    assert training_config(moved) == base["experiment"]
+
+
+def test_unfinished_or_edited_folders_are_refused(tmp_path):
+    r = recipe(**SMALL)
+    assert cached(tmp_path, r) is None
+    folder = folder_of(tmp_path, r)
+    folder.mkdir()
+    (folder / "recipe.json").write_text(json.dumps(r))
+    with pytest.raises(CacheError, match="no done.json"):
+        cached(tmp_path, r)
+    (folder / "done.json").write_text("{}")
+    assert cached(tmp_path, r) == folder
+    (folder / "recipe.json").write_text(json.dumps({**r, "scenes": 99}))
+    with pytest.raises(CacheError, match="not the recipe its name hashes"):
+        cached(tmp_path, r)
+
+
+def _run(root: Path, steps: int = 10, trunk_steps: int = 5, lr_scale: float = 1.0) -> Path:
+    """A run folder as time_to_accuracy leaves it (config.json, trunk/config.json), without weights."""
+    cfg = to_dict(recipe_experiment(root / "data" / "sim", root / "data" / "sim_val", 0, steps))
+    cfg["optim"]["lr"] *= lr_scale
+    run = root / "seed0" / "run"
+    (run / "trunk").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(cfg))
+    (run / "trunk" / "config.json").write_text(json.dumps({"steps": trunk_steps}))
+    return run
+
+
+def test_adopt_refuses_a_run_of_another_recipe_naming_the_key(tmp_path):
+    r = recipe(**SMALL)
+    with pytest.raises(CacheError, match="key 'optim.lr'"):
+        adopt(tmp_path / "cache", r, _run(tmp_path / "a", lr_scale=2.0))
+    with pytest.raises(CacheError, match="key 'steps' is 20"):
+        adopt(tmp_path / "cache", r, _run(tmp_path / "b", steps=20))
+    with pytest.raises(CacheError, match="trunk stage 5"):
+        adopt(tmp_path / "cache", r, _run(tmp_path / "c", trunk_steps=7))
+    assert not (tmp_path / "cache").exists()
