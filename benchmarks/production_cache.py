@@ -126,42 +126,57 @@ def production(cache: Path, r: dict, threads: int = 2, progress: bool = True) ->
 
 
 def adopt(cache: Path, r: dict, run: Path) -> Path:
-    """Register `run` (trained by recipe `r`, its data at run/../../data) in the cache; CacheError naming the key
-    where it differs."""
+    """Register `run` (trained by recipe `r`, its data where its config.json says, its snapshot beside it) in the
+    cache; CacheError naming the file and key where it differs. Everything is checked before the cache is written;
+    an unfinished folder of the recipe (no done.json: a killed run or adoption) is replaced."""
     run = Path(run)
-    if cached(cache, r) is not None:
-        raise CacheError(f"{folder_of(cache, r)} already holds recipe {recipe_hash(r)}; nothing to adopt")
-    cfg = json.loads((run / "config.json").read_text())
-    data_root, val_root = Path(cfg["data"]["root"]), Path(cfg["data"]["val_root"])
+    folder = folder_of(cache, r)
+    if (folder / "done.json").is_file():
+        raise CacheError(f"{folder} already holds recipe {recipe_hash(r)}; nothing to adopt")
+    cfg = _read(run / "config.json")
+    try:
+        data_root, val_root = Path(cfg["data"]["root"]), Path(cfg["data"]["val_root"])
+    except (KeyError, TypeError):
+        raise CacheError(f"{run / 'config.json'} has no data.root and data.val_root: not a run folder") from None
     _same(training_config(cfg), r["experiment"], f"{run / 'config.json'}")
-    trunk = json.loads((run / "trunk" / "config.json").read_text())
-    if trunk["steps"] != r["trunk_steps"]:
-        raise CacheError(f"{run / 'trunk' / 'config.json'}: key 'steps' is {trunk['steps']}, the recipe's trunk stage "
+    trunk = _read(run / "trunk" / "config.json")
+    if trunk.get("steps") != r["trunk_steps"]:
+        raise CacheError(f"{run / 'trunk' / 'config.json'}: key 'steps' is {trunk.get('steps')}, the recipe's trunk stage "
                          f"{r['trunk_steps']}: not this recipe's run")
     for root, scenes in ((data_root, r["scenes"]), (val_root, r["val_scenes"])):
-        meta = json.loads((root / "dataset.json").read_text())
-        _same({k: meta["sim_config"].get(k) for k in r["sim"]}, r["sim"], f"{root / 'dataset.json'} sim_config")
-        if len(meta["scenes"]) != scenes:
-            raise CacheError(f"{root / 'dataset.json'}: {len(meta['scenes'])} scenes, the recipe's {scenes}")
-    if json.loads((data_root / "dataset.json").read_text())["seed"] != r["sim_seed"]:
+        meta = _read(root / "dataset.json")
+        _same({k: (meta.get("sim_config") or {}).get(k) for k in r["sim"]}, r["sim"], f"{root / 'dataset.json'} sim_config")
+        if len(meta.get("scenes") or []) != scenes:
+            raise CacheError(f"{root / 'dataset.json'}: {len(meta.get('scenes') or [])} scenes, the recipe's {scenes}")
+    if _read(data_root / "dataset.json").get("seed") != r["sim_seed"]:
         raise CacheError(f"{data_root / 'dataset.json'}: key 'seed' is not the recipe's sim seed {r['sim_seed']}")
-    folder = folder_of(cache, r)
+    snap = run.parent / f"step{snapshot_step(r['experiment']['steps'])}.pt"
+    if not snap.is_file() or not (run / "checkpoint.pt").is_file():
+        raise CacheError(f"{snap if not snap.is_file() else run / 'checkpoint.pt'} is missing: the production needs the "
+                         f"run's checkpoint and its snapshot at {SNAPSHOT_AT:.0%} of the steps (time_to_accuracy writes it "
+                         "with --snapshots 5), its second ensemble member")
     if folder.exists():
-        shutil.rmtree(folder)  # a killed adoption (no done.json): nothing in it is valid
+        shutil.rmtree(folder)  # unfinished: nothing in it is valid
     folder.mkdir(parents=True)
     (folder / "recipe.json").write_text(json.dumps(r, indent=1, sort_keys=True))
     shutil.copytree(data_root, folder / "data" / "sim")
     shutil.copytree(val_root, folder / "data" / "sim_val")
-    snap = run.parent / f"step{snapshot_step(r['experiment']['steps'])}.pt"
-    if not snap.is_file():
-        raise CacheError(f"{snap} is missing: the snapshot at {SNAPSHOT_AT:.0%} of the steps (time_to_accuracy writes "
-                         "it with --snapshots 5) is the production's second ensemble member")
     shutil.copytree(run, folder / "run", ignore=shutil.ignore_patterns("tb"))
     shutil.copy(snap, folder / "snapshot.pt")
     moved = json.loads((folder / "run" / "config.json").read_text())
     moved["data"].update(root=str(folder / "data" / "sim"), val_root=str(folder / "data" / "sim_val"))
     (folder / "run" / "config.json").write_text(json.dumps(moved, indent=1))
     return _finish(folder, r, {"adopted_from": str(run.resolve())})
+
+
+def _read(path: Path) -> dict:
+    try:
+        got = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise CacheError(f"{path} cannot be read ({type(e).__name__}): not this recipe's run or its data") from None
+    if not isinstance(got, dict):
+        raise CacheError(f"{path} is not a JSON object: not this recipe's run or its data")
+    return got
 
 
 def _same(got: dict, want: dict, where: str, prefix: str = "") -> None:

@@ -197,10 +197,11 @@ def load_run_truth(cat: Catalog, run_id: int) -> tuple[RunTruth | None, str]:
     if missing:
         raise EvaluationError(f"{truth_path} has no tags for clip {missing[0]}; regenerate the fleet")
     preds = cat.predictions(run_id, fids)
-    errors = frame_errors(fleet, {f: (clip_of[f], dirs[f]) for f in fids}, preds, list(rig.names), rig.image_size)
+    cams = cat.run_model(run_id)[1] or list(rig.names)  # the cameras the run ran (a subset on a fleet with fewer)
+    errors = frame_errors(fleet, {f: (clip_of[f], dirs[f]) for f in fids}, preds, cams, rig.image_size)
     names = sorted({r for c in clips.values() for r in c.get("rare", [])})
     rare = {r: {f for f in fids if r in clips[clip_of[f]].get("rare", [])} for r in names}
-    n_cams = len(rig.names)
+    n_cams = len(cams)
     detected = {f: any((np.asarray(p["scores"]) >= CONFIDENT).any() for p in preds[f]["det2d"][:n_cams]) for f in fids}
     return RunTruth(run_id, fleet, errors, clip_of, rare, detected), ""
 

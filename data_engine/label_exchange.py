@@ -61,7 +61,7 @@ def with_predictions(cat: Catalog, jobs: Sequence[Job], min_score: float = 0.1) 
         classes = md["heads"]["det2d"].get("classes") or md.get("classes") or []
         H, W = rig.image_size
         cams = {}
-        for cam, p in zip(rig.names, preds["det2d"]):
+        for cam, p in zip(cat.run_model(row[0])[1] or rig.names, preds["det2d"]):  # the run's cameras (a subset's)
             if cam not in j.cameras:
                 continue
             h, w = j.sizes[j.cameras.index(cam)]

@@ -93,10 +93,11 @@ def runtime_for_fleet(path: str | Path, fleet: Fleet, threads: int | None = None
     if cameras:
         try:
             rt = load(path, threads, cameras)
-        except DeployError as e:
+        except DeployError:  # no camera head: every head reads every camera
             lacks = next(n for n in rt.camera_names if n not in fleet.cameras)
-            raise FleetError(f"fleet {fleet.root} (cameras {sorted(fleet.cameras)}) lacks camera {lacks} of model {path}: "
-                             f"{e}; run it on a fleet of its own rig") from None
+            raise FleetError(f"fleet {fleet.root} (cameras {sorted(fleet.cameras)}) lacks camera {lacks} of model {path}, "
+                             f"whose heads ({', '.join(rt.heads)}) read every camera and which has no camera head to run "
+                             "on the others; run it on a fleet of its own rig") from None
     fleet.check_rig(rt.rig, str(path), bev=rt.runs_bev)
     rt.allow_sizes(fleet.cameras)
     return rt, cameras
@@ -424,12 +425,13 @@ class ShadowActor:
     reused for every clip it is given. `__call__` takes a batch of rows {"clip_id", "task"} (one clip a
     row, the task pickled) and returns {"clip_id", "result"} (the clip's rows, pickled)."""
 
-    def __init__(self, model: str, candidate: str | None, threads: int):
+    def __init__(self, model: str, candidate: str | None, threads: int, cameras: tuple[str, ...] | None = None,
+                 candidate_cameras: tuple[str, ...] | None = None):
         os.environ["OMP_NUM_THREADS"] = str(threads)
         self.threads = threads
-        check_model(load_runtime(model, threads))
+        check_model(load_runtime(model, threads, cameras))  # the sessions shadow_clip uses (a camera subset's)
         if candidate:
-            check_model(load_runtime(candidate, threads), "--candidate-onnx")
+            check_model(load_runtime(candidate, threads, candidate_cameras), "--candidate-onnx")
 
     def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         results = []
@@ -438,11 +440,12 @@ class ShadowActor:
         return {"clip_id": np.asarray(batch["clip_id"]), "result": np.asarray(results, dtype=object)}
 
 
-def _actor_class(model: str, candidate: str | None, threads: int) -> type:
+def _actor_class(model: str, candidate: str | None, threads: int, cameras: tuple[str, ...] | None = None,
+                 candidate_cameras: tuple[str, ...] | None = None) -> type:
     """ShadowActor bound to its models (the class travels to the actors by value, with cloudpickle)."""
     class BoundShadowActor(ShadowActor):
         def __init__(self):
-            super().__init__(model, candidate, threads)
+            super().__init__(model, candidate, threads, cameras, candidate_cameras)
 
     return BoundShadowActor
 
@@ -517,7 +520,8 @@ def _ray_results(tasks: list[dict], workers: int, address: str | None = None, qu
         size = max(1, min(len(tasks), workers if not address and not os.environ.get("RAY_ADDRESS") else cpus))
         ds = ray.data.from_items([{"clip_id": t["clip_id"], "task": pickle.dumps(t)} for t in tasks],
                                  override_num_blocks=len(tasks))
-        ds = ds.map_batches(_actor_class(tasks[0]["model"], tasks[0]["candidate"], 1), batch_size=1,
+        ds = ds.map_batches(_actor_class(tasks[0]["model"], tasks[0]["candidate"], 1, tasks[0]["cameras"],
+                                        tasks[0]["candidate_cameras"]), batch_size=1,
                             compute=ray.data.ActorPoolStrategy(size=size), num_cpus=1, batch_format="numpy")
         for row in ds.iter_rows():
             yield pickle.loads(row["result"])
@@ -544,17 +548,19 @@ def read_image(path: str | Path) -> np.ndarray:
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
-def embed_image(model: str | Path, image: str | Path, camera: str | None = None) -> tuple[np.ndarray, int]:
-    """(the model's embedding (C,) of one camera image, the camera's index). The image must be the
-    model size or that camera's calibrated size (resized as shadow mode does); the embedding of a
-    camera depends on its image only (the trunk runs per camera image), so the image fills every slot."""
+def embed_image(model: str | Path, image: str | Path, camera: str | None = None,
+                cameras: list[str] | None = None) -> tuple[np.ndarray, int]:
+    """(the model's embedding (C,) of one camera image, the camera's index among `cameras`: the run's, default the
+    model's). The image must be the model size or that camera's calibrated size (resized as shadow mode does); the
+    embedding of a camera depends on its image only (the trunk runs per camera image), so the image fills every slot."""
     import cv2
 
     rt = load_runtime(model)
     check_model(rt)
-    camera = camera or rt.camera_names[0]
-    if camera not in rt.camera_names:
-        raise ShadowError(f"--camera {camera} is not a camera of {model}; choose one of {rt.camera_names}")
+    cameras = cameras or rt.camera_names
+    camera = camera or cameras[0]
+    if camera not in cameras:
+        raise ShadowError(f"--camera {camera} is not a camera of {model}'s shadow run; choose one of {cameras}")
     n = rt.camera_names.index(camera)
     img = read_image(image)
     H, W = rt.image_size
@@ -565,7 +571,7 @@ def embed_image(model: str | Path, image: str | Path, camera: str | None = None)
     if img.shape[:2] != (H, W):
         img = cv2.resize(img, (W, H), interpolation=cv2.INTER_LINEAR)  # as HydraRuntime.preprocess resizes
     raw = rt.run(rt.feeds(rt.preprocess([img] * rt.num_cameras)))  # video inputs: a stream start
-    return np.asarray(raw["embedding"], np.float32)[n], n  # (C,)
+    return np.asarray(raw["embedding"], np.float32)[n], cameras.index(camera)  # (C,)
 
 
 def similar_image(catalog: str | Path, model: str | Path | None, image: str | Path, camera: str | None = None, k: int = 50,
@@ -587,7 +593,7 @@ def similar_image(catalog: str | Path, model: str | Path | None, image: str | Pa
         if file_sha256(model) != sha:
             raise ShadowError(f"--onnx {model} is not the model of shadow run {run_id} ({path}, sha256 {sha[:12]}): its "
                               "embeddings would not be comparable; give that model or shadow the fleet with this one")
-        q, n = embed_image(model, image, camera)
+        q, n = embed_image(model, image, camera, cat.run_model(run_id)[1])
         ids, emb = cat.camera_embeddings(run_id, n)  # (M,), (M, C) unit rows
         table = cat.table(run_id)
     if len(ids) == 0:

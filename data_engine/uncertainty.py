@@ -34,6 +34,7 @@ columns rank frames by error (Spearman, with a bootstrap interval over clips).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -167,8 +168,10 @@ def pool_signals(models: Sequence[str | Path], fleet: str | Path, frames: Sequen
     fl = Fleet(fleet)
     runtimes = []
     for m in models:
-        try:  # a fleet with some of the model's cameras: the camera heads there
+        try:  # a fleet with some of the model's cameras: the camera heads there, said so
             rt, _ = runtime_for_fleet(str(m), fl)
+            if rt.subset_line():
+                print(f"note: {rt.subset_line()}", file=sys.stderr)
         except (OSError, DeployError) as e:
             raise UncertaintyError(f"model {m} cannot be loaded ({e}); give an ONNX file written by `hydranet export`") from None
         except FleetError as e:

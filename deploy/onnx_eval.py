@@ -102,7 +102,7 @@ def _cameras_in(model: OnnxPredictor, data: str | Path) -> list[str] | None:
         except DatasetError:
             return None
     present = [n for n in model.runtime.camera_names if n in names]
-    return present or None
+    return present if 0 < len(present) < len(model.runtime.camera_names) else None  # else: the reader's error stands
 
 
 def evaluate_any(model: str | Path, data: str | Path, out: str | Path | None = None, progress: bool = True,

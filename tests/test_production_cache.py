@@ -65,3 +65,26 @@ def test_adopt_refuses_a_run_of_another_recipe_naming_the_key(tmp_path):
     with pytest.raises(CacheError, match="trunk stage 5"):
         adopt(tmp_path / "cache", r, _run(tmp_path / "c", trunk_steps=7))
     assert not (tmp_path / "cache").exists()
+
+
+def test_adopt_refuses_before_writing_when_a_file_is_missing(tmp_path):
+    r = recipe(**SMALL)
+    run = _run(tmp_path / "a")
+    with pytest.raises(CacheError, match="dataset.json cannot be read"):  # its data is not there
+        adopt(tmp_path / "cache", r, run)
+    with pytest.raises(CacheError, match="config.json cannot be read"):
+        adopt(tmp_path / "cache", r, tmp_path / "nowhere")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_adopt_needs_the_snapshot_and_writes_nothing_without_it(tmp_path):
+    r = recipe(**SMALL)
+    run = _run(tmp_path / "a")
+    for name, n in (("sim", SMALL["scenes"]), ("sim_val", SMALL["val_scenes"])):  # the recipe's data, as written
+        (tmp_path / "a" / "data" / name).mkdir(parents=True)
+        (tmp_path / "a" / "data" / name / "dataset.json").write_text(json.dumps(
+            {"sim_config": r["sim"], "scenes": [{"name": f"scene_{i}"} for i in range(n)], "seed": 0}))
+    (run / "checkpoint.pt").write_bytes(b"weights")
+    with pytest.raises(CacheError, match=r"step6\.pt is missing.*second ensemble member"):
+        adopt(tmp_path / "cache", r, run)
+    assert not (tmp_path / "cache").exists()

@@ -77,7 +77,7 @@ def load_ensemble(models: Sequence[str | Path], fleet) -> tuple[Ensemble, list[s
         except DeployError as e:
             raise AutolabelError(str(e)) from None
         except FleetError as e:
-            raise AutolabelError(f"{e} (model {path})") from None
+            raise AutolabelError(str(e)) from None  # names the model and the fleet
         if rt.subset_line():
             notes.append(rt.subset_line())
         if members and rt.camera_names != members[0].rt.camera_names:

@@ -167,9 +167,9 @@ def with_metadata(src: Path, dst: Path, edit) -> Path:
 
 
 def export_untrained(ds: Path, out: Path, config: str, seed: int, cameras: tuple[str, ...] | None = ("CAM_FRONT",),
-                     overrides: tuple[str, ...] = ()) -> Path:
+                     overrides: tuple[str, ...] = (), dynamic_batch: bool = False) -> Path:
     """An untrained model of configs/`config` (seeded) on dataset `ds`'s `cameras` (None: every camera) at 32x64,
-    exported to `out`."""
+    exported to `out` (`dynamic_batch`: a free batch axis)."""
     import torch
 
     from data_engine.fleet import Fleet
@@ -183,5 +183,6 @@ def export_untrained(ds: Path, out: Path, config: str, seed: int, cameras: tuple
                                                        *overrides])
     meta = meta_for_rig(cfg, json.loads((ds / "dataset.json").read_text()), Fleet(ds).rig, str(ds))
     torch.manual_seed(seed)
-    export_model(build_model(cfg.model, meta), cfg, meta, out, sim_frames(cfg, ds, 1), verbose=False)
+    export_model(build_model(cfg.model, meta), cfg, meta, out, sim_frames(cfg, ds, 1), dynamic_batch=dynamic_batch,
+                 verbose=False)
     return out

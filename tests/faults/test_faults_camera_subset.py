@@ -37,7 +37,7 @@ def _subset_fleet(data: Path, out: Path, cameras: tuple[str, ...]) -> Path:
 @pytest.fixture(scope="module", autouse=True)
 def models(fault_env: Env, tmp_path_factory) -> dict[str, Path]:
     root, ds = tmp_path_factory.mktemp("camera_subset"), fault_env.dataset
-    _M.update(six=export_untrained(ds, root / "six.onnx", "engine_tiny.yaml", 0, cameras=None),
+    _M.update(six=export_untrained(ds, root / "six.onnx", "engine_tiny.yaml", 0, cameras=None, dynamic_batch=True),
               six_b=export_untrained(ds, root / "six_b.onnx", "engine_tiny.yaml", 1, cameras=None),
               bev=export_untrained(ds, root / "bev.onnx", "engine_tiny.yaml", 2, cameras=None,
                                    overrides=("model.tasks=[{name: det3d, options: {width: 16}}]",)),
@@ -67,6 +67,11 @@ def test_camera_heads_on_a_subset_equal_the_full_graphs():
     dec_full, dec_sub = full.decode(raw_full), sub.step({"CAM_BACK": images[3], "CAM_FRONT": images[0]})
     assert set(dec_sub) == set(sub.heads) and len(dec_sub["det2d"]) == 2
     np.testing.assert_allclose(dec_sub["det2d"][1]["boxes"], dec_full["det2d"][0]["boxes"], atol=1e-3)
+    batch = np.stack([images, images[::-1]])  # (2, 6, H, W, 3): rows b*N + n of the graph -> b*k + i
+    raw2_full = full.run(full.feeds(full.preprocess(batch)))
+    raw2_sub = sub.run(sub.feeds(sub.preprocess(batch[:, [3, 0]])))
+    for name, a in raw2_sub.items():
+        np.testing.assert_allclose(a, raw2_full[name][[3, 0, 9, 6]], rtol=1e-5, atol=1e-5, err_msg=name)
     with pytest.raises(DeployError, match="has no camera 'CAM_SIDE'"):
         HydraRuntime(_M["six"], cameras=["CAM_SIDE"])
     with pytest.raises(DeployError, match="no camera head to run on CAM_FRONT"):
@@ -148,3 +153,41 @@ def test_onnx_eval_scores_the_camera_heads_on_a_one_camera_dataset(tmp_path, cap
     assert got["cameras"] == ["CAM_FRONT"] and got["skipped_heads"] == ["det3d"]
     assert "det3d" not in got["model"] and {"det2d", "drivable"} <= set(got["model"])
     assert all(np.isfinite(v) for v in got["model"]["drivable"].values() if isinstance(v, float))
+
+
+def test_a_two_camera_run_keeps_its_cameras_in_truth_search_and_labels(tmp_path):
+    """On a sim fleet recorded by CAM_FRONT and CAM_BACK (the truth file kept), the run's per-camera rows are those two
+    cameras' everywhere they are read back: the fleet's truth (per-frame errors), `engine similar --image --camera
+    CAM_BACK` (the frame whose CAM_BACK image is given comes first) and the labelling jobs' pre-annotations."""
+    import cv2
+
+    from data_engine.catalog import Catalog
+    from data_engine.evaluation import load_run_truth
+    from data_engine.fleet import FleetConfig, generate_fleet, read_frame
+    from data_engine.label_exchange import with_predictions
+    from data_engine.label_queue import create_jobs, load_jobs
+    from data_engine.shadow import run_shadow, similar_image
+    from hydranet.config import load_config
+
+    cfg = load_config(FleetConfig, "fleet", ["sim.image_width=64", "sim.image_height=48", "sim.frames_per_scene=2"])
+    fleet = _subset_fleet(generate_fleet(tmp_path / "fleet6", cfg, 1, 0, progress=False), tmp_path / "fleet",
+                          ("CAM_FRONT", "CAM_BACK"))
+    cat = tmp_path / "cat.db"
+    st = run_shadow(_M["six"], fleet, cat, workers=1, progress=False)
+    assert st["notes"] and "run on CAM_FRONT, CAM_BACK" in st["notes"][0]
+    with Catalog(cat) as c:
+        truth, why = load_run_truth(c, st["run_id"])
+        assert truth is not None, why
+        assert len(truth.errors) == 2 and all(np.isfinite(e) for e in truth.errors.values())
+        frame = c.table(st["run_id"])
+    clip, idx = str(frame["clip"][1]), int(frame["idx"][1])
+    fdir = next(f["dir"] for f in json.loads((fleet / "scenes" / clip / "scene.json").read_text())["frames"] if f["index"] == idx)
+    back = read_frame(fleet, clip, fdir, ["CAM_BACK"])[0]
+    cv2.imwrite(str(tmp_path / "back.png"), cv2.cvtColor(back, cv2.COLOR_RGB2BGR))
+    hits = similar_image(cat, _M["six"], tmp_path / "back.png", camera="CAM_BACK", k=2)
+    assert (hits[0]["clip"], hits[0]["frame"]) == (clip, idx) and hits[0]["similarity"] > 0.999
+    assert main(["engine", "mine", "--catalog", str(cat), "--budget", "2", "--out", str(tmp_path / "sel.json")]) == 0
+    with Catalog(cat) as c:
+        create_jobs(c, tmp_path / "sel.json", "files")
+        jobs = with_predictions(c, load_jobs(c, None, ("queued",)))
+    assert jobs and all(set(j.predictions) == {"CAM_FRONT", "CAM_BACK"} for j in jobs)
