@@ -99,7 +99,7 @@ def runtime_for_fleet(path: str | Path, fleet: Fleet, threads: int | None = None
                              f"whose heads ({', '.join(rt.heads)}) read every camera and which has no camera head to run "
                              "on the others; run it on a fleet of its own rig") from None
     fleet.check_rig(rt.rig, str(path), bev=rt.runs_bev)
-    rt.allow_sizes(fleet.cameras)
+    rt.allow_sizes(fleet.cameras, any_size=not rt.runs_bev)  # no view transform: each image resized, whatever its size
     return rt, cameras
 
 
@@ -133,7 +133,7 @@ def shadow_clip(task: Mapping[str, Any]) -> dict[str, Any]:
         if task.get("candidate") else None
     for r in (rt, cand):  # the fleet's camera sizes, checked by Fleet.check_rig to be each model's calibration
         if r is not None:
-            r.allow_sizes(task.get("sizes") or {})
+            r.allow_sizes(task.get("sizes") or {}, any_size=not r.runs_bev)
     info = ModelInfo.from_runtime(rt)
     cams = rt.camera_names
     state, cand_video = ClipState(), VideoState()

@@ -105,6 +105,7 @@ class HydraRuntime:
         self.image_size: tuple[int, int] = self.rig.image_size
         self.source_sizes = list(self.rig.source_sizes)
         self.checked_sizes: dict[str, tuple[int, int]] = {}  # allow_sizes: a fleet's sizes checked to be this calibration
+        self.any_size = False  # allow_sizes(any_size=True): every size resized (a model that runs no view transform)
         self.input_dtype = self.meta["normalization"]["input_dtype"]
         self.heads: dict[str, dict] = self.meta["heads"]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -160,11 +161,16 @@ class HydraRuntime:
     def num_cameras(self) -> int:
         return len(self.camera_names)
 
-    def allow_sizes(self, sizes: dict[str, tuple[int, int]]) -> None:
+    def allow_sizes(self, sizes: dict[str, tuple[int, int]], any_size: bool = False) -> None:
         """Also take these (H, W) camera sizes, resized to the model's input: sizes the caller has checked to be
-        this model's calibration at another resolution (or any size, for a model without a BEV view transform);
-        data_engine.fleet.Fleet.check_rig does that for shadow mode."""
+        this model's calibration at another resolution; data_engine.fleet.Fleet.check_rig does that for shadow mode.
+        `any_size`: every size, resized (for a run without a BEV view transform, whose camera heads read each image
+        alone: a recording whose frames differ in size, as KITTI's do; refused when the view transform runs)."""
+        if any_size and self.runs_bev:
+            raise DeployError(f"{self.path}: its BEV view transform is bound to its cameras' calibration; it cannot take "
+                              "images of any size")
         self.checked_sizes = {str(k): (int(v[0]), int(v[1])) for k, v in sizes.items()}
+        self.any_size = any_size
 
     def _expect(self) -> str:
         H, W = self.image_size
@@ -183,7 +189,7 @@ class HydraRuntime:
         H, W = self.image_size
         if img.shape[:2] == (H, W):
             return img
-        if img.shape[:2] == self.source_sizes[n] or img.shape[:2] == self.checked_sizes.get(name):
+        if self.any_size or img.shape[:2] in (self.source_sizes[n], self.checked_sizes.get(name)):
             return cv2.resize(img, (W, H), interpolation=cv2.INTER_LINEAR)
         sh, sw = self.source_sizes[n]
         raise DeployError(f"camera {name}: image is {img.shape[1]}x{img.shape[0]}; the model takes {W}x{H} or the "

@@ -191,3 +191,27 @@ def test_a_two_camera_run_keeps_its_cameras_in_truth_search_and_labels(tmp_path)
         create_jobs(c, tmp_path / "sel.json", "files")
         jobs = with_predictions(c, load_jobs(c, None, ("queued",)))
     assert jobs and all(set(j.predictions) == {"CAM_FRONT", "CAM_BACK"} for j in jobs)
+
+
+def test_frames_of_other_sizes_are_resized_when_no_view_transform_runs(tmp_path):
+    """A recording whose frames differ in size (KITTI's do: 1224x370 to 1242x375) runs the camera heads on each frame
+    resized; a run with the view transform refuses any size (its calibration is the model's)."""
+    import cv2
+
+    from data_engine.shadow import run_shadow
+    from deploy.runtime import DeployError, HydraRuntime
+
+    fleet = tmp_path / "fleet"
+    shutil.copytree(_M["front"], fleet)
+    first = sorted((fleet / "scenes" / "scene_0000").iterdir())[0] / "CAM_FRONT.jpg"
+    img = cv2.imread(str(first))
+    cv2.imwrite(str(first), cv2.resize(img, (80, 50)))  # one frame at 80x50, the other at the rig's 64x48
+    st = run_shadow(_M["six"], fleet, tmp_path / "cat.db", workers=1, progress=False)
+    assert st["frames"] == 2 and st["corrupt"] == 0
+    with pytest.raises(DeployError, match="view transform is bound"):
+        HydraRuntime(_M["six"]).allow_sizes({}, any_size=True)
+    rt = HydraRuntime(_M["six"], cameras=["CAM_FRONT"])
+    with pytest.raises(DeployError, match="other sizes would break the calibration"):
+        rt.preprocess([np.zeros((50, 80, 3), np.uint8)])
+    rt.allow_sizes({}, any_size=True)
+    assert rt.preprocess([np.zeros((50, 80, 3), np.uint8)]).shape == (1, 1, 3, 32, 64)
