@@ -19,7 +19,8 @@ from data_engine.evaluation import RunTruth, frame_errors, load_run_truth, trigg
 from data_engine.mining import mine
 from data_engine.report import write_report
 from data_engine.report_pictures import CAM_W, GRID_COLS, OVERLAYS, PANEL_W, overlay, reason_text
-from data_engine.shadow import run_shadow, similar_image
+from data_engine.shadow import run_shadow
+from data_engine.similar import similar_image
 from data_engine.triggers import build_triggers, run_table
 from hydranet.viz import class_color
 from hydranet.cli import main

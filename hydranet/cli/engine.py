@@ -123,7 +123,7 @@ def _add_engine_uncertainty(eng) -> None:
 
 def cmd_engine_similar(args) -> None:
     from data_engine.mining import similar
-    from data_engine.shadow import similar_image
+    from data_engine.similar import similar_image
 
     if (args.frame is None) == (args.image is None):
         raise ValueError("give exactly one of --frame ID (a frame of the catalog) or --image FILE (with --onnx)")

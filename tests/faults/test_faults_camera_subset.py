@@ -166,7 +166,8 @@ def test_a_two_camera_run_keeps_its_cameras_in_truth_search_and_labels(tmp_path)
     from data_engine.fleet import FleetConfig, generate_fleet, read_frame
     from data_engine.label_exchange import with_predictions
     from data_engine.label_queue import create_jobs, load_jobs
-    from data_engine.shadow import run_shadow, similar_image
+    from data_engine.shadow import run_shadow
+    from data_engine.similar import similar_image
     from hydranet.config import load_config
 
     cfg = load_config(FleetConfig, "fleet", ["sim.image_width=64", "sim.image_height=48", "sim.frames_per_scene=2"])
