@@ -123,13 +123,22 @@ class HydraRuntime:
             self._narrow(list(cameras))
 
     def _narrow(self, cameras: list[str]) -> None:
-        """Run the camera heads alone on `cameras` (see the module docstring)."""
+        """Run the camera heads alone on `cameras` (see the module docstring); every camera in another order runs
+        every head, the camera heads' results in that order."""
         names = self.graph_cameras
         unknown = [c for c in cameras if c not in names]
         if unknown or not cameras or len(set(cameras)) != len(cameras):
             raise DeployError(f"{self.path}: cameras {cameras}: give distinct cameras of the model ({', '.join(names)})"
                               + (f"; it has no camera {unknown[0]!r}" if unknown else ""))
         space = {o: (self.meta["outputs"].get(o) or {}).get("space") for o in self.output_names}
+        self._image_outputs = {o for o, sp in space.items() if sp == "image"}
+        if len(cameras) == len(names):  # all of them: each image to its own slot, nothing left out
+            if cameras != names:
+                self.slots = np.array([names.index(c) for c in cameras])
+                self._fill = np.array([cameras.index(n) for n in names])
+                self.rig = self.rig.select(cameras)
+                self.camera_names, self.source_sizes = list(cameras), list(self.rig.source_sizes)
+            return
         per_camera = {n: h for n, h in self.heads.items() if all(space[o] == "image" for o in h["outputs"])}
         if not per_camera:
             raise DeployError(f"{self.path}: its heads ({', '.join(self.heads)}) read every camera of its rig "
@@ -146,7 +155,7 @@ class HydraRuntime:
     @property
     def runs_bev(self) -> bool:
         """Whether a view transform into BEV (bound to the cameras' calibration) runs: metadata "bev", all cameras."""
-        return bool(self.meta.get("bev")) and self.slots is None
+        return bool(self.meta.get("bev")) and len(self.camera_names) == len(self.graph_cameras)
 
     def subset_line(self) -> str:
         """One line: which heads a camera subset leaves out and what they need ('' when none is left out)."""
@@ -246,9 +255,10 @@ class HydraRuntime:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Raw outputs {name: array} of the graph; `NonFiniteOutput` when one holds NaN or Inf."""
         raw = dict(zip(self.output_names, self.session.run(self.output_names, dict(feeds))))
-        if self.slots is not None:  # rows b*N + n -> b*k + i of the cameras run
+        if self.slots is not None:  # image-space rows b*N + n -> b*k + i of the cameras run, in their order
             N = len(self.graph_cameras)
-            raw = {o: a.reshape(-1, N, *a.shape[1:])[:, self.slots].reshape(-1, *a.shape[1:]) for o, a in raw.items()}
+            raw = {o: a.reshape(-1, N, *a.shape[1:])[:, self.slots].reshape(-1, *a.shape[1:])
+                   if o in self._image_outputs else a for o, a in raw.items()}
         self.check_finite(raw)
         return raw
 

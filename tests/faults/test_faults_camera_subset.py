@@ -72,6 +72,13 @@ def test_camera_heads_on_a_subset_equal_the_full_graphs():
     raw2_sub = sub.run(sub.feeds(sub.preprocess(batch[:, [3, 0]])))
     for name, a in raw2_sub.items():
         np.testing.assert_allclose(a, raw2_full[name][[3, 0, 9, 6]], rtol=1e-5, atol=1e-5, err_msg=name)
+    # every camera in another order: every head runs (BEV too), the camera heads' rows in that order
+    rev = HydraRuntime(_M["six"], cameras=list(SIX[::-1]))
+    assert rev.runs_bev and not rev.skipped_heads and rev.subset_line() == "" and rev.state_spec
+    raw_rev = rev.run(rev.feeds(rev.preprocess(images[::-1])))
+    for name, a in raw_rev.items():
+        want = raw_full[name][::-1] if full.meta["outputs"][name]["space"] == "image" else raw_full[name]
+        np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5, err_msg=name)
     with pytest.raises(DeployError, match="has no camera 'CAM_SIDE'"):
         HydraRuntime(_M["six"], cameras=["CAM_SIDE"])
     with pytest.raises(DeployError, match="no camera head to run on CAM_FRONT"):
