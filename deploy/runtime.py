@@ -159,11 +159,10 @@ class HydraRuntime:
 
     def subset_line(self) -> str:
         """One line: which heads a camera subset leaves out and what they need ('' when none is left out)."""
-        if not self.skipped_heads:
-            return ""
-        run = ", ".join(self.heads)
-        return (f"{self.path}: BEV head(s) {', '.join(self.skipped_heads)} not run: they need every camera of the model "
-                f"({', '.join(self.graph_cameras)}); its camera heads ({run}) run on {', '.join(self.camera_names)}")
+        from hydranet.rig import camera_subset_line
+
+        return camera_subset_line(str(self.path), self.skipped_heads, self.graph_cameras, list(self.heads),
+                                  self.camera_names)
 
     # -- input ----------------------------------------------------------------------------------
     @property

@@ -291,15 +291,40 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str 
 def _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progress, on_outputs, format=None,
                      split=None, version=None, keep_states=False) -> dict[str, Any]:
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
-    frames = evaluation_frames(model, cfg, data, format=format, split=split, version=version,
-                               model_classes=json.loads(ckpt["meta"]).get("classes"))
+    classes = json.loads(ckpt["meta"]).get("classes")
+    frames = evaluation_frames(model, cfg, data, format=format, split=split, version=version, model_classes=classes)
+    note = ""
+    if model.fusion is not None:  # a dataset with some of the model's cameras (KITTI's one): its camera heads there
+        model, cfg, note = _on_cameras_of(model, cfg, ckpt, checkpoint, frames.data.rig.names)
+        if note:
+            frames = evaluation_frames(model, cfg, data, cameras=list(cfg.data.cameras), format=format, split=split,
+                                       version=version, model_classes=classes)
     if model.fusion is not None:
         check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
     results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs, keep_states)
     results.update({"checkpoint": str(checkpoint), "data": str(data), "step": int(ckpt["step"]),
                     "format": getattr(frames.data, "format", "sim"), "split": getattr(frames.data, "split", None),
                     "version": getattr(frames.data, "version", None), "cameras": list(frames.data.rig.names)})
+    if note:
+        results["note"] = note
     return results
+
+
+def _on_cameras_of(model, cfg, ckpt, checkpoint, names) -> tuple[Any, Any, str]:
+    """(model, cfg, note): the BEV model's camera heads alone on the model's cameras among `names` (a dataset's)
+    when it has some but not all of them and the model has camera heads (`model_for_cameras`: the same weights),
+    with the line saying which BEV heads are not scored; else the model unchanged and no note."""
+    from hydranet.checkpoint import model_cameras_of, model_for_cameras
+    from hydranet.rig import camera_subset_line
+    from hydranet.tasks import BEV_TASKS
+
+    cams = model_cameras_of(cfg, json.loads(ckpt["meta"]))
+    present = [n for n in cams if n in names]
+    if not present or len(present) == len(cams) or all(h in BEV_TASKS for h in model.heads):
+        return model, cfg, ""  # check_calibration says what is wrong
+    sub, sub_cfg = model_for_cameras(ckpt, cfg, present, f"checkpoint {checkpoint}")
+    skipped = [h for h in model.heads if h not in sub.heads]
+    return sub, sub_cfg, camera_subset_line(str(checkpoint), skipped, cams, list(sub.heads), present)
 
 
 def scored_only(results: Mapping[str, Any]) -> dict[str, Any]:

@@ -503,3 +503,13 @@ def _lens_difference(a, b) -> float:
     if (a.model if a is not None else "pinhole") != (b.model if b is not None else "pinhole"):
         return 1.0
     return 0.0 if a is None else float(np.abs(np.subtract(a.coeffs, b.coeffs)).max())
+
+
+def camera_subset_line(where: str, skipped: list[str], model_cameras: list[str], heads: list[str],
+                       cameras: list[str]) -> str:
+    """The one line said when a model runs on some of its cameras: which BEV heads are not run, what they need,
+    and where its camera heads run ('' when no head is left out)."""
+    if not skipped:
+        return ""
+    return (f"{where}: BEV head(s) {', '.join(skipped)} not run: they need every camera of the model "
+            f"({', '.join(model_cameras)}); its camera heads ({', '.join(heads)}) run on {', '.join(cameras)}")

@@ -217,11 +217,11 @@ def cmd_eval(args) -> None:
 
         results = evaluate_onnx(args.onnx, data, args.out, progress=not args.quiet,
                                 save_predictions=args.save_predictions)
-        if results.get("note"):
-            print(results["note"])
     else:
         results = evaluate_checkpoint(args.checkpoint, data, args.out, args.save_predictions, progress=not args.quiet,
                                       format=args.format, split=args.split, version=args.version)
+    if results.get("note"):  # a model run on some of its cameras: the BEV heads left out
+        print(results["note"])
     per = results["sources"].values() if "sources" in results else [results]
     print(format_sources_table(results) if "sources" in results else format_table(results))
     for r in per:

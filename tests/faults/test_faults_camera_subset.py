@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from faultlib import Case, Env, export_untrained, params, run_case
+from faultlib import REPO, Case, Env, export_untrained, params, run_case
 
 from hydranet.cli import main
 
@@ -223,3 +223,25 @@ def test_frames_of_other_sizes_are_resized_when_no_view_transform_runs(tmp_path)
         rt.preprocess([np.zeros((50, 80, 3), np.uint8)])
     rt.allow_sizes({}, any_size=True)
     assert rt.preprocess([np.zeros((50, 80, 3), np.uint8)]).shape == (1, 1, 3, 32, 64)
+
+
+def test_checkpoint_eval_scores_the_camera_heads_on_a_one_camera_dataset(fault_env, tmp_path, capsys):
+    """`hydranet eval --checkpoint` of a six-camera HydraNet (camera heads and det3d) on a labelled one-camera dataset
+    scores its camera heads there (`model_for_cameras`, the same weights) and says which BEV heads it leaves out."""
+    from hydranet.experiment import load_experiment
+    from hydranet.train import train
+
+    cfg = load_experiment(REPO / "configs" / "engine_tiny.yaml", [
+        f"data.root={fault_env.dataset}", "data.image_size=[32,64]", "device=cpu", "num_workers=0", "batch_size=1",
+        "steps=1", "checkpoint_every=1", "optim.warmup_steps=1"])
+    train(cfg, tmp_path / "run", progress=False)
+    dash = tmp_path / "dash"
+    assert main(["sim", "generate", "--out", str(dash), "--rig", "dashcam", "--scenes", "1", "--seed", "0", "--quiet",
+                 "--set", "frames_per_scene=2", "--set", "image_width=64", "--set", "image_height=48"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(tmp_path / "run"), "--data", str(dash), "--out", str(tmp_path / "m.json"),
+                 "--quiet"]) == 0
+    assert "BEV head(s) det3d not run" in capsys.readouterr().out
+    got = json.loads((tmp_path / "m.json").read_text())
+    assert got["cameras"] == ["CAM_FRONT"] and "det3d" not in got["model"] and "det2d" in got["model"]
+    assert "det3d not run" in got["note"]
