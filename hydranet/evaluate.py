@@ -291,14 +291,9 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str 
 def _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progress, on_outputs, format=None,
                      split=None, version=None, keep_states=False) -> dict[str, Any]:
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
-    classes = json.loads(ckpt["meta"]).get("classes")
-    frames = evaluation_frames(model, cfg, data, format=format, split=split, version=version, model_classes=classes)
-    note = ""
-    if model.fusion is not None:  # a dataset with some of the model's cameras (KITTI's one): its camera heads there
-        model, cfg, note = _on_cameras_of(model, cfg, ckpt, checkpoint, frames.data.rig.names)
-        if note:
-            frames = evaluation_frames(model, cfg, data, cameras=list(cfg.data.cameras), format=format, split=split,
-                                       version=version, model_classes=classes)
+    model, cfg, note = narrowed_to_data(model, cfg, ckpt, checkpoint, data, format, split, version)
+    frames = evaluation_frames(model, cfg, data, cameras=list(cfg.data.cameras) if note else None, format=format,
+                               split=split, version=version, model_classes=json.loads(ckpt["meta"]).get("classes"))
     if model.fusion is not None:
         check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
     results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs, keep_states)
@@ -310,14 +305,22 @@ def _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progr
     return results
 
 
-def _on_cameras_of(model, cfg, ckpt, checkpoint, names) -> tuple[Any, Any, str]:
-    """(model, cfg, note): the BEV model's camera heads alone on the model's cameras among `names` (a dataset's)
-    when it has some but not all of them and the model has camera heads (`model_for_cameras`: the same weights),
-    with the line saying which BEV heads are not scored; else the model unchanged and no note."""
+def narrowed_to_data(model, cfg, ckpt, checkpoint, data, format=None, split=None, version=None) -> tuple[Any, Any, str]:
+    """(model, cfg, note): a BEV model's camera heads alone on the model's cameras that dataset `data` has, when it
+    has some but not all of them (genuine KITTI or Cityscapes: one CAM_FRONT) and the model has camera heads
+    (`model_for_cameras`: the same weights; data.cameras narrowed), with the line saying which BEV heads are left
+    out; else the model unchanged and no note (a dataset that cannot be opened says why in `evaluation_frames`)."""
     from hydranet.checkpoint import model_cameras_of, model_for_cameras
+    from hydranet.data.reader import DatasetError
     from hydranet.rig import camera_subset_line
     from hydranet.tasks import BEV_TASKS
 
+    if model.fusion is None:
+        return model, cfg, ""
+    try:
+        names = open_data(cfg.data, data, format, split, version, channels=("images",), all_cameras=True).rig.names
+    except (DatasetError, ValueError, OSError):
+        return model, cfg, ""
     cams = model_cameras_of(cfg, json.loads(ckpt["meta"]))
     present = [n for n in cams if n in names]
     if not present or len(present) == len(cams) or all(h in BEV_TASKS for h in model.heads):
@@ -421,8 +424,13 @@ def viz_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Path, fr
     out = Path(out)
     if out.suffix.lower() != ".png":
         raise ValueError(f"--out {out}: the picture is written as PNG; give a file name ending in .png")
-    model, cfg, _ = load_model(checkpoint)
-    frames = evaluation_frames(model, cfg, data)
+    model, cfg, ckpt = load_model(checkpoint)
+    model, cfg, note = narrowed_to_data(model, cfg, ckpt, checkpoint, data)  # some of its cameras: the camera heads
+    frames = evaluation_frames(model, cfg, data, cameras=list(cfg.data.cameras) if note else None)
+    if model.fusion is not None:  # a BEV picture of another rig's data would put its features in the wrong cells
+        check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
+    if note:
+        print(note)
     if not 0 <= frame < len(frames):
         raise ValueError(f"--frame {frame} is outside the dataset's {len(frames)} frames")
     sample, pred = predict_frame(model, frames, frame)

@@ -245,3 +245,13 @@ def test_checkpoint_eval_scores_the_camera_heads_on_a_one_camera_dataset(fault_e
     got = json.loads((tmp_path / "m.json").read_text())
     assert got["cameras"] == ["CAM_FRONT"] and "det3d" not in got["model"] and "det2d" in got["model"]
     assert "det3d not run" in got["note"]
+    # the picture too: the camera heads' panels on CAM_FRONT, said so; the same rig moved is refused, not drawn
+    assert main(["viz", "--checkpoint", str(tmp_path / "run"), "--data", str(dash), "--out", str(tmp_path / "v.png")]) == 0
+    assert "det3d not run" in capsys.readouterr().out and (tmp_path / "v.png").stat().st_size > 0
+    moved = tmp_path / "moved"
+    shutil.copytree(fault_env.dataset, moved)
+    meta = json.loads((moved / "dataset.json").read_text())
+    next(c for c in meta["rig"]["cameras"] if c["name"] == "CAM_BACK")["cam2ego"][0][3] += 0.5
+    (moved / "dataset.json").write_text(json.dumps(meta))
+    assert main(["viz", "--checkpoint", str(tmp_path / "run"), "--data", str(moved), "--out", str(tmp_path / "w.png")]) == 2
+    assert "CAM_BACK's calibration differs" in capsys.readouterr().err and not (tmp_path / "w.png").exists()
