@@ -120,7 +120,7 @@ class HydraRuntime:
         self.slots: np.ndarray | None = None  # (k,) graph slot of each camera run; None: every camera, in order
         self.skipped_heads: list[str] = []
         if cameras is not None:
-            self._narrow(list(cameras))
+            self._narrow([cameras] if isinstance(cameras, str) else list(cameras))  # one name or several
 
     def _narrow(self, cameras: list[str]) -> None:
         """Run the camera heads alone on `cameras` (see the module docstring); every camera in another order runs

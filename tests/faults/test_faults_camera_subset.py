@@ -79,6 +79,7 @@ def test_camera_heads_on_a_subset_equal_the_full_graphs():
     for name, a in raw_rev.items():
         want = raw_full[name][::-1] if full.meta["outputs"][name]["space"] == "image" else raw_full[name]
         np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert HydraRuntime(_M["six"], cameras="CAM_BACK").camera_names == ["CAM_BACK"]  # one name as it is
     with pytest.raises(DeployError, match="has no camera 'CAM_SIDE'"):
         HydraRuntime(_M["six"], cameras=["CAM_SIDE"])
     with pytest.raises(DeployError, match="no camera head to run on CAM_FRONT"):
