@@ -95,6 +95,9 @@ def _check_finite(value: Any, key: str) -> None:
             _check_finite(v, f"{key}[{i}]")
 
 
+YAML_WORDS = {True: ("on", "yes", "true"), False: ("off", "no", "false")}  # what YAML 1.1 reads as a boolean
+
+
 def _convert(value: Any, tp: Any, key: str) -> Any:
     """Check `value` against annotation `tp`; returns the value (tuples for sequences)."""
     origin = get_origin(tp)
@@ -115,8 +118,11 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
                 errors.append(str(e))
         raise ConfigError(f"config key '{key}': {value!r} is not {' or '.join(_type_name(a) for a in args)}")
     if origin is Literal:
-        if value not in get_args(tp):
-            raise ConfigError(f"config key '{key}': {value!r} is not allowed; choose one of {list(get_args(tp))}")
+        options = get_args(tp)
+        if isinstance(value, bool) and value not in options:  # YAML 1.1 reads on/off, yes/no as booleans
+            value = next((w for w in (YAML_WORDS[value]) if w in options), value)
+        if value not in options:
+            raise ConfigError(f"config key '{key}': {value!r} is not allowed; choose one of {list(options)}")
         return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)):

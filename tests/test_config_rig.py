@@ -74,6 +74,15 @@ def test_literal_and_variadic_tuple_types():
     assert to_dict(cfg)["tasks"] == ["a", "b"]
 
 
+def test_yaml_booleans_read_back_as_the_words_a_literal_allows():
+    """`--set look.shadows=on` parses `on` as YAML 1.1's True: a Literal of "auto"/"on"/"off" takes it as "on"
+    (and off/no/false as "off"); a Literal without such a word still refuses a boolean, naming the key."""
+    on = from_dict(SimConfig, apply_overrides(to_dict(SimConfig()), ["look.shadows=on", "look.glare=off"]))
+    assert (on.look.shadows, on.look.glare) == ("on", "off")
+    with pytest.raises(ConfigError, match="optim.kind"):
+        from_dict(Exp, {"optim": {"kind": True}})
+
+
 def test_fixed_length_tuple_type():
     cfg = from_dict(Exp, {"optim": {"betas": [0.8, 0.9]}})
     assert cfg.optim.betas == (0.8, 0.9)
