@@ -2,6 +2,7 @@
 
     python benchmarks/demo_seeds.py --seeds 3 --out out/bench_demo_seeds [--jobs N] [--overwrite]
         [--steps N] [--trunk-steps 800] [--trunk-cameras all] [--trunk-batch N] [--set KEY=VALUE ...]
+        [--sim-set KEY=VALUE ...]
 
 Training is seeded and bit-identical on one machine, not across machines (another CPU's float kernels
 round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
@@ -211,6 +212,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--val-scenes", type=int, default=4)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override on top of the demo's recipe (repeatable), as `hydranet train --set`")
+    ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a sim config override of the training scenes (repeatable), as `hydranet sim generate --set`; "
+                         "the held-out scenes keep the demo's look (a randomization ablation's reference)")
     a = ap.parse_args(argv)
     if a.seeds < 1 or (a.jobs is not None and a.jobs < 1):
         ap.error("--seeds and --jobs must be >= 1")
@@ -218,11 +222,17 @@ def main(argv: list[str] | None = None) -> dict | None:
     a.out.mkdir(parents=True)
     out = a.out.resolve()
 
-    from sim.config import DEMO_SIM
-    from sim.generate import generate_split
+    from hydranet.config import apply_overrides, from_dict, to_dict
+    from sim.config import DEMO_SIM, SimConfig
+    from sim.generate import HELD_OUT_SEED, generate_dataset, generate_split
 
     t0 = time.perf_counter()
-    data, val = generate_split(out / "data", DEMO_SIM, a.scenes, a.val_scenes, seed=0)
+    if a.sim_set:  # the training look changes; the held-out scenes are the demo's own
+        sim = from_dict(SimConfig, apply_overrides(to_dict(DEMO_SIM), a.sim_set))
+        data = generate_dataset(out / "data" / "sim", sim, a.scenes, 0)
+        val = generate_dataset(out / "data" / "sim_val", DEMO_SIM, a.val_scenes, HELD_OUT_SEED, progress=False)
+    else:
+        data, val = generate_split(out / "data", DEMO_SIM, a.scenes, a.val_scenes, seed=0)
     gen = time.perf_counter() - t0
     seeds = list(range(a.seeds))
     t1 = time.perf_counter()
@@ -235,7 +245,8 @@ def main(argv: list[str] | None = None) -> dict | None:
           f"OMP_NUM_THREADS=1, {total:.1f} s wall for all)")
     print(format_table(agg, walls))
     result = {"command": "python benchmarks/demo_seeds.py " + " ".join(argv), "seeds": seeds, "steps": a.steps,
-              "trunk_steps": a.trunk_steps, "overrides": a.set, "jobs": a.jobs or a.seeds, "generate_s": gen, "seeds_wall_s": total,
+              "trunk_steps": a.trunk_steps, "overrides": a.set, "sim_overrides": a.sim_set,
+              "jobs": a.jobs or a.seeds, "generate_s": gen, "seeds_wall_s": total,
               "aggregate": agg, "per_seed": {str(s): done[s] for s in seeds}}
     (out / "results.json").write_text(json.dumps(result, indent=1))
     print(f"wrote {out / 'results.json'}")
