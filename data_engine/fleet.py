@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hydranet.data.image import ImageError, read_image_file
+from hydranet.data.image import ImageError, read_rgb
 from hydranet.data.reader import DatasetError
 from hydranet.data.recording import RECORDED_FILE, Recording
 from hydranet.io import frame_path
@@ -300,20 +300,17 @@ def truth_of(sample: Mapping[str, Any]) -> dict[str, Any] | None:
 def read_frame(root: Path, clip: str, frame_dir: str, cameras: list[str]) -> list[np.ndarray]:
     """N (H, W, 3) uint8 RGB images of one frame; ValueError naming the file when one is missing or not a whole
     image (hydranet.data.image's policy: the one training and evaluation use)."""
-    import cv2
-
     if (Path(root) / RECORDED_FILE).is_file():
         return recorded_fleet(root).read(clip, frame_dir, cameras)
     out = []
     for cam in cameras:
         path = frame_path(root, clip, frame_dir, f"{cam}.jpg", where=f"fleet {root}")
         try:
-            img = read_image_file(path, cv2.IMREAD_COLOR)
+            out.append(read_rgb(path))
         except OSError as e:
             raise ValueError(f"{path}: {e.strerror or e}") from None
         except ImageError as e:
             raise ValueError(f"{path}: image {e}") from None
-        out.append(cv2.cvtColor(img, cv2.COLOR_BGR2RGB))
     return out
 
 

@@ -16,18 +16,15 @@ from data_engine.shadow import ShadowError, check_model, load_runtime
 def read_image(path: str | Path) -> np.ndarray:
     """(H, W, 3) uint8 RGB of an image file, or ShadowError naming it (missing, undecodable, truncated, corrupt,
     or another format than its name says: hydranet.data.image's policy)."""
-    import cv2
-
-    from hydranet.data.image import ImageError, read_image_file
+    from hydranet.data.image import ImageError, read_rgb
 
     path = Path(path)
     try:
-        img = read_image_file(path, cv2.IMREAD_COLOR)
+        return read_rgb(path)
     except OSError as e:
         raise ShadowError(f"--image {path}: {e.strerror or e}; give a JPEG or PNG file") from None
     except ImageError as e:
         raise ShadowError(f"--image {path} is not a readable image (it {e}); give a camera image") from None
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
 def embed_image(model: str | Path, image: str | Path, camera: str | None = None,

@@ -68,6 +68,11 @@ def read_image_file(path: str | Path, flags: int = cv2.IMREAD_UNCHANGED) -> np.n
     return decode_bytes(np.fromfile(path, dtype=np.uint8), path, flags)
 
 
+def read_rgb(path: str | Path) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of a colour image file; OSError and ImageError pass through for the caller to word."""
+    return cv2.cvtColor(read_image_file(path, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+
 _STDERR_LOCK = threading.Lock()
 _CAPTURE: dict = {}  # pid -> unlinked temp file receiving the decoder's stderr
 try:
