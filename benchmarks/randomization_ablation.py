@@ -18,10 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # realism_gap, this script's neighbour
 
 CELLS = (("sim CAM_FRONT", "det2d/car AP50"), ("sim CAM_FRONT", "drivable/iou"), ("kitti", "det2d/car AP50"),
          ("kitti", "det2d/mAP50"), ("cityscapes", "det2d/car AP50"), ("cityscapes", "drivable/iou"))
@@ -29,7 +26,7 @@ CELLS = (("sim CAM_FRONT", "det2d/car AP50"), ("sim CAM_FRONT", "drivable/iou"),
 
 def seed_tables(arm: Path, out: Path, val: Path, genuine: dict[str, Path]) -> list[dict]:
     """realism_gap.json of every seed run of `arm` (computed into `out` when absent)."""
-    import realism_gap
+    import realism_gap  # benchmarks/, this script's folder (sys.path[0] when run as a script)
 
     runs = sorted(p for p in arm.glob("seed*") if (p / "run" / "checkpoint.pt").is_file())
     if not runs:
