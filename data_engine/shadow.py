@@ -86,9 +86,11 @@ def runtime_for_fleet(path: str | Path, fleet: Fleet, threads: int | None = None
     from data_engine.fleet import FleetError
     from deploy.runtime import DeployError
 
+    from hydranet.rig import camera_subset
+
     rt = load(path, threads, None)
-    present = tuple(n for n in rt.camera_names if n in fleet.cameras)
-    cameras = present if present and len(present) < len(rt.camera_names) else None
+    subset = camera_subset(rt.camera_names, fleet.cameras)
+    cameras = tuple(subset) if subset else None
     if cameras:
         try:
             rt = load(path, threads, cameras)
@@ -527,6 +529,3 @@ def _ray_results(tasks: list[dict], workers: int, address: str | None = None, qu
     finally:
         if started:
             ray.shutdown()
-
-
-# -- similarity by image -------------------------------------------------------------------------------

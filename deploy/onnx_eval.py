@@ -92,17 +92,13 @@ def _cameras_in(model: OnnxPredictor, data: str | Path) -> list[str] | None:
     reader's own error then names the camera)."""
     from hydranet.data.reader import DatasetError
     from hydranet.data.sources import open_data
+    from hydranet.rig import camera_subset
 
     try:
-        open_data(model.cfg.data, data, cameras=model.runtime.camera_names, channels=("images",))
-        return None
+        names = open_data(model.cfg.data, data, channels=("images",), all_cameras=True).rig.names
     except DatasetError:
-        try:
-            names = open_data(model.cfg.data, data, all_cameras=True, channels=("images",)).rig.names
-        except DatasetError:
-            return None
-    present = [n for n in model.runtime.camera_names if n in names]
-    return present if 0 < len(present) < len(model.runtime.camera_names) else None  # else: the reader's error stands
+        return None
+    return camera_subset(model.runtime.camera_names, names)  # None: the reader's error stands
 
 
 def evaluate_any(model: str | Path, data: str | Path, out: str | Path | None = None, progress: bool = True,

@@ -312,7 +312,7 @@ def narrowed_to_data(model, cfg, ckpt, checkpoint, data, format=None, split=None
     out; else the model unchanged and no note (a dataset that cannot be opened says why in `evaluation_frames`)."""
     from hydranet.checkpoint import model_cameras_of, model_for_cameras
     from hydranet.data.reader import DatasetError
-    from hydranet.rig import camera_subset_line
+    from hydranet.rig import camera_subset, camera_subset_line
     from hydranet.tasks import BEV_TASKS
 
     if model.fusion is None:
@@ -322,8 +322,8 @@ def narrowed_to_data(model, cfg, ckpt, checkpoint, data, format=None, split=None
     except (DatasetError, ValueError, OSError):
         return model, cfg, ""
     cams = model_cameras_of(cfg, json.loads(ckpt["meta"]))
-    present = [n for n in cams if n in names]
-    if not present or len(present) == len(cams) or all(h in BEV_TASKS for h in model.heads):
+    present = camera_subset(cams, names)
+    if present is None or all(h in BEV_TASKS for h in model.heads):
         return model, cfg, ""  # check_calibration says what is wrong
     sub, sub_cfg = model_for_cameras(ckpt, cfg, present, f"checkpoint {checkpoint}")
     skipped = [h for h in model.heads if h not in sub.heads]

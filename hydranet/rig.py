@@ -505,6 +505,13 @@ def _lens_difference(a, b) -> float:
     return 0.0 if a is None else float(np.abs(np.subtract(a.coeffs, b.coeffs)).max())
 
 
+def camera_subset(model_cameras: list[str], available) -> list[str] | None:
+    """The model's cameras that `available` (names) holds, in the model's order, when it holds some but not all of
+    them: where the camera heads run alone (None: all of them, or none, where the caller's own check speaks)."""
+    present = [n for n in model_cameras if n in available]
+    return present if 0 < len(present) < len(model_cameras) else None
+
+
 def camera_subset_line(where: str, skipped: list[str], model_cameras: list[str], heads: list[str],
                        cameras: list[str]) -> str:
     """The one line said when a model runs on some of its cameras: which BEV heads are not run, what they need,
