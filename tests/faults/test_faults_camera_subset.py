@@ -256,3 +256,18 @@ def test_checkpoint_eval_scores_the_camera_heads_on_a_one_camera_dataset(fault_e
     (moved / "dataset.json").write_text(json.dumps(meta))
     assert main(["viz", "--checkpoint", str(tmp_path / "run"), "--data", str(moved), "--out", str(tmp_path / "w.png")]) == 2
     assert "CAM_BACK's calibration differs" in capsys.readouterr().err and not (tmp_path / "w.png").exists()
+
+
+def test_ray_actors_run_the_subset_as_the_local_pool_does(tmp_path):
+    """Ray Data's actors hold the camera subset's sessions: the same signal rows as the in-process run."""
+    pytest.importorskip("ray.data", reason="Ray Data is not installed (the [ray] extra)")
+    from data_engine.shadow import run_shadow
+
+    rows = {}
+    for executor in ("local", "ray"):
+        cat = tmp_path / f"{executor}.db"
+        run_shadow(_M["six"], _M["front"], cat, executor=executor, workers=1, progress=False)
+        with sqlite3.connect(cat) as db:
+            rows[executor] = db.execute("SELECT frame_id, status, det2d_entropy, predictions FROM signals "
+                                        "ORDER BY frame_id").fetchall()
+    assert rows["ray"] == rows["local"] and len(rows["local"]) == 2
