@@ -66,9 +66,12 @@ def task_options(builder: TaskBuilder) -> list[str]:
     params = inspect.signature(builder).parameters
     names = [n for n, p in params.items() if p.kind == p.KEYWORD_ONLY or
              (p.kind == p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)]
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()) and inspect.isclass(getattr(builder, "__self__", None)):
-        init = inspect.signature(builder.__self__.__init__).parameters
-        names += [n for n, p in init.items() if p.default is not p.empty and n not in names]
+    owner = getattr(builder, "__self__", None)
+    for cls in owner.__mro__ if inspect.isclass(owner) else ():  # **options pass on to __init__, up the classes
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+        params = inspect.signature(cls.__init__).parameters
+        names += [n for n, p in params.items() if p.default is not p.empty and n not in names]
     return names
 
 

@@ -3,8 +3,10 @@
 Zhou, Wang, Krähenbühl, "Objects as Points", arXiv 2019 (CenterNet): one heatmap per class whose
 peaks are object centres, plus per-pixel box regression. The heatmap is trained with the
 penalty-reduced focal loss of CornerNet (Law & Deng, ECCV 2018) on elliptical Gaussians whose
-spread follows the box (TTFNet, Liu et al., AAAI 2020). The box branch regresses, at the centre
-cell, the sub-cell centre offset and log width/height in stride units (L1). Decoding keeps 3x3
+spread follows the box (TTFNet, Liu et al., AAAI 2020). The box branch regresses the offset from a
+cell to its object's centre and log width/height in stride units (L1, and GIoU on the box they make), at
+every cell of the object's Gaussian weighted by it (TTFNet's dense samples: a peak decoded a cell off the
+centre reads a trained box; `box_region: centre` keeps CenterNet's one cell). Decoding keeps 3x3
 local maxima, then class-wise NMS (numpy, `hydranet.decoding`, shared with the deployed runtime).
 Metric: COCO mAP@[.5:.95] and mAP50 computed by pycocotools; `write_coco_json` writes ground truth and predictions as COCO JSON.
 """
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
+from torchvision.ops import generalized_box_iou_loss
 
 from hydranet import heads
 from hydranet.models.layers import MergeLevels
@@ -36,6 +39,7 @@ _GAUSS_ALPHA = 0.54  # TTFNet: Gaussian sigma = alpha * size / 6
 # tens of classes over every cell of 6 cameras and a few peaks a batch, 0.1 makes the negatives' focal term
 # 10-15x every other head's loss at step 1 (signs_lights: 100-200), 0.01 about 100x smaller
 HEATMAP_PRIOR = 0.01
+BOX_REGIONS = ("centre", "gaussian")
 
 
 class CenterNetHead(nn.Module):
@@ -66,17 +70,23 @@ class CenterNetHead(nn.Module):
 
 
 def encode_boxes(boxes: np.ndarray, labels: np.ndarray, num_classes: int, out_hw: tuple[int, int],
-                 stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 stride: int, box_region: str = "gaussian") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CenterNet targets of one image from xyxy pixel boxes (M, 4) and class ids (M,).
 
-    Returns heatmap (C, h, w) with 1.0 at each centre cell, box (4, h, w) = (dx, dy, log w/s,
-    log h/s) at centre cells and box_mask (h, w) bool. Larger boxes are written first so a smaller
-    box sharing a centre cell keeps it.
+    Returns heatmap (C, h, w) with 1.0 at each centre cell, box (4, h, w) = (dx, dy, log w/s, log h/s) from a
+    cell's corner to its object's centre, and box_weight (h, w): where the box is regressed, each object's
+    weights summing to 1. `box_region` "centre": the centre cell alone (CenterNet); "gaussian": every cell of
+    the object's Gaussian, weighted by it (TTFNet: a peak decoded a cell off the centre still reads a trained
+    box). Larger boxes are written first; a cell goes to the object whose Gaussian is highest there (the
+    smaller on a tie), so a small box keeps its centre.
     """
+    if box_region not in BOX_REGIONS:
+        raise ValueError(f"det2d box_region {box_region!r}: expected one of {BOX_REGIONS}")
     h, w = out_hw
     heat = np.zeros((num_classes, h, w), np.float32)
     reg = np.zeros((4, h, w), np.float32)
-    mask = np.zeros((h, w), bool)
+    weight = np.zeros((h, w), np.float32)
+    owner = np.zeros((h, w), np.float32)  # the Gaussian value of the object that holds each cell
     areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
     for k in np.argsort(-areas, kind="stable"):
         x0, y0, x1, y1 = boxes[k] / stride
@@ -86,12 +96,37 @@ def encode_boxes(boxes: np.ndarray, labels: np.ndarray, num_classes: int, out_hw
         sx, sy = max(_GAUSS_ALPHA * bw / 6, 0.3), max(_GAUSS_ALPHA * bh / 6, 0.3)
         rx, ry = int(np.ceil(3 * sx)), int(np.ceil(3 * sy))
         ys, xs = np.arange(max(0, i - ry), min(h, i + ry + 1)), np.arange(max(0, j - rx), min(w, j + rx + 1))
-        g = np.exp(-((xs[None, :] - j) ** 2) / (2 * sx**2) - ((ys[:, None] - i) ** 2) / (2 * sy**2))
-        window = heat[labels[k], ys[0]:ys[-1] + 1, xs[0]:xs[-1] + 1]
-        np.maximum(window, g.astype(np.float32), out=window)
-        reg[:, i, j] = (cx - j, cy - i, np.log(bw), np.log(bh))
-        mask[i, j] = True
-    return heat, reg, mask
+        g = np.exp(-((xs[None, :] - j) ** 2) / (2 * sx**2) - ((ys[:, None] - i) ** 2) / (2 * sy**2)).astype(np.float32)
+        window = (slice(ys[0], ys[-1] + 1), slice(xs[0], xs[-1] + 1))
+        np.maximum(heat[labels[k]][window], g, out=heat[labels[k]][window])
+        take = claim_cells(owner, weight, window, g, (i - ys[0], j - xs[0]), box_region)
+        target = (cx - xs[None, :], cy - ys[:, None], np.full_like(g, np.log(bw)), np.full_like(g, np.log(bh)))
+        for c, t in enumerate(target):
+            reg[c][window] = np.where(take, t, reg[c][window])
+    return heat, reg, weight
+
+
+def claim_cells(owner: np.ndarray, weight: np.ndarray, window: tuple[slice, slice], g: np.ndarray,
+                centre: tuple[int, int], box_region: str) -> np.ndarray:
+    """One object's regression cells in `window` of the maps `owner` (the Gaussian value of the object holding
+    each cell) and `weight` (its regression weight), both updated: the centre cell alone, or ("gaussian") every
+    cell where its Gaussian g (wy, wx) is at least the holder's, weighted g / sum g. Returns where it took (wy, wx)."""
+    if box_region == "centre":
+        g = np.where(np.arange(g.shape[0])[:, None] == centre[0], g, 0) * (np.arange(g.shape[1]) == centre[1])
+    take = (g >= owner[window]) & (g > 0)
+    weight[window] = np.where(take, g / g.sum(), weight[window])
+    owner[window] = np.where(take, g, owner[window])
+    return take
+
+
+def giou_loss_cells(box: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """1 - GIoU of boxes given per cell as (dx, dy, log w, log h) from the cell's corner, stride units:
+    box, target (K, 4) -> (K,)."""
+    def xyxy(b: torch.Tensor) -> torch.Tensor:
+        half = torch.exp(b[:, 2:].clamp(max=12)) / 2  # (K, 2)
+        return torch.cat([b[:, :2] - half, b[:, :2] + half], dim=1)
+
+    return generalized_box_iou_loss(xyxy(box), xyxy(target), reduction="none")
 
 
 def focal_loss_with_logits(logits: torch.Tensor, target: torch.Tensor, alpha: float = 2.0,
@@ -108,9 +143,9 @@ def focal_loss_with_logits(logits: torch.Tensor, target: torch.Tensor, alpha: fl
 class Det2dTask(Task):
     """Multi-class 2D boxes per camera over every class of the dataset meta (`classes`).
 
-    Loss components: "heatmap" (focal), "offset" and "size" (L1 at centre cells), each scaled by
-    its constructor weight. `decode` gives per image {"boxes" (K, 4) xyxy pixels, "scores" (K,),
-    "labels" (K,) class ids}.
+    Loss components: "heatmap" (focal), "offset" and "size" (L1) and "giou" (1 - GIoU) over the regression
+    cells (`box_region`), each scaled by its constructor weight (giou_weight 0: no GIoU term). `decode` gives per
+    image {"boxes" (K, 4) xyxy pixels, "scores" (K,), "labels" (K,) class ids}.
     """
 
     name = "det2d"
@@ -121,14 +156,18 @@ class Det2dTask(Task):
     def __init__(self, classes: Sequence[str], in_channels: int, in_stride: int = 8, out_stride: int = 4,
                  width: int = 64, heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
                  score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100,
-                 min_size: float = 6.0, min_visibility: float = 0.1, heatmap_prior: float = 0.1):
+                 min_size: float = 6.0, min_visibility: float = 0.1, heatmap_prior: float = 0.1,
+                 box_region: str = "gaussian", giou_weight: float = 1.0):
         super().__init__(in_channels, in_stride)
+        if box_region not in BOX_REGIONS:
+            raise ValueError(f"task '{self.name}': box_region {box_region!r}, expected one of {BOX_REGIONS}")
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
         self.classes = list(classes)
         self.out_stride = out_stride
         self.head = CenterNetHead(in_channels, len(self.classes), width, in_stride, out_stride, heatmap_prior)
-        self.weights = {"heatmap": heatmap_weight, "offset": offset_weight, "size": size_weight}
+        self.weights = {"heatmap": heatmap_weight, "offset": offset_weight, "size": size_weight, "giou": giou_weight}
+        self.box_region = box_region
         self.score_threshold, self.nms_iou, self.max_detections = score_threshold, nms_iou, max_detections
         # boxes smaller than `min_size` pixels (short side, at the model input size) or less visible
         # than `min_visibility` are ignore regions: not trained on, and detections on them count
@@ -166,10 +205,11 @@ class Det2dTask(Task):
         out_hw = (H // self.out_stride, W // self.out_stride)
         per_cam = [self.camera_boxes(cam, f"camera {name}")
                    for cam, name in zip(camera_labels(sample, self.name), sample["camera_names"])]
-        enc = [encode_boxes(b[~ig], l[~ig], len(self.classes), out_hw, self.out_stride) for b, l, ig in per_cam]
+        enc = [encode_boxes(b[~ig], l[~ig], len(self.classes), out_hw, self.out_stride, self.box_region)
+               for b, l, ig in per_cam]
         return {"heatmap": np.stack([e[0] for e in enc]),  # (N, C, h, w)
                 "box": np.stack([e[1] for e in enc]),  # (N, 4, h, w)
-                "box_mask": np.stack([e[2] for e in enc]),  # (N, h, w)
+                "box_weight": np.stack([e[2] for e in enc]),  # (N, h, w), each object's weights sum to 1
                 "gt_boxes": [b[~ig] for b, _, ig in per_cam],  # N x (M, 4)
                 "gt_labels": [l[~ig] for _, l, ig in per_cam],  # N x (M,)
                 "ignore_boxes": [b[ig] for b, _, ig in per_cam],  # N x (K, 4) ignore regions
@@ -180,12 +220,17 @@ class Det2dTask(Task):
         if heat_logits.shape != targets["heatmap"].shape:
             raise ValueError(f"task '{self.name}': heatmap output {tuple(heat_logits.shape)} vs target "
                              f"{tuple(targets['heatmap'].shape)}; images must be the size the targets were built at")
-        mask = targets["box_mask"]  # (B*N, h, w)
-        num = mask.sum().clamp(min=1)
-        err = (box - targets["box"]).abs() * mask[:, None]  # (B*N, 4, h, w)
-        return {"heatmap": self.weights["heatmap"] * focal_loss_with_logits(heat_logits.float(), targets["heatmap"]),
-                "offset": self.weights["offset"] * err[:, :2].sum() / num,
-                "size": self.weights["size"] * err[:, 2:].sum() / num}
+        weight = targets["box_weight"]  # (B*N, h, w)
+        num = weight.sum().clamp(min=1)  # about the number of objects
+        cells = weight > 0
+        box, target = box.float().permute(0, 2, 3, 1)[cells], targets["box"].permute(0, 2, 3, 1)[cells]  # (K, 4)
+        err = (box - target).abs() * weight[cells][:, None]  # (K, 4)
+        losses = {"heatmap": self.weights["heatmap"] * focal_loss_with_logits(heat_logits.float(), targets["heatmap"]),
+                  "offset": self.weights["offset"] * err[:, :2].sum() / num,
+                  "size": self.weights["size"] * err[:, 2:].sum() / num}
+        if self.weights["giou"]:
+            losses["giou"] = self.weights["giou"] * (giou_loss_cells(box, target) * weight[cells]).sum() / num
+        return losses
 
     def decoding(self) -> dict[str, Any]:
         return {"kind": "centernet", "params": {"stride": self.out_stride, "score_threshold": self.score_threshold,

@@ -3,7 +3,8 @@
 Yin, Zhou, Krähenbühl, "Center-based 3D Object Detection and Tracking", CVPR 2021 (CenterPoint):
 a heatmap per class on the bird's-eye-view grid whose peaks are object centres (penalty-reduced
 focal loss of CornerNet on Gaussians whose spread follows the box footprint), and at the centre
-cell the regression of the sub-cell offset, the height z of the centre, log size (l, w, h), the
+cell (`box_region: centre`; "gaussian": every cell of the object's Gaussian, weighted by it, as det2d)
+the regression of the offset to the centre, the height z of the centre, log size (l, w, h), the
 heading as (sin, cos) and the velocity (vx, vy) over the ground in ego axes (L1).
 
 Decoding keeps 3x3 local maxima of the heatmap (CenterPoint's "circle NMS"-free variant) and
@@ -33,7 +34,7 @@ from hydranet.metrics.nuscenes_detection import merge_sample_states, sample_stat
 from hydranet.nuscenes_results import (frame_eval_boxes, frame_results, result_eval_boxes, sample_token,
                                        write_results)
 from hydranet.tasks.base import Metric, PrimaryMetric, Task, decode_numpy, no_detections, require, score_constant
-from hydranet.tasks.det2d import _GAUSS_ALPHA, HEATMAP_PRIOR, focal_loss_with_logits
+from hydranet.tasks.det2d import _GAUSS_ALPHA, BOX_REGIONS, HEATMAP_PRIOR, claim_cells, focal_loss_with_logits
 
 BOX_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle",
                "barrier", "trailer", "motorcycle")
@@ -68,15 +69,16 @@ class CenterPointHead(nn.Module):
         return out
 
 
-def encode_boxes3d(boxes: np.ndarray, labels: np.ndarray, num_classes: int, grid: BevGrid,
-                   min_sigma: float = 0.5) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+def encode_boxes3d(boxes: np.ndarray, labels: np.ndarray, num_classes: int, grid: BevGrid, min_sigma: float = 0.5,
+                   box_region: str = "gaussian") -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """CenterPoint targets of one frame from boxes (M, 9) = x, y, z, l, w, h, yaw, vx, vy and class
     ids (M,). Boxes whose centre lies outside the grid are skipped. Returns heatmap (K, X, Y),
-    regression {branch: (c, X, Y)} at centre cells and mask (X, Y) bool."""
+    regression {branch: (c, X, Y)} and its weight (X, Y), each object's summing to 1: at its centre cell
+    (`box_region` "centre", CenterPoint) or over its Gaussian ("gaussian", as det2d's `encode_boxes`)."""
     X, Y = grid.shape
     heat = np.zeros((num_classes, X, Y), np.float32)
     reg = {k: np.zeros((c, X, Y), np.float32) for k, c in REG.items()}
-    mask = np.zeros((X, Y), bool)
+    weight, owner = np.zeros((X, Y), np.float32), np.zeros((X, Y), np.float32)
     rc = grid.to_cell(boxes[:, :2]) if len(boxes) else np.zeros((0, 2))
     areas = boxes[:, 3] * boxes[:, 4] if len(boxes) else np.zeros(0)
     for k in np.argsort(-areas, kind="stable"):  # larger first: a smaller box sharing a cell keeps it
@@ -89,16 +91,16 @@ def encode_boxes3d(boxes: np.ndarray, labels: np.ndarray, num_classes: int, grid
         sr, sc = max(_GAUSS_ALPHA * ext_r / 6, min_sigma), max(_GAUSS_ALPHA * ext_c / 6, min_sigma)
         rr, rcx = int(np.ceil(3 * sr)), int(np.ceil(3 * sc))
         rows, cols = np.arange(max(0, r - rr), min(X, r + rr + 1)), np.arange(max(0, c - rcx), min(Y, c + rcx + 1))
-        g = np.exp(-((rows[:, None] - r) ** 2) / (2 * sr**2) - ((cols[None, :] - c) ** 2) / (2 * sc**2))
-        window = heat[labels[k], rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
-        np.maximum(window, g.astype(np.float32), out=window)
-        reg["offset"][:, r, c] = (rc[k, 0] - r, rc[k, 1] - c)
-        reg["height"][:, r, c] = z
-        reg["size"][:, r, c] = np.log(np.maximum([l, w, h], 1e-3))
-        reg["rot"][:, r, c] = (np.sin(yaw), np.cos(yaw))
-        reg["vel"][:, r, c] = (vx, vy)
-        mask[r, c] = True
-    return heat, reg, mask
+        g = np.exp(-((rows[:, None] - r) ** 2) / (2 * sr**2) - ((cols[None, :] - c) ** 2) / (2 * sc**2)).astype(np.float32)
+        window = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))
+        np.maximum(heat[labels[k]][window], g, out=heat[labels[k]][window])
+        take = claim_cells(owner, weight, window, g, (r - rows[0], c - cols[0]), box_region)
+        values = {"offset": (rc[k, 0] - rows[:, None], rc[k, 1] - cols[None, :]), "height": (z,),
+                  "size": np.log(np.maximum([l, w, h], 1e-3)), "rot": (np.sin(yaw), np.cos(yaw)), "vel": (vx, vy)}
+        for name, vs in values.items():
+            for ch, v in enumerate(vs):
+                reg[name][ch][window] = np.where(take, v, reg[name][ch][window])
+    return heat, reg, weight
 
 
 class Det3dTask(Task):
@@ -116,8 +118,12 @@ class Det3dTask(Task):
     def __init__(self, classes: Sequence[str], in_channels: int, grid: BevGrid, width: int = 64,
                  heatmap_weight: float = 1.0, offset_weight: float = 1.0, height_weight: float = 1.0,
                  size_weight: float = 1.0, rot_weight: float = 1.0, vel_weight: float = 0.5,
-                 min_pixels: int = 1, score_threshold: float = 0.1, max_detections: int = 200, cell_prior: bool = False):
+                 min_pixels: int = 1, score_threshold: float = 0.1, max_detections: int = 200, cell_prior: bool = False,
+                 box_region: str = "centre"):
         super().__init__(in_channels, in_stride=1)
+        if box_region not in BOX_REGIONS:
+            raise ValueError(f"task '{self.name}': box_region {box_region!r}, expected one of {BOX_REGIONS}")
+        self.box_region = box_region
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
         self.classes, self.grid = list(classes), grid
@@ -149,26 +155,26 @@ class Det3dTask(Task):
 
     def build_targets(self, sample: Mapping) -> dict[str, Any]:
         boxes, labels = self.frame_boxes(sample)
-        heat, reg, mask = encode_boxes3d(boxes, labels, len(self.classes), self.grid)
+        heat, reg, weight = encode_boxes3d(boxes, labels, len(self.classes), self.grid, box_region=self.box_region)
         # a nuScenes sample's own token, else the one export_nuscenes gives a sim frame
         token = sample.get("sample_token") or (sample_token(sample["scene"], sample["frame_dir"]) if "frame_dir" in sample
                                                else None)
         frame = {"token": token,
                  "ego2world": np.asarray(sample.get("ego2world", np.eye(4)), np.float64),
                  "boxes3d": require(sample, "labels", self.name).get("boxes3d", [])}  # for the nuScenes metrics
-        return {"heatmap": heat[None], **{k: v[None] for k, v in reg.items()}, "mask": mask[None],  # (1, ...)
+        return {"heatmap": heat[None], **{k: v[None] for k, v in reg.items()}, "box_weight": weight[None],  # (1, ...)
                 "gt_boxes": [boxes], "gt_labels": [labels], "frames": [frame]}
 
     def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         if outputs["heatmap"].shape != targets["heatmap"].shape:
             raise ValueError(f"task '{self.name}': heatmap output {tuple(outputs['heatmap'].shape)} vs target "
                              f"{tuple(targets['heatmap'].shape)}; targets must be built on the model's BEV grid")
-        mask = targets["mask"][:, None].float()  # (B, 1, X, Y)
+        weight = targets["box_weight"][:, None]  # (B, 1, X, Y), each object's cells summing to 1
         out = {"heatmap": self.weights["heatmap"] * focal_loss_with_logits(outputs["heatmap"].float(), targets["heatmap"])}
         for k in REG:
-            t, m = targets[k], mask
+            t, m = targets[k], weight
             if k == "vel":  # unknown velocity (KITTI, a nuScenes box annotated once): NaN, left out of the loss
-                m = mask * torch.isfinite(t).all(1, keepdim=True).float()
+                m = weight * torch.isfinite(t).all(1, keepdim=True).float()
                 t = torch.nan_to_num(t)
             out[k] = self.weights[k] * ((outputs[k].float() - t).abs() * m).sum() / m.sum().clamp(min=1)
         return out
@@ -179,10 +185,10 @@ class Det3dTask(Task):
         and, with the per-cell prior, each class's heatmap logit per cell at its mean target there
         (3x3-smoothed, one pseudo-frame at the global prior, at most PRIOR_CAP: the prior alone detects
         nothing at score_threshold)."""
-        mask = targets["mask"].bool()  # (B, X, Y)
-        if mask.any():
+        weight = targets["box_weight"]  # (B, X, Y)
+        if weight.sum() > 0:
             for k in ("height", "size"):
-                mean = targets[k].permute(0, 2, 3, 1)[mask].mean(0)  # (c,)
+                mean = (targets[k] * weight[:, None]).sum((0, 2, 3)) / weight.sum()  # (c,) over objects
                 self.head.branches[k][-1].bias.copy_(mean.to(self.head.branches[k][-1].bias))
         if self.head.cell_prior is None:
             return

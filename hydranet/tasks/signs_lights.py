@@ -49,15 +49,10 @@ class SignsLightsTask(Det2dTask):
         super().__init__(classes + [f"sign:{BACK}", f"light:{BACK}"], in_channels, **det_options)
 
     @classmethod
-    def from_meta(cls, meta: Mapping, in_channels: int, in_stride: int = 8, out_stride: int = 4, width: int = 64,
-                  heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
-                  score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100,
-                  min_size: float = 4.0, min_visibility: float = 0.1, heatmap_prior: float = 0.1) -> SignsLightsTask:
+    def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> SignsLightsTask:
+        options.setdefault("min_size", 4.0)  # signs are small: 4 px, where det2d's boxes are 6 px
         return cls(meta_list(meta, "sign_classes", cls.name), meta_list(meta, "light_states", cls.name), in_channels,
-                   in_stride=in_stride, out_stride=out_stride, width=width, heatmap_weight=heatmap_weight,
-                   offset_weight=offset_weight, size_weight=size_weight, score_threshold=score_threshold,
-                   nms_iou=nms_iou, max_detections=max_detections, min_size=min_size, min_visibility=min_visibility,
-                   heatmap_prior=heatmap_prior)
+                   **options)
 
     def box_label(self, box: Mapping, where: str) -> int | None:
         if box["class"] == SIGN_BOX_CLASS:
