@@ -4,9 +4,10 @@ Zhou, Wang, Krähenbühl, "Objects as Points", arXiv 2019 (CenterNet): one heatm
 peaks are object centres, plus per-pixel box regression. The heatmap is trained with the
 penalty-reduced focal loss of CornerNet (Law & Deng, ECCV 2018) on elliptical Gaussians whose
 spread follows the box (TTFNet, Liu et al., AAAI 2020). The box branch regresses the offset from a
-cell to its object's centre and log width/height in stride units (L1, and GIoU on the box they make), at
-every cell of the object's Gaussian weighted by it (TTFNet's dense samples: a peak decoded a cell off the
-centre reads a trained box; `box_region: centre` keeps CenterNet's one cell). Decoding keeps 3x3
+cell to its object's centre and log width/height in stride units (L1), at the centre cell (CenterNet), or
+with `box_region: gaussian` at every cell of the object's Gaussian weighted by it, and `giou_weight` adds
+GIoU on the box they make (TTFNet's dense samples: a peak decoded a cell off the centre reads a trained
+box; measured on the demo, not kept: docs/benchmarks.md). Decoding keeps 3x3
 local maxima, then class-wise NMS (numpy, `hydranet.decoding`, shared with the deployed runtime).
 Metric: COCO mAP@[.5:.95] and mAP50 computed by pycocotools; `write_coco_json` writes ground truth and predictions as COCO JSON.
 """
@@ -157,7 +158,7 @@ class Det2dTask(Task):
                  width: int = 64, heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
                  score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100,
                  min_size: float = 6.0, min_visibility: float = 0.1, heatmap_prior: float = 0.1,
-                 box_region: str = "gaussian", giou_weight: float = 1.0):
+                 box_region: str = "centre", giou_weight: float = 0.0):  # gaussian + GIoU 1.0: not kept (benchmarks.md)
         super().__init__(in_channels, in_stride)
         if box_region not in BOX_REGIONS:
             raise ValueError(f"task '{self.name}': box_region {box_region!r}, expected one of {BOX_REGIONS}")
