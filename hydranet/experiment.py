@@ -52,6 +52,14 @@ class DataConfig:
     on_bad_frame: Literal["raise", "skip"] = "raise"
     sources: tuple[SourceConfig, ...] = ()  # several datasets in one run (then root/format/split/version/cameras unused)
     sweeps: int = 0  # nuScenes root: up to N unlabelled camera sweeps read between two keyframes (0: keyframes only)
+    # frames with rare classes drawn more often: repeat-factor sampling with this threshold (LVIS; mmdetection's
+    # ClassBalancedDataset oversample_thr), hydranet/class_balance.py; None: every frame once an epoch
+    repeat_threshold: float | None = None
+
+    def __post_init__(self):
+        t = self.repeat_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf")):
+            raise ConfigError(f"config key 'data.repeat_threshold' must be a number > 0 (or null: off), got {t!r}")
 
 
 @dataclass(frozen=True)

@@ -320,14 +320,23 @@ class StepBatchSampler(torch.utils.data.Sampler):
     batch of an epoch is dropped. Step s is batch s % per_epoch of epoch s // per_epoch."""
 
     def __init__(self, num_frames: int, batch_size: int, seed: int, total_steps: int, start_step: int = 0,
-                 rank: int = 0, world: int = 1):
+                 rank: int = 0, world: int = 1, repeats: np.ndarray | None = None):
         per_rank = -(-num_frames // world)
         if per_rank < batch_size:
             raise ValueError(f"the training set has {num_frames} frames, {per_rank} per process: fewer than "
                              f"batch_size {batch_size}; generate more frames or lower batch_size")
-        self.n, self.batch_size, self.seed = num_frames, batch_size, seed
+        # `repeats` (num_frames,) draws of each frame an epoch (`hydranet.class_balance`): the order permutes
+        # the draws; a frame's k-th draw of epoch e is item (e * most + k, frame), so each draw has its own
+        # augmentation (the item's first element seeds it), and without repeats items stay (e, frame)
+        counts = np.ones(num_frames, np.int64) if repeats is None else np.asarray(repeats, np.int64)
+        if counts.shape != (num_frames,) or (counts < 1).any():
+            raise ValueError(f"repeats must be {num_frames} counts >= 1, got shape {counts.shape}")
+        self.frame = np.repeat(np.arange(num_frames), counts)  # draw -> frame
+        self.copy = np.arange(len(self.frame)) - np.repeat(np.cumsum(counts) - counts, counts)  # draw -> k
+        self.most = int(counts.max())
+        self.n, self.batch_size, self.seed = len(self.frame), batch_size, seed
         self.total_steps, self.start_step, self.rank, self.world = total_steps, start_step, rank, world
-        self.per_epoch = per_rank // batch_size
+        self.per_epoch = -(-self.n // world) // batch_size
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         order = np.random.default_rng([self.seed, epoch]).permutation(self.n)
@@ -338,7 +347,7 @@ class StepBatchSampler(torch.utils.data.Sampler):
     def batch(self, step: int) -> list[tuple[int, int]]:
         epoch, b = divmod(step, self.per_epoch)
         idx = self.epoch_order(epoch)[b * self.batch_size:(b + 1) * self.batch_size]
-        return [(epoch, int(i)) for i in idx]
+        return [(epoch * self.most + int(self.copy[i]), int(self.frame[i])) for i in idx]
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         for step in range(self.start_step, self.total_steps):
@@ -356,7 +365,7 @@ class SourceBatchSampler(torch.utils.data.Sampler):
     rig; resuming at step s replays the draws of steps < s and continues exactly."""
 
     def __init__(self, ranges: Sequence[tuple[int, int]], weights: Sequence[float], batch_size: int, seed: int,
-                 total_steps: int, start_step: int = 0, rank: int = 0, world: int = 1):
+                 total_steps: int, start_step: int = 0, rank: int = 0, world: int = 1, repeats: np.ndarray | None = None):
         if len(ranges) != len(weights) or not ranges:
             raise ValueError(f"{len(ranges)} item ranges but {len(weights)} weights")
         w = np.asarray(weights, np.float64)
@@ -365,7 +374,8 @@ class SourceBatchSampler(torch.utils.data.Sampler):
         self.p = w / w.sum()
         self.ranges, self.seed = [tuple(r) for r in ranges], seed
         self.total_steps, self.start_step = total_steps, start_step
-        self.samplers = [StepBatchSampler(b - a, batch_size, seed + k, 1 << 62, 0, rank, world)
+        self.samplers = [StepBatchSampler(b - a, batch_size, seed + k, 1 << 62, 0, rank, world,
+                                          None if repeats is None else repeats[a:b])
                          for k, (a, b) in enumerate(self.ranges)]
 
     def source(self, step: int) -> int:

@@ -45,6 +45,7 @@ from hydranet.config import ConfigError, to_dict
 from hydranet.data.sources import check_supervision, open_data, open_sources, run_dataset
 from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_json
 from hydranet.io import check_apart, remove_stale_temps
+from hydranet.class_balance import frame_classes, repeat_counts, repeat_line
 from hydranet.loader import Augmenter, Collate, LabelledFrames, SourceBatchSampler, StepBatchSampler, to_device
 from hydranet.models import HydraNet, build_model
 from hydranet.models.partial import leading_rows, split_mask, supervised_targets
@@ -351,11 +352,19 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
             print(format_init_report(init), flush=True)
 
 
+    repeats = None
+    if cfg.data.repeat_threshold is not None:  # rare classes drawn more often (hydranet.class_balance)
+        counts, factor = repeat_counts([frame_classes(data, frames.frame_index(i)) for i in range(len(frames))],
+                                       cfg.data.repeat_threshold)
+        repeats = counts
+        if d.main:
+            print(repeat_line(counts, factor, cfg.data.repeat_threshold), flush=True)
+
     def sampler_from(first: int):
         if len(sources) > 1:  # one source per batch, drawn by weight
             return SourceBatchSampler(data.ranges, [s.weight for s in sources], cfg.batch_size, cfg.seed, cfg.steps,
-                                      first, d.rank, d.world)
-        return StepBatchSampler(len(frames), cfg.batch_size, cfg.seed, cfg.steps, first, d.rank, d.world)
+                                      first, d.rank, d.world, repeats)
+        return StepBatchSampler(len(frames), cfg.batch_size, cfg.seed, cfg.steps, first, d.rank, d.world, repeats)
 
     sampler = sampler_from(start)
     if cfg.overfit_batch:  # the first batch of the seeded order, every step

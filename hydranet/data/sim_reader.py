@@ -173,6 +173,14 @@ class SimDataset(FrameReader):
         own = frame.get("cam2ego")
         return np.stack([np.asarray(own[c.name], np.float64) if own is not None else c.cam2ego for c in rig.cameras])
 
+    def frame_labels(self, i: int) -> dict:
+        """The checked labels.json of frame i alone (no image is read)."""
+        s, f = self._frames[self._index(i)]
+        scene, frame = self.scenes[s], self.scenes[s]["frames"][f]
+        path = frame_path(self.root, scene["name"], frame["dir"], where=f"scene {scene['name']!r} frame "
+                          f"{frame['dir']!r}", error=DatasetError) / "labels.json"
+        return check_labels(_read_json(path, "labels.json"), path, self._label_cameras, self.classes)
+
     def load(self, i: int) -> dict:
         """Frame i exactly as on disk (never skips); raises DatasetError on a bad file."""
         s, f = self._frames[i]
