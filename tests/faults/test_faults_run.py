@@ -274,6 +274,12 @@ TRAIN_CASES = [
          check=unchanged_checkpoint()),
     Case("train-device-tpu", new_run("device=tpu"), 2, ("'device'", "tpu", "auto, cpu or cuda"), check=no_out),
     Case("train-cameras-empty", new_run("data.cameras=[]"), 2, ("'data.cameras'", "empty list"), check=no_out),
+    Case("train-repeat-threshold-negative", new_run("data.repeat_threshold=-0.5"), 2,
+         ("'data.repeat_threshold'", "> 0"), check=no_out),
+    Case("train-repeat-threshold-control", new_run("steps=1", "data.repeat_threshold=0.5"), 0,
+         stdout=("class-balanced sampling", "draws an epoch"), check=no_temp_left),
+    Case("train-det2d-box-region-unknown", new_run("model.tasks=[{name: det2d, options: {box_region: ring}}]"), 2,
+         ("box_region 'ring'", "centre", "gaussian"), check=no_out),
     Case("train-stale-temp-removed", stale_temps, 0, check=stale_removed_live_kept),
     Case("train-control", new_run("steps=1"), 0, stdout=("trained steps 1..1",), check=no_temp_left),
 ]
