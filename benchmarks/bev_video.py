@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 class CentreVelocityError:
     """`evaluate(on_outputs=...)` probe: |predicted - true| velocity (m/s, L2 over vx, vy) read from
-    the det3d vel map (B, 2, X, Y) at the true centre cells (targets' mask (B, X, Y))."""
+    the det3d vel map (B, 2, X, Y) at the true centre cells (where a class's target heatmap peaks at 1, (B, X, Y))."""
 
     def __init__(self):
         self.errors: list[np.ndarray] = []
@@ -44,7 +44,7 @@ class CentreVelocityError:
 
     def __call__(self, raw: dict, batch: dict) -> None:
         t = batch["targets"]["det3d"]
-        mask = t["mask"].bool()  # (B, X, Y)
+        mask = (t["heatmap"] == 1).any(1)  # (B, X, Y) the centre cells
         pred = raw["det3d"]["vel"].float().permute(0, 2, 3, 1)[mask.to(raw["det3d"]["vel"].device)].cpu()  # (M, 2)
         true = t["vel"].permute(0, 2, 3, 1)[mask]  # (M, 2)
         self.errors.append((pred - true).norm(dim=1).numpy())

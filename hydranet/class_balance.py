@@ -10,23 +10,37 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from hydranet.data import SimDataset
+from hydranet.data import DatasetError, SimDataset
+from hydranet.data.sources import MixedDataset
 
 
-def classes_in(labels: Mapping) -> set[str]:
-    """The object classes of one frame's labels (its 3D boxes and every camera's 2D boxes)."""
+def classes_in(labels: Mapping, cameras: Iterable[str] | None = None) -> set[str]:
+    """The object classes of one frame's labels: its 3D boxes and the 2D boxes of `cameras` (None: every camera
+    the labels name; a sim labels.json names the whole rig's, a run may read some of them)."""
     out = {b["class"] for b in labels.get("boxes3d", [])}
-    for cam in labels.get("cameras", {}).values():
-        out.update(b["class"] for b in cam.get("boxes2d", []))
+    cams = labels.get("cameras", {})
+    for name in cams if cameras is None else [c for c in cameras if c in cams]:
+        out.update(b["class"] for b in cams[name].get("boxes2d", []))
     return out
 
 
 def frame_classes(ds, i: int) -> set[str]:
-    """The classes of dataset frame i: a sim dataset's from its labels.json alone, any other reader's from
-    the frame itself (every file read once)."""
+    """The classes of dataset frame i, as training sees them: a sim dataset's from its labels.json alone (a bad
+    file under on_bad_frame=skip: no classes, the frame is drawn once and skipped as training reads it), a mixed
+    run's through its source's class map, any other reader's from the frame itself (every file read once)."""
+    if isinstance(ds, MixedDataset):
+        k, j = ds.locate(i)
+        source = ds.sources[k]
+        return {source.class_map.get(c, c) for c in frame_classes(source.dataset, j)} - {None}
     if isinstance(ds, SimDataset):
-        return classes_in(ds.frame_labels(i))
-    return classes_in(ds[i]["labels"])
+        try:
+            return classes_in(ds.frame_labels(i), ds.rig.names)
+        except DatasetError:
+            if ds.on_bad_frame == "raise":
+                raise
+            return set()
+    sample = ds[i]
+    return classes_in(sample["labels"], sample.get("camera_names"))
 
 
 def repeat_counts(class_sets: Sequence[Iterable[str]], threshold: float) -> tuple[np.ndarray, dict[str, float]]:

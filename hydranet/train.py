@@ -353,7 +353,7 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
 
 
     repeats = None
-    if cfg.data.repeat_threshold is not None:  # rare classes drawn more often (hydranet.class_balance)
+    if cfg.data.repeat_threshold is not None and not cfg.overfit_batch:  # rare classes drawn more often (class_balance)
         counts, factor = repeat_counts([frame_classes(data, frames.frame_index(i)) for i in range(len(frames))],
                                        cfg.data.repeat_threshold)
         repeats = counts

@@ -2,6 +2,7 @@
 epochs with repeated draws, and a training run that uses it."""
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import pytest
 
 from hydranet.class_balance import classes_in, frame_classes, repeat_counts
 from hydranet.config import ConfigError
-from hydranet.data import SimDataset
+from hydranet.data import DatasetError, SimDataset
+from hydranet.data.sources import MixedDataset, Source
 from hydranet.experiment import load_experiment
 from hydranet.loader import StepBatchSampler
 from hydranet.train import train
@@ -71,3 +73,22 @@ def test_training_with_class_balanced_sampling(data, tmp_path, capsys):
     assert "6 frames ->" in line and "draws an epoch" in line
     with pytest.raises(ConfigError, match="data.repeat_threshold"):
         load_experiment(TINY, base + ["data.repeat_threshold=0"])
+
+
+def test_classes_of_the_run_cameras_through_the_class_map_and_a_skipped_file(data, tmp_path):
+    labels = {"boxes3d": [{"class": "car"}], "cameras": {"CAM_FRONT": {"boxes2d": [{"class": "bus"}]},
+                                                         "CAM_BACK": {"boxes2d": [{"class": "trailer"}]}}}
+    assert classes_in(labels) == {"car", "bus", "trailer"}
+    assert classes_in(labels, ["CAM_FRONT", "CAM_LEFT"]) == {"car", "bus"}
+    front = SimDataset(data, cameras=["CAM_FRONT"])
+    assert frame_classes(front, 0) == classes_in(front[0]["labels"], ["CAM_FRONT"])
+    ds = SimDataset(data)
+    mixed = MixedDataset([Source("sim", "sim", ds, class_map={c: None for c in ds.classes if c != "car"})])
+    assert frame_classes(mixed, 1) == {"car"} & frame_classes(ds, 1)  # the class map as training sees it
+    bad = tmp_path / "bad"
+    shutil.copytree(data, bad)
+    scene, frame = ds.frame_ids[0]
+    (bad / "scenes" / scene / frame / "labels.json").write_text("{ not json")
+    assert frame_classes(SimDataset(bad, on_bad_frame="skip"), 0) == set()
+    with pytest.raises(DatasetError, match="labels.json"):
+        frame_classes(SimDataset(bad), 0)

@@ -71,7 +71,7 @@ class CenterNetHead(nn.Module):
 
 
 def encode_boxes(boxes: np.ndarray, labels: np.ndarray, num_classes: int, out_hw: tuple[int, int],
-                 stride: int, box_region: str = "gaussian") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 stride: int, box_region: str = "centre") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CenterNet targets of one image from xyxy pixel boxes (M, 4) and class ids (M,).
 
     Returns heatmap (C, h, w) with 1.0 at each centre cell, box (4, h, w) = (dx, dy, log w/s, log h/s) from a

@@ -70,7 +70,7 @@ class CenterPointHead(nn.Module):
 
 
 def encode_boxes3d(boxes: np.ndarray, labels: np.ndarray, num_classes: int, grid: BevGrid, min_sigma: float = 0.5,
-                   box_region: str = "gaussian") -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
+                   box_region: str = "centre") -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """CenterPoint targets of one frame from boxes (M, 9) = x, y, z, l, w, h, yaw, vx, vy and class
     ids (M,). Boxes whose centre lies outside the grid are skipped. Returns heatmap (K, X, Y),
     regression {branch: (c, X, Y)} and its weight (X, Y), each object's summing to 1: at its centre cell
