@@ -12,7 +12,7 @@ from hydranet.bevgrid import BevGrid
 from hydranet.decoding import decode_centernet, decode_centerpoint
 from hydranet.tasks import build_task
 from hydranet.tasks.det2d import Det2dTask, encode_boxes, giou_loss_cells
-from hydranet.tasks.det3d import encode_boxes3d
+from hydranet.tasks.det3d import Det3dTask, encode_boxes3d
 
 BOXES = np.array([[10, 20, 60, 50], [30, 25, 42, 37]], np.float32)  # a car and a smaller box on it, xyxy pixels
 LABELS = np.array([0, 1])
@@ -81,3 +81,35 @@ def test_box_region_is_an_option_of_both_detectors_and_checked():
     assert build_task("signs_lights", meta, 8).min_size == 4.0
     with pytest.raises(ValueError, match="box_region 'ring'"):
         Det2dTask(["car"], 8, box_region="ring")
+
+
+def test_det2d_loss_over_the_gaussian_with_giou_is_zero_at_the_targets_and_trains():
+    task = Det2dTask(["car", "bus"], 8, box_region="gaussian", giou_weight=1.0)
+    heat, reg, weight = encode_boxes(BOXES, LABELS, 2, (24, 40), 4, "gaussian")
+    targets = {"heatmap": torch.from_numpy(heat[None]), "box": torch.from_numpy(reg[None]),
+               "box_weight": torch.from_numpy(weight[None])}
+    logits = torch.zeros(1, 2, 24, 40)
+    exact = task.loss({"heatmap": logits, "box": targets["box"].clone()}, targets)
+    assert set(exact) == {"heatmap", "offset", "size", "giou"}
+    assert max(float(exact[k]) for k in ("offset", "size", "giou")) < 1e-5
+    box = (targets["box"] + 0.3).requires_grad_(True)  # every cell's box shifted and grown
+    off = task.loss({"heatmap": logits, "box": box}, targets)
+    assert float(off["giou"].detach()) > 0.05
+    assert float(off["offset"].detach()) == pytest.approx(0.6, rel=1e-4)  # |0.3| + |0.3|, weights summing to the objects
+    off["giou"].backward()
+    assert box.grad[0, :, weight > 0].abs().sum() > 0 and box.grad[0, :, weight == 0].abs().sum() == 0
+    assert "giou" not in Det2dTask(["car", "bus"], 8).loss({"heatmap": logits, "box": box}, targets)
+
+
+def test_det3d_loss_over_the_gaussian_is_zero_at_the_targets():
+    grid = BevGrid((-20.0, 20.0), (-20.0, 20.0), 1.0)
+    task = Det3dTask(["car"], 8, grid, box_region="gaussian")
+    box = np.array([[5.3, -2.6, 0.8, 4.5, 1.9, 1.6, 0.4, 3.0, -1.0]], np.float32)
+    heat, reg, weight = encode_boxes3d(box, np.array([0]), 1, grid, box_region="gaussian")
+    targets = {"heatmap": torch.from_numpy(heat[None]), "box_weight": torch.from_numpy(weight[None]),
+               **{k: torch.from_numpy(v[None]) for k, v in reg.items()}}
+    outputs = {"heatmap": torch.zeros(1, 1, *grid.shape), **{k: torch.from_numpy(v[None]) for k, v in reg.items()}}
+    losses = task.loss(outputs, targets)
+    assert all(float(losses[k]) < 1e-6 for k in ("offset", "height", "size", "rot", "vel"))
+    outputs["size"] = outputs["size"] + 0.5
+    assert float(task.loss(outputs, targets)["size"]) == pytest.approx(1.5, rel=1e-5)  # 3 channels x 0.5, weight 1
