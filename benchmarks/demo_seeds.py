@@ -6,8 +6,9 @@
 
 Training is seeded and bit-identical on one machine, not across machines (another CPU's float kernels
 round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
-This runs what `make demo` trains and evaluates (`sim.config.DEMO_SIM` and `hydranet.curriculum.recipe_experiment`:
-the sim dataset of the demo, generated once with its data seed 0 under --out/data; then per training seed the one HydraNet of
+This runs what `make demo` trains and evaluates (`sim.config.DEMO_TRAIN_SIM` and `DEMO_SIM`, and
+`hydranet.curriculum.recipe_experiment`: the sim dataset of the demo, generated once with its data seed 0 under
+--out/data; then per training seed the one HydraNet of
 configs/full.yaml, its trunk stage first: six camera heads and det3d with velocity and bevmap on the
 fused BEV grid with its 3-frame video queue) for
 training seeds 0..N-1, each in its own process with OMP_NUM_THREADS=1 and torch threads 1, --jobs at a
@@ -213,8 +214,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override on top of the demo's recipe (repeatable), as `hydranet train --set`")
     ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a sim config override of the training scenes (repeatable), as `hydranet sim generate --set`; "
-                         "the held-out scenes keep the demo's look (a randomization ablation's reference)")
+                    help="a sim config override of the demo's training scenes (DEMO_TRAIN_SIM; repeatable), as `hydranet sim "
+                         "generate --set`; the held-out scenes stay the demo's (DEMO_SIM), a randomization ablation's reference")
     a = ap.parse_args(argv)
     if a.seeds < 1 or (a.jobs is not None and a.jobs < 1):
         ap.error("--seeds and --jobs must be >= 1")
@@ -223,16 +224,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     out = a.out.resolve()
 
     from hydranet.config import apply_overrides, from_dict, to_dict
-    from sim.config import DEMO_SIM, SimConfig
-    from sim.generate import HELD_OUT_SEED, generate_dataset, generate_split
+    from sim.config import DEMO_SIM, DEMO_TRAIN_SIM, SimConfig
+    from sim.generate import generate_split
 
     t0 = time.perf_counter()
-    if a.sim_set:  # the training look changes; the held-out scenes are the demo's own
-        sim = from_dict(SimConfig, apply_overrides(to_dict(DEMO_SIM), a.sim_set))
-        data = generate_dataset(out / "data" / "sim", sim, a.scenes, 0)
-        val = generate_dataset(out / "data" / "sim_val", DEMO_SIM, a.val_scenes, HELD_OUT_SEED, progress=False)
-    else:
-        data, val = generate_split(out / "data", DEMO_SIM, a.scenes, a.val_scenes, seed=0)
+    # --sim-set changes the training scenes alone; the held-out scenes are always the demo's own
+    sim = from_dict(SimConfig, apply_overrides(to_dict(DEMO_TRAIN_SIM), a.sim_set))
+    data, val = generate_split(out / "data", sim, a.scenes, a.val_scenes, seed=0, val_cfg=DEMO_SIM)
     gen = time.perf_counter() - t0
     seeds = list(range(a.seeds))
     t1 = time.perf_counter()

@@ -65,10 +65,10 @@ def fmt(v: float | None) -> str:
 
 
 def make_data(out: Path, scenes: int, val_scenes: int) -> tuple[Path, Path]:
-    from sim.config import DEMO_SIM
+    from sim.config import DEMO_SIM, DEMO_TRAIN_SIM
     from sim.generate import generate_split
 
-    return generate_split(out, DEMO_SIM, scenes, val_scenes, seed=0, progress=False)
+    return generate_split(out, DEMO_TRAIN_SIM, scenes, val_scenes, seed=0, progress=False, val_cfg=DEMO_SIM)
 
 
 def run_seed(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int, snapshots: int) -> dict:

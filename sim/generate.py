@@ -86,16 +86,17 @@ HELD_OUT_SEED = 1000  # held-out scenes of a split: world seeds this far from th
 
 
 def generate_split(out: str | Path, cfg: SimConfig, scenes: int, val_scenes: int, seed: int = 0,
-                   progress: bool = True, workers: int = 1) -> tuple[Path, Path]:
-    """A training dataset of `scenes` scenes (out/sim) and held-out scenes of other world seeds (out/sim_val,
-    seed + HELD_OUT_SEED), each replaced if present, rendered by `workers` processes (the output byte-identical
-    to one); returns their paths. `make demo` and its benchmarks use `DEMO_SIM` (sim.config)."""
+                   progress: bool = True, workers: int = 1, val_cfg: SimConfig | None = None) -> tuple[Path, Path]:
+    """A training dataset of `scenes` scenes of `cfg` (out/sim) and held-out scenes of other world seeds (out/sim_val,
+    seed + HELD_OUT_SEED) of `val_cfg` (default: `cfg`), each replaced if present, rendered by `workers` processes
+    (the output byte-identical to one); returns their paths. `make demo` and its benchmarks train on
+    `DEMO_TRAIN_SIM` and hold out `DEMO_SIM` (sim.config)."""
     data, val = Path(out) / "sim", Path(out) / "sim_val"
     for d in (data, val):
         if d.exists():
             shutil.rmtree(d)
     return (generate_dataset(data, cfg, scenes, seed, progress=progress, workers=workers),
-            generate_dataset(val, cfg, val_scenes, seed + HELD_OUT_SEED, progress=False, workers=workers))
+            generate_dataset(val, val_cfg or cfg, val_scenes, seed + HELD_OUT_SEED, progress=False, workers=workers))
 
 
 @dataclass(frozen=True)

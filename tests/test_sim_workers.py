@@ -3,6 +3,8 @@ as one process (scene order, file names, JSON contents), a worker's error is the
 failed run leaves nothing behind (sim/generate.py `render_scenes`)."""
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +99,17 @@ def test_deferred_frame_error_raised_by_the_next_call(tmp_path):
         messages.append(str(err.value))
     assert messages[0] == messages[1]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_generate_split_holds_out_its_own_config(tmp_path):
+    from sim.config import DEMO_SIM, DEMO_TRAIN_SIM
+    from sim.generate import HELD_OUT_SEED, generate_split
+
+    train_cfg, val_cfg = SimConfig(**TINY, density=1.5), SimConfig(**TINY)
+    data, val = generate_split(tmp_path, train_cfg, 1, 1, seed=2, progress=False, val_cfg=val_cfg)
+    meta = {p.name: json.loads((p / "dataset.json").read_text()) for p in (data, val)}
+    assert meta["sim"]["sim_config"]["density"] == 1.5 and meta["sim"]["seed"] == 2
+    assert meta["sim_val"]["sim_config"]["density"] == 1.0 and meta["sim_val"]["seed"] == 2 + HELD_OUT_SEED
+    # the demo trains on busier scenes than it holds out, and they differ in nothing else
+    assert DEMO_TRAIN_SIM.density > DEMO_SIM.density
+    assert dataclasses.replace(DEMO_TRAIN_SIM, density=DEMO_SIM.density) == DEMO_SIM
