@@ -1,8 +1,9 @@
 """Backbones: the torchvision RegNet family and a tiny RegNet-style net for CPU.
 
 RegNet: Radosavovic et al., "Designing Network Design Spaces", CVPR 2020 (the trunk Tesla's
-HydraNet uses). Multi-scale features at strides 8, 16 and 32 are taken from the RegNet trunk with
-`torchvision.models.feature_extraction.create_feature_extractor`, so the classifier head is
+HydraNet uses). Multi-scale features at strides 8, 16 and 32 (and 4 with `finest_stride=4`, the
+P2 level that FPN and CenterNet's upsampling path read small objects from) are taken from the RegNet
+trunk with `torchvision.models.feature_extraction.create_feature_extractor`, so the classifier head is
 dropped and every remaining parameter takes part in the forward pass.
 
 Every backbone maps images (B, 3, H, W) to a list of feature maps [(B, C_i, H/s_i, W/s_i)] and
@@ -22,27 +23,37 @@ from torchvision.models.feature_extraction import create_feature_extractor
 
 from hydranet.models.state_dict import load_weights_file
 
-# RegNet trunk stages at strides 8, 16, 32 (stem /2, block1 /4, block2 /8, block3 /16, block4 /32).
-_REGNET_NODES = {"trunk_output.block2": "p3", "trunk_output.block3": "p4", "trunk_output.block4": "p5"}
+FINEST_STRIDES = (4, 8)  # the finest level a backbone gives: P2 (stride 4) or P3 (stride 8)
+
+
+def pyramid_strides(finest_stride: int) -> list[int]:
+    """The strides of a backbone's levels from `finest_stride` (4 or 8) up to 32: [4, 8, 16, 32] or [8, 16, 32]."""
+    if finest_stride not in FINEST_STRIDES:
+        raise ValueError(f"model.finest_stride {finest_stride}: expected one of {list(FINEST_STRIDES)} (4 adds the "
+                         "backbone's stride-4 level P2 to the pyramid)")
+    return [s for s in (4, 8, 16, 32) if s >= finest_stride]
 
 
 class RegNetBackbone(nn.Module):
-    """A torchvision RegNet trunk returning [C3, C4, C5] at strides [8, 16, 32]."""
+    """A torchvision RegNet trunk returning [C2,] C3, C4, C5 at strides [4,] 8, 16, 32 (stem /2, block1 /4,
+    block2 /8, block3 /16, block4 /32)."""
 
-    def __init__(self, arch: str, weights_path: str | None = None):
+    def __init__(self, arch: str, weights_path: str | None = None, finest_stride: int = 8):
         super().__init__()
         model = getattr(tvm, arch)(weights=None)  # never downloads: weights come from `weights_path`
         if weights_path is not None:
             # torchvision checkpoints carry the classifier; the feature extractor drops it.
             load_weights_file(model, weights_path, ignore_prefixes=("fc.",))
         self.arch = arch
-        self.body = create_feature_extractor(model, return_nodes=_REGNET_NODES)
-        self.strides = [8, 16, 32]
-        self.out_channels = [_last_width(getattr(model.trunk_output, f"block{i}")) for i in (2, 3, 4)]
+        self.strides = pyramid_strides(finest_stride)
+        blocks = [{4: 1, 8: 2, 16: 3, 32: 4}[s] for s in self.strides]
+        self.nodes = [f"c{i}" for i in blocks]
+        self.body = create_feature_extractor(model, return_nodes={f"trunk_output.block{i}": f"c{i}" for i in blocks})
+        self.out_channels = [_last_width(getattr(model.trunk_output, f"block{i}")) for i in blocks]
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        feats = self.body(x)  # {"p3": (B, C3, H/8, W/8), "p4": ..., "p5": (B, C5, H/32, W/32)}
-        return [feats["p3"], feats["p4"], feats["p5"]]
+        feats = self.body(x)  # {"c2": (B, C2, H/4, W/4), ..., "c4": (B, C4, H/32, W/32)}
+        return [feats[n] for n in self.nodes]  # finest first
 
 
 def _last_width(stage: nn.Module) -> int:
@@ -84,11 +95,12 @@ class _YBlock(nn.Module):
 class TinyRegNet(nn.Module):
     """A RegNetY-style net of a few ten thousand parameters for CPU training and tests.
 
-    Stem (stride 2) and four stages of Y-blocks at strides 4, 8, 16, 32; returns the last three.
+    Stem (stride 2) and four stages of Y-blocks at strides 4, 8, 16, 32; returns the last three, or all four
+    with `finest_stride=4`.
     """
 
     def __init__(self, widths: tuple[int, ...] = (16, 24, 48, 96), depths: tuple[int, ...] = (1, 1, 2, 1),
-                 weights_path: str | None = None):
+                 weights_path: str | None = None, finest_stride: int = 8):
         super().__init__()
         if len(widths) != 4 or len(depths) != 4:
             raise ValueError(f"TinyRegNet needs 4 widths and 4 depths, got {widths} and {depths}")
@@ -99,8 +111,8 @@ class TinyRegNet(nn.Module):
             stages.append(nn.Sequential(*blocks))
             cin = w
         self.stages = nn.ModuleList(stages)
-        self.strides = [8, 16, 32]
-        self.out_channels = list(widths[1:])
+        self.strides = pyramid_strides(finest_stride)
+        self.out_channels = list(widths[-len(self.strides):])
         if weights_path is not None:
             load_weights_file(self, weights_path)
 
@@ -110,7 +122,7 @@ class TinyRegNet(nn.Module):
         for stage in self.stages:
             x = stage(x)
             outs.append(x)
-        return outs[1:]  # strides 8, 16, 32
+        return outs[-len(self.strides):]  # strides [4,] 8, 16, 32
 
 
 BackboneBuilder = Callable[..., nn.Module]
@@ -118,7 +130,7 @@ BACKBONES: dict[str, BackboneBuilder] = {}
 
 
 def register_backbone(name: str, builder: BackboneBuilder) -> None:
-    """Add a backbone builder `builder(weights_path=None) -> module`; a duplicate name raises."""
+    """Add a backbone builder `builder(weights_path=None, finest_stride=8) -> module`; a duplicate name raises."""
     if name in BACKBONES:
         raise ValueError(f"backbone '{name}' is already registered")
     BACKBONES[name] = builder
@@ -130,8 +142,10 @@ for _arch in ("regnet_x_400mf", "regnet_y_400mf", "regnet_x_800mf", "regnet_y_80
     register_backbone(_arch, partial(RegNetBackbone, _arch))
 
 
-def build_backbone(name: str, weights_path: str | None = None) -> nn.Module:
-    """The backbone registered as `name`, with weights from the local file `weights_path` if given."""
+def build_backbone(name: str, weights_path: str | None = None, finest_stride: int = 8) -> nn.Module:
+    """The backbone registered as `name`, its finest level at `finest_stride` (4 or 8), with weights from the local
+    file `weights_path` if given."""
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone '{name}'; known backbones: {sorted(BACKBONES)}")
-    return BACKBONES[name](weights_path=weights_path)
+    pyramid_strides(finest_stride)  # refuses another stride before a builder sees it
+    return BACKBONES[name](weights_path=weights_path, **({"finest_stride": finest_stride} if finest_stride != 8 else {}))

@@ -4,8 +4,9 @@ Each BiFPN layer runs a top-down then a bottom-up path over the pyramid levels; 
 its inputs with *fast normalized fusion*, out = sum_i relu(w_i) x_i / (eps + sum_j relu(w_j)), then
 applies swish and a depthwise-separable 3x3 conv with BatchNorm. Inputs are projected to `width`
 channels by 1x1 convs; with `num_levels=5`, P6 and P7 are made by downsampling P5 (as in the
-paper). Input: backbone features [(B, C_i, H/s_i, W/s_i)] at strides 8, 16, 32; output: `num_levels`
-maps of `width` channels at strides 8, 16, 32 (, 64, 128).
+paper). Input: backbone features [(B, C_i, H/s_i, W/s_i)] at strides 8, 16, 32, or 4, 8, 16, 32 (P2, the
+level small objects are found on: `model.finest_stride: 4`); output: one map of `width` channels per input level,
+then `num_levels - 3` pooled ones at strides 64, 128.
 """
 from __future__ import annotations
 
@@ -80,30 +81,34 @@ class BiFPNLayer(nn.Module):
 
 
 class BiFPN(nn.Module):
-    """BiFPN neck over backbone features at strides 8, 16, 32 (P3-P5), optionally P6/P7.
+    """BiFPN neck over backbone features at strides 8, 16, 32 (P3-P5) or 4, 8, 16, 32 (P2-P5), optionally P6/P7.
 
     Args:
-        in_channels: channels of the backbone's [C3, C4, C5].
+        in_channels: channels of the backbone's [C2,] C3, C4, C5.
         width: channels of every output level.
         repeats: number of stacked BiFPN layers.
-        num_levels: 3 (P3-P5) or 5 (P3-P7, P6/P7 by downsampling P5 as EfficientDet).
+        num_levels: 3 (up to P5) to 5 (up to P7, P6/P7 by downsampling P5 as EfficientDet).
+        in_strides: the backbone levels' strides, [8, 16, 32] or [4, 8, 16, 32] (the backbone's `strides`).
     """
 
-    def __init__(self, in_channels: list[int], width: int = 64, repeats: int = 2, num_levels: int = 3):
+    def __init__(self, in_channels: list[int], width: int = 64, repeats: int = 2, num_levels: int = 3,
+                 in_strides: list[int] | None = None):
         super().__init__()
-        if len(in_channels) != 3:
-            raise ValueError(f"BiFPN expects 3 backbone levels (strides 8, 16, 32), got channels {in_channels}")
+        in_strides = list(in_strides or [8, 16, 32])
+        if in_strides not in ([8, 16, 32], [4, 8, 16, 32]) or len(in_channels) != len(in_strides):
+            raise ValueError(f"BiFPN expects backbone levels at strides 8, 16, 32 (or 4, 8, 16, 32), got channels "
+                             f"{in_channels} at strides {in_strides}")
         if num_levels not in (3, 4, 5):
-            raise ValueError(f"BiFPN num_levels must be 3, 4 or 5 (P3-P5 .. P3-P7), got {num_levels}")
+            raise ValueError(f"BiFPN num_levels must be 3, 4 or 5 (up to P5 .. P7), got {num_levels}")
         if width < 1 or repeats < 1:
             raise ValueError(f"BiFPN width and repeats must be positive, got {width} and {repeats}")
         self.in_channels = list(in_channels)
-        self.out_channels = [width] * num_levels
-        self.strides = [8 * 2**i for i in range(num_levels)]
+        self.strides = in_strides + [64, 128][:num_levels - 3]
+        self.out_channels = [width] * len(self.strides)
         self.lateral = nn.ModuleList(nn.Sequential(nn.Conv2d(c, width, 1, bias=False), nn.BatchNorm2d(width))
                                      for c in in_channels)
         self.extra = nn.ModuleList(nn.MaxPool2d(3, stride=2, padding=1) for _ in range(num_levels - 3))
-        self.layers = nn.Sequential(*(BiFPNLayer(num_levels, width) for _ in range(repeats)))
+        self.layers = nn.Sequential(*(BiFPNLayer(len(self.strides), width) for _ in range(repeats)))
 
     def forward(self, feats: list[torch.Tensor]) -> list[torch.Tensor]:
         if len(feats) != len(self.lateral):

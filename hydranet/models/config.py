@@ -6,6 +6,7 @@
       neck_width: 64
       neck_repeats: 2
       neck_levels: 3              # 3 = P3-P5, 5 = P3-P7
+      finest_stride: 8            # 4: the backbone's stride-4 level P2 joins the pyramid (every camera head reads it)
       balancer: fixed             # fixed | uncertainty | pcgrad
       tasks:
         - {name: det2d, weight: 1.0, options: {out_stride: 4}}
@@ -67,6 +68,7 @@ class ModelConfig:
     neck_width: int = 64
     neck_repeats: int = 2
     neck_levels: int = 3
+    finest_stride: int = 8  # 4: the pyramid starts at P2 (stride 4), where small objects still span cells
     balancer: str = "fixed"
     tasks: tuple[TaskConfig, ...] = field(default_factory=lambda: camera_tasks())  # every registered camera task
     bev: BevConfig = field(default_factory=BevConfig)

@@ -220,14 +220,15 @@ def build_model(cfg: ModelConfig, meta: Mapping[str, Any]) -> HydraNet:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"task '{dup[0]}' appears twice in model.tasks")
-    backbone = build_backbone(cfg.backbone, cfg.weights_path)
-    neck = BiFPN(backbone.out_channels, cfg.neck_width, cfg.neck_repeats, cfg.neck_levels)
+    backbone = build_backbone(cfg.backbone, cfg.weights_path, cfg.finest_stride)
+    neck = BiFPN(backbone.out_channels, cfg.neck_width, cfg.neck_repeats, cfg.neck_levels, backbone.strides)
     fusion, bev_meta = None, meta
     if any(t.name in BEV_TASKS for t in cfg.tasks):
         fusion = build_fusion(cfg.bev, meta, neck.out_channels[0], neck.strides[0])
         bev_meta = {**meta, "bev_grid": fusion.grid.as_dict()}
+    finest = {"in_stride": neck.strides[0]} if neck.strides[0] != 8 else {}  # camera heads read the finest level
     heads = {t.name: build_task(t.name, bev_meta, cfg.bev.channels, t.options) if t.name in BEV_TASKS
-             else build_task(t.name, meta, neck.out_channels[0], t.options) for t in cfg.tasks}
+             else build_task(t.name, meta, neck.out_channels[0], {**finest, **t.options}) for t in cfg.tasks}
     aux = fusion.auxiliary if fusion is not None else {}
     weights = {t.name: t.weight for t in cfg.tasks} | {name: cfg.bev.depth_weight for name in aux}
     balancer = build_balancer(cfg.balancer, names + list(aux), weights)

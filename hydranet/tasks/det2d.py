@@ -44,7 +44,7 @@ BOX_REGIONS = ("centre", "gaussian")
 
 
 class CenterNetHead(nn.Module):
-    """Merged pyramid (stride 8) -> optional 2x upsampling to `out_stride` 4 -> two branches:
+    """Merged pyramid (at its finest stride, 8 or 4) -> upsampling to `out_stride` 4 where coarser -> two branches:
     {"heatmap": (B, C, H/s, W/s) class logits, "box": (B, 4, H/s, W/s) dx, dy, log w/s, log h/s}."""
 
     def __init__(self, in_channels: int, num_classes: int, width: int = 64, in_stride: int = 8, out_stride: int = 4,
