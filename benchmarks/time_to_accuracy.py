@@ -64,11 +64,12 @@ def fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
-def make_data(out: Path, scenes: int, val_scenes: int) -> tuple[Path, Path]:
-    from sim.config import DEMO_SIM, DEMO_TRAIN_SIM
+def make_data(out: Path, scenes: int, val_scenes: int, sim_set: list[str]) -> tuple[Path, Path]:
+    """The demo's training scenes (DEMO_TRAIN_SIM with the `sim_set` overrides) and its held-out scenes (DEMO_SIM)."""
+    from sim.config import DEMO_SIM, demo_train_sim
     from sim.generate import generate_split
 
-    return generate_split(out, DEMO_TRAIN_SIM, scenes, val_scenes, seed=0, progress=False, val_cfg=DEMO_SIM)
+    return generate_split(out, demo_train_sim(sim_set), scenes, val_scenes, seed=0, progress=False, val_cfg=DEMO_SIM)
 
 
 def run_seed(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int, snapshots: int) -> dict:
@@ -192,6 +193,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--val-scenes", type=int, default=4)
     ap.add_argument("--targets", choices=sorted(TARGETS), default="demo")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a sim config override of the training scenes (repeatable; the figures recorded before the demo "
+                         "trained on DEMO_TRAIN_SIM reproduce with --sim-set density=1.0)")
     ap.add_argument("--overwrite", action="store_true")
     a = ap.parse_args(argv)
     if a.seeds < 1 or a.snapshots < 1 or a.threads < 1:
@@ -208,7 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.set_num_threads(a.threads)
     steps = a.steps or load_experiment(RECIPE, []).steps
-    data, val = make_data(a.out / "data", a.scenes, a.val_scenes)
+    data, val = make_data(a.out / "data", a.scenes, a.val_scenes, a.sim_set)
     per_seed = {}
     for seed in range(a.seeds):
         per_seed[seed] = run_seed(seed, data, val, a.out / f"seed{seed}", steps, a.trunk_steps, a.snapshots)

@@ -81,8 +81,13 @@ class OptimConfig:
     # parameter-name prefix -> learning-rate multiplier (mmengine's paramwise `lr_mult`), e.g. {backbone: 0.1}:
     # the longest matching prefix wins; 0 freezes those parameters (no gradient computed for them)
     lr_mult: dict[str, float] = field(default_factory=dict)
+    # an exponential moving average of the weights, updated every step (hydranet.ema: YOLOv5's ModelEMA); the
+    # checkpoint's "model" is then the average. 0 = off
+    ema_decay: float = 0.0
 
     def __post_init__(self):
+        if not (self.ema_decay == 0 or 0 < self.ema_decay < 1):
+            raise ConfigError(f"config key 'optim.ema_decay' must be 0 (off) or in (0, 1), e.g. 0.99; got {self.ema_decay!r}")
         for prefix, m in self.lr_mult.items():
             if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < float("inf"):
                 raise ConfigError(f"config key 'optim.lr_mult.{prefix}' must be a finite number >= 0 (0 freezes), got {m!r}")

@@ -43,6 +43,7 @@ from hydranet.checkpoint import (CHECKPOINT, format_init_report, group_by_module
                                  model_meta, rng_state, save_checkpoint, set_rng_state)
 from hydranet.config import ConfigError, to_dict
 from hydranet.data.sources import check_supervision, open_data, open_sources, run_dataset
+from hydranet.ema import WeightEma
 from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_json
 from hydranet.io import check_apart, remove_stale_temps
 from hydranet.class_balance import frame_classes, repeat_counts, repeat_line
@@ -325,9 +326,11 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     frames = build_training_data(cfg, model, data=data, augment=not cfg.overfit_batch)
     optimizer = make_optimizer(cfg.optim, model)
     scheduler = make_scheduler(cfg.optim, optimizer, cfg.steps)
-    start, init = 0, None
+    start, init, ema = 0, None, None
     if ckpt is not None:
-        model.load_weights({k: v.to(d.device) for k, v in ckpt["model"].items()})
+        # a run with a weight average keeps its trained weights under "ema" and the average as "model"
+        trained = ckpt["ema"]["raw"] if cfg.optim.ema_decay else ckpt["model"]
+        model.load_weights({k: v.to(d.device) for k, v in trained.items()})
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         set_rng_state(ckpt["rng"], model)
@@ -342,6 +345,10 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
             broadcast_buffers(model)
             for p in model.parameters():
                 dist.broadcast(p.data, src=0)
+    if cfg.optim.ema_decay:  # every rank averages its own (identical) weights
+        ema = WeightEma(model, cfg.optim.ema_decay)
+        if ckpt is not None:
+            ema.load({k: v.to(d.device) for k, v in ckpt["model"].items()}, int(ckpt["ema"]["updates"]))
     if d.main:  # after the init checks: a refused init leaves an existing run folder as it was
         # a run folder beside or above its data is fine (a run writes only its own files); in it, not
         check_apart({"--out": out}, {"data.root": cfg.data.root, "data.val_root": cfg.data.val_root,
@@ -388,7 +395,9 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     def checkpoint(step: int) -> None:
         nonlocal last_good
         if d.main:
-            save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            weights = {"model": model.state_dict()} if ema is None else \
+                {"model": ema.state, "ema": {"raw": model.state_dict(), "updates": ema.updates}}
+            save_checkpoint(ckpt_path, {**weights, "optimizer": optimizer.state_dict(),
                                         "scheduler": scheduler.state_dict(), "step": step, "rng": rng_state(model),
                                         "config": config_json, "meta": meta_json,
                                         **({"init_from": init} if init is not None else {})})
@@ -431,6 +440,8 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
             scheduler.step()
             if d.world > 1:
                 broadcast_buffers(model)
+            if ema is not None:
+                ema.update(model)
             step += 1
             if on_step is not None or cfg.overfit_batch:
                 values = {k: float(v.detach()) for k, v in losses.items()}
@@ -464,6 +475,8 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         writer.close()
     if d.world > 1:
         dist.barrier()
+    if ema is not None:  # what the checkpoint holds as "model"
+        model.load_state_dict(ema.state)
     return model
 
 

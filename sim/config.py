@@ -242,3 +242,10 @@ DEMO_SIM = SimConfig(frames_per_scene=6, image_width=320, image_height=192, fram
 # the demo's training scenes: 1.5x the road users and roadside objects of the held-out ones (DEMO_SIM), since busier
 # scenes give every head more to learn per CPU-second (docs/benchmarks.md "Round 7": signs matched in 3 of 3 seeds)
 DEMO_TRAIN_SIM = replace(DEMO_SIM, density=1.5)
+
+
+def demo_train_sim(overrides: list[str] | tuple[str, ...] = ()) -> SimConfig:
+    """DEMO_TRAIN_SIM with `KEY=VALUE` overrides (`hydranet sim generate --set`'s): a benchmark's training scenes."""
+    from hydranet.config import apply_overrides, from_dict, to_dict
+
+    return from_dict(SimConfig, apply_overrides(to_dict(DEMO_TRAIN_SIM), list(overrides)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 
@@ -67,3 +68,37 @@ def test_the_config_key_is_refused_when_wrong():
     with pytest.raises((ConfigError, ValueError), match="model.finest_stride 2"):
         build_model(dataclasses.replace(TINY, finest_stride=2), FAKE_META)
 
+
+
+class _Flat(torch.nn.Module):
+    """The model's raw outputs as a flat tuple (what torch.onnx.export takes)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images):
+        out = self.model({"images": images}, "tensor")
+        return tuple(v for head in self.model.heads for v in out[head].values())
+
+
+def test_fused_model_over_p2_exports_to_onnx_equal_to_eager(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from fake_samples import BEV_H, BEV_META, BEV_W, TINY_BEV
+    from hydranet.models import TaskConfig
+    from hydranet.rig import load_rig
+
+    torch.manual_seed(0)
+    rig = load_rig("nuscenes6")
+    cfg = dataclasses.replace(TINY_BEV, finest_stride=4, tasks=(TaskConfig("det2d"), *TINY_BEV.tasks))
+    model = build_model(cfg, {**BEV_META, "rig": rig.resized(BEV_W, BEV_H).to_dict()}).eval()
+    assert model.fusion.view.stride == 4  # the view transform lifts the stride-4 level
+    images = torch.rand(1, len(rig), 3, BEV_H, BEV_W)
+    path = tmp_path / "p2.onnx"
+    torch.onnx.export(_Flat(model).eval(), (images,), str(path), dynamo=False, opset_version=17, input_names=["images"])
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"images": images.numpy()})
+    with torch.no_grad():
+        ref = _Flat(model)(images)
+    assert len(got) == len(ref) >= 2 + 2 + 1  # det2d heatmap and box, det3d maps, bevmap logits
+    for g, r in zip(got, ref, strict=True):
+        np.testing.assert_allclose(g, r.numpy(), atol=1e-4, rtol=1e-4)

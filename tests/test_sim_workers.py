@@ -102,7 +102,7 @@ def test_deferred_frame_error_raised_by_the_next_call(tmp_path):
 
 
 def test_generate_split_holds_out_its_own_config(tmp_path):
-    from sim.config import DEMO_SIM, DEMO_TRAIN_SIM
+    from sim.config import DEMO_SIM, DEMO_TRAIN_SIM, demo_train_sim
     from sim.generate import HELD_OUT_SEED, generate_split
 
     train_cfg, val_cfg = SimConfig(**TINY, density=1.5), SimConfig(**TINY)
@@ -113,3 +113,4 @@ def test_generate_split_holds_out_its_own_config(tmp_path):
     # the demo trains on busier scenes than it holds out, and they differ in nothing else
     assert DEMO_TRAIN_SIM.density > DEMO_SIM.density
     assert dataclasses.replace(DEMO_TRAIN_SIM, density=DEMO_SIM.density) == DEMO_SIM
+    assert demo_train_sim() == DEMO_TRAIN_SIM and demo_train_sim(["density=1.0"]) == DEMO_SIM  # benchmarks' --sim-set
