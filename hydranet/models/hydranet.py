@@ -119,7 +119,7 @@ class HydraNet(nn.Module):
         x = images.flatten(0, 1)  # (B*N, 3, H, W)
         x = x.float() / 255.0 if x.dtype == torch.uint8 else x
         x = (x - self.mean.to(x.dtype)) / self.std.to(x.dtype)
-        return self.neck(self.backbone(x))  # [(B*N, C, H/8, W/8), ...]
+        return self.neck(self.backbone(x))  # [(B*N, C, H/s, W/s), ...], s = the finest stride (8, or 4)
 
     def forward(self, batch: Mapping[str, Any], mode: str = "tensor") -> dict[str, Any]:
         if mode not in MODES:

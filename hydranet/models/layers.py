@@ -13,7 +13,7 @@ from torch import nn
 
 
 class MergeLevels(nn.Module):
-    """Sum of all pyramid levels upsampled (bilinear) to the finest one: (B, C, H/8, W/8)."""
+    """Sum of all pyramid levels upsampled (bilinear) to the finest one: (B, C, H/s, W/s)."""
 
     def forward(self, feats: Sequence[torch.Tensor]) -> torch.Tensor:
         out = feats[0]

@@ -1,7 +1,8 @@
 """The task contract: one task = one file holding its head, targets, loss, decoding and metric.
 
 A `Task` is an `nn.Module` whose `head` reads the neck's feature pyramid
-[(B*N, C, H/8, W/8), (B*N, C, H/16, W/16), ...] and returns a dict of raw tensors (logits: no
+[(B*N, C, H/s, W/s), (B*N, C, H/2s, W/2s), ...] (s = its `in_stride`, the neck's finest: 8, or 4 with
+`model.finest_stride: 4`) and returns a dict of raw tensors (logits: no
 activation in a head; activations belong to `loss` and `decode`). Around the head:
 
 - `build_targets(sample)`: numpy targets of one frame (all N cameras) from a sample in the
@@ -80,7 +81,7 @@ class DenseHead(nn.Module):
         self.in_stride = in_stride
 
     def forward(self, feats: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
-        x = self.out(self.body(self.merge(feats)))  # (B, K, H/8, W/8)
+        x = self.out(self.body(self.merge(feats)))  # (B, K, H/s, W/s), s = in_stride
         x = F.interpolate(x, scale_factor=self.in_stride, mode="bilinear", align_corners=False)
         return {"logits": x}  # (B, K, H, W)
 

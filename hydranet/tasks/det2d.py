@@ -64,7 +64,7 @@ class CenterNetHead(nn.Module):
         nn.init.constant_(self.heatmap[-1].bias, math.log(prior / (1 - prior)))  # CenterNet's 0.1 by default
 
     def forward(self, feats: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
-        x = self.merge(feats)  # (B, C_in, H/8, W/8)
+        x = self.merge(feats)  # (B, C_in, H/s, W/s), s = in_stride (8, or 4)
         if self.scale > 1:
             x = F.interpolate(x, scale_factor=self.scale, mode="bilinear", align_corners=False)
         return {"heatmap": self.heatmap(x), "box": self.box(x)}  # (B, K, h, w), (B, 4, h, w)
