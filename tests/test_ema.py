@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dataset_fixtures import make_sim
 from hydranet.checkpoint import load_checkpoint
 from hydranet.config import ConfigError
 from hydranet.ema import WeightEma
@@ -45,12 +46,7 @@ def test_decay_outside_zero_one_is_refused():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from sim.config import SimConfig
-    from sim.generate import generate_dataset
-
-    return generate_dataset(tmp_path_factory.mktemp("sim") / "tiny",
-                            SimConfig(image_width=160, image_height=96, frames_per_scene=3), scenes=1, seed=0,
-                            progress=False)
+    return make_sim(tmp_path_factory.mktemp("sim") / "tiny", scenes=1)
 
 
 def cfg(root, *overrides):
