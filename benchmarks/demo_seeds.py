@@ -223,14 +223,12 @@ def main(argv: list[str] | None = None) -> dict | None:
     a.out.mkdir(parents=True)
     out = a.out.resolve()
 
-    from hydranet.config import apply_overrides, from_dict, to_dict
-    from sim.config import DEMO_SIM, DEMO_TRAIN_SIM, SimConfig
+    from sim.config import DEMO_SIM, demo_train_sim
     from sim.generate import generate_split
 
     t0 = time.perf_counter()
     # --sim-set changes the training scenes alone; the held-out scenes are always the demo's own
-    sim = from_dict(SimConfig, apply_overrides(to_dict(DEMO_TRAIN_SIM), a.sim_set))
-    data, val = generate_split(out / "data", sim, a.scenes, a.val_scenes, seed=0, val_cfg=DEMO_SIM)
+    data, val = generate_split(out / "data", demo_train_sim(a.sim_set), a.scenes, a.val_scenes, seed=0, val_cfg=DEMO_SIM)
     gen = time.perf_counter() - t0
     seeds = list(range(a.seeds))
     t1 = time.perf_counter()

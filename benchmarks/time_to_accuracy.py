@@ -194,8 +194,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--targets", choices=sorted(TARGETS), default="demo")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sim-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a sim config override of the training scenes (repeatable; the figures recorded before the demo "
-                         "trained on DEMO_TRAIN_SIM reproduce with --sim-set density=1.0)")
+                    help="a sim config override of the demo's training scenes (DEMO_TRAIN_SIM; repeatable); the "
+                         "held-out scenes stay DEMO_SIM")
     ap.add_argument("--overwrite", action="store_true")
     a = ap.parse_args(argv)
     if a.seeds < 1 or a.snapshots < 1 or a.threads < 1:

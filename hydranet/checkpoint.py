@@ -97,6 +97,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if missing:
         raise ValueError(f"checkpoint {path} lacks {missing}; it was not written by `hydranet train`")
     check_finite_weights(ckpt["model"], f"checkpoint {path}")
+    if isinstance(ckpt.get("ema"), dict):  # a weight-averaged run: its trained weights, what a resume loads
+        check_finite_weights(ckpt["ema"].get("raw", {}), f"checkpoint {path} (its trained weights under 'ema')")
     return ckpt
 
 
@@ -157,6 +159,10 @@ def load_init_weights(model: HydraNet, path: str | Path) -> dict[str, Any]:
     except (OSError, ValueError) as e:
         raise type(e)(f"{INIT_WHERE}: {e}") from None
     where = f"{INIT_WHERE}: checkpoint {file}"
+    theirs, ours = json.loads(ckpt["config"])["model"].get("finest_stride", 8), model.neck.strides[0]
+    if theirs != ours:  # the neck's levels are indexed from the finest: they would not line up
+        raise ValueError(f"{where} was trained with model.finest_stride {theirs}, this model's is {ours}: their pyramid "
+                         f"levels do not line up; train with --set model.finest_stride={theirs} or start without it")
     state, own = ckpt["model"], model.state_dict()
     matched = [k for k in own if k in state and tuple(state[k].shape) == tuple(own[k].shape)]
     mismatched = [k for k in own if k in state and k not in matched]

@@ -96,7 +96,7 @@ def generate_split(out: str | Path, cfg: SimConfig, scenes: int, val_scenes: int
         if d.exists():
             shutil.rmtree(d)
     return (generate_dataset(data, cfg, scenes, seed, progress=progress, workers=workers),
-            generate_dataset(val, val_cfg or cfg, val_scenes, seed + HELD_OUT_SEED, progress=False, workers=workers))
+            generate_dataset(val, cfg if val_cfg is None else val_cfg, val_scenes, seed + HELD_OUT_SEED, progress=False, workers=workers))
 
 
 @dataclass(frozen=True)

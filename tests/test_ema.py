@@ -22,18 +22,19 @@ def test_average_follows_the_formula_with_its_warm_up():
     net = torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.BatchNorm1d(1))
     ema = WeightEma(net, decay=0.9)
     ref = {k: v.clone() for k, v in net.state_dict().items()}
-    for t in range(30):
+    for t in range(120):  # the warm-up reaches the cap 0.9 at t = 81
         with torch.no_grad():
             net[0].weight.add_(1.0)
             net[1].running_mean.add_(0.5)
             net[1].num_batches_tracked.add_(1)
-        d = min(0.9, (1 + t) / (10 + t))  # 0.1, 0.18, ... then 0.9
+        d = min(0.9, (1 + t) / (10 + t))  # 0.1, 0.18, ..., 0.9 from t = 81 on
         ref = {k: (d * ref[k] + (1 - d) * v if v.dtype.is_floating_point else v.clone())
                for k, v in net.state_dict().items()}
         ema.update(net)
     for k in ref:
         torch.testing.assert_close(ema.state[k], ref[k], rtol=1e-6, atol=1e-6)
-    assert ema.state["1.num_batches_tracked"] == 30  # counters copied, not averaged
+    assert ema.current_decay() == 0.9 and WeightEma(net, 0.99).current_decay() == 0.1
+    assert ema.state["1.num_batches_tracked"] == 120  # counters copied, not averaged
     assert not torch.equal(ema.state["0.weight"], net[0].weight)  # it lags the model
 
 

@@ -4,6 +4,7 @@ output read from a stride-4 feature rather than upsampled from stride 8), every 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,6 +35,14 @@ def test_other_strides_are_refused_naming_the_key():
         build_backbone("tiny", finest_stride=16)
     with pytest.raises(ValueError, match="strides 8, 16, 32 \\(or 4, 8, 16, 32\\)"):
         BiFPN([8, 8, 8, 8], width=8)  # four levels without their strides
+
+
+def test_a_backbone_that_ignores_the_stride_is_refused(monkeypatch):
+    from hydranet.models import backbones
+
+    monkeypatch.setitem(backbones.BACKBONES, "stride8_only", lambda weights_path=None, **_: backbones.TinyRegNet())
+    with pytest.raises(ValueError, match=r"'stride8_only' gives levels at strides \[8, 16, 32\].*must honour"):
+        build_backbone("stride8_only", finest_stride=4)
 
 
 @pytest.mark.parametrize("levels", [3, 5])
@@ -102,3 +111,19 @@ def test_fused_model_over_p2_exports_to_onnx_equal_to_eager(tmp_path):
     assert len(got) == len(ref) >= 2 + 2 + 1  # det2d heatmap and box, det3d maps, bevmap logits
     for g, r in zip(got, ref, strict=True):
         np.testing.assert_allclose(g, r.numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_init_from_a_model_of_the_other_stride_is_refused_naming_the_key(tmp_path):
+    from dataset_fixtures import make_sim
+    from hydranet.experiment import load_experiment
+    from hydranet.train import train
+
+    data = make_sim(tmp_path / "sim", scenes=1)
+    base = [f"data.root={data}", "data.cameras=[CAM_FRONT]", "num_workers=0", "batch_size=1", "steps=1",
+            "optim.warmup_steps=1", "model.tasks=[{name: drivable}]", "label_priors=false"]
+    config = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+    train(load_experiment(config, base), tmp_path / "p3", progress=False)
+    with pytest.raises(ValueError, match=r"model.finest_stride 8, this model's is 4.*--set model.finest_stride=8"):
+        train(load_experiment(config, [*base, "model.finest_stride=4"]), tmp_path / "p2", progress=False,
+              init_from=tmp_path / "p3")
+    assert not (tmp_path / "p2").exists()  # refused before the run folder is written

@@ -80,11 +80,18 @@ def test_adopt_refuses_before_writing_when_a_file_is_missing(tmp_path):
 def test_adopt_needs_the_snapshot_and_writes_nothing_without_it(tmp_path):
     r = recipe(**SMALL)
     run = _run(tmp_path / "a")
-    for name, n in (("sim", SMALL["scenes"]), ("sim_val", SMALL["val_scenes"])):  # the recipe's data, as written
-        (tmp_path / "a" / "data" / name).mkdir(parents=True)
-        (tmp_path / "a" / "data" / name / "dataset.json").write_text(json.dumps(
-            {"sim_config": r["sim"], "scenes": [{"name": f"scene_{i}"} for i in range(n)], "seed": 0}))
+    def write_data(val_sim: dict) -> None:
+        for name, n, sim in (("sim", SMALL["scenes"], r["sim"]), ("sim_val", SMALL["val_scenes"], val_sim)):
+            (tmp_path / "a" / "data" / name).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "a" / "data" / name / "dataset.json").write_text(json.dumps(
+                {"sim_config": sim, "scenes": [{"name": f"scene_{i}"} for i in range(n)], "seed": 0}))
+
     (run / "checkpoint.pt").write_bytes(b"weights")
+    write_data(r["sim"])  # held-out scenes as busy as the training ones: not the recipe's
+    assert r["sim"]["density"] > r["val_sim"]["density"]
+    with pytest.raises(CacheError, match="sim_val.*density"):
+        adopt(tmp_path / "cache", r, run)
+    write_data(r["val_sim"])  # the recipe's data, as written
     with pytest.raises(CacheError, match=r"step6\.pt is missing.*second ensemble member"):
         adopt(tmp_path / "cache", r, run)
     assert not (tmp_path / "cache").exists()

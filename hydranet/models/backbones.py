@@ -148,4 +148,8 @@ def build_backbone(name: str, weights_path: str | None = None, finest_stride: in
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone '{name}'; known backbones: {sorted(BACKBONES)}")
     pyramid_strides(finest_stride)  # refuses another stride before a builder sees it
-    return BACKBONES[name](weights_path=weights_path, **({"finest_stride": finest_stride} if finest_stride != 8 else {}))
+    backbone = BACKBONES[name](weights_path=weights_path, **({"finest_stride": finest_stride} if finest_stride != 8 else {}))
+    if list(backbone.strides) != pyramid_strides(finest_stride):
+        raise ValueError(f"backbone '{name}' gives levels at strides {list(backbone.strides)}, model.finest_stride "
+                         f"{finest_stride} needs {pyramid_strides(finest_stride)}: its builder must honour `finest_stride`")
+    return backbone

@@ -5,7 +5,7 @@
       weights_path: null          # local state-dict file for the backbone (no downloads)
       neck_width: 64
       neck_repeats: 2
-      neck_levels: 3              # 3 = P3-P5, 5 = P3-P7
+      neck_levels: 3              # 3 = up to P5, 5 = up to P7 (from P3, or P2 with finest_stride 4)
       finest_stride: 8            # 4: the backbone's stride-4 level P2 joins the pyramid (every camera head reads it)
       balancer: fixed             # fixed | uncertainty | pcgrad
       tasks:
