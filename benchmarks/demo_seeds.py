@@ -223,12 +223,11 @@ def main(argv: list[str] | None = None) -> dict | None:
     a.out.mkdir(parents=True)
     out = a.out.resolve()
 
-    from sim.config import DEMO_SIM, demo_train_sim
-    from sim.generate import generate_split
+    from sim.generate import generate_demo_split
 
     t0 = time.perf_counter()
     # --sim-set changes the training scenes alone; the held-out scenes are always the demo's own
-    data, val = generate_split(out / "data", demo_train_sim(a.sim_set), a.scenes, a.val_scenes, seed=0, val_cfg=DEMO_SIM)
+    data, val = generate_demo_split(out / "data", a.scenes, a.val_scenes, sim_set=a.sim_set)
     gen = time.perf_counter() - t0
     seeds = list(range(a.seeds))
     t1 = time.perf_counter()

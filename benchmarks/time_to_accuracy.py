@@ -66,10 +66,9 @@ def fmt(v: float | None) -> str:
 
 def make_data(out: Path, scenes: int, val_scenes: int, sim_set: list[str]) -> tuple[Path, Path]:
     """The demo's training scenes (DEMO_TRAIN_SIM with the `sim_set` overrides) and its held-out scenes (DEMO_SIM)."""
-    from sim.config import DEMO_SIM, demo_train_sim
-    from sim.generate import generate_split
+    from sim.generate import generate_demo_split
 
-    return generate_split(out, demo_train_sim(sim_set), scenes, val_scenes, seed=0, progress=False, val_cfg=DEMO_SIM)
+    return generate_demo_split(out, scenes, val_scenes, sim_set=sim_set, progress=False)
 
 
 def run_seed(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int, snapshots: int) -> dict:

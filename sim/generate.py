@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from tqdm import tqdm
 from hydranet.config import to_dict
 from hydranet.rig import Rig, load_rig
 from sim.classes import LANE_TYPES, OBJECT_CLASSES, SEMANTIC_CLASSES
-from sim.config import SimConfig
+from sim.config import DEMO_SIM, SimConfig, demo_train_sim
 from sim.render import Renderer, RenderError
 from sim.scene import simulate
 from sim.world import LIGHT_STATES, SIGN_CLASSES, World
@@ -97,6 +98,13 @@ def generate_split(out: str | Path, cfg: SimConfig, scenes: int, val_scenes: int
             shutil.rmtree(d)
     return (generate_dataset(data, cfg, scenes, seed, progress=progress, workers=workers),
             generate_dataset(val, cfg if val_cfg is None else val_cfg, val_scenes, seed + HELD_OUT_SEED, progress=False, workers=workers))
+
+
+def generate_demo_split(out: str | Path, scenes: int, val_scenes: int, seed: int = 0, sim_set: Sequence[str] = (),
+                        progress: bool = True, workers: int = 1) -> tuple[Path, Path]:
+    """`generate_split` of the demo's data: training scenes of DEMO_TRAIN_SIM with the `sim_set` KEY=VALUE overrides
+    (a benchmark's `--sim-set`), held-out scenes of DEMO_SIM. `make demo`, demo_seeds and time_to_accuracy use it."""
+    return generate_split(out, demo_train_sim(sim_set), scenes, val_scenes, seed, progress, workers, val_cfg=DEMO_SIM)
 
 
 @dataclass(frozen=True)

@@ -114,3 +114,15 @@ def test_generate_split_holds_out_its_own_config(tmp_path):
     assert DEMO_TRAIN_SIM.density > DEMO_SIM.density
     assert dataclasses.replace(DEMO_TRAIN_SIM, density=DEMO_SIM.density) == DEMO_SIM
     assert demo_train_sim() == DEMO_TRAIN_SIM and demo_train_sim(["density=1.0"]) == DEMO_SIM  # benchmarks' --sim-set
+
+
+def test_the_demo_split_trains_on_its_busier_scenes_and_holds_out_the_demo_sim(tmp_path):
+    from hydranet.config import to_dict
+    from sim.config import DEMO_SIM
+    from sim.generate import generate_demo_split
+
+    small = ["image_width=64", "image_height=48", "frames_per_scene=1"]  # a benchmark's --sim-set, training side only
+    data, val = generate_demo_split(tmp_path, 1, 1, sim_set=small, progress=False)
+    train_cfg = json.loads((data / "dataset.json").read_text())["sim_config"]
+    assert train_cfg["density"] == 1.5 and train_cfg["image_width"] == 64
+    assert json.loads((val / "dataset.json").read_text())["sim_config"] == json.loads(json.dumps(to_dict(DEMO_SIM)))

@@ -19,8 +19,7 @@ from hydranet.curriculum import TRUNK_STEPS, recipe_experiment, train_two_stage
 from hydranet.data import SimDataset
 from hydranet.evaluate import evaluate_checkpoint, format_table, viz_checkpoint
 from hydranet.viz import sample_preview, write_png
-from sim.config import DEMO_SIM, DEMO_TRAIN_SIM
-from sim.generate import generate_split
+from sim.generate import generate_demo_split
 
 
 def _stage(name: str, t0: float) -> float:
@@ -31,10 +30,9 @@ def _stage(name: str, t0: float) -> float:
 
 def demo_data(out: Path, scenes: int = 16, val_scenes: int = 4, seed: int = 0) -> tuple[Path, Path]:
     """The demo's sim dataset (DEMO_TRAIN_SIM) and its held-out scenes (DEMO_SIM) under `out`
-    (`sim.generate.generate_split`, one render process per CPU up to 2: the same bytes, about 1.4x faster on 2 cores),
+    (`sim.generate.generate_demo_split`, one render process per CPU up to 2: the same bytes, about 1.4x faster on 2 cores),
     and the preview."""
-    data, val = generate_split(out, DEMO_TRAIN_SIM, scenes, val_scenes, seed, workers=min(2, os.cpu_count() or 1),
-                               val_cfg=DEMO_SIM)
+    data, val = generate_demo_split(out, scenes, val_scenes, seed, workers=min(2, os.cpu_count() or 1))
     ds = SimDataset(data)
     print(f"generated {len(ds)} frames x {len(ds.rig)} cameras (+ {len(SimDataset(val))} held-out frames) -> {data}")
     write_png(out / "preview.png", sample_preview(ds[3], ds.meta))
