@@ -118,16 +118,25 @@ def front_model(ckpt, cfg, where: str):
 
 
 def evaluate_source(model, cfg, ckpt, root: Path, fmt: str | None, split: str | None,
-                    cameras: list[str] | None = None) -> dict[str, Any]:
+                    cameras: list[str] | None = None, fit: str | None = None) -> dict[str, Any]:
     """`hydranet.evaluate.evaluate` of `model` on `root` (keep_states), as `hydranet eval` reads the folder; on a
-    TuSimple folder also "tusimple": per evaluated frame the benchmark's (accuracy, fp, fn) of the lanes head."""
+    TuSimple folder also "tusimple": per evaluated frame the benchmark's (accuracy, fp, fn) of the lanes head.
+    `fit` (`hydranet.loader.fit_to`; default the run's data.fit): "camera" on a source without intrinsics
+    (Cityscapes without camera.json) falls back to "crop", and a TuSimple folder is always stretched (the
+    benchmark's own score reads the lanes back through the stretch); results["fit"] says which was used."""
     import torch
 
     from hydranet.evaluate import evaluation_frames, evaluate
 
+    meta = json.loads(ckpt["meta"])
     frames = evaluation_frames(model, cfg, root, cameras=cameras, format=fmt, split=split,
-                               model_classes=json.loads(ckpt["meta"]).get("classes"))
+                               model_classes=meta.get("classes"), fit=fit, meta=meta)
     tusimple = getattr(frames.data, "format", None) == "tusimple" and "lanes" in model.heads
+    # TuSimple's own score reads the lanes back at the image's size through the stretch; no intrinsics: the aspect kept
+    fallback = "stretch" if tusimple else "crop" if not np.isfinite(frames.data.rig.calibration()[0]).all() else None
+    if frames.fit != "stretch" and fallback is not None and fallback != frames.fit:
+        frames = evaluation_frames(model, cfg, root, cameras=cameras, format=fmt, split=split,
+                                   model_classes=meta.get("classes"), fit=fallback, meta=meta)
     lanes: list[np.ndarray] = []
 
     def keep_lanes(raw, batch):
@@ -138,7 +147,7 @@ def evaluate_source(model, cfg, ckpt, root: Path, fmt: str | None, split: str | 
                        keep_states=True)
     results.update({"data": str(root), "format": getattr(frames.data, "format", "sim"),
                     "split": getattr(frames.data, "split", None), "cameras": list(frames.data.rig.names),
-                    "step": int(ckpt["step"])})
+                    "step": int(ckpt["step"]), "fit": frames.fit})
     if tusimple:
         results["tusimple"] = tusimple_scores(root, results.get("split"), results["frame_ids"], lanes)
     return results
@@ -273,8 +282,10 @@ def check_out(out: Path, overwrite: bool) -> None:
 
 
 def run(checkpoint: Path, out: Path, folders: Mapping[str, Path], splits: Mapping[str, str] | None = None,
-        resamples: int = 1000, seed: int = 0, confidence: float = 0.95, progress: bool = True) -> dict[str, Any]:
-    """Evaluate every source of `folders` ({"sim": DIR, "kitti": DIR, ...}) and write OUT (module docstring)."""
+        resamples: int = 1000, seed: int = 0, confidence: float = 0.95, progress: bool = True,
+        fit: str | None = None) -> dict[str, Any]:
+    """Evaluate every source of `folders` ({"sim": DIR, "kitti": DIR, ...}) and write OUT (module docstring); `fit`:
+    how the genuine sources' frames reach the model's input size (`evaluate_source`; the sim's: the run's data.fit)."""
     from hydranet.checkpoint import config_from_checkpoint, load_model
     from hydranet.evaluate import plain_json
 
@@ -297,7 +308,8 @@ def run(checkpoint: Path, out: Path, folders: Mapping[str, Path], splits: Mappin
             print(f"[realism_gap] {name}: {root}", file=sys.stderr, flush=True)
         cams = [FRONT] if name == f"sim {FRONT}" else None
         try:
-            results = evaluate_source(m, c, ckpt, Path(root), fmt, splits.get(name.split()[0]), cams)
+            results = evaluate_source(m, c, ckpt, Path(root), fmt, splits.get(name.split()[0]), cams,
+                                      None if fmt is None else fit)
         except Exception as e:  # a source the model cannot be scored on: one line in the table, not a crash
             from hydranet.data.reader import DatasetError
             from hydranet.experiment import ConfigError
@@ -315,17 +327,19 @@ def run(checkpoint: Path, out: Path, folders: Mapping[str, Path], splits: Mappin
         tasks = dict(model.heads.items())
         cells[name] = source_cells(results, tasks, classes, resamples, seed, confidence)
         meta[name] = {k: results.get(k) for k in ("data", "format", "split", "cameras", "frames", "labelled_frames",
-                                                   "class_map")}
+                                                   "class_map", "fit")}
     reference = f"sim {FRONT}" if f"sim {FRONT}" in cells else None
     table = gap_table(cells, reference, confidence)
-    table.update({"checkpoint": str(checkpoint), "step": int(ckpt["step"]), "resamples": resamples, "seed": seed,
+    table.update({"checkpoint": str(checkpoint), "step": int(ckpt["step"]), "fit": fit or cfg.data.fit,
+                  "resamples": resamples, "seed": seed,
                   "confidence": confidence, "bootstrap": "frames with replacement, numpy default_rng([seed, 32])",
                   "sources_meta": meta})
     titles = {"sim": "sim held-out, all cameras", f"sim {FRONT}": f"sim held-out, {FRONT}"}
     text = markdown(table, titles)
     (out / "realism_gap.json").write_text(json.dumps(plain(table), indent=2) + "\n")
+    fits = ", ".join(f"{n} {m['fit']}" for n, m in meta.items() if m.get("fit"))
     (out / "realism_gap.md").write_text(f"checkpoint {checkpoint} (step {table['step']}); {resamples} bootstrap draws "
-                                        f"over frames, seed {seed}, {confidence:.0%} intervals\n\n{text}\n")
+                                        f"over frames, seed {seed}, {confidence:.0%} intervals; fit: {fits}\n\n{text}\n")
     return {**table, "markdown": text}
 
 
@@ -338,6 +352,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.add_argument(f"--{s}", type=Path, default=None, help=f"a {s} folder in its official layout")
     ap.add_argument("--split", action="append", default=[], metavar="SOURCE=SPLIT",
                     help="a source's split (e.g. cityscapes=val, tusimple=label_data_0313); default: the reader's")
+    ap.add_argument("--fit", choices=("stretch", "crop", "camera"), default=None,
+                    help="how a genuine frame reaches the model's input size (hydranet eval --fit; default the run's "
+                         "data.fit); camera falls back to crop on a source without intrinsics")
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--confidence", type=float, default=0.95)
@@ -354,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"--split {item}: give SOURCE=SPLIT with SOURCE one of sim, {', '.join(GENUINE)}")
         splits[name] = value
     check_out(a.out, a.overwrite)
-    table = run(a.checkpoint, a.out, folders, splits, a.resamples, a.seed, a.confidence)
+    table = run(a.checkpoint, a.out, folders, splits, a.resamples, a.seed, a.confidence, fit=a.fit)
     print(table["markdown"])
     print(f"wrote {a.out / 'realism_gap.md'} and {a.out / 'realism_gap.json'}")
 

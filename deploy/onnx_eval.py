@@ -102,13 +102,16 @@ def _cameras_in(model: OnnxPredictor, data: str | Path) -> list[str] | None:
 
 
 def evaluate_any(model: str | Path, data: str | Path, out: str | Path | None = None, progress: bool = True,
-                 save_predictions: str | Path | None = None) -> dict[str, Any]:
-    """A checkpoint (run folder or .pt) or an .onnx model, evaluated the same way."""
+                 save_predictions: str | Path | None = None, fit: str | None = None) -> dict[str, Any]:
+    """A checkpoint (run folder or .pt) or an .onnx model, evaluated the same way; `fit` (checkpoints only):
+    how a frame reaches the model's input size (`hydranet.loader.fit_to`; default the run's data.fit)."""
     if str(model).endswith(".onnx"):
+        if fit is not None:
+            raise ValueError(f"--fit: {model} is an ONNX model, evaluated at its export's resize; give a checkpoint")
         return evaluate_onnx(model, data, out, progress=progress, save_predictions=save_predictions)
     from hydranet.evaluate import evaluate_checkpoint
 
-    return evaluate_checkpoint(model, data, out, save_predictions, progress=progress)
+    return evaluate_checkpoint(model, data, out, save_predictions, progress=progress, fit=fit)
 
 
 def primary_drop(reference: Mapping[str, Any], results: Mapping[str, Any]) -> list[dict[str, Any]]:

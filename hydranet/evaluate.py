@@ -21,7 +21,8 @@ import torch
 
 from hydranet.checkpoint import load_model
 from hydranet.data.sources import cross_mapped, open_data
-from hydranet.loader import LabelledFrames
+from hydranet.config import ConfigError
+from hydranet.loader import LabelledFrames, camera_intrinsics
 from hydranet.models.partial import supervised_targets, supervised_update
 from hydranet.rig import rig_from_dict
 from hydranet.stream import predict_stream
@@ -30,7 +31,8 @@ from hydranet.stream import predict_stream
 def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = None,
                       image_size: tuple[int, int] | None = None, format: str | None = None,
                       split: str | None = None, version: str | None = None,
-                      model_classes: list[str] | None = None) -> LabelledFrames:
+                      model_classes: list[str] | None = None, fit: str | None = None,
+                      meta: Mapping[str, Any] | None = None) -> LabelledFrames:
     """The frames of dataset `data` (any format: `hydranet.data.sources.open_data`; data.root or a
     source of the config is read with its format/split/version/cameras) as the model sees them:
     its image size, its heads' targets, no augmentation. A camera-only model evaluates every
@@ -39,7 +41,9 @@ def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = 
     model on BDD100K, a nuScenes-trained one on the sim) is read through the cross-dataset class
     map (`hydranet.data.sources.cross_mapped`: classes renamed to the model's, those without a
     counterpart dropped, heads whose label names have none unscored); `model_classes`: the model's
-    class list (its checkpoint meta), else its heads'."""
+    class list (its checkpoint meta), else its heads'. `fit` (default data.fit): how a frame of another
+    size reaches the image size (`hydranet.loader.fit_to`); "camera" resamples each camera to the model's
+    camera of that name in `meta["rig"]` (the checkpoint's meta; ConfigError without one)."""
     from hydranet.data.reader import DatasetError
     from hydranet.experiment import check_heads
 
@@ -52,7 +56,14 @@ def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = 
         ds = open_data(cfg.data, data, format, split, version, all_cameras=True)
     check_heads(list(model.heads), [getattr(ds, "format", "sim")], bev_only=True, where=f"the format of {data}")
     ds = cross_mapped(ds, dict(model.heads.items()), model_classes)
-    return LabelledFrames(ds, dict(model.heads.items()), image_size or cfg.data.image_size, None, cfg.seed)
+    fit = fit or cfg.data.fit
+    hw = image_size or cfg.data.image_size
+    camera_K = None
+    if fit == "camera":
+        if not meta or "rig" not in meta:
+            raise ConfigError("data.fit=camera needs the model's rig (a checkpoint's meta); use data.fit=crop or stretch")
+        camera_K = camera_intrinsics(rig_from_dict(meta["rig"], "checkpoint meta rig"), hw)
+    return LabelledFrames(ds, dict(model.heads.items()), hw, None, cfg.seed, fit=fit, camera_K=camera_K)
 
 
 def evaluate(model, frames: LabelledFrames, batch_size: int = 2, device: str | torch.device = "cpu",
@@ -261,9 +272,10 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str 
                         out: str | Path | None = None, save_predictions: str | Path | None = None,
                         progress: bool = True, on_outputs: Callable[[dict, dict], None] | None = None,
                         format: str | None = None, split: str | None = None,
-                        version: str | None = None, keep_states: bool = False) -> dict[str, Any]:
+                        version: str | None = None, keep_states: bool = False, fit: str | None = None) -> dict[str, Any]:
     """Load a checkpoint, evaluate it on `data`, write metrics JSON to `out`; returns the results.
-    `keep_states`: per-frame metric states in the results (`evaluate`; one folder only).
+    `keep_states`: per-frame metric states in the results (`evaluate`; one folder only). `fit`: how a frame
+    reaches the model's input size (default the run's data.fit; `hydranet.loader.fit_to`).
     The heads' prediction files (det2d COCO JSON, det3d nuScenes submission) go to
     `save_predictions` (default: the folder of `out`); results["predictions"] lists them.
 
@@ -278,22 +290,23 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str 
             data, many = cfg.data.root, False
         else:
             return evaluate_sources((model, cfg, ckpt), checkpoint, data, out, save_predictions, progress, on_outputs,
-                                    format, split, version)
+                                    format, split, version, fit)
     if save_predictions is None and out is not None:
         save_predictions = Path(out).parent
     results = _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progress, on_outputs, format,
-                               split, version, keep_states)
+                               split, version, keep_states, fit)
     if out is not None:
         write_results(results, out)
     return results
 
 
 def _evaluate_loaded(model, cfg, ckpt, checkpoint, data, save_predictions, progress, on_outputs, format=None,
-                     split=None, version=None, keep_states=False) -> dict[str, Any]:
+                     split=None, version=None, keep_states=False, fit=None) -> dict[str, Any]:
     device = "cuda" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu"
     model, cfg, note = narrowed_to_data(model, cfg, ckpt, checkpoint, data, format, split, version)
+    meta = json.loads(ckpt["meta"])
     frames = evaluation_frames(model, cfg, data, cameras=list(cfg.data.cameras) if note else None, format=format,
-                               split=split, version=version, model_classes=json.loads(ckpt["meta"]).get("classes"))
+                               split=split, version=version, model_classes=meta.get("classes"), fit=fit, meta=meta)
     if model.fusion is not None:
         check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
     results = evaluate(model, frames, cfg.batch_size, device, progress, save_predictions, on_outputs, keep_states)
@@ -364,7 +377,7 @@ def source_names(cfg, roots: Sequence[str | Path]) -> list[str]:
 def evaluate_sources(loaded, checkpoint: str | Path, data: Sequence[str | Path] | None = None,
                      out: str | Path | None = None, save_predictions: str | Path | None = None, progress: bool = True,
                      on_outputs: Callable[[dict, dict], None] | None = None, format: str | None = None,
-                     split: str | None = None, version: str | None = None) -> dict[str, Any]:
+                     split: str | None = None, version: str | None = None, fit: str | None = None) -> dict[str, Any]:
     """Every dataset evaluated on its own, as `evaluate_checkpoint(checkpoint, root)` would
     (each read with its data.sources settings), scored only on the heads it has labels for:
     {"sources": {name: results (`scored_only`)}, "checkpoint", "step", "data": [roots],
@@ -381,7 +394,8 @@ def evaluate_sources(loaded, checkpoint: str | Path, data: Sequence[str | Path] 
         save_predictions = Path(out).parent
     names = source_names(cfg, roots)
     per = [_evaluate_loaded(model, cfg, ckpt, checkpoint, root, None if save_predictions is None else
-                            Path(save_predictions) / name, progress, on_outputs) for root, name in zip(roots, names)]
+                            Path(save_predictions) / name, progress, on_outputs, fit=fit)
+           for root, name in zip(roots, names)]
     results = {"sources": {n: scored_only(r) for n, r in zip(names, per)}, "checkpoint": str(checkpoint),
                "step": int(ckpt["step"]), "data": [str(r) for r in roots],
                "predictions": [p for r in per for p in r["predictions"]]}

@@ -50,6 +50,9 @@ class DataConfig:
     cameras: tuple[str, ...] | None = None  # None = every camera of the rig
     image_size: tuple[int, int] = (96, 160)  # (H, W) the network sees; multiples of input_divisor()
     on_bad_frame: Literal["raise", "skip"] = "raise"
+    # how a frame of another size reaches image_size (hydranet.loader.fit_to): stretch | crop (aspect kept) |
+    # camera (resampled to the model's own camera of that name: its focal length, so objects keep their training size)
+    fit: Literal["stretch", "crop", "camera"] = "stretch"
     sources: tuple[SourceConfig, ...] = ()  # several datasets in one run (then root/format/split/version/cameras unused)
     sweeps: int = 0  # nuScenes root: up to N unlabelled camera sweeps read between two keyframes (0: keyframes only)
     # frames with rare classes drawn more often: repeat-factor sampling with this threshold (LVIS; mmdetection's

@@ -5,6 +5,10 @@ resumable, shardable batch order.
   at (x0, y0); images bilinear, dense labels nearest; intrinsics, 2D boxes and 2D lanes follow.
   Pixel centres sit at integer coordinates (docs/dataset_format.md): a pixel centre u maps to
   sx * (u + 0.5) - 0.5 - x0, a box edge x to sx * x - x0.
+- `fit_to(sample, out_hw, fit, camera_K)`: bring a source's cameras to the model's input size: `stretch`
+  (each image resized to out_hw, its aspect changed), `crop` (one scale for both axes, centre crop or pad) or
+  `camera` (each image resampled to the model's own pinhole camera of the same name: its focal length and
+  principal point at out_hw, so objects keep the pixel size they had in training).
 - `Augmenter`: per camera a photometric albumentations pipeline (brightness/contrast, blur, noise,
   fog, rain, shadows) and a random zoom (scale >= 1, then crop back to the output size), seeded
   from (seed, epoch, frame, camera) so a resumed run sees the very same pixels; for BEV models a
@@ -104,6 +108,60 @@ def resize_to(sample: Mapping, out_hw: tuple[int, int]) -> dict:
     return resize_crop(sample, [(out_hw[1] / w, out_hw[0] / h) for h, w in sizes], [(0.0, 0.0)] * len(sizes), out_hw)
 
 
+FITS = ("stretch", "crop", "camera")
+
+
+def fit_to(sample: Mapping, out_hw: tuple[int, int], fit: str = "stretch",
+           camera_K: Mapping[str, np.ndarray] | None = None) -> dict:
+    """Every camera of `sample` at out_hw = (H, W), by `fit`:
+    - "stretch": resized to out_hw (`resize_to`); a 1242x375 KITTI frame at 160x96 has its objects
+      squeezed 2x across against down;
+    - "crop": scaled by max(H/h, W/w) on both axes, centre-cropped: the aspect kept, the sides lost;
+    - "camera": resampled to the pinhole camera_K[name] (3, 3) (the model's camera of that name at
+      out_hw): scaled by the ratio of the focal lengths, the principal points aligned, cropped or padded
+      with black. A car then has the pixel size it had in training at the same distance, whatever
+      the source camera. Needs each camera's finite intrinsics and an entry in camera_K: ValueError naming the camera."""
+    if fit == "stretch":
+        return resize_to(sample, out_hw)
+    H, W = out_hw
+    scales, offsets = [], []
+    for i, name in enumerate(sample["camera_names"]):
+        h, w = sample["images"][i].shape[:2]
+        if fit == "crop":
+            s = max(H / h, W / w)
+            scales.append((s, s))
+            offsets.append((0.5 * (w * s - W), 0.5 * (h * s - H)))
+            continue
+        if fit != "camera":
+            raise ValueError(f"data.fit must be one of {', '.join(FITS)}, got {fit!r}")
+        K = np.asarray(sample["intrinsics"][i], np.float64)  # (3, 3) at the source's (h, w)
+        if camera_K is None or name not in camera_K:
+            raise ValueError(f"data.fit=camera: the model has no camera {name!r} to resample to "
+                             f"(it has {', '.join(camera_K or {}) or 'none'}); use data.fit=crop or stretch")
+        if not np.isfinite(K).all() or K[0, 0] <= 0 or K[1, 1] <= 0:
+            raise ValueError(f"data.fit=camera: camera {name} of {sample.get('scene', 'this source')} has no "
+                             "intrinsics (a source without calibration); use data.fit=crop or stretch")
+        Kt = np.asarray(camera_K[name], np.float64)
+        if not np.isfinite(Kt).all():
+            raise ValueError(f"data.fit=camera: the model's camera {name} has no intrinsics to resample to "
+                             "(trained on an uncalibrated source); use data.fit=crop or stretch")
+        sx, sy = Kt[0, 0] / K[0, 0], Kt[1, 1] / K[1, 1]
+        # resize_crop maps a pixel centre u to sx * (u + 0.5) - 0.5 - x0: the principal point lands on Kt's
+        x0, y0 = sx * (K[0, 2] + 0.5) - 0.5 - Kt[0, 2], sy * (K[1, 2] + 0.5) - 0.5 - Kt[1, 2]
+        if abs(sx * w - W) < 1e-3 and abs(sy * h - H) < 1e-3 and abs(x0) < 1e-3 and abs(y0) < 1e-3:
+            sx, sy, x0, y0 = W / w, H / h, 0.0, 0.0  # the model's own camera: the resize exactly (float32 K)
+        scales.append((sx, sy))
+        offsets.append((x0, y0))
+    return resize_crop(sample, scales, offsets, out_hw)
+
+
+def camera_intrinsics(rig, image_hw: tuple[int, int]) -> dict[str, np.ndarray]:
+    """{camera name: K (3, 3)} of a hydranet.rig.Rig's cameras resized to image_hw = (H, W): what
+    data.fit=camera resamples a source's camera of that name to."""
+    K, _, names = rig.resized(image_hw[1], image_hw[0]).calibration()
+    return dict(zip(names, K))
+
+
 def _haze_transform():
     """Haze as fog looks from a car: the image blended towards a light grey, most at the top rows
     (far away), as a cheap stand-in for albumentations' RandomFog (which draws thousands of
@@ -194,8 +252,10 @@ class LabelledFrames(torch.utils.data.Dataset):
     Every frame of a clip gets the same augmentation (same crop per camera, same photometrics)."""
 
     def __init__(self, data: SimDataset, tasks: Mapping[str, Task], image_hw: tuple[int, int],
-                 augmenter: Augmenter | None = None, seed: int = 0, clip_length: int = 1, cache_mb: int = 1024):
+                 augmenter: Augmenter | None = None, seed: int = 0, clip_length: int = 1, cache_mb: int = 1024,
+                 fit: str = "stretch", camera_K: Mapping[str, np.ndarray] | None = None):
         self.data, self.tasks, self.image_hw = data, dict(tasks), tuple(image_hw)
+        self.fit, self.camera_K = fit, camera_K  # how a frame reaches image_hw (`fit_to`)
         self.augmenter, self.seed, self.clip_length = augmenter, seed, int(clip_length)
         # decoded frames at the model size, kept per process (each loader worker has its own) up to
         # `cache_mb`: decoding PNG/JPEG is most of a frame's loading cost and small sets fit in memory
@@ -218,8 +278,12 @@ class LabelledFrames(torch.utils.data.Dataset):
         (last) frame."""
         epoch, index = item if isinstance(item, tuple) else (0, item)
         frame = self.frame_index(index)
-        sample = self._cached(frame, lambda: [resize_to(self.data[frame], self.image_hw)])[0]
+        sample = self._cached(frame, lambda: [self.fitted(self.data[frame])])[0]
         return self.augmenter(sample, (self.seed, epoch, index)) if self.augmenter is not None else sample
+
+    def fitted(self, sample: Mapping) -> dict:
+        """A dataset sample at the model's input size (`fit_to` with this dataset's fit)."""
+        return fit_to(sample, self.image_hw, self.fit, self.camera_K)
 
     def _cached(self, key: int | tuple, load: Callable[[], list[dict]]) -> list[dict]:
         """The resized samples `load()` gives, kept in this process while `cache_mb` has room."""
@@ -244,7 +308,7 @@ class LabelledFrames(torch.utils.data.Dataset):
 
         def load() -> list[dict]:
             clip = self.data.clip(end, self.clip_length, pad=True)
-            resized = {id(s): resize_to(s, self.image_hw) for s in clip}
+            resized = {id(s): self.fitted(s) for s in clip}
             return [resized[id(s)] for s in clip]
 
         clip = self._cached(("clip", end), load)

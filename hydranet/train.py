@@ -47,7 +47,7 @@ from hydranet.ema import WeightEma
 from hydranet.experiment import ExperimentConfig, OptimConfig, experiment_from_json
 from hydranet.io import check_apart, remove_stale_temps
 from hydranet.class_balance import frame_classes, repeat_counts, repeat_line
-from hydranet.loader import Augmenter, Collate, LabelledFrames, SourceBatchSampler, StepBatchSampler, to_device
+from hydranet.loader import Augmenter, Collate, LabelledFrames, camera_intrinsics, SourceBatchSampler, StepBatchSampler, to_device
 from hydranet.models import HydraNet, build_model
 from hydranet.models.partial import leading_rows, split_mask, supervised_targets
 
@@ -187,7 +187,8 @@ def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None
                     BevGrid.from_meta(ds.meta) if bev and "bev" in ds.meta else None)
     aug = aug if augment and aug.active else None
     T = model.video_frames if clip_length is None else clip_length
-    return LabelledFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T)
+    return LabelledFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T,
+                          fit=cfg.data.fit, camera_K=camera_intrinsics(ds.rig, cfg.data.image_size))
 
 
 def fit_priors(model: HydraNet, frames: LabelledFrames, heads: list[str] | None = None, count: int = 32) -> None:
@@ -196,7 +197,8 @@ def fit_priors(model: HydraNet, frames: LabelledFrames, heads: list[str] | None 
     heads = list(model.heads) if heads is None else heads
     if not heads:
         return
-    plain = LabelledFrames(frames.data, {n: model.heads[n] for n in heads}, frames.image_hw)
+    plain = LabelledFrames(frames.data, {n: model.heads[n] for n in heads}, frames.image_hw, fit=frames.fit,
+                           camera_K=frames.camera_K)
     picks = np.unique(np.linspace(0, len(plain) - 1, min(count, len(plain))).round().astype(int))
     targets = to_device(Collate(plain.tasks)([plain[int(i)] for i in picks]), next(model.parameters()).device)["targets"]
     for name, task in plain.tasks.items():
@@ -485,7 +487,8 @@ def _log_example(writer, model: HydraNet, frames: LabelledFrames, step: int) -> 
     from hydranet.stream import predict_frame
     from hydranet.viz import prediction_picture
 
-    single = LabelledFrames(frames.data, frames.tasks, frames.image_hw)  # no augmentation, no clips
+    single = LabelledFrames(frames.data, frames.tasks, frames.image_hw, fit=frames.fit,
+                            camera_K=frames.camera_K)  # no augmentation, no clips
     sample, pred = predict_frame(model, single, 0)
     writer.add_image("example", prediction_picture(model, sample, pred, frames.data.meta), step, dataformats="HWC")
     model.train()

@@ -169,3 +169,21 @@ def test_tusimple_scores_read_the_decoded_mask_at_the_label_rows(rg, folders):
     assert expected[1] == (1.0, 0.0, 0.0) and expected[0][0] < 1.0  # an all-missing labelled lane is never found
     with pytest.raises(ValueError, match="decoded lane maps"):
         rg.tusimple_scores(folders["tusimple"], None, ids, maps[:1])
+
+
+def test_fit_camera_where_a_source_has_intrinsics_crop_or_stretch_where_not(rg, folders):
+    """--fit camera resamples KITTI's frames to the model's camera; Cityscapes without camera.json falls back to crop,
+    TuSimple to the stretch its own score reads back through; each source's fit is in its results."""
+    import shutil
+
+    from hydranet.checkpoint import config_from_checkpoint, load_model
+
+    _, _, ckpt = load_model(folders["run"])
+    m, c = rg.front_model(ckpt, config_from_checkpoint(ckpt), "run")
+    fits = {s: rg.evaluate_source(m, c, ckpt, folders[s], s, None, fit="camera")["fit"]
+            for s in ("kitti", "cityscapes", "tusimple")}
+    assert fits == {"kitti": "camera", "cityscapes": "camera", "tusimple": "stretch"}  # the fixture has camera.json
+    bare = shutil.copytree(folders["cityscapes"], folders["base"] / "cityscapes_bare")
+    shutil.rmtree(bare / "camera")
+    assert rg.evaluate_source(m, c, ckpt, bare, "cityscapes", None, fit="camera")["fit"] == "crop"
+    assert rg.evaluate_source(m, c, ckpt, folders["kitti"], "kitti", None)["fit"] == "stretch"  # the run's data.fit

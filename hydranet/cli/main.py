@@ -212,6 +212,8 @@ def cmd_eval(args) -> None:
     if not isinstance(data, Path) and (args.onnx is not None or reference is not None):
         why = "to evaluate an ONNX model on" if reference is None else "with --reference"
         raise ValueError(f"--data: give one dataset folder {why} (per-source evaluation of several is for checkpoints)")
+    if args.onnx is not None and args.fit is not None:
+        raise ValueError("--fit: give a checkpoint (--checkpoint); an ONNX model is evaluated at its export's resize")
     if args.onnx is not None:  # an exported fp32/int8 model: same frames, same metrics
         from deploy.onnx_eval import evaluate_onnx
 
@@ -219,7 +221,7 @@ def cmd_eval(args) -> None:
                                 save_predictions=args.save_predictions)
     else:
         results = evaluate_checkpoint(args.checkpoint, data, args.out, args.save_predictions, progress=not args.quiet,
-                                      format=args.format, split=args.split, version=args.version)
+                                      format=args.format, split=args.split, version=args.version, fit=args.fit)
     if results.get("note"):  # a model run on some of its cameras: the BEV heads left out
         print(results["note"])
     per = results["sources"].values() if "sources" in results else [results]
@@ -235,7 +237,7 @@ def cmd_eval(args) -> None:
     if reference is not None:
         from deploy.onnx_eval import evaluate_any, format_drop, primary_drop
 
-        ref = evaluate_any(args.reference, data, progress=False)
+        ref = evaluate_any(args.reference, data, progress=False, fit=args.fit)
         print(format_drop(primary_drop(ref, results), str(args.reference), str(args.onnx or args.checkpoint)))
     print(f"wrote {args.out}")
 
@@ -372,6 +374,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="dataset format (default: the config's for its data.root/sources, else detected)")
     ev.add_argument("--split", default=None, help="nuScenes/KITTI/BDD100K split (default: the config's, else the reader's)")
     ev.add_argument("--version", default=None, help="nuScenes version folder (default: the only one)")
+    ev.add_argument("--fit", choices=("stretch", "crop", "camera"), default=None,
+                    help="how a frame of another camera reaches the model's input size (default: the run's data.fit): "
+                         "stretch it, crop it (aspect kept) or resample it to the model's camera of that name (its focal "
+                         "length: objects keep their training size; needs the source's intrinsics)")
     ev.add_argument("--out", type=Path, default=Path("metrics.json"))
     ev.add_argument("--save-predictions", type=Path, default=None, metavar="DIR",
                     help="where the heads write their predictions (det2d COCO JSON, det3d nuscenes_results.json); "

@@ -115,6 +115,12 @@ CASES = [
                  "dataset rider")),
     case("eval-sim-model-on-tusimple", "tusimple", status=0, check=scored(det2d=0, drivable=0, lanes=3),
          stdout=("pixel_iou", NOTE)),
+    # --fit: Cityscapes' camera.json lets a frame be resampled to the model's camera; TuSimple has no intrinsics
+    case("eval-fit-camera-on-cityscapes", "cityscapes", status=0, check=scored(det2d=2, drivable=2),
+         stdout=("mAP50", "drivable"), extra=("--fit", "camera")),
+    case("eval-fit-camera-on-tusimple", "tusimple", ("data.fit=camera", "camera CAM_FRONT", "has no intrinsics",
+                                                     "use data.fit=crop"), extra=("--fit", "camera")),
+    case("eval-fit-crop-on-tusimple", "tusimple", status=0, check=scored(lanes=3), extra=("--fit", "crop")),
     case("check-cityscapes", "cityscapes", command="check", status=0,
          stdout=("format cityscapes, split val", "supervises: det2d, drivable", "bicycle -> bicycle: 2",
                  "cargroup -> (not used): 4", "every checked frame is readable")),
