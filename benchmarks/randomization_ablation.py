@@ -24,8 +24,8 @@ CELLS = (("sim CAM_FRONT", "det2d/car AP50"), ("sim CAM_FRONT", "drivable/iou"),
          ("kitti", "det2d/mAP50"), ("cityscapes", "det2d/car AP50"), ("cityscapes", "drivable/iou"))
 
 
-def seed_tables(arm: Path, out: Path, val: Path, genuine: dict[str, Path]) -> list[dict]:
-    """realism_gap.json of every seed run of `arm` (computed into `out` when absent)."""
+def seed_tables(arm: Path, out: Path, val: Path, genuine: dict[str, Path], fit: str | None = None) -> list[dict]:
+    """realism_gap.json of every seed run of `arm` (computed into `out` when absent; `fit`: realism_gap --fit)."""
     import realism_gap  # benchmarks/, this script's folder (sys.path[0] when run as a script)
 
     runs = sorted(p for p in arm.glob("seed*") if (p / "run" / "checkpoint.pt").is_file())
@@ -36,7 +36,7 @@ def seed_tables(arm: Path, out: Path, val: Path, genuine: dict[str, Path]) -> li
         folder = out / run.name
         if not (folder / "realism_gap.json").is_file():
             realism_gap.check_out(folder, overwrite=True)
-            realism_gap.run(run / "run", folder, {"sim": val, **genuine}, progress=False)
+            realism_gap.run(run / "run", folder, {"sim": val, **genuine}, progress=False, fit=fit)
         tables.append(json.loads((folder / "realism_gap.json").read_text()))
     return tables
 
@@ -73,12 +73,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--arm", action="append", required=True, metavar="NAME=DIR", help="a demo_seeds.py folder; first: the reference")
     ap.add_argument("--kitti", type=Path, default=None)
     ap.add_argument("--cityscapes", type=Path, default=None)
+    ap.add_argument("--fit", choices=("stretch", "crop", "camera"), default=None,
+                    help="how the genuine frames reach the models' input size (realism_gap.py --fit)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     arms = dict(item.split("=", 1) for item in a.arm)
     genuine = {k: v for k, v in (("kitti", a.kitti), ("cityscapes", a.cityscapes)) if v is not None}
     val = Path(next(iter(arms.values()))) / "data" / "sim_val"
-    tables = {name: seed_tables(Path(d), a.out / name, val, genuine) for name, d in arms.items()}
+    tables = {name: seed_tables(Path(d), a.out / name, val, genuine, a.fit) for name, d in arms.items()}
     text, figures = table(tables)
     head = f"median [min, max] over training seeds ({', '.join(f'{n}: {len(t)}' for n, t in tables.items())})\n\n"
     (a.out / "randomization_ablation.md").write_text(head + text + "\n")
