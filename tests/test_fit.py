@@ -81,7 +81,7 @@ def test_crop_keeps_the_aspect_and_the_centre():
     assert K[0, 2] == pytest.approx(s * (KITTI_K[0, 2] + 0.5) - 0.5 - 0.5 * (1242 * s - 160), abs=1e-3)
 
 
-def test_camera_fit_of_the_models_own_camera_is_the_stretch(tmp_path):
+def test_camera_and_crop_fits_of_the_models_own_camera_are_the_stretch(tmp_path):
     from dataset_fixtures import make_sim
 
     from hydranet.data import SimDataset
@@ -91,8 +91,10 @@ def test_camera_fit_of_the_models_own_camera_is_the_stretch(tmp_path):
     hw = (sample["images"].shape[1] // 2, sample["images"].shape[2] // 2)
     a = fit_to(sample, hw, "camera", camera_intrinsics(ds.rig, hw))
     b = resize_to(sample, hw)
+    c = fit_to(sample, hw, "crop")  # the same aspect: the crop is the stretch too
     for key in ("images", "depth", "semantic"):
         np.testing.assert_array_equal(a[key], b[key])
+        np.testing.assert_array_equal(c[key], b[key])
     np.testing.assert_allclose(a["intrinsics"], b["intrinsics"], atol=1e-5)
     for name, cam in b["labels"]["cameras"].items():
         got = a["labels"]["cameras"][name]
