@@ -12,7 +12,7 @@ k = 0 is the control: the same steps on the sim alone. The k frames of seed s ar
 pool drawn from `numpy.random.default_rng([s, 33])`, so a seed's frames for k include those for every smaller k.
 Every fine-tuned model is scored on the genuine frames of `--eval` (disjoint from the pool; a frame id in both is
 refused) and on the sim's held-out front camera, with benchmarks/realism_gap.py's cells (car AP50, mAP50, a
-bootstrap over frames); genuine frames reach the input size by `--fit` (default camera: the model's own camera).
+bootstrap over frames); genuine frames reach the input size by `--fit` (default crop, as configs/full.yaml).
 
 Writes OUT/curve.md, OUT/curve.json, OUT/curve.png (car AP50 on the genuine frames against k, each seed and the
 median) and per run OUT/k<K>_seed<S>/{pool (the k frames, copied), run, eval}; nothing outside OUT. An existing
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--real-weight", type=float, default=0.5, help="the share of batches drawn from the genuine frames")
-    ap.add_argument("--fit", choices=("stretch", "crop", "camera"), default="camera")
+    ap.add_argument("--fit", choices=("stretch", "crop", "camera"), default="crop")
     ap.add_argument("--resamples", type=int, default=500)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)

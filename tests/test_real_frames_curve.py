@@ -60,7 +60,7 @@ def test_curve_end_to_end(tmp_path):
     tuned = load_checkpoint(out / "k2_seed0" / "run")
     assert json.loads(tuned["meta"])["classes"] == base_meta["classes"]  # KITTI's Tram dropped: the same taxonomy
     tuned_cfg = json.loads(tuned["config"])
-    assert tuned_cfg["data"]["fit"] == "camera" and [s["name"] for s in tuned_cfg["data"]["sources"]] == ["sim", "kitti"]
+    assert tuned_cfg["data"]["fit"] == "crop" and [s["name"] for s in tuned_cfg["data"]["sources"]] == ["sim", "kitti"]
     assert [t["name"] for t in tuned_cfg["model"]["tasks"]] == ["det2d", "drivable"] and tuned["step"] == 2
     table = json.loads((out / "k2_seed0" / "eval" / "realism_gap.json").read_text())
     assert table["cells"]["kitti"]["det2d/car AP50"]["frames"] == len(ids) - 3
