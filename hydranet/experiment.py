@@ -68,6 +68,9 @@ class DataConfig:
 @dataclass(frozen=True)
 class AugmentConfig:
     photometric: bool = True
+    # with photometric: also the camera and ISP effects the sim does not render (white balance, hue, gamma, sharpening,
+    # JPEG, downscale; hydranet.loader.photometric_pipeline)
+    isp: bool = False
     geometric: bool = True
     scale_range: tuple[float, float] = (1.0, 1.25)  # random zoom, then crop back to image_size
     geometric_p: float = 0.5

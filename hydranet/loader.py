@@ -183,17 +183,29 @@ def _haze_transform():
     return Haze
 
 
-def photometric_pipeline():
-    """Per-camera photometric augmentation (albumentations): lighting, blur, noise, weather, shadows."""
+def photometric_pipeline(isp: bool = False):
+    """Per-camera photometric augmentation (albumentations): lighting, blur, noise, weather, shadows. `isp`: also
+    the camera and ISP effects the sim does not render (augment.isp): white balance (a black-body colour
+    temperature), hue and saturation, gamma, sharpening, JPEG compression and a downscale-upscale."""
     import albumentations as A  # imported here: the car-side runtime does not need it
 
+    camera = [
+        A.PlanckianJitter(mode="blackbody", p=0.4),
+        A.HueSaturationValue(hue_shift_limit=8, sat_shift_limit=30, val_shift_limit=0, p=0.4),
+        A.RandomGamma(gamma_limit=(75, 135), p=0.4),
+        A.Sharpen(alpha=(0.1, 0.4), lightness=(0.9, 1.1), p=0.2),
+        A.ImageCompression(quality_range=(30, 90), p=0.4),
+        A.Downscale(scale_range=(0.5, 0.9), p=0.2),
+    ] if isp else []
     return A.Compose([
         A.RandomBrightnessContrast(brightness_limit=0.25, contrast_limit=0.25, p=0.6),
+        *camera[:4],
         A.OneOf([A.GaussianBlur(blur_limit=(3, 5)), A.MotionBlur(blur_limit=(3, 5))], p=0.2),
         A.GaussNoise(std_range=(0.02, 0.06), p=0.2),
         _haze_transform()(p=0.08),
         A.RandomRain(drop_length=8, blur_value=3, brightness_coefficient=0.9, p=0.08),
         A.RandomShadow(p=0.1),
+        *camera[4:],  # last, as a camera's encoder: compression and resampling after the scene's light
     ], seed=0)
 
 
@@ -201,7 +213,8 @@ class Augmenter:
     """Seeded per-camera augmentation: `__call__(sample, key)` with key = (seed, epoch, frame)."""
 
     def __init__(self, photometric: bool = True, geometric: bool = True, scale_range: tuple[float, float] = (1.0, 1.25),
-                 geometric_p: float = 0.5, bev_rotation_deg: float = 0.0, bev_raster_grid: BevGrid | None = None):
+                 geometric_p: float = 0.5, bev_rotation_deg: float = 0.0, bev_raster_grid: BevGrid | None = None,
+                 isp: bool = False):
         if not 1.0 <= scale_range[0] <= scale_range[1]:
             raise ValueError(f"augment.scale_range must satisfy 1 <= low <= high, got {list(scale_range)}")
         if bev_rotation_deg < 0:
@@ -209,7 +222,7 @@ class Augmenter:
         self.photometric, self.geometric = photometric, geometric
         self.scale_range, self.geometric_p = scale_range, geometric_p
         self.bev_rotation, self.bev_raster_grid = np.deg2rad(bev_rotation_deg), bev_raster_grid
-        self._photo = photometric_pipeline() if photometric else None
+        self._photo = photometric_pipeline(isp) if photometric else None
 
     @property
     def active(self) -> bool:
