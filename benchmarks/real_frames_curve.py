@@ -2,7 +2,7 @@
 
     python benchmarks/real_frames_curve.py --checkpoint out/seeds_p2/seed0/run --sim out/seeds_p2/data/sim \
         --sim-val out/seeds_p2/data/sim_val --pool /work/genuine/kitti_tracking5 --eval /work/genuine/kitti20 \
-        --counts 0 1 2 3 5 --seeds 3 --steps 100 --out out/bench_real_frames
+        --counts 0 2 3 4 5 --seeds 3 --steps 100 --out out/bench_real_frames
 
 From a trained checkpoint (the demo's HydraNet), its camera heads on the front camera
 (`hydranet.checkpoint.model_for_cameras`'s config) are fine-tuned for `--steps` steps (`hydranet train --init`: the
@@ -16,7 +16,8 @@ bootstrap over frames); genuine frames reach the input size by `--fit` (default 
 
 Writes OUT/curve.md, OUT/curve.json, OUT/curve.png (car AP50 on the genuine frames against k, each seed and the
 median) and per run OUT/k<K>_seed<S>/{pool (the k frames, copied), run, eval}; nothing outside OUT. An existing
-OUT is refused without --overwrite.
+OUT is refused without --overwrite; --resume keeps its finished runs. k counts from the batch size (2): a genuine
+source's batches are drawn from it alone.
 """
 from __future__ import annotations
 
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--sim-val", type=Path, required=True, help="the sim's held-out scenes")
     ap.add_argument("--pool", type=Path, required=True, help="a KITTI folder: genuine labelled frames to mix in")
     ap.add_argument("--eval", type=Path, required=True, help="a KITTI folder: held-out genuine frames to score on")
-    ap.add_argument("--counts", type=int, nargs="+", default=[0, 1, 2, 3, 5])
+    ap.add_argument("--counts", type=int, nargs="+", default=[0, 2, 3, 4, 5])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--real-weight", type=float, default=0.5, help="the share of batches drawn from the genuine frames")
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--overwrite", action="store_true")
+    ap.add_argument("--resume", action="store_true", help="keep OUT's finished runs (k, seed) and run the others")
     a = ap.parse_args(argv)
     import torch
 
@@ -150,16 +152,26 @@ def main(argv: list[str] | None = None) -> dict:
                  "held-out genuine frames")
     if max(a.counts) > len(pool_ids) or min(a.counts) < 0:
         ap.error(f"--counts: give 0 to {len(pool_ids)} frames (the pool has {len(pool_ids)})")
+    batch = fine_tune_config(a.checkpoint, a.sim, None, 1, a.real_weight, a.fit, 0).batch_size
+    if any(0 < k < batch for k in a.counts):
+        ap.error(f"--counts: a genuine source of k frames needs k >= the batch size {batch} (its batches are drawn "
+                 "from it alone); give 0 or at least that many")
     if not 0 < a.real_weight < 1 or a.steps < 1 or a.seeds < 1:
         ap.error("--real-weight lies in (0, 1); --steps and --seeds are at least 1")
-    realism_gap.check_out(a.out, a.overwrite)
-    a.out.mkdir(parents=True)
+    if not (a.resume and a.out.is_dir()):
+        realism_gap.check_out(a.out, a.overwrite)
+        a.out.mkdir(parents=True)
     torch.set_num_threads(a.threads)
     cells: dict[int, list[dict]] = {}
     for k in sorted(set(a.counts)):
         for seed in range(a.seeds):
             folder = a.out / f"k{k}_seed{seed}"
             ids = pool_order(pool_ids, seed)[:k]
+            done = folder / "eval" / "realism_gap.json"
+            if a.resume and done.is_file():
+                cells.setdefault(k, []).append({**json.loads(done.read_text()), "pool_frames": ids})
+                continue
+            shutil.rmtree(folder, ignore_errors=True)  # a run cut short: from the start
             pool = write_pool(a.pool, ids, folder / "pool") if k else None
             print(f"[real_frames_curve] k={k} seed={seed}: {', '.join(ids) or 'sim only'}", file=sys.stderr, flush=True)
             cfg = fine_tune_config(a.checkpoint, a.sim, pool, a.steps, a.real_weight, a.fit, seed)

@@ -68,5 +68,10 @@ def test_curve_end_to_end(tmp_path):
     assert {p: sorted(x.name for x in p.rglob("*")) for p in before} == before  # nothing written beside --out
     with pytest.raises(SystemExit, match="exists: pass --overwrite"):
         curve.main(args)
+    stamp = (out / "k2_seed1" / "run" / "checkpoint.pt").stat().st_mtime_ns
+    assert curve.main([*args, "--resume"]) == figures  # finished runs kept, not trained again
+    assert (out / "k2_seed1" / "run" / "checkpoint.pt").stat().st_mtime_ns == stamp
+    with pytest.raises(SystemExit):  # one genuine frame cannot fill a batch of 2
+        curve.main([*args[:11], "1", *args[13:], "--overwrite"])
     with pytest.raises(SystemExit):
         curve.main([*args[:8], "--eval", str(pool), *args[10:], "--overwrite"])  # the pool scored on itself
