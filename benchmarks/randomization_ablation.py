@@ -20,6 +20,8 @@ import json
 import statistics
 from pathlib import Path
 
+from hydranet.experiment import FITS
+
 CELLS = (("sim CAM_FRONT", "det2d/car AP50"), ("sim CAM_FRONT", "drivable/iou"), ("kitti", "det2d/car AP50"),
          ("kitti", "det2d/mAP50"), ("cityscapes", "det2d/car AP50"), ("cityscapes", "drivable/iou"))
 
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--arm", action="append", required=True, metavar="NAME=DIR", help="a demo_seeds.py folder; first: the reference")
     ap.add_argument("--kitti", type=Path, default=None)
     ap.add_argument("--cityscapes", type=Path, default=None)
-    ap.add_argument("--fit", choices=("stretch", "crop", "camera"), default=None,
+    ap.add_argument("--fit", choices=FITS, default=None,
                     help="how the genuine frames reach the models' input size (realism_gap.py --fit)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)

@@ -31,9 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from hydranet.experiment import FITS
+
 import realism_gap  # benchmarks/, this script's folder
 
 KITTI_DIRS = ("image_2", "label_2", "calib")
+RECIPE = ("checkpoint", "sim", "sim_val", "pool", "eval", "steps", "real_weight", "fit")  # what a kept run must share
 ROWS = (("kitti", "det2d/car AP50"), ("kitti", "det2d/mAP50"), ("sim CAM_FRONT", "det2d/car AP50"),
         ("sim CAM_FRONT", "drivable/iou"))
 
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--real-weight", type=float, default=0.5, help="the share of batches drawn from the genuine frames")
-    ap.add_argument("--fit", choices=("stretch", "crop", "camera"), default="crop")
+    ap.add_argument("--fit", choices=FITS, default="crop")
     ap.add_argument("--resamples", type=int, default=500)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
@@ -167,12 +170,19 @@ def main(argv: list[str] | None = None) -> dict:
         for seed in range(a.seeds):
             folder = a.out / f"k{k}_seed{seed}"
             ids = pool_order(pool_ids, seed)[:k]
-            done = folder / "eval" / "realism_gap.json"
+            done, recipe = folder / "eval" / "realism_gap.json", folder / "recipe.json"
+            wanted = {key: str(getattr(a, key)) for key in RECIPE}
             if a.resume and done.is_file():
+                kept = json.loads(recipe.read_text()) if recipe.is_file() else {}
+                if kept != wanted:
+                    ap.error(f"--resume: {folder} was run with {kept or 'an unknown recipe'}, not {wanted}; run it "
+                             "into another --out or pass --overwrite")
                 cells.setdefault(k, []).append({**json.loads(done.read_text()), "pool_frames": ids})
                 continue
             shutil.rmtree(folder, ignore_errors=True)  # a run cut short: from the start
             pool = write_pool(a.pool, ids, folder / "pool") if k else None
+            folder.mkdir(exist_ok=True)
+            recipe.write_text(json.dumps(wanted) + "\n")
             print(f"[real_frames_curve] k={k} seed={seed}: {', '.join(ids) or 'sim only'}", file=sys.stderr, flush=True)
             cfg = fine_tune_config(a.checkpoint, a.sim, pool, a.steps, a.real_weight, a.fit, seed)
             train(cfg, folder / "run", progress=False)

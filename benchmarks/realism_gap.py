@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from hydranet.experiment import FITS
+
 GENUINE = ("kitti", "nuscenes", "bdd100k", "cityscapes", "tusimple")
 FRONT = "CAM_FRONT"
 BOOT_KEY = 32  # the issue number: the bootstrap's generator is default_rng([seed, BOOT_KEY])
@@ -135,6 +137,8 @@ def evaluate_source(model, cfg, ckpt, root: Path, fmt: str | None, split: str | 
     # TuSimple's own score reads the lanes back at the image's size through the stretch; no intrinsics: the aspect kept
     fallback = "stretch" if tusimple else "crop" if not np.isfinite(frames.data.rig.calibration()[0]).all() else None
     if frames.fit != "stretch" and fallback is not None and fallback != frames.fit:
+        why = "its own score reads the lanes back through the stretch" if tusimple else "it has no intrinsics"
+        print(f"[realism_gap] {root}: fit {fallback}, not {frames.fit}: {why}", file=sys.stderr, flush=True)
         frames = evaluation_frames(model, cfg, root, cameras=cameras, format=fmt, split=split,
                                    model_classes=meta.get("classes"), fit=fallback, meta=meta)
     lanes: list[np.ndarray] = []
@@ -352,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.add_argument(f"--{s}", type=Path, default=None, help=f"a {s} folder in its official layout")
     ap.add_argument("--split", action="append", default=[], metavar="SOURCE=SPLIT",
                     help="a source's split (e.g. cityscapes=val, tusimple=label_data_0313); default: the reader's")
-    ap.add_argument("--fit", choices=("stretch", "crop", "camera"), default=None,
+    ap.add_argument("--fit", choices=FITS, default=None,
                     help="how a genuine frame reaches the model's input size (hydranet eval --fit; default the run's "
                          "data.fit); camera falls back to crop on a source without intrinsics")
     ap.add_argument("--resamples", type=int, default=1000)

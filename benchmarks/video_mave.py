@@ -35,9 +35,10 @@ def frame_states(run: Path, val: Path) -> dict[str, dict]:
     from hydranet.checkpoint import load_model
     from hydranet.evaluate import evaluate, evaluation_frames
 
-    model, cfg, _ = load_model(run)
+    model, cfg, ckpt = load_model(run)
     torch.manual_seed(cfg.seed)
-    res = evaluate(model, evaluation_frames(model, cfg, val), cfg.batch_size, "cpu", False, keep_states=True)
+    frames = evaluation_frames(model, cfg, val, meta=json.loads(ckpt["meta"]))
+    res = evaluate(model, frames, cfg.batch_size, "cpu", False, keep_states=True)
     merge = model.heads["det3d"].metric().merge_states  # a frame's items (one: the BEV frame) as one state
     return {"/".join(map(str, fid)): merge(s) for fid, s in zip(res["frame_ids"], res["states"]["det3d"]) if s}
 

@@ -33,6 +33,7 @@ columns rank frames by error (Spearman, with a bootstrap interval over clips).
 """
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -119,16 +120,17 @@ def offline_signals(checkpoints: Sequence[str | Path], data: str | Path, tta: bo
     per_member: list[dict[str, list]] = []
     first = None
     for k, ckpt in enumerate(checkpoints):
-        model, cfg, _ = load_model(ckpt)
+        model, cfg, loaded = load_model(ckpt)
         heads = [h for h in HEADS if h in model.heads]
         if not heads:
             raise UncertaintyError(f"{ckpt}: the model has none of the heads {HEADS}; the signals need one")
         if first is None:
-            first = {"heads": heads, "size": tuple(cfg.data.image_size)}
-        elif heads != first["heads"] or tuple(cfg.data.image_size) != first["size"]:
-            raise UncertaintyError(f"{ckpt}: heads {heads} at {cfg.data.image_size}, the first model's are "
-                                   f"{first['heads']} at {list(first['size'])}; an ensemble needs the same heads and size")
-        frames = evaluation_frames(model, cfg, data)
+            first = {"heads": heads, "size": tuple(cfg.data.image_size), "fit": cfg.data.fit}
+        elif heads != first["heads"] or tuple(cfg.data.image_size) != first["size"] or cfg.data.fit != first["fit"]:
+            raise UncertaintyError(f"{ckpt}: heads {heads} at {cfg.data.image_size} (data.fit {cfg.data.fit}), the first "
+                                   f"model's are {first['heads']} at {list(first['size'])} (data.fit {first['fit']}); an "
+                                   "ensemble needs the same heads, size and fit (its members' maps are averaged pixel by pixel)")
+        frames = evaluation_frames(model, cfg, data, meta=json.loads(loaded["meta"]))
         got: dict[str, list] = {"maps": [], "flipped": []}  # per frame: {head: (N, H, W)}
 
         def keep(raw, batch, model=model, heads=heads, got=got, member=k):

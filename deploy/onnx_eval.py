@@ -63,8 +63,10 @@ class OnnxPredictor(nn.Module):
 
 
 def evaluate_onnx(model_path: str | Path, data: str | Path, out: str | Path | None = None, batch_size: int | None = None,
-                  progress: bool = True, save_predictions: str | Path | None = None) -> dict[str, Any]:
-    """`evaluate_checkpoint` for an ONNX model: same frames, same metrics, same baselines."""
+                  progress: bool = True, save_predictions: str | Path | None = None,
+                  fit: str | None = None) -> dict[str, Any]:
+    """`evaluate_checkpoint` for an ONNX model: same frames, same metrics, same baselines (`fit`: how a frame
+    reaches the input size, default the exported run's data.fit, as its runtime does)."""
     from hydranet.evaluate import evaluate, evaluation_frames, write_results
 
     model = OnnxPredictor(model_path)
@@ -72,7 +74,8 @@ def evaluate_onnx(model_path: str | Path, data: str | Path, out: str | Path | No
     if cameras is not None:  # a dataset with some of the model's cameras: its camera heads there (BEV heads not run)
         model = OnnxPredictor(model_path, cameras=cameras)
     cfg, rt = model.cfg, model.runtime
-    frames = evaluation_frames(model, cfg, data, cameras=rt.camera_names, image_size=rt.image_size)
+    frames = evaluation_frames(model, cfg, data, cameras=rt.camera_names, image_size=rt.image_size, fit=fit,
+                               camera_K=dict(zip(rt.rig.names, rt.rig.K)))
     bs = batch_size or (cfg.batch_size if rt.batch_fixed is None else rt.batch_fixed)
     if rt.batch_fixed is not None and (len(frames) % rt.batch_fixed or (model.video_frames > 1 and rt.batch_fixed != 1)):
         raise ValueError(f"{model_path} has a fixed batch of {rt.batch_fixed} but {data} has {len(frames)} frames; "
@@ -103,12 +106,10 @@ def _cameras_in(model: OnnxPredictor, data: str | Path) -> list[str] | None:
 
 def evaluate_any(model: str | Path, data: str | Path, out: str | Path | None = None, progress: bool = True,
                  save_predictions: str | Path | None = None, fit: str | None = None) -> dict[str, Any]:
-    """A checkpoint (run folder or .pt) or an .onnx model, evaluated the same way; `fit` (checkpoints only):
-    how a frame reaches the model's input size (`hydranet.loader.fit_to`; default the run's data.fit)."""
+    """A checkpoint (run folder or .pt) or an .onnx model, evaluated the same way; `fit`: how a frame reaches the
+    model's input size (`hydranet.loader.fit_to`; default the run's data.fit)."""
     if str(model).endswith(".onnx"):
-        if fit is not None:
-            raise ValueError(f"--fit: {model} is an ONNX model, evaluated at its export's resize; give a checkpoint")
-        return evaluate_onnx(model, data, out, progress=progress, save_predictions=save_predictions)
+        return evaluate_onnx(model, data, out, progress=progress, save_predictions=save_predictions, fit=fit)
     from hydranet.evaluate import evaluate_checkpoint
 
     return evaluate_checkpoint(model, data, out, save_predictions, progress=progress, fit=fit)

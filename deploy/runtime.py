@@ -37,6 +37,7 @@ import onnxruntime as ort
 
 from deploy.metadata import MetadataError, ModelRig, check_graph, decode_props
 from hydranet import decoding
+from hydranet.geometry import fit_window, warp_affine, window_affine
 from hydranet.stream import VideoState
 
 
@@ -106,6 +107,9 @@ class HydraRuntime:
         self.source_sizes = list(self.rig.source_sizes)
         self.checked_sizes: dict[str, tuple[int, int]] = {}  # allow_sizes: a fleet's sizes checked to be this calibration
         self.any_size = False  # allow_sizes(any_size=True): every size resized (a model that runs no view transform)
+        # how an image of another size reaches the input, as training did (data.fit; hydranet.geometry.fit_window): crop
+        # keeps the aspect; under "camera" the runtime takes the model's own cameras, where it is the stretch
+        self.fit = "crop" if (self.meta.get("config") or {}).get("data", {}).get("fit") == "crop" else "stretch"
         self.input_dtype = self.meta["normalization"]["input_dtype"]
         self.heads: dict[str, dict] = self.meta["heads"]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -177,6 +181,10 @@ class HydraRuntime:
         if any_size and self.runs_bev:
             raise DeployError(f"{self.path}: its BEV view transform is bound to its cameras' calibration; it cannot take "
                               "images of any size")
+        if any_size and (self.meta.get("config") or {}).get("data", {}).get("fit") == "camera":
+            raise DeployError(f"{self.path}: trained with data.fit=camera (each frame resampled to the model's camera by its "
+                              "own intrinsics), which the runtime cannot do for images of any size; export a model "
+                              "trained with data.fit crop or stretch")
         self.checked_sizes = {str(k): (int(v[0]), int(v[1])) for k, v in sizes.items()}
         self.any_size = any_size
 
@@ -198,7 +206,11 @@ class HydraRuntime:
         if img.shape[:2] == (H, W):
             return img
         if self.any_size or img.shape[:2] in (self.source_sizes[n], self.checked_sizes.get(name)):
-            return cv2.resize(img, (W, H), interpolation=cv2.INTER_LINEAR)
+            h, w = img.shape[:2]
+            sx, sy, x0, y0 = fit_window(w, h, W, H, self.fit)
+            if x0 == y0 == 0 and min(sx, sy) >= 0.5:  # the stretch (or a crop of the same aspect), no large shrink
+                return cv2.resize(img, (W, H), interpolation=cv2.INTER_LINEAR)
+            return warp_affine(img, window_affine(sx, sy, x0, y0), (H, W), linear=True)  # as hydranet.loader.resize_crop
         sh, sw = self.source_sizes[n]
         raise DeployError(f"camera {name}: image is {img.shape[1]}x{img.shape[0]}; the model takes {W}x{H} or the "
                           f"camera's calibrated {sw}x{sh} (resized here); other sizes would break the calibration")

@@ -32,7 +32,8 @@ def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = 
                       image_size: tuple[int, int] | None = None, format: str | None = None,
                       split: str | None = None, version: str | None = None,
                       model_classes: list[str] | None = None, fit: str | None = None,
-                      meta: Mapping[str, Any] | None = None) -> LabelledFrames:
+                      meta: Mapping[str, Any] | None = None,
+                      camera_K: Mapping[str, Any] | None = None) -> LabelledFrames:
     """The frames of dataset `data` (any format: `hydranet.data.sources.open_data`; data.root or a
     source of the config is read with its format/split/version/cameras) as the model sees them:
     its image size, its heads' targets, no augmentation. A camera-only model evaluates every
@@ -43,7 +44,8 @@ def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = 
     counterpart dropped, heads whose label names have none unscored); `model_classes`: the model's
     class list (its checkpoint meta), else its heads'. `fit` (default data.fit): how a frame of another
     size reaches the image size (`hydranet.loader.fit_to`); "camera" resamples each camera to the model's
-    camera of that name in `meta["rig"]` (the checkpoint's meta; ConfigError without one)."""
+    camera of that name: `camera_K` ({name: K at the image size}), else from `meta["rig"]` (a checkpoint's meta;
+    ConfigError without either)."""
     from hydranet.data.reader import DatasetError
     from hydranet.experiment import check_heads
 
@@ -58,8 +60,7 @@ def evaluation_frames(model, cfg, data: str | Path, cameras: list[str] | None = 
     ds = cross_mapped(ds, dict(model.heads.items()), model_classes)
     fit = fit or cfg.data.fit
     hw = image_size or cfg.data.image_size
-    camera_K = None
-    if fit == "camera":
+    if fit == "camera" and camera_K is None:
         if not meta or "rig" not in meta:
             raise ConfigError("data.fit=camera needs the model's rig (a checkpoint's meta); use data.fit=crop or stretch")
         camera_K = camera_intrinsics(rig_from_dict(meta["rig"], "checkpoint meta rig"), hw)
@@ -412,7 +413,7 @@ def check_calibration(model_rig, frames: LabelledFrames, where: str, tol_px: flo
     import numpy as np
 
     H, W = frames.image_hw
-    K, T, names = frames.data.rig.resized(W, H).calibration()
+    K, T, names = frames.data.rig.resized(W, H, "crop" if frames.fit == "crop" else "stretch").calibration()
     K0, T0, names0 = model_rig.calibration()
     if names != names0:
         raise ValueError(f"{where}: cameras {names}, the BEV model was trained on {names0}; evaluate on data of its rig")
@@ -440,7 +441,8 @@ def viz_checkpoint(checkpoint: str | Path, data: str | Path, out: str | Path, fr
         raise ValueError(f"--out {out}: the picture is written as PNG; give a file name ending in .png")
     model, cfg, ckpt = load_model(checkpoint)
     model, cfg, note = narrowed_to_data(model, cfg, ckpt, checkpoint, data)  # some of its cameras: the camera heads
-    frames = evaluation_frames(model, cfg, data, cameras=list(cfg.data.cameras) if note else None)
+    frames = evaluation_frames(model, cfg, data, cameras=list(cfg.data.cameras) if note else None,
+                               meta=json.loads(ckpt["meta"]))
     if model.fusion is not None:  # a BEV picture of another rig's data would put its features in the wrong cells
         check_calibration(rig_from_dict(json.loads(ckpt["meta"])["rig"], "checkpoint meta rig"), frames, str(data))
     if note:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from hydranet.config import ConfigError, apply_overrides, from_dict, load_config
 from hydranet.heads import heads_where
@@ -39,6 +39,10 @@ class SourceConfig:
     sweeps: int = 0  # nuScenes: up to N unlabelled camera sweeps read between two keyframes (video models)
 
 
+Fit = Literal["stretch", "crop", "camera"]  # data.fit: hydranet.loader.fit_to
+FITS: tuple[str, ...] = get_args(Fit)
+
+
 @dataclass(frozen=True)
 class DataConfig:
     root: str = "out/demo/sim"  # a dataset folder: sim (docs/dataset_format.md), nuScenes, BDD100K or KITTI
@@ -52,7 +56,7 @@ class DataConfig:
     on_bad_frame: Literal["raise", "skip"] = "raise"
     # how a frame of another size reaches image_size (hydranet.loader.fit_to): stretch | crop (aspect kept) |
     # camera (resampled to the model's own camera of that name: its focal length, so objects keep their training size)
-    fit: Literal["stretch", "crop", "camera"] = "stretch"
+    fit: Fit = "stretch"
     sources: tuple[SourceConfig, ...] = ()  # several datasets in one run (then root/format/split/version/cameras unused)
     sweeps: int = 0  # nuScenes root: up to N unlabelled camera sweeps read between two keyframes (0: keyframes only)
     # frames with rare classes drawn more often: repeat-factor sampling with this threshold (LVIS; mmdetection's
@@ -75,6 +79,12 @@ class AugmentConfig:
     scale_range: tuple[float, float] = (1.0, 1.25)  # random zoom, then crop back to image_size
     geometric_p: float = 0.5
     bev_rotation_deg: float = 0.0  # BEV models: random yaw of the ego frame in [-a, a] (hydranet/bev_augment.py)
+
+
+    def __post_init__(self):
+        if self.isp and not self.photometric:
+            raise ConfigError("config key 'augment.isp' adds to the photometric augmentation; set augment.photometric=true "
+                              "or augment.isp=false")
 
 
 @dataclass(frozen=True)

@@ -319,13 +319,57 @@ class Camera:
         """Pixels (..., 2) -> camera-frame rays (..., 3) with z = 1 (through the lens model)."""
         return unproject(uv, np.ones(uv.shape[:-1]), self.K, self.distortion)
 
-    def scaled(self, width: int, height: int) -> "Camera":
-        """The same camera resampled to another resolution (K scaled per axis)."""
-        sx, sy = width / self.width, height / self.height
+    def scaled(self, width: int, height: int, fit: str = "stretch") -> "Camera":
+        """The same camera resampled to another resolution as `fit_window` does it (K scaled per axis, the
+        principal point moved with the crop)."""
+        sx, sy, x0, y0 = fit_window(self.width, self.height, width, height, fit)
         K = self.K.copy()  # pixel centres sit at integer coordinates (OpenCV)
         K[0, 0] *= sx
         K[0, 1] *= sx
         K[1, 1] *= sy
-        K[0, 2] = (K[0, 2] + 0.5) * sx - 0.5
-        K[1, 2] = (K[1, 2] + 0.5) * sy - 0.5
+        K[0, 2] = (K[0, 2] + 0.5) * sx - 0.5 - x0
+        K[1, 2] = (K[1, 2] + 0.5) * sy - 0.5 - y0
         return Camera(self.name, K, self.cam2ego.copy(), width, height, self.distortion)
+
+
+def fit_window(w: int, h: int, W: int, H: int, fit: str = "stretch") -> tuple[float, float, float, float]:
+    """(sx, sy, x0, y0): how a w x h image reaches W x H (scale, then the window at (x0, y0) in scaled pixels;
+    `hydranet.loader.resize_crop`'s convention). "stretch": each axis by its own factor; "crop": one scale for
+    both axes, the larger, and the centre window (the aspect kept, the overhanging sides dropped)."""
+    if fit == "stretch":
+        return W / w, H / h, 0.0, 0.0
+    if fit != "crop":
+        raise ValueError(f"fit {fit!r}: a window is given for stretch or crop")
+    s = max(W / w, H / h)
+    return s, s, 0.5 * (w * s - W), 0.5 * (h * s - H)
+
+
+def window_affine(sx: float, sy: float, x0: float, y0: float) -> np.ndarray:
+    """The 2x3 forward affine (dst = M @ src, cv2.warpAffine's) of a scale then a window at (x0, y0): pixel centres
+    sit at integer coordinates, so a centre u maps to sx * (u + 0.5) - 0.5 - x0."""
+    return np.array([[sx, 0.0, 0.5 * sx - 0.5 - x0], [0.0, sy, 0.5 * sy - 0.5 - y0]], np.float64)
+
+
+def warp_affine(arr: np.ndarray, M: np.ndarray, out_hw: tuple[int, int], linear: bool) -> np.ndarray:
+    """One camera's (H, W[, C]) array through the 2x3 forward affine M (dst = M @ src; a scale and a shift).
+    Linear (images): an axis shrunk below 1/2 is first area-averaged to its scale (cv2.INTER_AREA), since a
+    bilinear sample of a 4x smaller image reads 4 of every 16 pixels and aliases; at 1/2 and above the bilinear
+    sample already averages every pixel it covers (the sim's 2x downscale is unchanged)."""
+    import cv2  # here: the geometry needs no OpenCV
+
+    dtype = arr.dtype
+    # cv2 does not warp bool or int32: bool via uint8, int32 ids (< 2**24) exactly via float32
+    src = arr.astype(np.uint8) if dtype.kind == "b" else arr.astype(np.float32) if dtype == np.int32 else arr
+    sx, sy = M[0, 0], M[1, 1]
+    if linear and min(sx, sy) < 0.5:
+        h, w = src.shape[:2]
+        nw, nh = (max(1, round(w * sx)) if sx < 0.5 else w), (max(1, round(h * sy)) if sy < 0.5 else h)
+        small = cv2.resize(src, (nw, nh), interpolation=cv2.INTER_AREA)
+        src = small[..., None] if small.ndim == src.ndim - 1 else small
+        fx, fy = nw / w, nh / h  # the scales done; the rest of M applies to the smaller image
+        M = window_affine(sx / fx, sy / fy, 0.5 * sx - 0.5 - M[0, 2], 0.5 * sy - 0.5 - M[1, 2])
+    out = cv2.warpAffine(src, M, (out_hw[1], out_hw[0]), flags=cv2.INTER_LINEAR if linear else cv2.INTER_NEAREST,
+                         borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    if out.ndim == arr.ndim - 1:  # cv2 drops a trailing channel axis of size 1
+        out = out[..., None]
+    return out.astype(dtype) if out.dtype != dtype else out

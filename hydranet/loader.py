@@ -6,7 +6,7 @@ resumable, shardable batch order.
   Pixel centres sit at integer coordinates (docs/dataset_format.md): a pixel centre u maps to
   sx * (u + 0.5) - 0.5 - x0, a box edge x to sx * x - x0.
 - `fit_to(sample, out_hw, fit, camera_K)`: bring a source's cameras to the model's input size: `stretch`
-  (each image resized to out_hw, its aspect changed), `crop` (one scale for both axes, centre crop or pad) or
+  (each image resized to out_hw, its aspect changed), `crop` (one scale for both axes, the larger; centre crop) or
   `camera` (each image resampled to the model's own pinhole camera of the same name: its focal length and
   principal point at out_hw, so objects keep the pixel size they had in training).
 - `Augmenter`: per camera a photometric albumentations pipeline (brightness/contrast, blur, noise,
@@ -22,30 +22,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-import cv2
 import numpy as np
 import torch
 
 from hydranet.bev_augment import rotate_sample
 from hydranet.bevgrid import BevGrid
 from hydranet.data import SimDataset
-from hydranet.geometry import DISTORTION_WIDTH
+from hydranet.experiment import FITS
+from hydranet.geometry import DISTORTION_WIDTH, fit_window, warp_affine, window_affine
 from hydranet.heads import HEADS
 from hydranet.tasks import Task
 
 DENSE_KEYS = ("depth", "normals", "semantic", "drivable", "instance")
-
-
-def _warp(arr: np.ndarray, M: np.ndarray, out_hw: tuple[int, int], linear: bool) -> np.ndarray:
-    """One camera's (H, W[, C]) array through the 2x3 forward affine M (dst = M @ src)."""
-    dtype = arr.dtype
-    # cv2 does not warp bool or int32: bool via uint8, int32 ids (< 2**24) exactly via float32
-    src = arr.astype(np.uint8) if dtype.kind == "b" else arr.astype(np.float32) if dtype == np.int32 else arr
-    out = cv2.warpAffine(src, M, (out_hw[1], out_hw[0]), flags=cv2.INTER_LINEAR if linear else cv2.INTER_NEAREST,
-                         borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    if out.ndim == arr.ndim - 1:  # cv2 drops a trailing channel axis of size 1
-        out = out[..., None]
-    return out.astype(dtype) if out.dtype != dtype else out
 
 
 def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets: Sequence[tuple[float, float]],
@@ -61,12 +49,12 @@ def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets:
     n_cam = len(sample["camera_names"])
     Ms = []
     for (sx, sy), (x0, y0) in zip(scales, offsets, strict=True):
-        Ms.append(np.array([[sx, 0.0, 0.5 * sx - 0.5 - x0], [0.0, sy, 0.5 * sy - 0.5 - y0]], np.float64))
+        Ms.append(window_affine(sx, sy, x0, y0))
     if "images" in sample:
-        out["images"] = np.stack([_warp(sample["images"][i], Ms[i], out_hw, True) for i in range(n_cam)])  # (N, H, W, 3)
+        out["images"] = np.stack([warp_affine(sample["images"][i], Ms[i], out_hw, True) for i in range(n_cam)])  # (N, H, W, 3)
     for key in DENSE_KEYS:
         if key in sample:
-            out[key] = np.stack([_warp(sample[key][i], Ms[i], out_hw, False) for i in range(n_cam)])
+            out[key] = np.stack([warp_affine(sample[key][i], Ms[i], out_hw, False) for i in range(n_cam)])
     K = np.array(sample["intrinsics"], np.float32, copy=True)  # (N, 3, 3)
     for i, M in enumerate(Ms):
         K[i, 0, :] = M[0, 0] * K[i, 0, :] + M[0, 2] * K[i, 2, :]
@@ -108,9 +96,6 @@ def resize_to(sample: Mapping, out_hw: tuple[int, int]) -> dict:
     return resize_crop(sample, [(out_hw[1] / w, out_hw[0] / h) for h, w in sizes], [(0.0, 0.0)] * len(sizes), out_hw)
 
 
-FITS = ("stretch", "crop", "camera")
-
-
 def fit_to(sample: Mapping, out_hw: tuple[int, int], fit: str = "stretch",
            camera_K: Mapping[str, np.ndarray] | None = None) -> dict:
     """Every camera of `sample` at out_hw = (H, W), by `fit`:
@@ -120,20 +105,22 @@ def fit_to(sample: Mapping, out_hw: tuple[int, int], fit: str = "stretch",
     - "camera": resampled to the pinhole camera_K[name] (3, 3) (the model's camera of that name at
       out_hw): scaled by the ratio of the focal lengths, the principal points aligned, cropped or padded
       with black. A car then has the pixel size it had in training at the same distance, whatever
-      the source camera. Needs each camera's finite intrinsics and an entry in camera_K: ValueError naming the camera."""
+      the source camera. Needs each camera's finite intrinsics and an entry in camera_K: ValueError naming the camera.
+      A lens model is not undone: a fisheye stays a fisheye at the new focal length. Padded pixels are black, and
+      their dense labels 0 (not drivable, no depth)."""
     if fit == "stretch":
         return resize_to(sample, out_hw)
+    if fit not in FITS:
+        raise ValueError(f"data.fit must be one of {', '.join(FITS)}, got {fit!r}")
     H, W = out_hw
     scales, offsets = [], []
     for i, name in enumerate(sample["camera_names"]):
         h, w = sample["images"][i].shape[:2]
         if fit == "crop":
-            s = max(H / h, W / w)
-            scales.append((s, s))
-            offsets.append((0.5 * (w * s - W), 0.5 * (h * s - H)))
+            sx, sy, x0, y0 = fit_window(w, h, W, H, "crop")
+            scales.append((sx, sy))
+            offsets.append((x0, y0))
             continue
-        if fit != "camera":
-            raise ValueError(f"data.fit must be one of {', '.join(FITS)}, got {fit!r}")
         K = np.asarray(sample["intrinsics"][i], np.float64)  # (3, 3) at the source's (h, w)
         if camera_K is None or name not in camera_K:
             raise ValueError(f"data.fit=camera: the model has no camera {name!r} to resample to "

@@ -65,9 +65,9 @@ class Rig:
     def __len__(self) -> int:
         return len(self.cameras)
 
-    def resized(self, width: int, height: int) -> "Rig":
-        """Every camera resampled to `width` x `height` pixels."""
-        return Rig(self.name, tuple(c.scaled(width, height) for c in self.cameras))
+    def resized(self, width: int, height: int, fit: str = "stretch") -> "Rig":
+        """Every camera resampled to `width` x `height` pixels (`fit`: stretch or crop, `hydranet.geometry.fit_window`)."""
+        return Rig(self.name, tuple(c.scaled(width, height, fit) for c in self.cameras))
 
     def select(self, names: "list[str] | tuple[str, ...] | None") -> "Rig":
         """The named cameras in the given order (None: all); an unknown name raises RigError."""

@@ -75,9 +75,11 @@ def test_crop_keeps_the_aspect_and_the_centre():
     np.testing.assert_allclose([x1 - x0, y1 - y0], [81 * s, 81 * s], rtol=1e-6)
     K = out["intrinsics"][0]
     assert K[0, 0] == pytest.approx(KITTI_K[0, 0] * s, rel=1e-5) and K[1, 1] == pytest.approx(K[0, 0], rel=1e-6)
-    # the source's centre pixel lands on the output's centre
-    np.testing.assert_allclose(s * (np.array([1242, 375]) / 2) - 0.5 * (np.array([1242, 375]) * s - [160, 96]),
-                               [80, 48], atol=1e-9)
+    # the window is centred: a square at the source's centre lands at the output's centre
+    img = np.zeros((375, 1242, 3), np.uint8)
+    img[187 - 20:187 + 21, 620 - 20:621 + 20] = 255  # pixel-centre coordinates: centred on (620.5, 187)
+    centred = fit_to({**square_sample(), "images": img[None]}, (96, 160), "crop")["images"][0]
+    np.testing.assert_allclose(bright_centre(centred), [79.5, 47.5], atol=0.3)
     assert K[0, 2] == pytest.approx(s * (KITTI_K[0, 2] + 0.5) - 0.5 - 0.5 * (1242 * s - 160), abs=1e-3)
 
 
@@ -114,3 +116,19 @@ def test_camera_fit_refuses_what_it_cannot_resample():
         fit_to(square_sample(), (96, 160), "zoom")
     with pytest.raises(ConfigError, match="data.fit"):
         load_experiment(None, ["data.fit=zoom"])
+
+
+def test_a_large_downscale_averages_every_pixel_not_a_sample_of_them():
+    """A fine checkerboard shrunk 8x is an even grey (its area average), not the aliased pattern a bilinear sample
+    of every 8th pixel pair gives; the sim's 2x downscale stays the plain bilinear one."""
+    board = (np.indices((384, 640)).sum(0) % 2 * 255).astype(np.uint8)[..., None].repeat(3, 2)  # 1-px checkers
+    sample = {**square_sample(), "images": board[None]}
+    small = fit_to(sample, (48, 80), "stretch")["images"][0].astype(float)
+    assert abs(small.mean() - 127.5) < 1.5 and small.std() < 1.5
+    import cv2
+
+    half = fit_to(sample, (192, 320), "stretch")["images"][0]
+    np.testing.assert_array_equal(half, cv2.resize(board, (320, 192), interpolation=cv2.INTER_LINEAR))
+    # the geometry is unchanged by the averaging: the square still lands where the model's camera puts it
+    out = fit_to(square_sample(), (96, 160), "camera", {"CAM_FRONT": MODEL_K})
+    assert np.abs(bright_centre(out["images"][0]) - project(MODEL_K, square_point()[1])).max() < 0.3

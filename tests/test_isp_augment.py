@@ -3,7 +3,9 @@ downscale) on top of the photometric pipeline; off, the pipeline draws exactly w
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from hydranet.config import ConfigError
 from hydranet.experiment import load_experiment
 from hydranet.loader import Augmenter
 
@@ -39,3 +41,5 @@ def test_isp_is_seeded_changes_only_pixels_and_is_off_by_default():
 def test_isp_config_key():
     assert load_experiment(None).augment.isp is False
     assert load_experiment(None, ["augment.isp=true"]).augment.isp is True
+    with pytest.raises(ConfigError, match="'augment.isp' adds to the photometric augmentation"):
+        load_experiment(None, ["augment.isp=true", "augment.photometric=false"])

@@ -23,7 +23,7 @@ def split_kitti(kitti: Path, out: Path, ids: list[str]) -> Path:
     return out
 
 
-def test_curve_end_to_end(tmp_path):
+def test_curve_end_to_end(tmp_path, capsys):
     from dataset_fixtures import make_sim, write_kitti
 
     from hydranet.checkpoint import load_checkpoint
@@ -71,7 +71,12 @@ def test_curve_end_to_end(tmp_path):
     stamp = (out / "k2_seed1" / "run" / "checkpoint.pt").stat().st_mtime_ns
     assert curve.main([*args, "--resume"]) == figures  # finished runs kept, not trained again
     assert (out / "k2_seed1" / "run" / "checkpoint.pt").stat().st_mtime_ns == stamp
+    with pytest.raises(SystemExit):
+        curve.main([*args, "--resume", "--steps", "3"])  # a kept run of another recipe is not mixed in
+    assert "was run with" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # one genuine frame cannot fill a batch of 2
         curve.main([*args[:11], "1", *args[13:], "--overwrite"])
+    assert "needs k >= the batch size 2" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         curve.main([*args[:8], "--eval", str(pool), *args[10:], "--overwrite"])  # the pool scored on itself
+    assert "share frame" in capsys.readouterr().err

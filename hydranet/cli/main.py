@@ -212,13 +212,11 @@ def cmd_eval(args) -> None:
     if not isinstance(data, Path) and (args.onnx is not None or reference is not None):
         why = "to evaluate an ONNX model on" if reference is None else "with --reference"
         raise ValueError(f"--data: give one dataset folder {why} (per-source evaluation of several is for checkpoints)")
-    if args.onnx is not None and args.fit is not None:
-        raise ValueError("--fit: give a checkpoint (--checkpoint); an ONNX model is evaluated at its export's resize")
     if args.onnx is not None:  # an exported fp32/int8 model: same frames, same metrics
         from deploy.onnx_eval import evaluate_onnx
 
         results = evaluate_onnx(args.onnx, data, args.out, progress=not args.quiet,
-                                save_predictions=args.save_predictions)
+                                save_predictions=args.save_predictions, fit=args.fit)
     else:
         results = evaluate_checkpoint(args.checkpoint, data, args.out, args.save_predictions, progress=not args.quiet,
                                       format=args.format, split=args.split, version=args.version, fit=args.fit)
@@ -374,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="dataset format (default: the config's for its data.root/sources, else detected)")
     ev.add_argument("--split", default=None, help="nuScenes/KITTI/BDD100K split (default: the config's, else the reader's)")
     ev.add_argument("--version", default=None, help="nuScenes version folder (default: the only one)")
-    ev.add_argument("--fit", choices=("stretch", "crop", "camera"), default=None,
+    ev.add_argument("--fit", choices=Registered("hydranet.experiment:FITS"), default=None,
                     help="how a frame of another camera reaches the model's input size (default: the run's data.fit): "
                          "stretch it, crop it (aspect kept) or resample it to the model's camera of that name (its focal "
                          "length: objects keep their training size; needs the source's intrinsics)")
