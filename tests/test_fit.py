@@ -132,3 +132,22 @@ def test_a_large_downscale_averages_every_pixel_not_a_sample_of_them():
     # the geometry is unchanged by the averaging: the square still lands where the model's camera puts it
     out = fit_to(square_sample(), (96, 160), "camera", {"CAM_FRONT": MODEL_K})
     assert np.abs(bright_centre(out["images"][0]) - project(MODEL_K, square_point()[1])).max() < 0.3
+
+
+def test_the_runtime_and_the_rig_fit_a_frame_as_training_does():
+    """The car-side runtime takes a camera's calibrated size and brings it to the input exactly as the loader does
+    under the model's data.fit; the model's calibration (Rig.resized with that fit) is the K of the fitted frames."""
+    from deploy.runtime import HydraRuntime
+    from hydranet.geometry import Camera
+
+    img = np.random.default_rng(0).integers(0, 256, (375, 1242, 3), dtype=np.uint8)
+    sample = {**square_sample(), "images": img[None]}
+    rt = HydraRuntime.__new__(HydraRuntime)  # its preprocessing alone, no ONNX session
+    rt.image_size, rt.camera_names, rt.source_sizes = (96, 160), ["CAM_FRONT"], [(375, 1242)]
+    rt.checked_sizes, rt.any_size = {}, False
+    for fit in ("crop", "stretch"):
+        rt.fit = fit
+        loaded = fit_to(sample, (96, 160), fit)
+        np.testing.assert_array_equal(rt._camera(img, 0), loaded["images"][0])
+        cam = Camera("CAM_FRONT", KITTI_K, np.eye(4), 1242, 375, None).scaled(160, 96, fit)
+        np.testing.assert_allclose(cam.K, loaded["intrinsics"][0], atol=1e-4)
