@@ -34,6 +34,20 @@ def make_sim(root, cfg: SimConfig = SIM_CFG, scenes: int = SIM_SCENES, seed: int
     return generate_dataset(Path(root), cfg, scenes, seed, progress=False)
 
 
+def train_tiny_bev(sim_root, out, tasks: str = "{name: det2d}, {name: lanes}, {name: drivable}, {name: bevmap}") -> Path:
+    """A 2-step run of a tiny HydraNet (camera heads and a BEV head, one frame, 64x96) on a sim dataset."""
+    from hydranet.experiment import load_experiment
+    from hydranet.train import train
+
+    cfg = load_experiment(None, [f"data.root={sim_root}", "data.image_size=[64,96]", "model.backbone=tiny",
+                                 "model.neck_width=16", "model.neck_repeats=1", f"model.tasks=[{tasks}]",
+                                 "model.bev.video_frames=1", "model.bev.channels=16", "batch_size=2", "num_workers=0",
+                                 "augment.photometric=false", "augment.geometric=false", "steps=2",
+                                 "checkpoint_every=2", "log_every=1"])
+    train(cfg, out, progress=False)
+    return Path(out)
+
+
 def write_nuscenes(sim_root, out, version: str = "v1.0-mini", sweeps: int = 0) -> Path:
     """`sweeps` N: every (N+1)th sim frame is a keyframe, the N between are camera sweeps (render
     the sim with `make_sweeps_sim` so the keyframes keep SIM_CFG's 2 Hz)."""

@@ -24,22 +24,14 @@ def split_kitti(kitti: Path, out: Path, ids: list[str]) -> Path:
 
 
 def test_curve_end_to_end(tmp_path, capsys):
-    from dataset_fixtures import make_sim, write_kitti
+    from dataset_fixtures import make_sim, train_tiny_bev, write_kitti
 
     from hydranet.checkpoint import load_checkpoint
-    from hydranet.experiment import load_experiment
-    from hydranet.train import train
 
     sys.modules.setdefault("realism_gap", load("realism_gap"))  # its neighbour, as `python benchmarks/...` finds it
     curve = load("real_frames_curve")
     sim = make_sim(tmp_path / "sim")
-    cfg = load_experiment(None, [f"data.root={sim}", "data.image_size=[64,96]", "model.backbone=tiny",
-                                 "model.neck_width=16", "model.neck_repeats=1",
-                                 "model.tasks=[{name: det2d}, {name: drivable}, {name: bevmap}]",
-                                 "model.bev.video_frames=1", "model.bev.channels=16", "batch_size=2", "num_workers=0",
-                                 "augment.photometric=false", "augment.geometric=false", "steps=2",
-                                 "checkpoint_every=2", "log_every=1"])
-    train(cfg, tmp_path / "base", progress=False)
+    train_tiny_bev(sim, tmp_path / "base", "{name: det2d}, {name: drivable}, {name: bevmap}")
     kitti = write_kitti(sim, tmp_path / "kitti")
     ids = curve.kitti_ids(kitti)
     pool, held = split_kitti(kitti, tmp_path / "pool", ids[:3]), split_kitti(kitti, tmp_path / "held", ids[3:])

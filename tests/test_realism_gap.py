@@ -71,21 +71,12 @@ def test_gap_table_ratios_and_markdown(rg):
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    from dataset_fixtures import make_sim, write_kitti
+    from dataset_fixtures import make_sim, train_tiny_bev, write_kitti
     from lane_road_fixtures import city_frame, write_cityscapes, write_tusimple
-
-    from hydranet.experiment import load_experiment
-    from hydranet.train import train
 
     base = tmp_path_factory.mktemp("gap")
     sim = make_sim(base / "sim")
-    cfg = load_experiment(None, [f"data.root={sim}", "data.image_size=[64,96]", "model.backbone=tiny",
-                                 "model.neck_width=16", "model.neck_repeats=1",
-                                 "model.tasks=[{name: det2d}, {name: lanes}, {name: drivable}, {name: bevmap}]",
-                                 "model.bev.video_frames=1", "model.bev.channels=16", "batch_size=2", "num_workers=0",
-                                 "augment.photometric=false", "augment.geometric=false", "steps=2",
-                                 "checkpoint_every=2", "log_every=1"])
-    train(cfg, base / "run", progress=False)
+    train_tiny_bev(sim, base / "run")
     return {"base": base, "run": base / "run", "sim": sim, "kitti": write_kitti(sim, base / "kitti"),
             "cityscapes": write_cityscapes(base / "cityscapes", [city_frame(0), city_frame(1)]),
             "tusimple": write_tusimple(base / "tusimple")}
