@@ -80,7 +80,6 @@ class AugmentConfig:
     geometric_p: float = 0.5
     bev_rotation_deg: float = 0.0  # BEV models: random yaw of the ego frame in [-a, a] (hydranet/bev_augment.py)
 
-
     def __post_init__(self):
         if self.isp and not self.photometric:
             raise ConfigError("config key 'augment.isp' adds to the photometric augmentation; set augment.photometric=true "
