@@ -109,7 +109,7 @@ class HydraRuntime:
         self.any_size = False  # allow_sizes(any_size=True): every size resized (a model that runs no view transform)
         # how an image of another size reaches the input, as training did (data.fit; hydranet.geometry.fit_window): crop
         # keeps the aspect; under "camera" the runtime takes the model's own cameras, where it is the stretch
-        self.fit = "crop" if (self.meta.get("config") or {}).get("data", {}).get("fit") == "crop" else "stretch"
+        self.fit = (self.meta.get("config") or {}).get("data", {}).get("fit", "stretch")
         self.input_dtype = self.meta["normalization"]["input_dtype"]
         self.heads: dict[str, dict] = self.meta["heads"]
         self.output_names = [o.name for o in self.session.get_outputs()]
@@ -181,7 +181,7 @@ class HydraRuntime:
         if any_size and self.runs_bev:
             raise DeployError(f"{self.path}: its BEV view transform is bound to its cameras' calibration; it cannot take "
                               "images of any size")
-        if any_size and (self.meta.get("config") or {}).get("data", {}).get("fit") == "camera":
+        if any_size and self.fit == "camera":
             raise DeployError(f"{self.path}: trained with data.fit=camera (each frame resampled to the model's camera by its "
                               "own intrinsics), which the runtime cannot do for images of any size; export a model "
                               "trained with data.fit crop or stretch")

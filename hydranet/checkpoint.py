@@ -205,13 +205,7 @@ def model_meta(cfg: ExperimentConfig, ds) -> dict[str, Any]:
     an export) match the training input. `source_rig` keeps the cameras' own calibration, so a
     deployed model accepts images at the cameras' native size too."""
     H, W = cfg.data.image_size
-    return {**ds.meta, "rig": ds.rig.resized(W, H, rig_fit(cfg)).to_dict(), "source_rig": ds.rig.to_dict()}
-
-
-def rig_fit(cfg: ExperimentConfig) -> str:
-    """How the rig's cameras reach data.image_size for the model's calibration: as the frames do (data.fit); under
-    "camera" a frame is resampled to the rig's own camera at that size, which is the stretch of its calibration."""
-    return "crop" if cfg.data.fit == "crop" else "stretch"
+    return {**ds.meta, "rig": ds.rig.resized(W, H, cfg.data.fit).to_dict(), "source_rig": ds.rig.to_dict()}
 
 
 def model_cameras_of(cfg: ExperimentConfig, meta: Mapping[str, Any]) -> list[str]:
@@ -236,7 +230,7 @@ def meta_for_rig(cfg: ExperimentConfig, meta: Mapping[str, Any], rig, where: str
                        f"(cameras {names}); give a rig with every camera the model was trained on")
     sub = rig.select(names)
     H, W = cfg.data.image_size
-    return {**meta, "rig": sub.resized(W, H, rig_fit(cfg)).to_dict(), "source_rig": sub.to_dict()}
+    return {**meta, "rig": sub.resized(W, H, cfg.data.fit).to_dict(), "source_rig": sub.to_dict()}
 
 
 def model_for_cameras(ckpt: Mapping[str, Any], cfg: ExperimentConfig, cameras: Sequence[str],

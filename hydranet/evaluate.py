@@ -413,7 +413,7 @@ def check_calibration(model_rig, frames: LabelledFrames, where: str, tol_px: flo
     import numpy as np
 
     H, W = frames.image_hw
-    K, T, names = frames.data.rig.resized(W, H, "crop" if frames.fit == "crop" else "stretch").calibration()
+    K, T, names = frames.data.rig.resized(W, H, frames.fit).calibration()
     K0, T0, names0 = model_rig.calibration()
     if names != names0:
         raise ValueError(f"{where}: cameras {names}, the BEV model was trained on {names0}; evaluate on data of its rig")

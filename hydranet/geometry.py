@@ -333,13 +333,14 @@ class Camera:
 
 
 def fit_window(w: int, h: int, W: int, H: int, fit: str = "stretch") -> tuple[float, float, float, float]:
-    """(sx, sy, x0, y0): how a w x h image reaches W x H (scale, then the window at (x0, y0) in scaled pixels;
-    `hydranet.loader.resize_crop`'s convention). "stretch": each axis by its own factor; "crop": one scale for
-    both axes, the larger, and the centre window (the aspect kept, the overhanging sides dropped)."""
-    if fit == "stretch":
+    """(sx, sy, x0, y0): how a w x h image of a camera reaches W x H under data.fit `fit` (scale, then the window at
+    (x0, y0) in scaled pixels; `hydranet.loader.resize_crop`'s convention). "stretch": each axis by its own factor;
+    "crop": one scale for both axes, the larger, and the centre window (the aspect kept, the overhanging sides
+    dropped); "camera" (resample to the model's camera of that name) is the stretch for the camera itself."""
+    if fit in ("stretch", "camera"):
         return W / w, H / h, 0.0, 0.0
     if fit != "crop":
-        raise ValueError(f"fit {fit!r}: a window is given for stretch or crop")
+        raise ValueError(f"data.fit {fit!r}: give stretch, crop or camera")
     s = max(W / w, H / h)
     return s, s, 0.5 * (w * s - W), 0.5 * (h * s - H)
 

@@ -255,6 +255,8 @@ class LabelledFrames(torch.utils.data.Dataset):
                  augmenter: Augmenter | None = None, seed: int = 0, clip_length: int = 1, cache_mb: int = 1024,
                  fit: str = "stretch", camera_K: Mapping[str, np.ndarray] | None = None):
         self.data, self.tasks, self.image_hw = data, dict(tasks), tuple(image_hw)
+        if fit not in FITS or (fit == "camera" and not camera_K):
+            raise ValueError(f"data.fit {fit!r}: give one of {', '.join(FITS)} (camera with the model's camera_K)")
         self.fit, self.camera_K = fit, camera_K  # how a frame reaches image_hw (`fit_to`)
         self.augmenter, self.seed, self.clip_length = augmenter, seed, int(clip_length)
         # decoded frames at the model size, kept per process (each loader worker has its own) up to

@@ -188,7 +188,8 @@ def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None
     aug = aug if augment and aug.active else None
     T = model.video_frames if clip_length is None else clip_length
     return LabelledFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T,
-                          fit=cfg.data.fit, camera_K=camera_intrinsics(ds.rig, cfg.data.image_size))
+                          fit=cfg.data.fit,
+                          camera_K=camera_intrinsics(ds.rig, cfg.data.image_size) if cfg.data.fit == "camera" else None)
 
 
 def fit_priors(model: HydraNet, frames: LabelledFrames, heads: list[str] | None = None, count: int = 32) -> None:

@@ -116,6 +116,10 @@ def test_camera_fit_refuses_what_it_cannot_resample():
         fit_to(square_sample(), (96, 160), "zoom")
     with pytest.raises(ConfigError, match="data.fit"):
         load_experiment(None, ["data.fit=zoom"])
+    from hydranet.loader import LabelledFrames
+
+    with pytest.raises(ValueError, match="camera with the model's camera_K"):  # refused up front, not frame by frame
+        LabelledFrames([], {}, (96, 160), fit="camera")
 
 
 def test_a_large_downscale_averages_every_pixel_not_a_sample_of_them():
