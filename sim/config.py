@@ -46,6 +46,9 @@ class ConditionsConfig:
     # jitter about its three axes; standard deviations in degrees (docs/sim_look.md)
     body_motion_deg: float = 0.0
     mount_jitter_deg: float = 0.0
+    # structured lighting randomization per scene (0 = off; 1 = the widest): the sun's elevation by day,
+    # its strength, the ambient and the sky's, and a warm/cool colour tilt (sim.scene.light_jitter)
+    light_jitter: float = 0.0
 
     def __post_init__(self):
         check_weights(self.time_of_day, self.time_of_day_weights, "conditions.time_of_day_weights")
@@ -53,6 +56,8 @@ class ConditionsConfig:
         need(0 <= self.noise_std <= 255, "conditions.noise_std", self.noise_std, "give grey levels in [0, 255]")
         need(0 <= self.exposure_jitter < 1, "conditions.exposure_jitter", self.exposure_jitter,
              "give a relative gain in [0, 1)")
+        need(0 <= self.light_jitter <= 1, "conditions.light_jitter", self.light_jitter,
+             "give a strength in [0, 1] (0: off)")
         for key in ("body_motion_deg", "mount_jitter_deg"):
             need(0 <= getattr(self, key) <= 3, f"conditions.{key}", getattr(self, key),
                  "give a standard deviation in degrees in [0, 3] (0: off)")

@@ -26,6 +26,37 @@ _HORIZON = {"day": (0.72, 0.8, 0.92), "dusk": (1.0, 0.52, 0.28), "night": (0.025
 EXPOSURE = {"day": 1.0, "dusk": 1.25, "night": 1.8}
 AUTO_EXPOSURE_TARGET = {"day": 0.45, "dusk": 0.36, "night": 0.13}  # mean output level the HDR look's auto-exposure aims at
 SHUTTER_FACTOR = {"day": 1.0, "dusk": 2.0, "night": 3.0}  # longer exposures in less light (look.shutter_ms is by day)
+LIGHT_STREAM = 0x11647  # the light jitter's own random stream: the world's draws (objects, frames) stay as they were
+
+
+@dataclasses.dataclass(frozen=True)
+class LightJitter:
+    """One scene's draw of `conditions.light_jitter` (j in [0, 1]), SDR-style: randomness within the
+    scene's structure. By day the sun's elevation spans [35 - 25j, 65 + 15j] degrees (its azimuth kept);
+    the sun's strength is scaled by 2^u, the ambient's and the sky's by 2^(u/2) (u ~ U(-j, j) each); the
+    sun and the sky each get a warm/cool tilt (1 + t, 1, 1 - t), t ~ U(-0.15j, 0.15j)."""
+
+    elevation_deg: float | None  # None: the world's own sun (dusk, night)
+    sun: np.ndarray  # (3,) gain on the sun's colour
+    ambient: float
+    sky: np.ndarray  # (3,) gain on the sky's colours (flat sky, zenith, horizon)
+
+
+def light_jitter(world: World, j: float) -> LightJitter:
+    rng = np.random.default_rng([world.seed, LIGHT_STREAM])
+    u_sun, u_amb, u_sky, t_sun, t_sky = rng.uniform(-1.0, 1.0, 5) * j
+    elev = float(rng.uniform(35 - 25 * j, 65 + 15 * j)) if world.conditions.time_of_day == "day" else None
+
+    def tilt(t):
+        return np.array([1.0 + 0.15 * t, 1.0, 1.0 - 0.15 * t])
+
+    return LightJitter(elev, 2.0 ** u_sun * tilt(t_sun), float(2.0 ** (u_amb / 2)), 2.0 ** (u_sky / 2) * tilt(t_sky))
+
+
+def _with_elevation(direction: np.ndarray, elev_deg: float) -> np.ndarray:
+    """(3,) unit vector of `direction`'s azimuth at `elev_deg` above the horizon."""
+    az, e = math.atan2(direction[1], direction[0]), math.radians(elev_deg)
+    return np.array([math.cos(e) * math.cos(az), math.cos(e) * math.sin(az), math.sin(e)])
 
 
 def scene_lighting(world: World, cfg: SimConfig) -> Lighting:
@@ -40,9 +71,16 @@ def scene_lighting(world: World, cfg: SimConfig) -> Lighting:
     elif c.weather == "fog":
         sun, fog = sun * 0.5, 0.035
         sky = np.full(3, 0.65) * (1.0 if c.time_of_day == "day" else 0.5 if c.time_of_day == "dusk" else 0.08)
+    sun_dir = c.sun_direction
+    if cfg.conditions.light_jitter > 0:
+        lj = light_jitter(world, cfg.conditions.light_jitter)
+        sun, amb = sun * lj.sun, amb * lj.ambient
+        sky, zenith, horizon = sky * lj.sky, zenith * lj.sky, horizon * lj.sky
+        if lj.elevation_deg is not None:
+            sun_dir = _with_elevation(sun_dir, lj.elevation_deg)
     noise = cfg.conditions.noise_std * (2.0 if c.time_of_day == "night" else 1.0)
     night = 1.0 if c.time_of_day == "night" else 0.0
-    return Lighting(c.sun_direction, sun, amb, sky, fog, rain, noise, [], zenith, horizon, night,
+    return Lighting(sun_dir, sun, amb, sky, fog, rain, noise, [], zenith, horizon, night,
                     shot_gain=0.0004 * (3.0 if night else 1.0))
 
 
