@@ -3,7 +3,8 @@
     python benchmarks/demo_seeds.py --seeds 3 --jobs 2 --out out/seeds_final                        # the recipe
     python benchmarks/demo_seeds.py --seeds 3 --jobs 2 --out out/seeds_shadows --sim-set look.shadows=on
     python benchmarks/randomization_ablation.py --arm recipe=out/seeds_final --arm shadows=out/seeds_shadows \
-        --kitti /work/genuine/kitti --cityscapes /work/genuine/cityscapes --out out/bench_randomization
+        --kitti /work/genuine/kitti --cityscapes /work/genuine/cityscapes [--culane /work/genuine/culane] \
+        --out out/bench_randomization
 
 Each arm is a `demo_seeds.py` folder: the demo's recipe trained on scenes of one sim look (`--sim-set` changes the
 training scenes only; the held-out scenes are the demo's, `<first arm>/data/sim_val`). Every seed's run is scored
@@ -23,7 +24,8 @@ from pathlib import Path
 from hydranet.experiment import FITS
 
 CELLS = (("sim CAM_FRONT", "det2d/car AP50"), ("sim CAM_FRONT", "drivable/iou"), ("kitti", "det2d/car AP50"),
-         ("kitti", "det2d/mAP50"), ("cityscapes", "det2d/car AP50"), ("cityscapes", "drivable/iou"))
+         ("kitti", "det2d/mAP50"), ("cityscapes", "det2d/car AP50"), ("cityscapes", "drivable/iou"),
+         ("sim CAM_FRONT", "lanes/pixel_iou"), ("culane", "lanes/pixel_iou"), ("culane", "lanes/f1"))
 
 
 def seed_tables(arm: Path, out: Path, val: Path, genuine: dict[str, Path], fit: str | None = None) -> list[dict]:
@@ -75,12 +77,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--arm", action="append", required=True, metavar="NAME=DIR", help="a demo_seeds.py folder; first: the reference")
     ap.add_argument("--kitti", type=Path, default=None)
     ap.add_argument("--cityscapes", type=Path, default=None)
+    ap.add_argument("--culane", type=Path, default=None)
     ap.add_argument("--fit", choices=FITS, default=None,
                     help="how the genuine frames reach the models' input size (realism_gap.py --fit)")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     arms = dict(item.split("=", 1) for item in a.arm)
-    genuine = {k: v for k, v in (("kitti", a.kitti), ("cityscapes", a.cityscapes)) if v is not None}
+    genuine = {k: v for k, v in (("kitti", a.kitti), ("cityscapes", a.cityscapes), ("culane", a.culane)) if v is not None}
     val = Path(next(iter(arms.values()))) / "data" / "sim_val"
     tables = {name: seed_tables(Path(d), a.out / name, val, genuine, a.fit) for name, d in arms.items()}
     text, figures = table(tables)

@@ -1,7 +1,8 @@
 """The realism gap: each head's metric on the sim's held-out scenes beside the same model on genuine frames (issue 32).
 
     python benchmarks/realism_gap.py --checkpoint RUN --out OUT [--sim-val DIR] [--kitti DIR] [--cityscapes DIR]
-        [--tusimple DIR] [--nuscenes DIR] [--bdd100k DIR] [--split SOURCE=SPLIT ...] [--resamples 1000] [--seed 0]
+        [--tusimple DIR] [--culane DIR] [--nuscenes DIR] [--bdd100k DIR] [--split SOURCE=SPLIT ...] [--resamples 1000]
+        [--seed 0]
         [--confidence 0.95] [--overwrite]
 
 Any subset of the sources. Every source is scored by the project's own evaluation (`hydranet.evaluate`: the
@@ -18,7 +19,8 @@ over frames (`--resamples` draws of the frames with replacement, `numpy.random.d
 metric recomputed on each draw from the per-frame metric states that `evaluate(keep_states=True)` keeps, so an
 AP is the AP of the resampled frames, not a mean of per-frame APs; the interval is `data_engine.intervals.interval`,
 the gate's rule). det2d also gets car AP50 (`data_engine.intervals.ap50` of the car class alone, the issue's
-target). On TuSimple sources the lanes head also gets the benchmark's own accuracy, FP and FN
+target), lanes also the CULane-style lane F1 (hydranet/tasks/lanes.py, at the model's resolution). On TuSimple
+sources the lanes head also gets the benchmark's own accuracy, FP and FN
 (`hydranet.metrics.tusimple`: the decoded lane mask read at the label's h_samples, per frame, means over frames).
 The ratio table gives real / sim-CAM_FRONT per row with the interval of the ratio of independent draws.
 
@@ -41,7 +43,7 @@ import numpy as np
 
 from hydranet.experiment import FITS
 
-GENUINE = ("kitti", "nuscenes", "bdd100k", "cityscapes", "tusimple")
+GENUINE = ("kitti", "nuscenes", "bdd100k", "cityscapes", "tusimple", "culane")
 FRONT = "CAM_FRONT"
 BOOT_KEY = 32  # the issue number: the bootstrap's generator is default_rng([seed, BOOT_KEY])
 CAR = "car"
@@ -81,7 +83,8 @@ def ratio(real: Mapping[str, Any], sim: Mapping[str, Any], confidence: float = 0
 # -- rows of a head -----------------------------------------------------------------------------------
 def head_rows(name: str, task, classes: Sequence[str]) -> dict[str, Callable[[list], float]]:
     """{metric label: statistic over per-frame item lists} of a head: its primary metric recomputed from the
-    frames' metric states (`Metric.merge_states` once per frame, then `compute_states`), and for det2d car AP50."""
+    frames' metric states (`Metric.merge_states` once per frame, then `compute_states`), for det2d car AP50 and for
+    lanes the lane F1."""
     metric = task.metric()
     primary = task.primary_metric.name
 
@@ -90,6 +93,8 @@ def head_rows(name: str, task, classes: Sequence[str]) -> dict[str, Callable[[li
         return math.nan if v is None else float(v)
 
     rows = {primary: primary_of}
+    if name == "lanes":
+        rows["f1"] = lambda frames: float(metric.compute_states([s for f in frames for s in f])["f1"])
     if name == "det2d" and CAR in classes:
         from data_engine.intervals import ap50, class_states
 

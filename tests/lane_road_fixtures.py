@@ -6,6 +6,8 @@ official layout (never dataset files: their licences forbid copying), with the t
 - `write_cityscapes(root, frames, split)`: leftImg8bit/, gtFine/ (labelIds, instanceIds) and camera/ files.
 - `TUSIMPLE_RECORDS`, `write_tusimple(root)`: clips/<date>/<clip>/20.jpg and label_data_0313.json /
   label_data_0531.json lines, with the polylines each lane must give (`TUSIMPLE_POLYLINES`).
+- `CULANE_LANES`, `write_culane(root)`: driver_*/<clip>.MP4/<frame>.jpg with its .lines.txt, list/test.txt and
+  list/test_split/test8_night.txt.
 """
 from __future__ import annotations
 
@@ -110,4 +112,36 @@ def write_tusimple(root, records: dict | None = None) -> Path:
             path.parent.mkdir(parents=True, exist_ok=True)
             cv2.imwrite(str(path), img)
         (root / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return root
+
+
+# -- CULane -----------------------------------------------------------------------------------------
+CULANE_HW = (59, 164)  # CULane's 590x1640, a tenth
+# per image path: its lanes, "x y x y ..." rows of its .lines.txt (bottom up, as CULane writes them); the second
+# lane of the first frame runs on past the right edge (x 170 > 163), as CULane's splines do; the last frame has none
+CULANE_LANES = {
+    "driver_23_30frame/05151649_0422.MP4/00000.jpg": [[20.5, 58, 40, 48, 60.25, 38], [120, 58, 150, 48, 170, 38]],
+    "driver_23_30frame/05151649_0422.MP4/00030.jpg": [[80, 58, 82, 48, 84, 38, 86, 28]],
+    "driver_161_90frame/06030819_0755.MP4/00090.jpg": [],
+}
+CULANE_LISTS = {"list/test.txt": list(CULANE_LANES)[1:], "list/test_split/test8_night.txt": list(CULANE_LANES)[2:]}
+
+
+def write_culane(root) -> Path:
+    """CULane's layout: each frame a dark road with its lanes painted white, its .lines.txt (an empty file for
+    the frame without lanes), and two list files (image paths with a leading slash, as CULane's)."""
+    root = Path(root)
+    for rel, lanes in CULANE_LANES.items():
+        img = np.full(CULANE_HW + (3,), 60, np.uint8)
+        for lane in lanes:
+            pts = np.round(np.asarray(lane).reshape(-1, 2)).astype(np.int32)
+            cv2.polylines(img, [pts], False, (255, 255, 255), 2)
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(str(path), img)
+        path.with_name(path.stem + ".lines.txt").write_text("".join(" ".join(f"{v:g}" for v in lane) + " \n"
+                                                                     for lane in lanes))
+    for name, rels in CULANE_LISTS.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("".join(f"/{r}\n" for r in rels))
     return root

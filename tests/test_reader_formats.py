@@ -92,7 +92,7 @@ def test_a_new_reader_is_one_registration(roots, tmp_path, monkeypatch, capsys):
     assert open_dataset(root, "plain").split == "all"
     assert load_experiment("tiny", [f"data.root={root}", "data.format=plain"]).data.format == "plain"
     with pytest.raises(ConfigError, match=r"config key 'data.format': 'coco' is not allowed; choose one of \['auto', "
-                                          r"'sim', 'nuscenes', 'kitti', 'bdd100k', 'cityscapes', 'tusimple', "
+                                          r"'sim', 'nuscenes', 'kitti', 'bdd100k', 'cityscapes', 'tusimple', 'culane', "
                                           r"'plain'\]"):
         load_experiment("tiny", [f"data.root={root}", "data.format=coco"])
     assert main(["data", "check", "--data", str(root), "--format", "plain"]) == 0

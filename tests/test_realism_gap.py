@@ -1,5 +1,6 @@
 """benchmarks/realism_gap.py: the per-frame bootstrap and the table on synthetic values, and one small run end to end
-on fixtures written in the official formats (a sim, KITTI, Cityscapes and TuSimple folder) with a tiny model."""
+on fixtures written in the official formats (a sim, KITTI, Cityscapes, TuSimple and CULane folder) with a tiny
+model."""
 from __future__ import annotations
 
 import json
@@ -72,14 +73,14 @@ def test_gap_table_ratios_and_markdown(rg):
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     from dataset_fixtures import make_sim, train_tiny_bev, write_kitti
-    from lane_road_fixtures import city_frame, write_cityscapes, write_tusimple
+    from lane_road_fixtures import city_frame, write_culane, write_cityscapes, write_tusimple
 
     base = tmp_path_factory.mktemp("gap")
     sim = make_sim(base / "sim")
     train_tiny_bev(sim, base / "run")
     return {"base": base, "run": base / "run", "sim": sim, "kitti": write_kitti(sim, base / "kitti"),
             "cityscapes": write_cityscapes(base / "cityscapes", [city_frame(0), city_frame(1)]),
-            "tusimple": write_tusimple(base / "tusimple")}
+            "tusimple": write_tusimple(base / "tusimple"), "culane": write_culane(base / "culane")}
 
 
 def _tree(path: Path) -> set[str]:
@@ -88,20 +89,20 @@ def _tree(path: Path) -> set[str]:
 
 def test_end_to_end_on_official_layouts(rg, folders, tmp_path, capsys):
     out = tmp_path / "gap"
-    before = {k: _tree(folders[k]) for k in ("run", "sim", "kitti", "cityscapes", "tusimple")}
+    before = {k: _tree(folders[k]) for k in ("run", "sim", "kitti", "cityscapes", "tusimple", "culane")}
     rg.main(["--checkpoint", str(folders["run"]), "--out", str(out), "--sim-val", str(folders["sim"]),
              "--kitti", str(folders["kitti"]), "--cityscapes", str(folders["cityscapes"]),
-             "--tusimple", str(folders["tusimple"]), "--resamples", "50"])
+             "--tusimple", str(folders["tusimple"]), "--culane", str(folders["culane"]), "--resamples", "50"])
     printed = capsys.readouterr().out
-    assert "| head | metric | sim held-out, all cameras | sim held-out, CAM_FRONT | kitti | cityscapes | tusimple |" \
-        in printed
+    assert ("| head | metric | sim held-out, all cameras | sim held-out, CAM_FRONT | kitti | cityscapes | tusimple | "
+            "culane |") in printed
     assert {k: _tree(folders[k]) for k in before} == before  # nothing written beside --out
     assert _tree(out) == {"realism_gap.json", "realism_gap.md", "sim", "sim_CAM_FRONT", "kitti", "cityscapes",
-                          "tusimple", "sim/metrics.json", "sim_CAM_FRONT/metrics.json", "kitti/metrics.json",
-                          "cityscapes/metrics.json", "tusimple/metrics.json"}
+                          "tusimple", "culane", "sim/metrics.json", "sim_CAM_FRONT/metrics.json", "kitti/metrics.json",
+                          "cityscapes/metrics.json", "tusimple/metrics.json", "culane/metrics.json"}
     table = json.loads((out / "realism_gap.json").read_text())
     cells = table["cells"]
-    assert table["sources"] == ["sim", "sim CAM_FRONT", "kitti", "cityscapes", "tusimple"]
+    assert table["sources"] == ["sim", "sim CAM_FRONT", "kitti", "cityscapes", "tusimple", "culane"]
     # each cell's value is what the project's evaluation printed for that source (recomputed from the frames' states)
     for src, folder in (("sim", "sim"), ("kitti", "kitti"), ("cityscapes", "cityscapes")):
         metrics = json.loads((out / folder / "metrics.json").read_text())
@@ -120,7 +121,13 @@ def test_end_to_end_on_official_layouts(rg, folders, tmp_path, capsys):
         c = cells["tusimple"][f"lanes/{m}"]
         assert c["frames"] == 3 and 0.0 <= c["value"] <= 1.0
     assert "lanes/TuSimple accuracy" not in cells["sim"]
-    assert set(table["ratios"]) == {"kitti", "cityscapes", "tusimple"}
+    # CULane: its 3 annotated frames (one without lanes) score the lanes head, pixel IoU and lane F1, as eval prints
+    culane = json.loads((out / "culane" / "metrics.json").read_text())["model"]["lanes"]
+    for m in ("pixel_iou", "f1"):
+        assert cells["culane"][f"lanes/{m}"]["frames"] == 3
+        assert cells["culane"][f"lanes/{m}"]["value"] == pytest.approx(culane[m], nan_ok=True)
+    assert cells["culane"]["det2d/mAP50"] == {"note": "no labels"}
+    assert set(table["ratios"]) == {"kitti", "cityscapes", "tusimple", "culane"}
     with pytest.raises(SystemExit, match="exists: pass --overwrite"):
         rg.main(["--checkpoint", str(folders["run"]), "--out", str(out), "--kitti", str(folders["kitti"])])
     rg.main(["--checkpoint", str(folders["run"]), "--out", str(out), "--kitti", str(folders["kitti"]),

@@ -113,6 +113,9 @@ register_format(DatasetFormat("tusimple", "TuSimple", "hydranet.data.tusimple:Tu
                               lambda r: (r / "clips").is_dir() and (any(r.glob("label_data*.json"))
                                                                      or (r / "test_label.json").is_file()),
                               "tusimple: clips/ + label_data_*.json", ("lanes",), calibrated=False))
+register_format(DatasetFormat("culane", "CULane", "hydranet.data.culane:CULaneDataset",
+                              lambda r: any(r.glob("driver_*/*/*.lines.txt")),
+                              "culane: driver_*/<clip>/<frame>.jpg + .lines.txt", ("lanes",), calibrated=False))
 
 
 def format_names() -> tuple[str, ...]:

@@ -1,12 +1,14 @@
-"""Fault rows: the Cityscapes and TuSimple readers (hydranet/data/cityscapes.py, tusimple.py; issue 32 item 1)
+"""Fault rows: the Cityscapes, TuSimple and CULane readers (hydranet/data/cityscapes.py, tusimple.py, culane.py;
+issue 32 item 1)
 through `hydranet eval` and `hydranet data check`: a sim-trained model scored on each (Cityscapes: det2d and
 drivable, through the class map; TuSimple: lanes; the other heads left out with a note), an image without its
 gtFine labels (an error naming the file, or a skipped and counted frame under data.on_bad_frame=skip), label
 images of another size or with impossible instance ids, a broken camera.json, an unknown split, a label file
-line that is not JSON, lanes that do not fit h_samples or the image, a raw_file leaving the root.
+line that is not JSON, lanes that do not fit h_samples or the image, a raw_file leaving the root; CULane: a lane
+line that is not pairs of numbers, a frame without its .lines.txt, a list line leaving the root, an unknown split.
 
 The folders: tests/lane_road_fixtures.py (two 48x96 Cityscapes val frames; three 128x72 TuSimple frames in
-label_data_0313.json and label_data_0531.json). One row per case; see faultlib.py."""
+label_data_0313.json and label_data_0531.json; three 164x59 CULane frames). One row per case; see faultlib.py."""
 from __future__ import annotations
 
 import copy
@@ -20,7 +22,8 @@ import yaml
 from faultlib import Case, params, run_case
 
 from hydranet.cli import main
-from lane_road_fixtures import TUSIMPLE_RECORDS, city_frame, city_stem, write_cityscapes, write_tusimple
+from lane_road_fixtures import (CULANE_LANES, TUSIMPLE_RECORDS, city_frame, city_stem, write_culane, write_cityscapes,
+                                write_tusimple)
 
 SKIP = "on_bad_frame=skip"
 STEM = city_stem("aachen", 0)
@@ -43,7 +46,7 @@ def lane_road(fault_env, tmp_path_factory):
         assert main(["train", "--config", str(base / f"{policy}.yaml"), "--out", str(base / policy), "--quiet"]) == 0
         runs[policy] = base / policy
     return {"runs": runs, "cityscapes": write_cityscapes(base / "cs", [city_frame(0), city_frame(1)]),
-            "tusimple": write_tusimple(base / "ts")}
+            "tusimple": write_tusimple(base / "ts"), "culane": write_culane(base / "cl")}
 
 
 def scored(**labelled):
@@ -108,6 +111,22 @@ def remove_first_image(root):
     (root / TUSIMPLE_RECORDS["label_data_0313.json"][0]["raw_file"]).unlink()
 
 
+CULANE_FIRST = list(CULANE_LANES)[1]  # 00030.jpg: the first frame of list/test.txt
+
+
+def culane_lines(text):
+    """That CULane frame's .lines.txt replaced by `text`."""
+    return lambda root: (root / CULANE_FIRST.replace(".jpg", ".lines.txt")).write_text(text)
+
+
+def remove_culane_lines(root):
+    (root / CULANE_FIRST.replace(".jpg", ".lines.txt")).unlink()
+
+
+def culane_list(text):
+    return lambda root: (root / "list" / "test.txt").write_text(text)
+
+
 CASES = [
     # the heads each genuine format labels are scored; the others are left out with a note
     case("eval-sim-model-on-cityscapes", "cityscapes", status=0, check=scored(det2d=2, drivable=2, lanes=0),
@@ -162,6 +181,27 @@ CASES = [
          extra=("--split", "val")),
     case("tusimple-test-split-without-labels", "tusimple", ("split 'test' has no label file", "test_label.json"),
          extra=("--split", "test")),
+    # CULane: scored on lanes; lane lines that are not pairs of numbers, a missing annotation, lists, splits
+    case("eval-sim-model-on-culane", "culane", status=0, check=scored(det2d=0, drivable=0, lanes=3),
+         stdout=("pixel_iou", NOTE)),
+    case("eval-fit-crop-on-culane", "culane", status=0, check=scored(lanes=3), extra=("--fit", "crop")),
+    case("eval-fit-camera-on-culane", "culane", ("data.fit=camera", "camera CAM_FRONT", "has no intrinsics"),
+         extra=("--fit", "camera")),
+    case("check-culane", "culane", command="check", status=0,
+         stdout=("format culane, split all", "frames: 3", "supervises: lanes", "every checked frame is readable")),
+    case("culane-lane-odd-count", "culane", ("00030.lines.txt:2", "a lane must be 2 or more points", "'1 2 3'", SKIP),
+         culane_lines("20 58 40 48\n1 2 3\n")),
+    case("culane-lane-not-a-number", "culane", ("00030.lines.txt:1", "'20 58 x 48'"), culane_lines("20 58 x 48\n"),
+         command="check"),
+    # "all" is every annotated frame; a list names frames, so a listed frame without its annotation is an error
+    case("culane-annotation-missing", "culane", ("00030.lines.txt", "the annotation of", "is missing", SKIP),
+         remove_culane_lines, extra=("--split", "test")),
+    case("culane-annotation-missing-skipped", "culane", (), remove_culane_lines, status=0, policy="skip",
+         stdout=("SKIPPED 1 bad frame", "00030.lines.txt"), check=scored(lanes=1), extra=("--split", "test")),
+    case("culane-list-leaves-root", "culane", ("list/test.txt:1", "image path", "leaves"), culane_list("/../../x.jpg\n"),
+         extra=("--split", "test")),
+    case("culane-unknown-split", "culane", ("unknown CULane split 'val'", "'test'", "'test8_night'"),
+         extra=("--split", "val")),
 ]
 
 

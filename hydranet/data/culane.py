@@ -1,0 +1,200 @@
+"""Read the CULane lane benchmark (driver_*/ + list/) into the sample contract: lanes -> lanes2d.
+
+    ds = CULaneDataset("data/culane")                      # every annotated frame under the root
+    ds = CULaneDataset("data/culane", split="test")        # the frames of list/test.txt
+    ds = CULaneDataset("data/culane", split="test8_night")  # one of list/test_split/*.txt
+
+CULane (Pan et al., "Spatial As Deep: Spatial CNN for Traffic Scene Understanding", AAAI 2018;
+xingangpan.github.io/projects/CULane.html). Layout read (the archives unzipped into one root):
+
+    driver_<id>_<n>frame/<clip>.MP4/<frame>.jpg          1640x590 front-camera frames
+    driver_<id>_<n>frame/<clip>.MP4/<frame>.lines.txt    its lanes: one a line, "x y x y ..." in pixels
+    list/{train_gt,val_gt}.txt, list/{train,val,test}.txt, list/test_split/test<k>_<scene>.txt
+
+- One annotated frame = one sample (`CAM_FRONT`), its own scene (named after its path: CULane samples frames
+  seconds apart, so a clip is not a video here). Each line of a `.lines.txt` is one lane (`lane_id` its line
+  number, type "unknown": CULane does not type its lanes), cut where it leaves the image (the official splines
+  run on past the left and right edges: the segment crossing an edge ends on it, `clip_polyline`). An empty
+  file is a frame without lanes (a label, not a missing one).
+- Splits: None or "all" = every `*.lines.txt` under the root's driver_* folders; "train", "val", "test" =
+  list/{train_gt,val_gt,test}.txt (the first field of a line is the image's path under the root); any other
+  name = list/<name>.txt or list/test_split/<name>.txt (CULane's nine test scenarios, e.g. "test8_night").
+- Bad input is one line naming the file (and line) and what to do: an unknown split, a list line naming a path
+  outside the root, a lane line that is not pairs of finite numbers, a missing image or annotation (with
+  `on_bad_frame="skip"`: a skipped, counted frame).
+- Supervises lanes only; no calibration (intrinsics, cam2ego, ego2world NaN). The lanes head's metric gives the
+  pixel IoU and the CULane-style F1 (hydranet/tasks/lanes.py: lanes drawn 30 px wide at 590 rows).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from hydranet.data.bdd100k import image_size
+from hydranet.data.reader import DatasetError, FrameReader, decode_image, make_rig
+from hydranet.io import path_inside
+
+FORMAT = "culane"
+CAMERA = "CAM_FRONT"
+LISTS = {"train": "train_gt.txt", "val": "val_gt.txt", "test": "test.txt"}
+WIDTH, HEIGHT = 1640, 590
+LANE_TYPES = ("unknown",)
+ANNOTATION = ".lines.txt"
+_FIX = "unzip the CULane archives (driver_*, list) into the root as docs/datasets.md shows"
+
+
+def annotation_path(image: Path) -> Path:
+    """driver_x/c.MP4/00000.jpg -> driver_x/c.MP4/00000.lines.txt"""
+    return image.with_name(image.stem + ANNOTATION)
+
+
+def list_file(root: Path, split: str) -> Path:
+    """The list file of a named split; DatasetError naming the splits there are."""
+    for path in (root / "list" / LISTS.get(split, f"{split}.txt"), root / "list" / "test_split" / f"{split}.txt"):
+        if path.is_file():
+            return path
+    known = sorted({*LISTS} | {p.stem for p in (root / "list").glob("*.txt")} |
+                   {p.stem for p in (root / "list" / "test_split").glob("*.txt")})
+    raise DatasetError(f"{root}: unknown CULane split {split!r} (no list file for it); choose 'all' or one of "
+                       f"{known}", root)
+
+
+def split_images(root: Path, split: str | None) -> list[str]:
+    """The image paths (relative to the root, '/'-separated) of a split (module docstring)."""
+    split = split or "all"
+    if split == "all":
+        return sorted(str(p.relative_to(root).with_name(p.name[:-len(ANNOTATION)] + ".jpg").as_posix())
+                      for p in root.glob(f"driver_*/*/*{ANNOTATION}"))
+    path = list_file(root, split)
+    out = []
+    for k, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+        fields = text.split()
+        if fields:
+            rel = fields[0].lstrip("/")
+            path_inside(root, rel, f"{path}:{k + 1}: image path", DatasetError)
+            out.append(rel)
+    return out
+
+
+def clip_polyline(points: np.ndarray, width: int, height: int) -> list[np.ndarray]:
+    """The runs of a polyline (P, 2) inside the image's pixel centres [0, width-1] x [0, height-1], each (Q, 2)
+    with Q >= 2: a segment crossing the edge ends on it (Liang-Barsky), a lane leaving and re-entering the image
+    gives two runs."""
+    lo, hi = np.zeros(2), np.array([width - 1.0, height - 1.0])
+    runs: list[list[np.ndarray]] = []
+    for a, b in zip(points[:-1], points[1:]):
+        d, t0, t1 = b - a, 0.0, 1.0
+        for p, q in ((-d[0], a[0] - lo[0]), (d[0], hi[0] - a[0]), (-d[1], a[1] - lo[1]), (d[1], hi[1] - a[1])):
+            if p == 0:
+                t0, t1 = (t0, t1) if q >= 0 else (1.0, 0.0)
+            elif p < 0:
+                t0 = max(t0, q / p)
+            else:
+                t1 = min(t1, q / p)
+        if t0 > t1:
+            continue
+        start, end = a + t0 * d, a + t1 * d
+        if runs and np.allclose(runs[-1][-1], start) and t0 == 0.0:
+            runs[-1].append(end)
+        else:
+            runs.append([start, end])
+    return [np.asarray(r) for r in runs if np.ptp(np.asarray(r), axis=0).any()]
+
+
+def read_lanes(path: Path, width: int, height: int) -> list[dict]:
+    """The lanes2d entries of one `.lines.txt`, cut at the image's edges (`clip_polyline`); DatasetError naming
+    file:line for a line that is not pairs of finite numbers."""
+    out = []
+    for k, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+        if not text.strip():
+            continue
+        try:
+            vals = [float(v) for v in text.split()]
+        except ValueError:
+            vals = [math.nan]
+        if len(vals) % 2 or len(vals) < 4 or not all(math.isfinite(v) for v in vals):
+            raise DatasetError(f"{path}:{k + 1}: a lane must be 2 or more points 'x y x y ...' of finite numbers, got "
+                               f"{text.strip()[:60]!r}; fix that line or use data.on_bad_frame=skip", path)
+        for run in clip_polyline(np.asarray(vals, np.float64).reshape(-1, 2), width, height):
+            out.append({"points": run.tolist(), "type": "unknown", "lane_id": k + 1})
+    return out
+
+
+def frame_scene(rel: str) -> str:
+    """'driver_161_90frame/06030819_0755.MP4/00090.jpg' -> 'driver_161_90frame_06030819_0755_00090'"""
+    p = Path(rel)
+    return "_".join([*(s.removesuffix(".MP4") for s in p.parent.parts), p.stem])
+
+
+class CULaneDataset(FrameReader):
+    """The annotated frames of a CULane root (see the module docstring).
+
+    Args:
+        root: the folder holding the driver_* folders (and list/).
+        split: None/"all", "train", "val", "test" or a list file's name.
+        channels: ("images",) or ().
+        on_bad_frame: as SimDataset.
+    """
+
+    format = FORMAT
+
+    def __init__(self, root, split: str | None = None, cameras: list[str] | None = None, channels=("images",),
+                 on_bad_frame: str = "raise"):
+        self.root = Path(root)
+        self._init_policy(on_bad_frame)
+        self._one_camera(cameras, CAMERA, "CULane")
+        if not self.root.is_dir():
+            raise DatasetError(f"{self.root}: no such folder; {_FIX}", self.root)
+        self.split, self.channels = split or "all", tuple(channels)
+        self.images = split_images(self.root, split)
+        if not self.images:
+            raise DatasetError(f"{self.root}: split {self.split!r} has no annotated frames; {_FIX}", self.root)
+        self.scenes = [{"name": frame_scene(rel), "frames": [rel]} for rel in self.images]
+        self._index_frames()
+        w, h = image_size(self.root / self.images[0]) or (WIDTH, HEIGHT)
+        self.rig = make_rig("culane", [(CAMERA, np.full((3, 3), np.nan), np.full((4, 4), np.nan), w, h)])
+        self.camera_names = [CAMERA]
+        self.supervises = frozenset({"lanes"})
+        self.notes = ["CULane labels lanes only and has no calibration: det2d, drivable and the geometry heads get "
+                      "no labels from it"]
+        self.meta = {"format": FORMAT, "split": self.split, "classes": [], "sign_classes": [], "light_states": [],
+                     "lane_types": list(LANE_TYPES), "calibrated": False, "rig": self.rig.to_dict(),
+                     "frame_rate_hz": 0.0, "scenes": [{"name": s["name"], "num_frames": 1} for s in self.scenes],
+                     "class_map": {}, "supervises": sorted(self.supervises)}
+
+    def frame_name(self, scene: int, frame: int) -> str:
+        return self.images[scene]
+
+    def image_path(self, i: int) -> Path:
+        return self.root / self.images[i]
+
+    def load(self, i: int) -> dict:
+        image_path = self.image_path(i)
+        fix = f"{_FIX}, or use data.on_bad_frame=skip"
+        labels = annotation_path(image_path)
+        if not labels.is_file():
+            raise DatasetError(f"{labels}: the annotation of {self.images[i]} is missing; {fix}", labels)
+        image = decode_image(image_path, fix) if "images" in self.channels else None  # (H, W, 3)
+        if image is not None:
+            w, h = image.shape[1], image.shape[0]
+        else:
+            w, h = image_size(image_path) or (WIDTH, HEIGHT)
+        lanes = read_lanes(labels, w, h)
+        sample = {
+            "format": FORMAT, "scene": self.scenes[i]["name"], "frame_index": 0, "timestamp_us": 0,
+            "camera_names": [CAMERA],
+            "intrinsics": np.full((1, 3, 3), np.nan, np.float32),  # unknown: CULane has no calibration
+            "cam2ego": np.full((1, 4, 4), np.nan, np.float32),
+            "ego2world": np.full((4, 4), np.nan),
+            "labels": {"cameras": {CAMERA: {"boxes2d": [], "lanes2d": lanes, "dontcare": []}},
+                       "boxes3d": [], "lanes3d": []},
+            "supervises": set(self.supervises),
+        }
+        if image is not None:
+            sample["images"] = image[None]  # (1, H, W, 3)
+        return sample
+
+    def own_classes(self, i: int, sample: dict) -> list[tuple[str, str | None]]:
+        return []
