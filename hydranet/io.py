@@ -107,6 +107,15 @@ def exclusive_lock(path: str | Path, what: str, error: type[Exception] = Runtime
         f.close()
 
 
+LFS_POINTER = b"version https://git-lfs"  # how a Git LFS pointer file begins (git-lfs.com/spec/v1)
+LFS_FIX = "fetch the file itself (`git lfs pull` in the repository it came from)"
+
+
+def is_lfs_pointer(data: bytes | str) -> bool:
+    """Whether a file's content is a Git LFS pointer (a placeholder of ~130 bytes), not the file it names."""
+    return (data.encode() if isinstance(data, str) else bytes(data[:len(LFS_POINTER)])).startswith(LFS_POINTER)
+
+
 def read_json(path: str | Path, what: str = "file", error: type[Exception] = ValueError,
               fix: str = "fix or regenerate it"):
     """The JSON at `path`, or `error` with one line naming the file, `what` it is and `fix`:
@@ -115,6 +124,7 @@ def read_json(path: str | Path, what: str = "file", error: type[Exception] = Val
     - unreadable: "PATH: WHAT cannot be read: permission denied; check the file's permissions"
       (another OSError: "PATH: WHAT cannot be read: <reason>")
     - not JSON (or not UTF-8): "PATH: corrupt JSON (<where>); FIX"
+    - a Git LFS pointer: "PATH: a Git LFS pointer, not the WHAT itself; fetch the file itself (...)"
 
     An `error` whose instances carry a `path` attribute (DatasetError) gets `path` set.
     """
@@ -139,6 +149,8 @@ def read_json(path: str | Path, what: str = "file", error: type[Exception] = Val
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
+        if is_lfs_pointer(text):
+            raise fail(f"{path}: a Git LFS pointer, not the {what} itself; {LFS_FIX}") from None
         raise fail(f"{path}: corrupt JSON ({e}); {fix}") from None
 
 

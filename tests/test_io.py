@@ -31,6 +31,31 @@ def test_read_json_one_line_errors(tmp_path):
             read_json(good)
 
 
+# a Git LFS pointer as a repository without its LFS objects holds it (git-lfs.com/spec/v1)
+POINTER = ("version https://git-lfs.github.com/spec/v1\noid sha256:"
+           "4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 9307571\n")
+
+
+def test_a_git_lfs_pointer_is_named_as_one(tmp_path):
+    """A table or an image copied from a repository whose LFS objects were not fetched is a ~130-byte pointer:
+    the error says so and how to get the file, not "corrupt JSON" or "not a JPEG"."""
+    from hydranet.data.reader import decode_image
+
+    table = tmp_path / "sample_annotation.json"
+    table.write_text(POINTER)
+    with pytest.raises(DatasetError, match=r"sample_annotation.json: a Git LFS pointer, not the table itself; fetch "
+                                           r"the file itself \(`git lfs pull` in the repository it came from\)$"):
+        read_json(table, "table", DatasetError)
+    image = tmp_path / "n015-CAM_FRONT.jpg"
+    image.write_text(POINTER)
+    with pytest.raises(DatasetError, match=r"n015-CAM_FRONT.jpg: image is a Git LFS pointer, not the image itself: "
+                                           r"fetch the file itself .*; re-extract"):
+        decode_image(image, "re-extract")
+    image.write_text("version 2 of nothing")  # not a pointer: the plain message
+    with pytest.raises(DatasetError, match="is not a JPEG or PNG image"):
+        decode_image(image, "re-extract")
+
+
 def test_atomic_writes(tmp_path):
     p = tmp_path / "f.txt"
     assert atomic_write_text(p, "one") == p and p.read_text() == "one"

@@ -23,6 +23,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from hydranet.io import LFS_FIX, is_lfs_pointer
+
 JPEG_MAGIC = b"\xff\xd8\xff"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SUFFIX_FORMAT = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG"}
@@ -47,6 +49,8 @@ def decode_bytes(data: bytes | np.ndarray, name: str | Path, flags: int = cv2.IM
     (its suffix says the format it must be). ImageError with the reason when it is not a whole image."""
     data = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
     fmt, expected = image_format(data), SUFFIX_FORMAT.get(Path(name).suffix.lower())
+    if fmt is None and is_lfs_pointer(data):
+        raise ImageError(f"is a Git LFS pointer, not the image itself: {LFS_FIX}")
     if fmt is None:
         raise ImageError("is not a JPEG or PNG image (empty, or another format)")
     if expected is not None and fmt != expected:

@@ -207,6 +207,8 @@ def set_box3d(**kv):
     return labels(lambda lab: lab["boxes3d"][0].update(kv))
 
 
+LFS_POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 123456\n"
+
 DATASET_CASES = [
     ds_case("meta-missing-classes", meta(lambda m: m.pop("classes")), ("dataset.json", "'classes'", "missing")),
     ds_case("meta-classes-wrong-type", meta(lambda m: m.update(classes="car")), ("dataset.json", "'classes'")),
@@ -260,6 +262,11 @@ DATASET_CASES = [
     ds_case("jpeg-corrupt-middle", corrupt_jpeg_middle, ("CAM_FRONT.jpg", "corrupt")),
     ds_case("jpeg-truncated", truncate_jpeg, ("CAM_FRONT.jpg", "corrupt or truncated")),
     ds_case("jpeg-missing", lambda root, tmp: (frame_dir(root) / "CAM_FRONT.jpg").unlink(), ("CAM_FRONT.jpg", "missing")),
+    # files copied from a repository whose Git LFS objects were never fetched: ~130-byte pointers
+    ds_case("jpeg-git-lfs-pointer", lambda root, tmp: (frame_dir(root) / "CAM_FRONT.jpg").write_text(LFS_POINTER),
+            ("CAM_FRONT.jpg", "git lfs pointer", "git lfs pull")),
+    ds_case("meta-git-lfs-pointer", lambda root, tmp: (root / "dataset.json").write_text(LFS_POINTER),
+            ("dataset.json", "git lfs pointer", "git lfs pull")),
     ds_case("jpeg-unreadable", lambda root, tmp: None, ("CAM_FRONT.jpg", "permission denied"),
             patch=deny_read("CAM_FRONT.jpg")),
     ds_case("labels-unreadable", lambda root, tmp: None, ("labels.json", "permission denied"), patch=deny_read("labels.json")),
