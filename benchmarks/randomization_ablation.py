@@ -51,8 +51,8 @@ def cell(tables: list[dict], source: str, key: str) -> list[float]:
 
 def table(arms: dict[str, list[dict]]) -> tuple[str, dict]:
     first = next(iter(arms))
-    lines = ["| source | metric | " + " | ".join(arms) + " | " + " | ".join(f"{a} - {first}" for a in list(arms)[1:]) + " |",
-             "|---|---|" + "---|" * (2 * len(arms) - 1)]
+    columns = list(arms) + [f"{a} - {first}" for a in list(arms)[1:]]
+    lines = ["| source | metric | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     out: dict = {}
     for source, key in CELLS:
         vals = {a: cell(t, source, key) for a, t in arms.items()}

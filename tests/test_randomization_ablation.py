@@ -22,3 +22,11 @@ def test_medians_differences_and_the_apart_rule():
     assert "+0.100" in car and "apart" not in car  # the seeds overlap
     assert ("| cityscapes", "det2d/car AP50") not in rows  # no value in any seed: no row
     assert figures["cityscapes: drivable/iou"]["knob"] == [0.60, 0.58, 0.61]
+    assert text.splitlines()[0] == "| source | metric | recipe | knob | knob - recipe |"
+
+
+def test_one_arm_has_no_difference_column():
+    text, _ = table({"recipe": [_seed(0.1, 0.5)]})
+    head, rule, row = text.splitlines()[:3]
+    assert head == "| source | metric | recipe |" and rule == "|---|---|---|"
+    assert row.count("|") == head.count("|")
