@@ -32,15 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hydranet.data.bdd100k import image_size
-from hydranet.data.reader import DatasetError, FrameReader, decode_image, make_rig
+from hydranet.data.lane_benchmark import LaneBenchmarkReader
+from hydranet.data.reader import DatasetError, decode_image
 from hydranet.io import path_inside
 
 FORMAT = "culane"
-CAMERA = "CAM_FRONT"
 LISTS = {"train": "train_gt.txt", "val": "val_gt.txt", "test": "test.txt"}
 WIDTH, HEIGHT = 1640, 590
-LANE_TYPES = ("unknown",)
 ANNOTATION = ".lines.txt"
 _FIX = "unzip the CULane archives (driver_*, list) into the root as docs/datasets.md shows"
 
@@ -128,7 +126,7 @@ def frame_scene(rel: str) -> str:
     return "_".join([*(s.removesuffix(".MP4") for s in p.parent.parts), p.stem])
 
 
-class CULaneDataset(FrameReader):
+class CULaneDataset(LaneBenchmarkReader):
     """The annotated frames of a CULane root (see the module docstring).
 
     Args:
@@ -138,31 +136,16 @@ class CULaneDataset(FrameReader):
         on_bad_frame: as SimDataset.
     """
 
-    format = FORMAT
+    format, title = FORMAT, "CULane"
 
     def __init__(self, root, split: str | None = None, cameras: list[str] | None = None, channels=("images",),
                  on_bad_frame: str = "raise"):
-        self.root = Path(root)
-        self._init_policy(on_bad_frame)
-        self._one_camera(cameras, CAMERA, "CULane")
-        if not self.root.is_dir():
-            raise DatasetError(f"{self.root}: no such folder; {_FIX}", self.root)
-        self.split, self.channels = split or "all", tuple(channels)
+        self._open(root, split, cameras, channels, on_bad_frame, _FIX)
         self.images = split_images(self.root, split)
         if not self.images:
             raise DatasetError(f"{self.root}: split {self.split!r} has no annotated frames; {_FIX}", self.root)
-        self.scenes = [{"name": frame_scene(rel), "frames": [rel]} for rel in self.images]
-        self._index_frames()
-        w, h = image_size(self.root / self.images[0]) or (WIDTH, HEIGHT)
-        self.rig = make_rig("culane", [(CAMERA, np.full((3, 3), np.nan), np.full((4, 4), np.nan), w, h)])
-        self.camera_names = [CAMERA]
-        self.supervises = frozenset({"lanes"})
-        self.notes = ["CULane labels lanes only and has no calibration: det2d, drivable and the geometry heads get "
-                      "no labels from it"]
-        self.meta = {"format": FORMAT, "split": self.split, "classes": [], "sign_classes": [], "light_states": [],
-                     "lane_types": list(LANE_TYPES), "calibrated": False, "rig": self.rig.to_dict(),
-                     "frame_rate_hz": 0.0, "scenes": [{"name": s["name"], "num_frames": 1} for s in self.scenes],
-                     "class_map": {}, "supervises": sorted(self.supervises)}
+        self._init_lanes_only([{"name": frame_scene(rel), "frames": [rel]} for rel in self.images],
+                              self.root / self.images[0], (WIDTH, HEIGHT))
 
     def frame_name(self, scene: int, frame: int) -> str:
         return self.images[scene]
@@ -177,24 +160,4 @@ class CULaneDataset(FrameReader):
         if not labels.is_file():
             raise DatasetError(f"{labels}: the annotation of {self.images[i]} is missing; {fix}", labels)
         image = decode_image(image_path, fix) if "images" in self.channels else None  # (H, W, 3)
-        if image is not None:
-            w, h = image.shape[1], image.shape[0]
-        else:
-            w, h = image_size(image_path) or (WIDTH, HEIGHT)
-        lanes = read_lanes(labels, w, h)
-        sample = {
-            "format": FORMAT, "scene": self.scenes[i]["name"], "frame_index": 0, "timestamp_us": 0,
-            "camera_names": [CAMERA],
-            "intrinsics": np.full((1, 3, 3), np.nan, np.float32),  # unknown: CULane has no calibration
-            "cam2ego": np.full((1, 4, 4), np.nan, np.float32),
-            "ego2world": np.full((4, 4), np.nan),
-            "labels": {"cameras": {CAMERA: {"boxes2d": [], "lanes2d": lanes, "dontcare": []}},
-                       "boxes3d": [], "lanes3d": []},
-            "supervises": set(self.supervises),
-        }
-        if image is not None:
-            sample["images"] = image[None]  # (1, H, W, 3)
-        return sample
-
-    def own_classes(self, i: int, sample: dict) -> list[tuple[str, str | None]]:
-        return []
+        return self._lanes_sample(i, read_lanes(labels, *self.image_wh(image_path, image, (WIDTH, HEIGHT))), image)

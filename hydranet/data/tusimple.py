@@ -32,15 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hydranet.data.bdd100k import image_size
-from hydranet.data.reader import BBOX_SLACK_PX, DatasetError, FrameReader, decode_image, make_rig
+from hydranet.data.lane_benchmark import LaneBenchmarkReader
+from hydranet.data.reader import BBOX_SLACK_PX, DatasetError, decode_image
 from hydranet.io import path_inside
 
 FORMAT = "tusimple"
-CAMERA = "CAM_FRONT"
 SPLITS = {"train": "label_data_*.json", "test": "test_label.json", "all": "*.json"}
 WIDTH, HEIGHT = 1280, 720
-LANE_TYPES = ("unknown",)
 _FIX = "unzip the TuSimple train_set/test_set archives into the root as docs/datasets.md shows"
 _LINE_FIX = "fix or remove that line (one JSON object a line: lanes, h_samples, raw_file)"
 
@@ -118,7 +116,7 @@ def lane_polylines(rec: dict, width: int, height: int) -> list[dict]:
     return out
 
 
-class TuSimpleDataset(FrameReader):
+class TuSimpleDataset(LaneBenchmarkReader):
     """The labelled frames of TuSimple label files (see the module docstring).
 
     Args:
@@ -128,34 +126,18 @@ class TuSimpleDataset(FrameReader):
         on_bad_frame: as SimDataset.
     """
 
-    format = FORMAT
+    format, title = FORMAT, "TuSimple"
 
     def __init__(self, root, split: str | None = None, cameras: list[str] | None = None, channels=("images",),
                  on_bad_frame: str = "raise"):
-        self.root = Path(root)
-        self._init_policy(on_bad_frame)
-        self._one_camera(cameras, CAMERA, "TuSimple")
-        if not self.root.is_dir():
-            raise DatasetError(f"{self.root}: no such folder; {_FIX}", self.root)
-        self.split, self.channels = split or "all", tuple(channels)
+        self._open(root, split, cameras, channels, on_bad_frame, _FIX)
         self.records = [r for path in label_files(self.root, split) for r in read_records(path)]
         if not self.records:
             raise DatasetError(f"{self.root}: split {self.split!r} has no labelled frames; {_FIX}", self.root)
         for r in self.records:  # a raw_file names one image under the root: never '../x' or '/x'
             path_inside(self.root, r["raw_file"], f"{r['file']}:{r['line']}: raw_file", DatasetError)
-        self.scenes = [{"name": clip_name(r["raw_file"]), "frames": [r["raw_file"]]} for r in self.records]
-        self._index_frames()
-        w, h = image_size(self.image_path(0)) or (WIDTH, HEIGHT)
-        nan = np.full((3, 3), np.nan)
-        self.rig = make_rig("tusimple", [(CAMERA, nan, np.full((4, 4), np.nan), w, h)])
-        self.camera_names = [CAMERA]
-        self.supervises = frozenset({"lanes"})
-        self.notes = ["TuSimple labels lanes only and has no calibration: det2d, drivable and the geometry heads "
-                      "get no labels from it"]
-        self.meta = {"format": FORMAT, "split": self.split, "classes": [], "sign_classes": [], "light_states": [],
-                     "lane_types": list(LANE_TYPES), "calibrated": False, "rig": self.rig.to_dict(),
-                     "frame_rate_hz": 0.0, "scenes": [{"name": s["name"], "num_frames": 1} for s in self.scenes],
-                     "class_map": {}, "supervises": sorted(self.supervises)}
+        self._init_lanes_only([{"name": clip_name(r["raw_file"]), "frames": [r["raw_file"]]} for r in self.records],
+                              self.image_path(0), (WIDTH, HEIGHT))
 
     def frame_name(self, scene: int, frame: int) -> str:
         return self.records[scene]["raw_file"]
@@ -168,26 +150,8 @@ class TuSimpleDataset(FrameReader):
         rec = self.records[i]
         fix = f"{_FIX} (the image of {rec['file'].name} line {rec['line']}), or use data.on_bad_frame=skip"
         image = decode_image(self.image_path(i), fix) if "images" in self.channels else None  # (H, W, 3)
-        if image is not None:
-            w, h = image.shape[1], image.shape[0]
-        else:
-            w, h = image_size(self.image_path(i)) or (WIDTH, HEIGHT)
-        sample = {
-            "format": FORMAT, "scene": self.scenes[i]["name"], "frame_index": 0, "timestamp_us": 0,
-            "camera_names": [CAMERA],
-            "intrinsics": np.full((1, 3, 3), np.nan, np.float32),  # unknown: TuSimple has no calibration
-            "cam2ego": np.full((1, 4, 4), np.nan, np.float32),
-            "ego2world": np.full((4, 4), np.nan),
-            "labels": {"cameras": {CAMERA: {"boxes2d": [], "lanes2d": lane_polylines(rec, w, h), "dontcare": []}},
-                       "boxes3d": [], "lanes3d": []},
-            "supervises": set(self.supervises),
-        }
-        if image is not None:
-            sample["images"] = image[None]  # (1, H, W, 3)
-        return sample
-
-    def own_classes(self, i: int, sample: dict) -> list[tuple[str, str | None]]:
-        return []
+        return self._lanes_sample(i, lane_polylines(rec, *self.image_wh(self.image_path(i), image, (WIDTH, HEIGHT))),
+                                  image)
 
 
 def clip_name(raw_file: str) -> str:
