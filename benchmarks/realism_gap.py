@@ -166,7 +166,7 @@ def tusimple_scores(root: Path, split: str | None, frame_ids: Sequence[Sequence[
                     lanes: Sequence[np.ndarray]) -> list[tuple[float, float, float]]:
     """Per evaluated frame (its raw_file = frame_ids[i][1]) the TuSimple (accuracy, FP, FN) of its decoded lane
     instances read at the label's h_samples in the image's own size."""
-    from hydranet.data.bdd100k import image_size
+    from hydranet.data.image import image_size
     from hydranet.data.tusimple import HEIGHT, WIDTH, label_files, read_records
     from hydranet.metrics.tusimple import lanes_at_rows, tusimple_accuracy
 

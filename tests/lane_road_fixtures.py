@@ -121,7 +121,8 @@ CULANE_HW = (59, 164)  # CULane's 590x1640, a tenth
 # lane of the first frame runs on past the right edge (x 170 > 163), as CULane's splines do; the last frame has none
 CULANE_LANES = {
     "driver_23_30frame/05151649_0422.MP4/00000.jpg": [[20.5, 58, 40, 48, 60.25, 38], [120, 58, 150, 48, 170, 38]],
-    "driver_23_30frame/05151649_0422.MP4/00030.jpg": [[80, 58, 82, 48, 84, 38, 86, 28]],
+    # CULane's splines start at row = height (59 here) and may start left of the image (x -6): cut at both edges
+    "driver_23_30frame/05151649_0422.MP4/00030.jpg": [[80, 58, 82, 48, 84, 38, 86, 28], [-6, 59, 4, 49, 14, 39]],
     "driver_161_90frame/06030819_0755.MP4/00090.jpg": [],
 }
 CULANE_LISTS = {"list/test.txt": list(CULANE_LANES)[1:], "list/test_split/test8_night.txt": list(CULANE_LANES)[2:]}

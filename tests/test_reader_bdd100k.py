@@ -130,7 +130,7 @@ def test_boxes_are_checked_against_the_real_image_size(fixture, tmp_path):
     1500-1600 (inside 1280x720) is refused naming the frame; under skip its frame is skipped once."""
     import cv2
 
-    from hydranet.data.bdd100k import image_size
+    from hydranet.data.image import image_size
 
     _, src = fixture
     root = shutil.copytree(src, tmp_path / "bdd")

@@ -34,7 +34,9 @@ def test_lanes_become_polylines_cut_at_the_edge(root):
     # the second lane leaves the 164 px wide image between (150, 48) and (170, 38): it ends on x = 163, y = 41.5
     assert _lanes(by_path[FIRST]) == [(1, [[20.5, 58.0], [40.0, 48.0], [60.25, 38.0]]),
                                       (2, [[120.0, 58.0], [150.0, 48.0], [163.0, 41.5]])]
-    assert _lanes(by_path[SECOND]) == [(1, [[80.0, 58.0], [82.0, 48.0], [84.0, 38.0], [86.0, 28.0]])]
+    # the second lane starts below the last row and left of the image: it enters at x = 0 on row 53
+    assert _lanes(by_path[SECOND]) == [(1, [[80.0, 58.0], [82.0, 48.0], [84.0, 38.0], [86.0, 28.0]]),
+                                       (2, [[0.0, 53.0], [4.0, 49.0], [14.0, 39.0]])]
     assert _lanes(by_path[NIGHT]) == []  # an empty .lines.txt: a frame without lanes, still a labelled frame
     s = by_path[FIRST]
     assert s["supervises"] == {"lanes"} and s["images"].shape == (1,) + CULANE_HW + (3,)
@@ -54,6 +56,11 @@ def test_clip_polyline():
     assert clip_polyline(np.array([[-5.0, 1.0], [-1.0, 8.0]]), 10, 10) == []  # wholly outside
     corner = clip_polyline(np.array([[-3.0, 3.0], [3.0, -3.0]]), 10, 10)  # touches the image in one point
     assert corner == []
+    assert clip_polyline(np.array([[2.0, -4.0], [7.0, -4.0]]), 10, 10) == []  # parallel to an edge, outside it
+    on_border = clip_polyline(np.array([[-2.0, 5.0], [0.0, 5.0], [4.0, 5.0]]), 10, 10)  # a vertex on the edge
+    np.testing.assert_allclose(on_border[0], [[0, 5], [4, 5]])  # once, not repeated
+    down = clip_polyline(np.array([[5.0, 10.0], [5.0, 9.0], [5.0, 8.0]]), 10, 10)  # from row 10 into a 10-row image
+    np.testing.assert_allclose(down[0], [[5, 9], [5, 8]])
 
 
 def test_lane_target_is_drawn_where_the_lanes_are(root):
@@ -70,12 +77,22 @@ def test_lane_target_is_drawn_where_the_lanes_are(root):
     assert not mask[10, 80] and not mask[55, 90]  # the sky; the road between the lanes
 
 
-def test_splits(root):
+def test_splits(root, tmp_path):
     assert [f for _, f in CULaneDataset(root, "test").frame_ids] == [SECOND, NIGHT]
     assert [f for _, f in CULaneDataset(root, "test8_night").frame_ids] == [NIGHT]
-    with pytest.raises(DatasetError, match=r"unknown CULane split 'val' \(no list file for it\); choose 'all' or one "
-                                           r"of \['test', 'test8_night', 'train', 'val'\]"):
+    with pytest.raises(DatasetError, match=r"unknown CULane split 'val' \(no list/val_gt.txt\); choose 'all' or one of "
+                                           r"the list files there \['test', 'test8_night'\]$"):
         CULaneDataset(root, "val")
+    with pytest.raises(DatasetError, match=r"split '../test' is not a list file's name"):
+        CULaneDataset(root, "../test")
+    bare = shutil.copytree(root, tmp_path / "bare")
+    shutil.rmtree(bare / "list")
+    with pytest.raises(DatasetError, match=r"list: no CULane list file, so no split 'test'; unzip list.tar.gz into the "
+                                           r"root, or use split 'all'"):
+        CULaneDataset(bare, "test")
+    (bare / "list").mkdir()
+    (bare / "list" / "val.txt").write_text(f"/{FIRST}\n")  # CULane's val.txt (images only), without val_gt.txt
+    assert [f for _, f in CULaneDataset(bare, "val").frame_ids] == [FIRST]
 
 
 def test_bad_input(root, tmp_path):
@@ -89,6 +106,17 @@ def test_bad_input(root, tmp_path):
     labels.write_text("80 58 nan 48\n")
     with pytest.raises(DatasetError, match=f"{labels}:1: a lane must be"):
         CULaneDataset(bad)[i]
+    labels.write_text("80 58 82 48\n10 300 12 290\n")  # an annotation of the 590-row original on a 59-row image
+    with pytest.raises(DatasetError, match=f"{labels}:2: row 300 lies outside the 164x59 image \\(was the image "
+                                           "resized without its annotation\\?\\)"):
+        CULaneDataset(bad)[i]
+    labels.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 9\n")
+    with pytest.raises(DatasetError, match=f"{labels}: a Git LFS pointer, not the file itself; fetch the file itself"):
+        CULaneDataset(bad)[i]
+    lanes_only = CULaneDataset(bad, channels=())  # images not decoded: the size comes from the header
+    (bad / SECOND).unlink()
+    with pytest.raises(DatasetError, match=f"{bad / SECOND}: image is missing"):
+        lanes_only[i]
     labels.unlink()
     with pytest.raises(DatasetError, match=f"{labels}: the annotation of {SECOND} is missing"):
         CULaneDataset(bad, "test")[0]
@@ -96,6 +124,9 @@ def test_bad_input(root, tmp_path):
     assert skip[0]["scene"] == "driver_161_90frame_06030819_0755_00090" and len(skip.skipped) == 1
     (bad / "list" / "test.txt").write_text("/../../etc/x.jpg\n")
     with pytest.raises(DatasetError, match=r"list/test.txt:1: image path"):
+        CULaneDataset(bad, "test")
+    (bad / "list" / "test.txt").write_text(f"/{SECOND.replace('.jpg', '.lines.txt')}\n")
+    with pytest.raises(DatasetError, match=r"list/test.txt:1: image path '.*00030.lines.txt' is not an image"):
         CULaneDataset(bad, "test")
     with pytest.raises(DatasetError, match="no such folder"):
         CULaneDataset(tmp_path / "nowhere")

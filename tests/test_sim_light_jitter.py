@@ -30,6 +30,8 @@ def _azimuth(direction: np.ndarray) -> float:
 
 
 def test_off_by_default_and_the_world_is_untouched():
+    """A guard: the jitter draws from its own stream, so turning it on must never move an object (were it drawn
+    from the world's generator, every later draw of the world would change)."""
     assert SimConfig().conditions.light_jitter == 0.0
     for seed in (0, 5):
         plain, jittered = World(_cfg(0.0), seed), World(_cfg(1.0), seed)
@@ -57,8 +59,11 @@ def test_each_draw_within_its_stated_range_and_the_range_used(j):
         a = lit.ambient / base.ambient
         np.testing.assert_allclose(a, a[0])  # one gain: the ambient's hue is kept
         assert 2 ** (-j / 2) - 1e-9 <= a[0] <= 2 ** (j / 2) + 1e-9
+        sky = lit.fog_color / base.fog_color  # (3,) = 2^(u/2) * (1 + t, 1, 1 - t)
         for name in ("sky_zenith", "sky_horizon"):  # the sky's colours take one and the same gain
-            np.testing.assert_allclose(getattr(lit, name) / getattr(base, name), lit.fog_color / base.fog_color)
+            np.testing.assert_allclose(getattr(lit, name) / getattr(base, name), sky)
+        assert 2 ** (-j / 2) - 1e-9 <= sky[1] <= 2 ** (j / 2) + 1e-9
+        assert abs((sky[0] - sky[2]) / (sky[0] + sky[2])) <= 0.15 * j + 1e-9
         elev.append(e), sun_gain.append(gain[1]), amb.append(a[0]), tilts.append(tilt)
     # the range is used, not a corner of it: 60 uniform draws reach each end's outer fifth
     for v, lo, hi in ((elev, 35 - 25 * j, 65 + 15 * j), (np.log2(sun_gain), -j, j), (np.log2(amb), -j / 2, j / 2),

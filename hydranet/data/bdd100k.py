@@ -27,12 +27,12 @@ Layout read (the official archives unzipped into one root, docs/datasets.md):
 from __future__ import annotations
 
 import math
-import struct
 from pathlib import Path
 
 import cv2
 import numpy as np
 
+from hydranet.data.image import image_size
 from hydranet.data.reader import BBOX_SLACK_PX, DatasetError, FrameReader, decode_image, make_rig
 from hydranet.io import check_name, path_inside, read_json
 
@@ -56,42 +56,6 @@ LANE_TYPES = ("solid_white", "dashed_white", "solid_yellow", "dashed_yellow", "d
 DRIVABLE_CLASSES = ("direct", "alternative", "background")
 WIDTH, HEIGHT = 1280, 720
 _FIX = "unzip the BDD100K archives (images, det_20, drivable, lane) into the root as docs/datasets.md shows"
-
-
-def image_size(path: Path) -> tuple[int, int] | None:
-    """(width, height) from a JPEG's SOF or a PNG's IHDR header, without decoding; None when the file
-    is missing or its header is not one of those (the decoder then says what is wrong)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-            if head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR":
-                w, h = struct.unpack(">II", head[16:24])
-                return int(w), int(h)
-            if head[:2] != b"\xff\xd8":
-                return None
-            f.seek(2)
-            while True:
-                marker = f.read(2)
-                if len(marker) < 2 or marker[0] != 0xFF:
-                    return None
-                if marker[1] == 0xFF:  # a fill byte before the marker
-                    f.seek(-1, 1)
-                    continue
-                if marker[1] in (0xD8, 0x01) or 0xD0 <= marker[1] <= 0xD7:  # standalone markers
-                    continue
-                n = f.read(2)
-                if len(n) < 2:
-                    return None
-                size = struct.unpack(">H", n)[0]
-                if 0xC0 <= marker[1] <= 0xCF and marker[1] not in (0xC4, 0xC8, 0xCC):  # start of frame
-                    sof = f.read(5)
-                    if len(sof) < 5:
-                        return None
-                    h, w = struct.unpack(">HH", sof[1:5])
-                    return int(w), int(h)
-                f.seek(size - 2, 1)
-    except OSError:
-        return None
 
 
 def check_box(lab: dict, frame: str, k: int, width: int, height: int, where: Path) -> list[float]:

@@ -40,7 +40,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from hydranet.data.bdd100k import image_size
+from hydranet.data.image import image_size
 from hydranet.data.reader import DatasetError, FrameReader, decode_image, make_rig
 from hydranet.io import path_inside, read_json
 

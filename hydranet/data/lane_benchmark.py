@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hydranet.data.bdd100k import image_size
-from hydranet.data.reader import DatasetError, FrameReader, make_rig
+from hydranet.data.image import image_size
+from hydranet.data.reader import DatasetError, FrameReader, decode_image, make_rig
 
 CAMERA = "CAM_FRONT"
 LANE_TYPES = ("unknown",)  # neither benchmark types its lanes
@@ -28,7 +28,7 @@ class LaneBenchmarkReader(FrameReader):
 
     def _init_lanes_only(self, scenes: list[dict], first_image: Path, default_size: tuple[int, int]) -> None:
         """scenes: [{"name", "frames": [one frame]}]; the rig's image size is the first image's (`default_size`
-        (w, h) when it cannot be read: its frame then fails on load, named)."""
+        (w, h), the benchmark's own, when its header cannot be read: that frame then fails on load, named)."""
         self.scenes = scenes
         self._index_frames()
         w, h = image_size(first_image) or default_size
@@ -58,11 +58,16 @@ class LaneBenchmarkReader(FrameReader):
             sample["images"] = image[None]  # (1, H, W, 3)
         return sample
 
-    def image_wh(self, path: Path, image: np.ndarray | None, default: tuple[int, int]) -> tuple[int, int]:
-        """(w, h) of a frame: of its decoded image, else read from the file's header, else `default`."""
+    def image_wh(self, path: Path, image: np.ndarray | None, fix: str) -> tuple[int, int]:
+        """(w, h) of a frame: of its decoded image, else read from the file's header (read without its pixels);
+        DatasetError naming the image when neither is there (its lanes cannot be checked against its size)."""
         if image is not None:
             return image.shape[1], image.shape[0]
-        return image_size(path) or default
+        size = image_size(path)
+        if size is None:
+            decode_image(path, fix)  # raises naming what is wrong: missing, truncated, not an image
+            raise DatasetError(f"{path}: image header unreadable; {fix}", path)
+        return size
 
     def own_classes(self, i: int, sample: dict) -> list[tuple[str, str | None]]:
         return []

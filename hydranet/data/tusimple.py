@@ -34,7 +34,7 @@ import numpy as np
 
 from hydranet.data.lane_benchmark import LaneBenchmarkReader
 from hydranet.data.reader import BBOX_SLACK_PX, DatasetError, decode_image
-from hydranet.io import path_inside
+from hydranet.io import LFS_FIX, is_lfs_pointer, path_inside
 
 FORMAT = "tusimple"
 SPLITS = {"train": "label_data_*.json", "test": "test_label.json", "all": "*.json"}
@@ -63,7 +63,10 @@ def read_records(path: Path) -> list[dict]:
     """The records of one label file, each with its file and 1-based line; DatasetError naming file:line when a
     line is not a JSON object with raw_file, lanes and h_samples."""
     out = []
-    for k, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+    content = path.read_text(encoding="utf-8", errors="replace")
+    if is_lfs_pointer(content):
+        raise DatasetError(f"{path}: a Git LFS pointer, not the label file itself; {LFS_FIX}", path)
+    for k, text in enumerate(content.splitlines()):
         if not text.strip():
             continue
         where = f"{path}:{k + 1}"
@@ -150,7 +153,7 @@ class TuSimpleDataset(LaneBenchmarkReader):
         rec = self.records[i]
         fix = f"{_FIX} (the image of {rec['file'].name} line {rec['line']}), or use data.on_bad_frame=skip"
         image = decode_image(self.image_path(i), fix) if "images" in self.channels else None  # (H, W, 3)
-        return self._lanes_sample(i, lane_polylines(rec, *self.image_wh(self.image_path(i), image, (WIDTH, HEIGHT))),
+        return self._lanes_sample(i, lane_polylines(rec, *self.image_wh(self.image_path(i), image, fix)),
                                   image)
 
 

@@ -111,6 +111,7 @@ def remove_first_image(root):
     (root / TUSIMPLE_RECORDS["label_data_0313.json"][0]["raw_file"]).unlink()
 
 
+LFS_POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 123456\n"
 CULANE_FIRST = list(CULANE_LANES)[1]  # 00030.jpg: the first frame of list/test.txt
 
 
@@ -202,6 +203,13 @@ CASES = [
          extra=("--split", "test")),
     case("culane-unknown-split", "culane", ("unknown CULane split 'val'", "'test'", "'test8_night'"),
          extra=("--split", "val")),
+    case("culane-annotation-of-another-size", "culane", ("00030.lines.txt:1", "row 300 lies outside the 164x59 image",
+                                                         "resized without its annotation"),
+         culane_lines("10 300 12 290\n"), command="check"),
+    case("culane-list-git-lfs-pointer", "culane", ("list/test.txt", "git lfs pointer", "git lfs pull"),
+         culane_list(LFS_POINTER), extra=("--split", "test")),
+    case("tusimple-label-file-git-lfs-pointer", "tusimple", ("label_data_0313.json", "git lfs pointer", "git lfs pull"),
+         lambda root: (root / "label_data_0313.json").write_text(LFS_POINTER), command="check"),
 ]
 
 
