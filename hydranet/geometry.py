@@ -9,6 +9,7 @@ Pure numpy so the sim and the torch-free runtime can use it.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -374,3 +375,32 @@ def warp_affine(arr: np.ndarray, M: np.ndarray, out_hw: tuple[int, int], linear:
     if out.ndim == arr.ndim - 1:  # cv2 drops a trailing channel axis of size 1
         out = out[..., None]
     return out.astype(dtype) if out.dtype != dtype else out
+
+
+def clip_polyline(points: np.ndarray, lo: Sequence[float], hi: Sequence[float]) -> list[np.ndarray]:
+    """The runs of a polyline (P, 2) inside the rectangle [lo, hi] (x, y), each (Q, 2) with Q >= 2 distinct points:
+    a segment crossing the edge ends on it (Liang-Barsky), a line leaving and re-entering gives two runs."""
+    lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+    runs: list[list[np.ndarray]] = []
+    for a, b in zip(points[:-1], points[1:]):
+        d, t0, t1 = b - a, 0.0, 1.0
+        for p, q in ((-d[0], a[0] - lo[0]), (d[0], hi[0] - a[0]), (-d[1], a[1] - lo[1]), (d[1], hi[1] - a[1])):
+            if p == 0:
+                t0, t1 = (t0, t1) if q >= 0 else (1.0, 0.0)
+            elif p < 0:
+                t0 = max(t0, q / p)
+            else:
+                t1 = min(t1, q / p)
+        if t0 > t1:
+            continue
+        start, end = a + t0 * d, a + t1 * d
+        if runs and t0 == 0.0 and np.allclose(runs[-1][-1], start):
+            runs[-1].append(end)
+        else:
+            runs.append([start, end])
+    out = []
+    for run in map(np.asarray, runs):  # a vertex on the border would come twice: each point once
+        run = run[np.r_[True, np.abs(np.diff(run, axis=0)).max(axis=1) > 1e-9]]
+        if len(run) >= 2:
+            out.append(run)
+    return out

@@ -29,7 +29,7 @@ from hydranet.bev_augment import rotate_sample
 from hydranet.bevgrid import BevGrid
 from hydranet.data import SimDataset
 from hydranet.experiment import FITS
-from hydranet.geometry import DISTORTION_WIDTH, fit_window, warp_affine, window_affine
+from hydranet.geometry import DISTORTION_WIDTH, clip_polyline, fit_window, warp_affine, window_affine
 from hydranet.heads import HEADS
 from hydranet.tasks import Task
 
@@ -42,8 +42,9 @@ def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets:
     cropped at offsets[n] = (x0, y0) (in scaled pixels) to out_hw = (H, W).
 
     Updates images (bilinear), the dense channels present (nearest), `intrinsics`, and the per
-    camera `boxes2d` (clipped; boxes left empty are dropped) and `lanes2d` (points outside the new
-    image dropped; a polyline is kept with its remaining points) of `labels`."""
+    camera `boxes2d` (clipped; boxes left empty are dropped) and `lanes2d` (cut at the new image's edges,
+    `hydranet.geometry.clip_polyline`: a lane leaving and re-entering it is two polylines of one lane id) of
+    `labels`."""
     out = dict(sample)
     H, W = out_hw
     n_cam = len(sample["camera_names"])
@@ -79,9 +80,8 @@ def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets:
         for lane in cam.get("lanes2d", []):
             pts = np.asarray(lane["points"], np.float64).reshape(-1, 2)
             pts = pts * [sx, sy] + [0.5 * sx - 0.5 - x0, 0.5 * sy - 0.5 - y0]
-            inside = (pts[:, 0] >= -0.5) & (pts[:, 0] < W - 0.5) & (pts[:, 1] >= -0.5) & (pts[:, 1] < H - 0.5)
-            if inside.any():
-                lanes.append({**lane, "points": pts[inside].tolist()})
+            # cut where the window cuts it (a segment crossing the edge ends on it), not just its outside points
+            lanes += [{**lane, "points": run.tolist()} for run in clip_polyline(pts, (-0.5, -0.5), (W - 0.5, H - 0.5))]
         cam["lanes2d"] = lanes
     out["labels"] = labels
     return out

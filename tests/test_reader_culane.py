@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from hydranet.data.culane import CULaneDataset, clip_polyline
+from hydranet.data.culane import CULaneDataset
 from hydranet.data.formats import check_dataset, detect_format
 from hydranet.data.reader import DatasetError
 from lane_road_fixtures import CULANE_HW, CULANE_LANES, write_culane
@@ -43,24 +43,6 @@ def test_lanes_become_polylines_cut_at_the_edge(root):
     assert ("driver_23_30frame_05151649_0422_00000", FIRST) in ds.frame_ids
     r = check_dataset(root)
     assert r["supervises"] == ["lanes"] and not r["bad"] and r["classes"] == [] and r["frames"] == 3
-
-
-def test_clip_polyline():
-    inside = np.array([[1.0, 1.0], [5.0, 5.0]])
-    np.testing.assert_allclose(clip_polyline(inside, 10, 10)[0], inside)
-    out_and_back = np.array([[2.0, 5.0], [14.0, 5.0], [2.0, 7.0]])  # leaves through x = 9 and comes back
-    runs = clip_polyline(out_and_back, 10, 10)
-    assert len(runs) == 2
-    np.testing.assert_allclose(runs[0], [[2, 5], [9, 5]])
-    np.testing.assert_allclose(runs[1], [[9, 5 + 2 * 5 / 12], [2, 7]])
-    assert clip_polyline(np.array([[-5.0, 1.0], [-1.0, 8.0]]), 10, 10) == []  # wholly outside
-    corner = clip_polyline(np.array([[-3.0, 3.0], [3.0, -3.0]]), 10, 10)  # touches the image in one point
-    assert corner == []
-    assert clip_polyline(np.array([[2.0, -4.0], [7.0, -4.0]]), 10, 10) == []  # parallel to an edge, outside it
-    on_border = clip_polyline(np.array([[-2.0, 5.0], [0.0, 5.0], [4.0, 5.0]]), 10, 10)  # a vertex on the edge
-    np.testing.assert_allclose(on_border[0], [[0, 5], [4, 5]])  # once, not repeated
-    down = clip_polyline(np.array([[5.0, 10.0], [5.0, 9.0], [5.0, 8.0]]), 10, 10)  # from row 10 into a 10-row image
-    np.testing.assert_allclose(down[0], [[5, 9], [5, 8]])
 
 
 def test_lane_target_is_drawn_where_the_lanes_are(root):

@@ -36,6 +36,7 @@ import numpy as np
 
 from hydranet.data.lane_benchmark import LaneBenchmarkReader
 from hydranet.data.reader import BBOX_SLACK_PX, DatasetError, decode_image
+from hydranet.geometry import clip_polyline
 from hydranet.io import LFS_FIX, is_lfs_pointer, path_inside
 
 FORMAT = "culane"
@@ -101,36 +102,6 @@ def split_images(root: Path, split: str | None) -> list[str]:
     return out
 
 
-def clip_polyline(points: np.ndarray, width: int, height: int) -> list[np.ndarray]:
-    """The runs of a polyline (P, 2) inside the image's pixel centres [0, width-1] x [0, height-1], each (Q, 2)
-    with Q >= 2 distinct points: a segment crossing the edge ends on it (Liang-Barsky), a lane leaving and
-    re-entering the image gives two runs."""
-    lo, hi = np.zeros(2), np.array([width - 1.0, height - 1.0])
-    runs: list[list[np.ndarray]] = []
-    for a, b in zip(points[:-1], points[1:]):
-        d, t0, t1 = b - a, 0.0, 1.0
-        for p, q in ((-d[0], a[0] - lo[0]), (d[0], hi[0] - a[0]), (-d[1], a[1] - lo[1]), (d[1], hi[1] - a[1])):
-            if p == 0:
-                t0, t1 = (t0, t1) if q >= 0 else (1.0, 0.0)
-            elif p < 0:
-                t0 = max(t0, q / p)
-            else:
-                t1 = min(t1, q / p)
-        if t0 > t1:
-            continue
-        start, end = a + t0 * d, a + t1 * d
-        if runs and t0 == 0.0 and np.allclose(runs[-1][-1], start):
-            runs[-1].append(end)
-        else:
-            runs.append([start, end])
-    out = []
-    for run in map(np.asarray, runs):  # a vertex on the border would come twice: each point once
-        run = run[np.r_[True, np.abs(np.diff(run, axis=0)).max(axis=1) > 1e-9]]
-        if len(run) >= 2:
-            out.append(run)
-    return out
-
-
 def read_lanes(path: Path, width: int, height: int) -> list[dict]:
     """The lanes2d entries of one `.lines.txt`, cut at the image's left and right edges (`clip_polyline`);
     DatasetError naming file:line for a line that is not pairs of finite numbers, or a row outside the
@@ -153,7 +124,7 @@ def read_lanes(path: Path, width: int, height: int) -> list[dict]:
             y = pts[np.argmax(bad), 1]
             raise DatasetError(f"{where}: row {y:g} lies outside the {width}x{height} image (was the image resized "
                                f"without its annotation?); {fix}", path)
-        for run in clip_polyline(pts, width, height):
+        for run in clip_polyline(pts, (0.0, 0.0), (width - 1.0, height - 1.0)):
             out.append({"points": run.tolist(), "type": "unknown", "lane_id": k + 1})
     return out
 
