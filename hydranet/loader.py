@@ -80,8 +80,10 @@ def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets:
         for lane in cam.get("lanes2d", []):
             pts = np.asarray(lane["points"], np.float64).reshape(-1, 2)
             pts = pts * [sx, sy] + [0.5 * sx - 0.5 - x0, 0.5 * sy - 0.5 - y0]
-            # cut where the window cuts it (a segment crossing the edge ends on it), not just its outside points
-            lanes += [{**lane, "points": run.tolist()} for run in clip_polyline(pts, (-0.5, -0.5), (W - 0.5, H - 0.5))]
+            # cut where the window cuts it (a segment crossing the edge ends on it), not just its outside points;
+            # the window is the pixels' extent [-0.5, W - 0.5), half-open as before
+            inner = (np.nextafter(W - 0.5, 0.0), np.nextafter(H - 0.5, 0.0))
+            lanes += [{**lane, "points": run.tolist()} for run in clip_polyline(pts, (-0.5, -0.5), inner)]
         cam["lanes2d"] = lanes
     out["labels"] = labels
     return out
