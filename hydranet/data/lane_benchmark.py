@@ -64,9 +64,9 @@ class LaneBenchmarkReader(FrameReader):
         if image is not None:
             return image.shape[1], image.shape[0]
         size = image_size(path)
-        if size is None:
-            decode_image(path, fix)  # raises naming what is wrong: missing, truncated, not an image
-            raise DatasetError(f"{path}: image header unreadable; {fix}", path)
+        if size is None:  # a header this parser does not read: decode it (raises naming what is wrong, if anything)
+            img = decode_image(path, fix)
+            size = (img.shape[1], img.shape[0])
         return size
 
     def own_classes(self, i: int, sample: dict) -> list[tuple[str, str | None]]:
