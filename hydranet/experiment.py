@@ -79,8 +79,11 @@ class AugmentConfig:
     scale_range: tuple[float, float] = (1.0, 1.25)  # random zoom, then crop back to image_size
     geometric_p: float = 0.5
     bev_rotation_deg: float = 0.0  # BEV models: random yaw of the ego frame in [-a, a] (hydranet/bev_augment.py)
+    hflip_p: float = 0.0  # each camera mirrored left to right with this probability, its intrinsics with it (loader.mirror)
 
     def __post_init__(self):
+        if not 0.0 <= self.hflip_p <= 1.0:
+            raise ConfigError(f"config key 'augment.hflip_p' is {self.hflip_p}: a probability in [0, 1]")
         if self.isp and not self.photometric:
             raise ConfigError("config key 'augment.isp' adds to the photometric augmentation; set augment.photometric=true "
                               "or augment.isp=false")

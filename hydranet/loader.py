@@ -10,7 +10,8 @@ resumable, shardable batch order.
   `camera` (each image resampled to the model's own pinhole camera of the same name: its focal length and
   principal point at out_hw, so objects keep the pixel size they had in training).
 - `Augmenter`: per camera a photometric albumentations pipeline (brightness/contrast, blur, noise,
-  fog, rain, shadows) and a random zoom (scale >= 1, then crop back to the output size), seeded
+  fog, rain, shadows), a random zoom (scale >= 1, then crop back to the output size) and a left-right mirror
+  (`mirror`: the camera's intrinsics mirrored with it, so BEV models keep their labels), seeded
   from (seed, epoch, frame, camera) so a resumed run sees the very same pixels; for BEV models a
   random yaw of the whole ego frame (hydranet/bev_augment.py), the same for every frame of a clip.
 - `StepBatchSampler`: the frame order of epoch e is a permutation drawn from (seed, e); rank r of
@@ -85,6 +86,44 @@ def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets:
             inner = (np.nextafter(W - 0.5, 0.0), np.nextafter(H - 0.5, 0.0))
             lanes += [{**lane, "points": run.tolist()} for run in clip_polyline(pts, (-0.5, -0.5), inner)]
         cam["lanes2d"] = lanes
+    out["labels"] = labels
+    return out
+
+
+def mirror(sample: Mapping, flip: Sequence[bool]) -> dict:
+    """A new sample whose camera n is mirrored left to right where flip[n]: its image and dense channels
+    reversed along x, its normals' x negated (camera frame, x right), its `boxes2d` and `dontcare` boxes (edges:
+    x -> W - x) and `lanes2d` (pixel centres: u -> W - 1 - u) mirrored, and its intrinsics those of the mirrored
+    camera (K row 0 -> (W - 1) K row 2 - K row 0: fx -> -fx, cx -> W - 1 - cx), so a 3D point projects to the
+    mirrored pixel and the view transform lifts every mirrored pixel to the BEV cell it came from (the BEV
+    labels stay as they are; BEVDet's image-view flip)."""
+    out = dict(sample)
+    idx = np.flatnonzero(np.asarray(flip, bool))
+    if not len(idx):
+        return out
+    W = sample["images"].shape[2]
+    for key in ("images", *DENSE_KEYS):
+        if key in sample:
+            arr = np.array(sample[key], copy=True)  # (N, H, W, ...)
+            arr[idx] = arr[idx, :, ::-1]
+            if key == "normals":
+                arr[idx, ..., 0] *= -1
+            out[key] = arr
+    K = np.array(sample["intrinsics"], np.float32, copy=True)  # (N, 3, 3)
+    K[idx, 0, :] = (W - 1) * K[idx, 2, :] - K[idx, 0, :]
+    out["intrinsics"] = K
+    labels = {**sample["labels"], "cameras": dict(sample["labels"]["cameras"])}
+    for n in idx:
+        cam = labels["cameras"].get(sample["camera_names"][n])
+        if cam is None:
+            continue
+        cam = labels["cameras"][sample["camera_names"][n]] = dict(cam)
+        cam["boxes2d"] = [{**b, "bbox": [W - b["bbox"][2], b["bbox"][1], W - b["bbox"][0], b["bbox"][3]]}
+                          for b in cam.get("boxes2d", [])]
+        if "dontcare" in cam:
+            cam["dontcare"] = [[W - x1, y0, W - x0, y1] for x0, y0, x1, y1 in cam["dontcare"]]
+        cam["lanes2d"] = [{**lane, "points": (np.asarray(lane["points"], np.float64).reshape(-1, 2) * [-1, 1]
+                                              + [W - 1, 0]).tolist()} for lane in cam.get("lanes2d", [])]
     out["labels"] = labels
     return out
 
@@ -203,7 +242,7 @@ class Augmenter:
 
     def __init__(self, photometric: bool = True, geometric: bool = True, scale_range: tuple[float, float] = (1.0, 1.25),
                  geometric_p: float = 0.5, bev_rotation_deg: float = 0.0, bev_raster_grid: BevGrid | None = None,
-                 isp: bool = False):
+                 isp: bool = False, hflip_p: float = 0.0):
         if not 1.0 <= scale_range[0] <= scale_range[1]:
             raise ValueError(f"augment.scale_range must satisfy 1 <= low <= high, got {list(scale_range)}")
         if bev_rotation_deg < 0:
@@ -211,11 +250,14 @@ class Augmenter:
         self.photometric, self.geometric = photometric, geometric
         self.scale_range, self.geometric_p = scale_range, geometric_p
         self.bev_rotation, self.bev_raster_grid = np.deg2rad(bev_rotation_deg), bev_raster_grid
+        if not 0.0 <= hflip_p <= 1.0:
+            raise ValueError(f"augment.hflip_p must be a probability in [0, 1], got {hflip_p}")
+        self.hflip_p = hflip_p
         self._photo = photometric_pipeline(isp) if photometric else None
 
     @property
     def active(self) -> bool:
-        return self.photometric or self.geometric or self.bev_rotation > 0
+        return self.photometric or self.geometric or self.bev_rotation > 0 or self.hflip_p > 0
 
     def __call__(self, sample: Mapping, key: Sequence[int]) -> dict:
         rng = np.random.default_rng(list(key))
@@ -233,6 +275,8 @@ class Augmenter:
                 scales.append((s, s))
                 offsets.append((float(np.floor(x0)), float(np.floor(y0))))
             out = resize_crop(out, scales, offsets, (H, W))
+        if self.hflip_p > 0:  # own stream: the same key (all frames of a clip) mirrors the same cameras
+            out = mirror(out, np.random.default_rng([*key, 0xF11B]).random(n) < self.hflip_p)
         if self._photo is not None:
             imgs = []
             for i in range(n):
