@@ -19,7 +19,9 @@ over frames (`--resamples` draws of the frames with replacement, `numpy.random.d
 metric recomputed on each draw from the per-frame metric states that `evaluate(keep_states=True)` keeps, so an
 AP is the AP of the resampled frames, not a mean of per-frame APs; the interval is `data_engine.intervals.interval`,
 the gate's rule). det2d also gets car AP50 (`data_engine.intervals.ap50` of the car class alone, the issue's
-target), lanes also the CULane-style lane F1 (hydranet/tasks/lanes.py, at the model's resolution). On TuSimple
+target), lanes also the CULane-style lane F1 (hydranet/tasks/lanes.py, at the model's resolution). On KITTI
+sources det2d also gets the KITTI benchmark's own 2D car AP|R40 for Easy, Moderate and Hard at its IoU 0.7 and at 0.5
+(`hydranet.metrics.kitti`: the detections mapped back to the image's own pixels, `kitti_records`). On TuSimple
 sources the lanes head also gets the benchmark's own accuracy, FP and FN
 (`hydranet.metrics.tusimple`: the decoded lane mask read at the label's h_samples, per frame, means over frames).
 The ratio table gives real / sim-CAM_FRONT per row with the interval of the ratio of independent draws.
@@ -146,20 +148,61 @@ def evaluate_source(model, cfg, ckpt, root: Path, fmt: str | None, split: str | 
         print(f"[realism_gap] {root}: fit {fallback}, not {frames.fit}: {why}", file=sys.stderr, flush=True)
         frames = evaluation_frames(model, cfg, root, cameras=cameras, format=fmt, split=split,
                                    model_classes=meta.get("classes"), fit=fallback, meta=meta)
-    lanes: list[np.ndarray] = []
+    kitti = getattr(frames.data, "format", None) == "kitti" and "det2d" in model.heads and frames.data.has_labels
+    kept: list = []  # per evaluated image: TuSimple's decoded lane instances, or KITTI's decoded det2d boxes
 
-    def keep_lanes(raw, batch):
-        lanes.extend(d["instances"].cpu().numpy() for d in model.heads["lanes"].decode(raw["lanes"]))
+    def keep(raw, batch):
+        if tusimple:
+            kept.extend(d["instances"].cpu().numpy() for d in model.heads["lanes"].decode(raw["lanes"]))
+        else:
+            kept.extend({k: v.cpu().numpy() for k, v in d.items()} for d in model.heads["det2d"].decode(raw["det2d"]))
 
     torch.manual_seed(cfg.seed)
-    results = evaluate(model, frames, cfg.batch_size, "cpu", False, None, keep_lanes if tusimple else None,
+    results = evaluate(model, frames, cfg.batch_size, "cpu", False, None, keep if tusimple or kitti else None,
                        keep_states=True)
     results.update({"data": str(root), "format": getattr(frames.data, "format", "sim"),
                     "split": getattr(frames.data, "split", None), "cameras": list(frames.data.rig.names),
                     "step": int(ckpt["step"]), "fit": frames.fit})
     if tusimple:
-        results["tusimple"] = tusimple_scores(root, results.get("split"), results["frame_ids"], lanes)
+        results["tusimple"] = tusimple_scores(root, results.get("split"), results["frame_ids"], kept)
+    if kitti:
+        results["kitti"] = kitti_records(frames, meta.get("classes") or [], kept)
     return results
+
+
+def kitti_records(frames, classes: Sequence[str], detections: Sequence[Mapping]) -> list[tuple[list, list]]:
+    """Per evaluated KITTI frame (label_2 records, the model's 2D detections as KITTI records in the image's own
+    pixels: `hydranet.metrics.kitti.detections_2d` through the fit that brought the frame to the model)."""
+    from hydranet.loader import fit_windows
+    from hydranet.metrics.kitti import detections_2d
+
+    if len(detections) != len(frames):
+        raise ValueError(f"{len(detections)} decoded det2d images for {len(frames)} evaluated KITTI frames")
+    out = []
+    for i, det in enumerate(detections):
+        j = frames.frame_index(i)
+        scales, offsets = fit_windows(frames.data[j], frames.image_hw, frames.fit, frames.camera_K)
+        out.append((frames.data.kitti_labels(j),
+                    detections_2d(det["boxes"], det["scores"], det["labels"], classes, scales[0], offsets[0])))
+    return out
+
+
+def kitti_cells(records: Sequence[tuple[list, list]], resamples: int, seed: int,
+                confidence: float) -> dict[tuple[str, str], dict[str, Any]]:
+    """{("det2d", "KITTI car AP|R40 <difficulty> @<IoU>"): cell}: the KITTI benchmark's own 2D car AP (40 recall
+    positions, its Easy / Moderate / Hard, DontCare and Van as it treats them, `hydranet.metrics.kitti`) at its IoU
+    0.7 and at 0.5, bootstrapped over frames as every cell."""
+    from hydranet.metrics.kitti import DIFFICULTIES, kitti_eval
+
+    cells = {}
+    for iou in (0.7, 0.5):
+        for d in DIFFICULTIES:
+            def stat(frames: list, iou=iou, d=d) -> float:
+                gts, dts = [f[0] for f in frames], [f[1] for f in frames]
+                return kitti_eval(gts, dts, ("Car",), ("bbox",), min_overlap=iou)["Car"]["bbox"][d]
+            cells[("det2d", f"KITTI car AP|R40 {d} @{iou}")] = bootstrap(list(records), stat, resamples, seed,
+                                                                          confidence)
+    return cells
 
 
 def tusimple_scores(root: Path, split: str | None, frame_ids: Sequence[Sequence[str]],
@@ -210,6 +253,8 @@ def source_cells(results: Mapping[str, Any], tasks: Mapping[str, Any], classes: 
                 v = cells[(head, m)]["value"]
                 if printed is not None and math.isfinite(v) and not math.isclose(v, printed, rel_tol=1e-6, abs_tol=1e-9):
                     raise ValueError(f"head '{head}': {m} from the frames' states {v} differs from evaluate's {printed}")
+    if "kitti" in results:
+        cells.update(kitti_cells(results["kitti"], resamples, seed, confidence))
     if "tusimple" in results:
         per = np.asarray(results["tusimple"], np.float64).reshape(-1, 3)
         for j, m in enumerate(("TuSimple accuracy", "TuSimple FP", "TuSimple FN")):
@@ -331,7 +376,7 @@ def run(checkpoint: Path, out: Path, folders: Mapping[str, Path], splits: Mappin
             continue
         folder = out / name.replace(" ", "_")
         folder.mkdir()
-        (folder / "metrics.json").write_text(json.dumps(plain_json({k: v for k, v in results.items() if k != "states"}),
+        (folder / "metrics.json").write_text(json.dumps(plain_json({k: v for k, v in results.items() if k not in ("states", "kitti")}),
                                                         indent=2) + "\n")
         tasks = dict(model.heads.items())
         cells[name] = source_cells(results, tasks, classes, resamples, seed, confidence)

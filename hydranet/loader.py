@@ -37,13 +37,23 @@ from hydranet.tasks import Task
 DENSE_KEYS = ("depth", "normals", "semantic", "drivable", "instance")
 
 
+def window_box(box: Sequence[float], scale: tuple[float, float], offset: tuple[float, float],
+               out_hw: tuple[int, int]) -> list[float] | None:
+    """An xyxy box's edges scaled by (sx, sy), shifted by -(x0, y0) and clipped to the (H, W) window; None where
+    nothing of it is left."""
+    (sx, sy), (x0, y0), (H, W) = scale, offset, out_hw
+    b = [min(max(sx * box[0] - x0, 0.0), W), min(max(sy * box[1] - y0, 0.0), H),
+         min(max(sx * box[2] - x0, 0.0), W), min(max(sy * box[3] - y0, 0.0), H)]
+    return b if b[2] > b[0] and b[3] > b[1] else None
+
+
 def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets: Sequence[tuple[float, float]],
                 out_hw: tuple[int, int]) -> dict:
     """A new sample whose camera n is camera n of `sample` scaled by scales[n] = (sx, sy) and
     cropped at offsets[n] = (x0, y0) (in scaled pixels) to out_hw = (H, W).
 
     Updates images (bilinear), the dense channels present (nearest), `intrinsics`, and the per
-    camera `boxes2d` (clipped; boxes left empty are dropped) and `lanes2d` (cut at the new image's edges,
+    camera `boxes2d` and `dontcare` regions (clipped; boxes left empty are dropped) and `lanes2d` (cut at the new image's edges,
     `hydranet.geometry.clip_polyline`: a lane leaving and re-entering it is two polylines of one lane id) of
     `labels`."""
     out = dict(sample)
@@ -69,14 +79,10 @@ def resize_crop(sample: Mapping, scales: Sequence[tuple[float, float]], offsets:
         if cam is None:
             continue
         (sx, sy), (x0, y0) = scales[i], offsets[i]
-        boxes = []
-        for b in cam.get("boxes2d", []):
-            bx0, by0, bx1, by1 = b["bbox"]
-            nb = [min(max(sx * bx0 - x0, 0.0), W), min(max(sy * by0 - y0, 0.0), H),
-                  min(max(sx * bx1 - x0, 0.0), W), min(max(sy * by1 - y0, 0.0), H)]
-            if nb[2] > nb[0] and nb[3] > nb[1]:
-                boxes.append({**b, "bbox": nb})
-        cam["boxes2d"] = boxes
+        cam["boxes2d"] = [{**b, "bbox": nb} for b in cam.get("boxes2d", [])
+                          if (nb := window_box(b["bbox"], scales[i], offsets[i], out_hw))]
+        if "dontcare" in cam:  # a reader's ignore regions (KITTI's DontCare) follow the pixels as the boxes do
+            cam["dontcare"] = [nb for box in cam["dontcare"] if (nb := window_box(box, scales[i], offsets[i], out_hw))]
         lanes = []
         for lane in cam.get("lanes2d", []):
             pts = np.asarray(lane["points"], np.float64).reshape(-1, 2)
@@ -151,14 +157,21 @@ def fit_to(sample: Mapping, out_hw: tuple[int, int], fit: str = "stretch",
       their dense labels 0 (not drivable, no depth)."""
     if fit == "stretch":
         return resize_to(sample, out_hw)
+    return resize_crop(sample, *fit_windows(sample, out_hw, fit, camera_K), out_hw)
+
+
+def fit_windows(sample: Mapping, out_hw: tuple[int, int], fit: str = "stretch",
+                camera_K: Mapping[str, np.ndarray] | None = None) -> tuple[list, list]:
+    """(scales [(sx, sy)], offsets [(x0, y0)]) per camera of `fit_to`'s `resize_crop`: a model pixel's box edge x'
+    is sx * x - x0 of the source's edge x, so x = (x' + x0) / sx maps a prediction back to the source image."""
     if fit not in FITS:
         raise ValueError(f"data.fit must be one of {', '.join(FITS)}, got {fit!r}")
     H, W = out_hw
     scales, offsets = [], []
     for i, name in enumerate(sample["camera_names"]):
         h, w = sample["images"][i].shape[:2]
-        if fit == "crop":
-            sx, sy, x0, y0 = fit_window(w, h, W, H, "crop")
+        if fit in ("crop", "stretch"):
+            sx, sy, x0, y0 = fit_window(w, h, W, H, "crop") if fit == "crop" else (W / w, H / h, 0.0, 0.0)
             scales.append((sx, sy))
             offsets.append((x0, y0))
             continue
@@ -180,7 +193,7 @@ def fit_to(sample: Mapping, out_hw: tuple[int, int], fit: str = "stretch",
             sx, sy, x0, y0 = W / w, H / h, 0.0, 0.0  # the model's own camera: the resize exactly (float32 K)
         scales.append((sx, sy))
         offsets.append((x0, y0))
-    return resize_crop(sample, scales, offsets, out_hw)
+    return scales, offsets
 
 
 def camera_intrinsics(rig, image_hw: tuple[int, int]) -> dict[str, np.ndarray]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hydranet.metrics.kitti import ap_r11, ap_r40, bev_overlap, box3d_overlap, get_thresholds, kitti_eval, \
-    precision_curve
+from hydranet.metrics.kitti import ap_r11, ap_r40, bev_overlap, box3d_overlap, detections_2d, get_thresholds, \
+    kitti_eval, precision_curve
 
 
 def car(x=0.0, z=20.0, height_px=50.0, occluded=0, truncated=0.0, kind="Car", score=None, u=100.0, ry=0.0):
@@ -95,3 +95,29 @@ def test_overlaps_by_hand():
     shifted = [[{**d[0], "location": [1.0, 1.7, 20.0]}] for d in dts]
     r = kitti_eval(gts, shifted, ("Car",), ("bbox", "3d"))["Car"]
     assert r["bbox"]["easy"] == 1.0 and r["3d"]["easy"] == 0.0
+
+
+@pytest.mark.parametrize("fit", ["crop", "stretch"])
+def test_detections_at_the_model_size_map_back_to_the_kitti_image(fit):
+    """A label's box taken to the model's input by `fit_to` and back by `detections_2d` is the label again."""
+    from hydranet.loader import fit_to, fit_windows
+
+    labels = [[400.0, 150.0, 480.0, 210.0], [700.5, 170.25, 820.0, 260.0]]  # KITTI pixels, inside the centre crop
+    sample = {"images": np.zeros((1, 375, 1242, 3), np.uint8), "camera_names": ["CAM_FRONT"],
+              "intrinsics": np.eye(3, dtype=np.float32)[None],
+              "labels": {"cameras": {"CAM_FRONT": {"boxes2d": [{"bbox": [c + 0.5 for c in b], "class": "car"}
+                                                               for b in labels], "lanes2d": []}}}}
+    fitted = fit_to(sample, (96, 160), fit)
+    model_boxes = np.array([b["bbox"] for b in fitted["labels"]["cameras"]["CAM_FRONT"]["boxes2d"]])
+    scales, offsets = fit_windows(sample, (96, 160), fit)
+    back = detections_2d(model_boxes, np.array([0.9, 0.8]), np.array([0, 1]), ["car", "truck"], scales[0], offsets[0])
+    assert [d["type"] for d in back] == ["Car"]  # truck has no KITTI class of its name
+    np.testing.assert_allclose(back[0]["bbox"], labels[0], atol=1e-4)
+    assert back[0]["score"] == pytest.approx(0.9)
+
+
+def test_min_overlap_replaces_the_benchmark_threshold():
+    gts = [[car()] for _ in range(10)]
+    loose = [[{**car(score=1 - k / 1000), "bbox": [100.0, 100.0, 148.0, 150.0]}] for k in range(10)]  # IoU 48 / 80 = 0.6
+    assert kitti_eval(gts, loose, ("Car",), ("bbox",))["Car"]["bbox"]["easy"] == 0.0  # the benchmark's IoU > 0.7
+    assert kitti_eval(gts, loose, ("Car",), ("bbox",), min_overlap=0.5)["Car"]["bbox"]["easy"] == pytest.approx(9 / 40)

@@ -111,6 +111,10 @@ def test_end_to_end_on_official_layouts(rg, folders, tmp_path, capsys):
     assert cells["sim"]["det2d/mAP50"]["frames"] == n_sim == cells["sim CAM_FRONT"]["lanes/pixel_iou"]["frames"]
     assert cells["kitti"]["det2d/mAP50"]["frames"] == len(list((folders["kitti"] / "training" / "image_2").iterdir()))
     assert cells["kitti"]["lanes/pixel_iou"] == {"note": "no labels"}
+    for d in ("easy", "moderate", "hard"):  # the KITTI benchmark's own 2D car AP, at its IoU 0.7 and at 0.5
+        strict, loose = cells["kitti"][f"det2d/KITTI car AP|R40 {d} @0.7"], cells["kitti"][f"det2d/KITTI car AP|R40 {d} @0.5"]
+        assert 0.0 <= strict["value"] <= loose["value"] <= 1.0 and strict["frames"] == cells["kitti"]["det2d/mAP50"]["frames"]
+        assert f"det2d/KITTI car AP|R40 {d} @0.7" not in cells["sim"]
     assert cells["cityscapes"]["drivable/iou"]["frames"] == 2 and "value" in cells["cityscapes"]["det2d/car AP50"]
     assert cells["tusimple"]["det2d/mAP50"] == {"note": "no labels"} and cells["tusimple"]["lanes/pixel_iou"]["frames"] == 3
     # the BEV head on the sim's whole rig only; a one-camera source (and the sim's front camera) cannot score it

@@ -232,12 +232,13 @@ def get_thresholds(scores: Sequence[float], num_gt: int, num_sample_pts: int = N
 
 
 def precision_curve(gt_annos: Sequence[Sequence[Mapping]], dt_annos: Sequence[Sequence[Mapping]], cls: str,
-                    difficulty: int, metric: str) -> np.ndarray:
-    """(41,) interpolated precision of one class, difficulty and metric ("bbox", "bev", "3d")."""
+                    difficulty: int, metric: str, min_overlap: float | None = None) -> np.ndarray:
+    """(41,) interpolated precision of one class, difficulty and metric ("bbox", "bev", "3d"), at the benchmark's
+    overlap threshold (`MIN_OVERLAP`) or at `min_overlap`."""
     if len(gt_annos) != len(dt_annos):
         raise ValueError(f"KITTI eval: {len(gt_annos)} GT images but {len(dt_annos)} prediction images; give one "
                          "(possibly empty) list of detections per GT image")
-    min_ov = MIN_OVERLAP[metric][cls]
+    min_ov = MIN_OVERLAP[metric][cls] if min_overlap is None else min_overlap
     per_image, all_tp, n_gt = [], [], 0
     for gts, dts in zip(gt_annos, dt_annos):
         n_valid, ig_gt, ig_dt, dc = clean(gts, dts, cls, difficulty)
@@ -271,15 +272,37 @@ def ap_r11(prec: np.ndarray) -> float:
 
 
 def kitti_eval(gt_annos: Sequence[Sequence[Mapping]], dt_annos: Sequence[Sequence[Mapping]],
-               classes: Sequence[str] = CLASSES, metrics: Sequence[str] = ("bbox", "bev", "3d")) -> dict:
+               classes: Sequence[str] = CLASSES, metrics: Sequence[str] = ("bbox", "bev", "3d"),
+               min_overlap: float | None = None) -> dict:
     """{class: {metric: {"easy"|"moderate"|"hard": AP|R40}}} plus "mAP_moderate" per metric (over
     the classes that have GT). Inputs: per image a list of label dicts as `parse_label_line` gives
-    (detections with "score")."""
+    (detections with "score"). `min_overlap`: one IoU threshold for every class and metric in place of the
+    benchmark's (`MIN_OVERLAP`: 0.7 for Car), e.g. 0.5 for a car AP50 with KITTI's difficulties."""
     out: dict = {}
     for cls in classes:
-        out[cls] = {m: {DIFFICULTIES[d]: ap_r40(precision_curve(gt_annos, dt_annos, cls, d, m)) for d in range(3)}
-                    for m in metrics}
+        out[cls] = {m: {DIFFICULTIES[d]: ap_r40(precision_curve(gt_annos, dt_annos, cls, d, m, min_overlap))
+                        for d in range(3)} for m in metrics}
     present = [c for c in classes if any(g["type"] == c for gts in gt_annos for g in gts)]
     out["mAP_moderate"] = {m: float(np.mean([out[c][m]["moderate"] for c in present])) if present else 0.0
                            for m in metrics}
+    return out
+
+
+def detections_2d(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray, classes: Sequence[str],
+                  scale: tuple[float, float], offset: tuple[float, float]) -> list[dict]:
+    """A model's 2D detections of one image as KITTI records (`kitti_eval`'s dt_annos, "bbox" only): boxes (K, 4)
+    xyxy edges at the model's input, mapped back to the KITTI image through the fit that brought it there (a
+    model edge x' = sx * x - x0 of the dataset's edge x, `hydranet.loader.fit_windows`; the dataset's boxes are
+    KITTI's + 0.5, pixel centres at integers); class ids into `classes`, kept where a KITTI class has the same name
+    (car -> Car, pedestrian -> Pedestrian, cyclist -> Cyclist)."""
+    kitti = {c.lower(): c for c in CLASSES}
+    (sx, sy), (x0, y0) = scale, offset
+    out = []
+    for box, score, label in zip(np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(scores).reshape(-1),
+                                 np.asarray(labels).reshape(-1)):
+        kind = kitti.get(str(classes[int(label)]))
+        if kind is None:
+            continue
+        l, t, r, b = (box[0] + x0) / sx - 0.5, (box[1] + y0) / sy - 0.5, (box[2] + x0) / sx - 0.5, (box[3] + y0) / sy - 0.5
+        out.append({"type": kind, "bbox": [l, t, r, b], "score": float(score)})
     return out

@@ -188,7 +188,9 @@ class Det2dTask(Task):
 
     def camera_boxes(self, cam: Mapping, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """xyxy boxes (M, 4) float32, class ids (M,) int64 and ignore flags (M,) bool of one
-        camera's labels entry."""
+        camera's labels entry; each of its `dontcare` regions (KITTI's DontCare, Cityscapes' group regions, BDD100K's
+        ignored classes) is an ignore box of every class (a detection inside it is neither hit nor false positive,
+        as KITTI's evaluation treats it)."""
         boxes, labels, ignore = [], [], []
         for b in cam.get("boxes2d", []):
             label = self.box_label(b, where)
@@ -198,6 +200,10 @@ class Det2dTask(Task):
             boxes.append((x0, y0, x1, y1))
             labels.append(label)
             ignore.append(min(x1 - x0, y1 - y0) < self.min_size or b.get("visible_fraction", 1.0) < self.min_visibility)
+        for region in cam.get("dontcare", []):  # a reader's DontCare region ignores every class inside it
+            boxes += [tuple(region)] * len(self.classes)
+            labels += range(len(self.classes))
+            ignore += [True] * len(self.classes)
         return (np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64),
                 np.asarray(ignore, bool).reshape(-1))
 
