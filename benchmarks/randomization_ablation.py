@@ -24,7 +24,9 @@ from pathlib import Path
 from hydranet.experiment import FITS
 
 CELLS = (("sim CAM_FRONT", "det2d/car AP50"), ("sim CAM_FRONT", "drivable/iou"), ("kitti", "det2d/car AP50"),
-         ("kitti", "det2d/mAP50"), ("cityscapes", "det2d/car AP50"), ("cityscapes", "drivable/iou"),
+         ("kitti", "det2d/mAP50"), ("kitti", "det2d/KITTI car AP|R40 moderate @0.7"),
+         *(("kitti", f"det2d/KITTI car AP|R40 {d} @0.5") for d in ("easy", "moderate", "hard")),
+         ("cityscapes", "det2d/car AP50"), ("cityscapes", "drivable/iou"),
          ("sim CAM_FRONT", "lanes/pixel_iou"), ("culane", "lanes/pixel_iou"), ("culane", "lanes/f1"))
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hydranet.metrics.kitti import ap_r11, ap_r40, bev_overlap, box3d_overlap, detections_2d, get_thresholds, \
-    kitti_eval, precision_curve
+    kitti_eval, precision_curve, statistics
 
 
 def car(x=0.0, z=20.0, height_px=50.0, occluded=0, truncated=0.0, kind="Car", score=None, u=100.0, ry=0.0):
@@ -121,3 +121,60 @@ def test_min_overlap_replaces_the_benchmark_threshold():
     loose = [[{**car(score=1 - k / 1000), "bbox": [100.0, 100.0, 148.0, 150.0]}] for k in range(10)]  # IoU 48 / 80 = 0.6
     assert kitti_eval(gts, loose, ("Car",), ("bbox",))["Car"]["bbox"]["easy"] == 0.0  # the benchmark's IoU > 0.7
     assert kitti_eval(gts, loose, ("Car",), ("bbox",), min_overlap=0.5)["Car"]["bbox"]["easy"] == pytest.approx(9 / 40)
+
+
+def loop_statistics(ov: np.ndarray, scores: np.ndarray, ig_gt, ig_dt, dc_overlap: np.ndarray | None, min_overlap: float,
+               thresh: float = 0.0, compute_fp: bool = False) -> tuple[int, int, int, list[float]]:
+    """The official loop as devkit_object's C++ writes it (the oracle of the numpy `statistics`)."""
+    n_det = len(scores)
+    assigned = [False] * n_det
+    below = [compute_fp and scores[j] < thresh for j in range(n_det)]
+    NO = -1e7
+    tp = fp = fn = 0
+    tp_scores = []
+    for i in range(len(ig_gt)):
+        if ig_gt[i] == -1:
+            continue
+        det, valid, max_ov, assigned_ignored = -1, NO, 0.0, False
+        for j in range(n_det):
+            if ig_dt[j] == -1 or assigned[j] or below[j]:
+                continue
+            o = ov[j, i]
+            if not compute_fp and o > min_overlap and scores[j] > valid:
+                det, valid = j, scores[j]
+            elif compute_fp and o > min_overlap and (o > max_ov or assigned_ignored) and ig_dt[j] == 0:
+                max_ov, det, valid, assigned_ignored = o, j, 1, False
+            elif compute_fp and o > min_overlap and valid == NO and ig_dt[j] == 1:
+                det, valid, assigned_ignored = j, 1, True
+        if valid == NO and ig_gt[i] == 0:
+            fn += 1
+        elif valid != NO and (ig_gt[i] == 1 or ig_dt[det] == 1):
+            assigned[det] = True
+        elif valid != NO:
+            tp += 1
+            tp_scores.append(float(scores[det]))
+            assigned[det] = True
+    if compute_fp:
+        fp = sum(1 for j in range(n_det) if not (assigned[j] or ig_dt[j] in (-1, 1) or below[j]))
+        if dc_overlap is not None:  # detections inside DontCare regions are not false positives
+            for k in range(dc_overlap.shape[1]):
+                for j in range(n_det):
+                    if assigned[j] or ig_dt[j] in (-1, 1) or below[j]:
+                        continue
+                    if dc_overlap[j, k] > min_overlap:
+                        assigned[j] = True
+                        fp -= 1
+    return tp, fp, fn, tp_scores
+
+
+def test_numpy_statistics_equal_the_official_loop():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n_gt, n_det, n_dc = rng.integers(0, 6), rng.integers(0, 12), rng.integers(0, 3)
+        ov = rng.uniform(0, 1, (n_det, n_gt)) * (rng.random((n_det, n_gt)) < 0.5)
+        scores = np.round(rng.uniform(0, 1, n_det), 1)  # ties included
+        ig_gt, ig_dt = list(rng.integers(-1, 2, n_gt)), list(rng.integers(-1, 2, n_det))
+        dc = rng.uniform(0, 1, (n_det, n_dc)) if n_dc else None
+        for compute_fp, thresh in ((False, 0.0), (True, 0.0), (True, 0.5)):
+            args = (ov, scores, ig_gt, ig_dt, dc, 0.5, thresh, compute_fp)
+            assert statistics(*args) == loop_statistics(*args)

@@ -176,45 +176,46 @@ def clean(gts: Sequence[Mapping], dts: Sequence[Mapping], cls: str, difficulty: 
 
 def statistics(ov: np.ndarray, scores: np.ndarray, ig_gt, ig_dt, dc_overlap: np.ndarray | None, min_overlap: float,
                thresh: float = 0.0, compute_fp: bool = False) -> tuple[int, int, int, list[float]]:
-    """tp, fp, fn and the scores of the true positives of one image (`compute_statistics_jit`)."""
+    """tp, fp, fn and the scores of the true positives of one image (`compute_statistics_jit`), its loop over
+    the detections done in numpy: each GT in turn takes, among the unassigned detections above `min_overlap`,
+    the best-scoring one (`compute_fp` False), or the most overlapping counted one, else the first ignored one."""
+    scores = np.asarray(scores, np.float64)
+    ig_dt = np.asarray(ig_dt, np.int64).reshape(-1)
     n_det = len(scores)
-    assigned = [False] * n_det
-    below = [compute_fp and scores[j] < thresh for j in range(n_det)]
-    NO = -1e7
+    assigned = np.zeros(n_det, bool)
+    usable = ig_dt != -1
+    if compute_fp:
+        usable &= scores >= thresh
     tp = fp = fn = 0
     tp_scores = []
-    for i in range(len(ig_gt)):
-        if ig_gt[i] == -1:
+    for i, g in enumerate(ig_gt):
+        if g == -1:
             continue
-        det, valid, max_ov, assigned_ignored = -1, NO, 0.0, False
-        for j in range(n_det):
-            if ig_dt[j] == -1 or assigned[j] or below[j]:
-                continue
-            o = ov[j, i]
-            if not compute_fp and o > min_overlap and scores[j] > valid:
-                det, valid = j, scores[j]
-            elif compute_fp and o > min_overlap and (o > max_ov or assigned_ignored) and ig_dt[j] == 0:
-                max_ov, det, valid, assigned_ignored = o, j, 1, False
-            elif compute_fp and o > min_overlap and valid == NO and ig_dt[j] == 1:
-                det, valid, assigned_ignored = j, 1, True
-        if valid == NO and ig_gt[i] == 0:
-            fn += 1
-        elif valid != NO and (ig_gt[i] == 1 or ig_dt[det] == 1):
+        cand = usable & ~assigned & (ov[:, i] > min_overlap) if n_det else np.zeros(0, bool)
+        det = -1
+        if cand.any():
+            if not compute_fp:
+                det = int(np.argmax(np.where(cand, scores, -np.inf)))
+            elif (cand & (ig_dt == 0)).any():
+                det = int(np.argmax(np.where(cand & (ig_dt == 0), ov[:, i], -np.inf)))
+            else:
+                det = int(np.argmax(cand))  # the first ignored one
+        if det < 0:
+            fn += g == 0
+        elif g == 1 or ig_dt[det] == 1:
             assigned[det] = True
-        elif valid != NO:
+        else:
             tp += 1
             tp_scores.append(float(scores[det]))
             assigned[det] = True
     if compute_fp:
-        fp = sum(1 for j in range(n_det) if not (assigned[j] or ig_dt[j] in (-1, 1) or below[j]))
+        free = usable & (ig_dt == 0) & ~assigned
+        fp = int(free.sum())
         if dc_overlap is not None:  # detections inside DontCare regions are not false positives
             for k in range(dc_overlap.shape[1]):
-                for j in range(n_det):
-                    if assigned[j] or ig_dt[j] in (-1, 1) or below[j]:
-                        continue
-                    if dc_overlap[j, k] > min_overlap:
-                        assigned[j] = True
-                        fp -= 1
+                swallowed = free & (dc_overlap[:, k] > min_overlap)
+                fp -= int(swallowed.sum())
+                free &= ~swallowed
     return tp, fp, fn, tp_scores
 
 
