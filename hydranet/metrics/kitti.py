@@ -50,15 +50,13 @@ def _arr(objs: Sequence[Mapping], key: str, width: int) -> np.ndarray:
 # -- overlaps -----------------------------------------------------------------------------
 def box2d_overlap(boxes: np.ndarray, query: np.ndarray, criterion: int = -1) -> np.ndarray:
     """(N, 4) x (K, 4) -> (N, K): IoU (criterion -1) or intersection over the first box's area (0)."""
-    out = np.zeros((len(boxes), len(query)))
-    for n, b in enumerate(boxes):
-        iw = np.minimum(b[2], query[:, 2]) - np.maximum(b[0], query[:, 0])
-        ih = np.minimum(b[3], query[:, 3]) - np.maximum(b[1], query[:, 1])
-        inter = np.where((iw > 0) & (ih > 0), iw * ih, 0.0)
-        area_b = (b[2] - b[0]) * (b[3] - b[1])
-        ua = area_b + (query[:, 2] - query[:, 0]) * (query[:, 3] - query[:, 1]) - inter if criterion == -1 else area_b
-        out[n] = np.where(inter > 0, inter / np.where(ua > 0, ua, 1.0), 0.0)
-    return out
+    b, q = np.asarray(boxes, np.float64).reshape(-1, 1, 4), np.asarray(query, np.float64).reshape(1, -1, 4)
+    iw = np.minimum(b[..., 2], q[..., 2]) - np.maximum(b[..., 0], q[..., 0])  # (N, K)
+    ih = np.minimum(b[..., 3], q[..., 3]) - np.maximum(b[..., 1], q[..., 1])
+    inter = np.where((iw > 0) & (ih > 0), iw * ih, 0.0)
+    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # (N, 1)
+    ua = area_b + (q[..., 2] - q[..., 0]) * (q[..., 3] - q[..., 1]) - inter if criterion == -1 else area_b
+    return np.where(inter > 0, inter / np.where(ua > 0, ua, 1.0), 0.0)
 
 
 def _footprint(x: float, z: float, l: float, w: float, ry: float) -> np.ndarray:
