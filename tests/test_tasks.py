@@ -286,8 +286,14 @@ def test_tiny_or_hidden_boxes_are_ignore_regions():
     cam = {"boxes2d": [{"bbox": [10, 10, 40, 30], "class": "car", "visible_fraction": 0.9},
                        {"bbox": [50, 10, 54, 14], "class": "car", "visible_fraction": 1.0},
                        {"bbox": [60, 10, 90, 40], "class": "bus", "visible_fraction": 0.1}]}
-    boxes, labels, ignore = task.camera_boxes(cam, "camera CAM")
-    assert ignore.tolist() == [False, True, True]
+    boxes, labels, ignore, trained = task.camera_boxes(cam, "camera CAM")
+    assert ignore.tolist() == [False, True, True] and trained.tolist() == [True, False, False]
+    small = build_task("det2d", FAKE_META, 64, {"min_size": 6.0, "min_visibility": 0.2, "train_min_size": 0.0})
+    _, _, still_ignored, trained = small.camera_boxes(cam, "camera CAM")  # the 4 px car trained, still not scored
+    assert still_ignored.tolist() == [False, True, True] and trained.tolist() == [True, True, False]
+    sample = {"images": np.zeros((1, 64, 128, 3), np.uint8), "camera_names": ["CAM"], "labels": {"cameras": {"CAM": cam}}}
+    peaks = [int((t["heatmap"] == 1.0).sum()) for t in (task.build_targets(sample), small.build_targets(sample))]
+    assert peaks == [1, 2]
     gt = (boxes[~ignore], labels[~ignore], boxes[ignore], labels[ignore])
     hit = (boxes[:1], np.ones(1), labels[:1])
     assert coco_map(*coco_dicts([gt], [hit], FAKE_META["classes"]))["mAP"] == pytest.approx(1.0)

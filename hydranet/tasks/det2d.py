@@ -158,7 +158,8 @@ class Det2dTask(Task):
                  width: int = 64, heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
                  score_threshold: float = 0.05, nms_iou: float = 0.6, max_detections: int = 100,
                  min_size: float = 6.0, min_visibility: float = 0.1, heatmap_prior: float = 0.1,
-                 box_region: str = "centre", giou_weight: float = 0.0):  # gaussian + GIoU 1.0: not kept (benchmarks.md)
+                 box_region: str = "centre", giou_weight: float = 0.0,  # gaussian + GIoU 1.0: not kept (benchmarks.md)
+                 train_min_size: float | None = None):
         super().__init__(in_channels, in_stride)
         if box_region not in BOX_REGIONS:
             raise ValueError(f"task '{self.name}': box_region {box_region!r}, expected one of {BOX_REGIONS}")
@@ -174,6 +175,10 @@ class Det2dTask(Task):
         # than `min_visibility` are ignore regions: not trained on, and detections on them count
         # neither as hits nor as false positives (COCO iscrowd), as KITTI's "DontCare" boxes
         self.min_size, self.min_visibility = min_size, min_visibility
+        # boxes trained on: at least `train_min_size` pixels (None: min_size, the evaluation's) and min_visibility;
+        # smaller boxes are background to the heatmap. Under min_size a trained box is still an ignore region of
+        # the evaluation: a detection on it is neither hit nor false positive
+        self.train_min_size = min_size if train_min_size is None else train_min_size
 
     @classmethod
     def from_meta(cls, meta: Mapping, in_channels: int, **options: Any) -> Det2dTask:
@@ -186,12 +191,12 @@ class Det2dTask(Task):
                              f"not in the dataset classes {self.classes}")
         return self.classes.index(box["class"])
 
-    def camera_boxes(self, cam: Mapping, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """xyxy boxes (M, 4) float32, class ids (M,) int64 and ignore flags (M,) bool of one
-        camera's labels entry; each of its `dontcare` regions (KITTI's DontCare, Cityscapes' group regions, BDD100K's
-        ignored classes) is an ignore box of every class (a detection inside it is neither hit nor false positive,
-        as KITTI's evaluation treats it)."""
-        boxes, labels, ignore = [], [], []
+    def camera_boxes(self, cam: Mapping, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """xyxy boxes (M, 4) float32, class ids (M,) int64, ignore flags (M,) bool (the evaluation's) and trained flags
+        (M,) bool (`train_min_size`) of one camera's labels entry; each of its `dontcare` regions (KITTI's DontCare,
+        Cityscapes' group regions, BDD100K's ignored classes) is an ignore box of every class (a detection inside it is
+        neither hit nor false positive, as KITTI's evaluation treats it), never trained."""
+        boxes, labels, ignore, trained = [], [], [], []
         for b in cam.get("boxes2d", []):
             label = self.box_label(b, where)
             x0, y0, x1, y1 = b["bbox"]
@@ -199,28 +204,31 @@ class Det2dTask(Task):
                 continue
             boxes.append((x0, y0, x1, y1))
             labels.append(label)
-            ignore.append(min(x1 - x0, y1 - y0) < self.min_size or b.get("visible_fraction", 1.0) < self.min_visibility)
+            visible, side = b.get("visible_fraction", 1.0) >= self.min_visibility, min(x1 - x0, y1 - y0)
+            ignore.append(side < self.min_size or not visible)
+            trained.append(side >= self.train_min_size and visible)
         for region in cam.get("dontcare", []):  # a reader's DontCare region ignores every class inside it
             boxes += [tuple(region)] * len(self.classes)
             labels += range(len(self.classes))
             ignore += [True] * len(self.classes)
+            trained += [False] * len(self.classes)
         return (np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64),
-                np.asarray(ignore, bool).reshape(-1))
+                np.asarray(ignore, bool).reshape(-1), np.asarray(trained, bool).reshape(-1))
 
     def build_targets(self, sample: Mapping) -> dict[str, Any]:
         H, W = image_hw(sample)
         out_hw = (H // self.out_stride, W // self.out_stride)
         per_cam = [self.camera_boxes(cam, f"camera {name}")
                    for cam, name in zip(camera_labels(sample, self.name), sample["camera_names"])]
-        enc = [encode_boxes(b[~ig], l[~ig], len(self.classes), out_hw, self.out_stride, self.box_region)
-               for b, l, ig in per_cam]
+        enc = [encode_boxes(b[tr], l[tr], len(self.classes), out_hw, self.out_stride, self.box_region)
+               for b, l, _, tr in per_cam]
         return {"heatmap": np.stack([e[0] for e in enc]),  # (N, C, h, w)
                 "box": np.stack([e[1] for e in enc]),  # (N, 4, h, w)
                 "box_weight": np.stack([e[2] for e in enc]),  # (N, h, w), each object's weights sum to 1
-                "gt_boxes": [b[~ig] for b, _, ig in per_cam],  # N x (M, 4)
-                "gt_labels": [l[~ig] for _, l, ig in per_cam],  # N x (M,)
-                "ignore_boxes": [b[ig] for b, _, ig in per_cam],  # N x (K, 4) ignore regions
-                "ignore_labels": [l[ig] for _, l, ig in per_cam]}  # N x (K,)
+                "gt_boxes": [b[~ig] for b, _, ig, _ in per_cam],  # N x (M, 4)
+                "gt_labels": [l[~ig] for _, l, ig, _ in per_cam],  # N x (M,)
+                "ignore_boxes": [b[ig] for b, _, ig, _ in per_cam],  # N x (K, 4) ignore regions
+                "ignore_labels": [l[ig] for _, l, ig, _ in per_cam]}  # N x (K,)
 
     def loss(self, outputs: Mapping[str, torch.Tensor], targets: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         heat_logits, box = outputs["heatmap"], outputs["box"]  # (B*N, C, h, w), (B*N, 4, h, w)
