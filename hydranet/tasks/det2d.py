@@ -163,6 +163,8 @@ class Det2dTask(Task):
         super().__init__(in_channels, in_stride)
         if box_region not in BOX_REGIONS:
             raise ValueError(f"task '{self.name}': box_region {box_region!r}, expected one of {BOX_REGIONS}")
+        if train_min_size is not None and not train_min_size >= 0:
+            raise ValueError(f"task '{self.name}': train_min_size {train_min_size} must be >= 0 pixels (or null: min_size)")
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
         self.classes = list(classes)

@@ -288,6 +288,11 @@ TRAIN_CASES = [
          check=no_out),
     Case("train-ema-control", new_run("steps=1", "optim.ema_decay=0.99"), 0, stdout=("trained steps 1..1",),
          check=no_temp_left),
+    Case("train-hflip-p-above-one", new_run("augment.hflip_p=1.5"), 2, ("'augment.hflip_p'", "[0, 1]"), check=no_out),
+    Case("train-hflip-control", new_run("steps=1", "augment.hflip_p=0.5"), 0, stdout=("trained steps 1..1",),
+         check=no_temp_left),
+    Case("train-det2d-train-min-size-negative", new_run("model.tasks=[{name: det2d, options: {train_min_size: -1}}]"), 2,
+         ("train_min_size -1", ">= 0"), check=no_out),
     Case("train-stale-temp-removed", stale_temps, 0, check=stale_removed_live_kept),
     Case("train-control", new_run("steps=1"), 0, stdout=("trained steps 1..1",), check=no_temp_left),
 ]
