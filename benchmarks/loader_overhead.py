@@ -127,10 +127,9 @@ def measure(cfg, name: str, rounds: int, block: int, warmup: int, cache_mb: int)
     device = setup_distributed(cfg.device).device
     data = open_sources(cfg.data)[0].dataset
     probe = build_model(cfg.model, data.meta)  # its heads build the targets
-    a = cfg.augment  # as build_training_data, with the decoded-frame cache of `cache_mb`
+    # as build_training_data, with the decoded-frame cache of `cache_mb`
     grid = BevGrid.from_meta(data.meta) if probe.fusion is not None and "bev" in data.meta else None
-    aug = Augmenter(a.photometric, a.geometric, a.scale_range, a.geometric_p, a.bev_rotation_deg if grid else 0.0, grid,
-                    a.isp, a.hflip_p)
+    aug = Augmenter.from_config(cfg.augment, grid is not None, grid)
 
     def labelled():  # a fresh one for each use: the decoded-frame cache is per instance and process
         return LabelledFrames(data, probe.target_builders(), cfg.data.image_size, aug if aug.active else None, cfg.seed,

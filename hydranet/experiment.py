@@ -79,7 +79,11 @@ class AugmentConfig:
     scale_range: tuple[float, float] = (1.0, 1.25)  # random zoom, then crop back to image_size
     geometric_p: float = 0.5
     bev_rotation_deg: float = 0.0  # BEV models: random yaw of the ego frame in [-a, a] (hydranet/bev_augment.py)
-    hflip_p: float = 0.0  # each camera mirrored left to right with this probability, its intrinsics with it (loader.mirror)
+    # each camera mirrored left to right with this probability, its intrinsics with it (hydranet.loader.mirror), in
+    # models without BEV heads (the two-stage recipe's trunk stage); with hflip_bev also in BEV models, where a
+    # mirrored car keeps its label's yaw (docs/bev.md, "Image mirroring")
+    hflip_p: float = 0.0
+    hflip_bev: bool = False
 
     def __post_init__(self):
         if not 0.0 <= self.hflip_p <= 1.0:

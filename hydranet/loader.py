@@ -29,7 +29,7 @@ import torch
 from hydranet.bev_augment import rotate_sample
 from hydranet.bevgrid import BevGrid
 from hydranet.data import SimDataset
-from hydranet.experiment import FITS
+from hydranet.experiment import FITS, AugmentConfig
 from hydranet.geometry import DISTORTION_WIDTH, clip_polyline, fit_window, warp_affine, window_affine
 from hydranet.heads import HEADS
 from hydranet.tasks import Task
@@ -267,6 +267,13 @@ class Augmenter:
             raise ValueError(f"augment.hflip_p must be a probability in [0, 1], got {hflip_p}")
         self.hflip_p = hflip_p
         self._photo = photometric_pipeline(isp) if photometric else None
+
+    @classmethod
+    def from_config(cls, a: AugmentConfig, bev: bool, grid: BevGrid | None = None) -> Augmenter:
+        """The augmenter of config section `augment` for a model with BEV heads (`bev`: the BEV rotation on the
+        raster `grid`; mirroring only with `hflip_bev`) or without (mirroring, no rotation)."""
+        return cls(a.photometric, a.geometric, a.scale_range, a.geometric_p, a.bev_rotation_deg if bev else 0.0,
+                   grid if bev else None, a.isp, a.hflip_p if not bev or a.hflip_bev else 0.0)
 
     @property
     def active(self) -> bool:

@@ -181,10 +181,8 @@ def build_training_data(cfg: ExperimentConfig, model: HydraNet, root: str | None
     length (docs/bev.md)."""
     ds = data if data is not None else open_data(cfg.data, root) if root is not None else \
         run_dataset(open_sources(cfg.data))
-    a = cfg.augment
     bev = model.fusion is not None
-    aug = Augmenter(a.photometric, a.geometric, a.scale_range, a.geometric_p, a.bev_rotation_deg if bev else 0.0,
-                    BevGrid.from_meta(ds.meta) if bev and "bev" in ds.meta else None, a.isp, a.hflip_p)
+    aug = Augmenter.from_config(cfg.augment, bev, BevGrid.from_meta(ds.meta) if bev and "bev" in ds.meta else None)
     aug = aug if augment and aug.active else None
     T = model.video_frames if clip_length is None else clip_length
     return LabelledFrames(ds, model.target_builders(), cfg.data.image_size, aug, cfg.seed, clip_length=T,

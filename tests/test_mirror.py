@@ -114,3 +114,15 @@ def test_hflip_p_outside_0_1_is_refused(p):
         AugmentConfig(hflip_p=p)
     with pytest.raises(ValueError, match="augment.hflip_p"):
         Augmenter(hflip_p=p)
+
+
+def test_mirroring_reaches_bev_models_only_with_hflip_bev():
+    """The two-stage recipe mirrors in its trunk stage (camera heads only) and not in the fused stage, where a
+    mirrored car would keep its label's yaw; hflip_bev opts the BEV model in."""
+    grid = BevGrid((-10.0, 10.0), (-10.0, 10.0), 1.0)
+    a = AugmentConfig(hflip_p=0.5)
+    assert Augmenter.from_config(a, bev=False).hflip_p == 0.5
+    assert Augmenter.from_config(a, bev=True, grid=grid).hflip_p == 0.0
+    assert Augmenter.from_config(AugmentConfig(hflip_p=0.5, hflip_bev=True), bev=True, grid=grid).hflip_p == 0.5
+    rotating = Augmenter.from_config(AugmentConfig(bev_rotation_deg=10.0), bev=True, grid=grid)
+    assert rotating.bev_rotation > 0 and Augmenter.from_config(AugmentConfig(bev_rotation_deg=10.0), bev=False).bev_rotation == 0
