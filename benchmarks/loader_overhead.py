@@ -129,7 +129,7 @@ def measure(cfg, name: str, rounds: int, block: int, warmup: int, cache_mb: int)
     probe = build_model(cfg.model, data.meta)  # its heads build the targets
     # as build_training_data, with the decoded-frame cache of `cache_mb`
     grid = BevGrid.from_meta(data.meta) if probe.fusion is not None and "bev" in data.meta else None
-    aug = Augmenter.from_config(cfg.augment, grid is not None, grid)
+    aug = Augmenter.from_config(cfg.augment, probe.fusion is not None, grid)
 
     def labelled():  # a fresh one for each use: the decoded-frame cache is per instance and process
         return LabelledFrames(data, probe.target_builders(), cfg.data.image_size, aug if aug.active else None, cfg.seed,

@@ -87,7 +87,8 @@ class AugmentConfig:
 
     def __post_init__(self):
         if not 0.0 <= self.hflip_p <= 1.0:
-            raise ConfigError(f"config key 'augment.hflip_p' is {self.hflip_p}: a probability in [0, 1]")
+            raise ConfigError(f"config key 'augment.hflip_p' is {self.hflip_p}; set it to a probability in [0, 1] "
+                              "(0: off)")
         if self.isp and not self.photometric:
             raise ConfigError("config key 'augment.isp' adds to the photometric augmentation; set augment.photometric=true "
                               "or augment.isp=false")

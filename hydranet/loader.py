@@ -11,7 +11,8 @@ resumable, shardable batch order.
   principal point at out_hw, so objects keep the pixel size they had in training).
 - `Augmenter`: per camera a photometric albumentations pipeline (brightness/contrast, blur, noise,
   fog, rain, shadows), a random zoom (scale >= 1, then crop back to the output size) and a left-right mirror
-  (`mirror`: the camera's intrinsics mirrored with it, so BEV models keep their labels), seeded
+  (`mirror`: the camera's intrinsics mirrored with it; `Augmenter.from_config`: in models without BEV heads
+  unless augment.hflip_bev), seeded
   from (seed, epoch, frame, camera) so a resumed run sees the very same pixels; for BEV models a
   random yaw of the whole ego frame (hydranet/bev_augment.py), the same for every frame of a clip.
 - `StepBatchSampler`: the frame order of epoch e is a permutation drawn from (seed, e); rank r of

@@ -97,19 +97,23 @@ def test_overlaps_by_hand():
     assert r["bbox"]["easy"] == 1.0 and r["3d"]["easy"] == 0.0
 
 
-@pytest.mark.parametrize("fit", ["crop", "stretch"])
+@pytest.mark.parametrize("fit", ["crop", "stretch", "camera"])
 def test_detections_at_the_model_size_map_back_to_the_kitti_image(fit):
     """A label's box taken to the model's input by `fit_to` and back by `detections_2d` is the label again."""
     from hydranet.loader import fit_to, fit_windows
 
+    K = np.array([[721.5, 0.0, 609.6], [0.0, 721.5, 172.9], [0.0, 0.0, 1.0]], np.float32)  # KITTI's P2
+    model_K = {"CAM_FRONT": np.array([[150.0, 0.0, 79.5], [0.0, 150.0, 47.5], [0.0, 0.0, 1.0]])}
+
     labels = [[400.0, 150.0, 480.0, 210.0], [700.5, 170.25, 820.0, 260.0]]  # KITTI pixels, inside the centre crop
     sample = {"images": np.zeros((1, 375, 1242, 3), np.uint8), "camera_names": ["CAM_FRONT"],
-              "intrinsics": np.eye(3, dtype=np.float32)[None],
+              "intrinsics": K[None],
               "labels": {"cameras": {"CAM_FRONT": {"boxes2d": [{"bbox": [c + 0.5 for c in b], "class": "car"}
                                                                for b in labels], "lanes2d": []}}}}
-    fitted = fit_to(sample, (96, 160), fit)
+    fitted = fit_to(sample, (96, 160), fit, model_K)
     model_boxes = np.array([b["bbox"] for b in fitted["labels"]["cameras"]["CAM_FRONT"]["boxes2d"]])
-    scales, offsets = fit_windows(sample, (96, 160), fit)
+    assert len(model_boxes) == 2  # both inside the window, not clipped
+    scales, offsets = fit_windows(sample, (96, 160), fit, model_K)
     back = detections_2d(model_boxes, np.array([0.9, 0.8]), np.array([0, 1]), ["car", "truck"], scales[0], offsets[0])
     assert [d["type"] for d in back] == ["Car"]  # truck has no KITTI class of its name
     np.testing.assert_allclose(back[0]["bbox"], labels[0], atol=1e-4)

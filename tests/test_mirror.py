@@ -49,6 +49,10 @@ def test_mirror_moves_every_camera_label_with_its_pixels(data):
             np.testing.assert_allclose(np.asarray(a["points"]), np.asarray(b["points"]) * [-1, 1] + [W - 1, 0])
             n_lanes += 1
     assert n_boxes and n_lanes
+    for n, name in enumerate(sample["camera_names"]):  # each mirrored box is its object's extent in the mirrored pixels
+        for b in out["labels"]["cameras"][name]["boxes2d"] if flip[n] else []:
+            rows, cols = np.nonzero(out["instance"][n] == b["track_id"])
+            assert b["bbox"] == [cols.min(), rows.min(), cols.max() + 1, rows.max() + 1]
     back = mirror(out, flip)  # mirroring twice gives the sample back
     for key in ("images", "depth", "normals", "intrinsics"):
         np.testing.assert_array_equal(back[key], sample[key])
@@ -103,9 +107,13 @@ def test_augmenter_mirrors_by_its_own_stream(data):
     assert 0 < np.mean(flips) < 1  # some cameras, not all
     assert flips[3] == [np.array_equal(half(sample, (0, 3, 0))["images"][i], sample["images"][i][:, ::-1])
                         for i in range(n)]  # the same key (a clip's frames) mirrors the same cameras
-    # p = 0 draws nothing: the photometric stream is that of an augmenter without the option
-    plain, zero = Augmenter(geometric=False), Augmenter(geometric=False, hflip_p=0.0)
-    assert np.array_equal(plain(sample, (0, 1, 2))["images"], zero(sample, (0, 1, 2))["images"])
+    # the mirror draws from a stream of its own: the zoom and photometric draws are those of an augmenter without it
+    zoom = {"photometric": True, "scale_range": (1.0, 1.5), "geometric_p": 1.0}
+    mirrored = Augmenter(**zoom, hflip_p=1.0)(sample, (0, 1, 2))
+    plain = Augmenter(**zoom)(sample, (0, 1, 2))
+    assert not np.array_equal(plain["images"], sample["images"])  # zoomed and recoloured
+    np.testing.assert_array_equal(plain["depth"], mirror(mirrored, [True] * n)["depth"])
+    np.testing.assert_array_equal(plain["intrinsics"], mirror(mirrored, [True] * n)["intrinsics"])
 
 
 @pytest.mark.parametrize("p", [-0.1, 1.5])

@@ -9,7 +9,7 @@ from hydranet.heads.base import PeakSignals, detections
 
 class Det2d(PeakSignals):
     name, decoder = "det2d", "centernet"
-    camera_labels = ("boxes2d",)
+    camera_labels = ("boxes2d", "dontcare")
     human_labels = True
     signal_columns = ("det2d_entropy", "det2d_uncertain", "det2d_margin")
     uncertainty_columns = ("det2d_entropy", "det2d_uncertain")

@@ -153,6 +153,7 @@ class Det2dTask(Task):
     spec = heads.Det2d  # the numpy side: decoder, label keys, blank labels, engine signals
     primary_metric = PrimaryMetric("mAP50")
     baseline_name = "empty detections"
+    dontcare_ignores = True  # a reader's dontcare regions are ignore regions of every class (`camera_boxes`)
 
     def __init__(self, classes: Sequence[str], in_channels: int, in_stride: int = 8, out_stride: int = 4,
                  width: int = 64, heatmap_weight: float = 1.0, offset_weight: float = 1.0, size_weight: float = 1.0,
@@ -163,8 +164,9 @@ class Det2dTask(Task):
         super().__init__(in_channels, in_stride)
         if box_region not in BOX_REGIONS:
             raise ValueError(f"task '{self.name}': box_region {box_region!r}, expected one of {BOX_REGIONS}")
-        if train_min_size is not None and not train_min_size >= 0:
-            raise ValueError(f"task '{self.name}': train_min_size {train_min_size} must be >= 0 pixels (or null: min_size)")
+        if train_min_size is not None and not 0 <= train_min_size <= min_size:
+            raise ValueError(f"task '{self.name}': train_min_size {train_min_size} must be in [0, min_size {min_size:g}] "
+                             "pixels (a larger one would leave boxes the evaluation scores untrained), or null: min_size")
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
         self.classes = list(classes)
@@ -174,8 +176,8 @@ class Det2dTask(Task):
         self.box_region = box_region
         self.score_threshold, self.nms_iou, self.max_detections = score_threshold, nms_iou, max_detections
         # boxes smaller than `min_size` pixels (short side, at the model input size) or less visible
-        # than `min_visibility` are ignore regions: not trained on, and detections on them count
-        # neither as hits nor as false positives (COCO iscrowd), as KITTI's "DontCare" boxes
+        # than `min_visibility` are ignore regions of the evaluation: detections on them count neither
+        # as hits nor as false positives (COCO iscrowd), as KITTI's "DontCare" boxes
         self.min_size, self.min_visibility = min_size, min_visibility
         # boxes trained on: at least `train_min_size` pixels (None: min_size, the evaluation's) and min_visibility;
         # smaller boxes are background to the heatmap. Under min_size a trained box is still an ignore region of
@@ -209,7 +211,7 @@ class Det2dTask(Task):
             visible, side = b.get("visible_fraction", 1.0) >= self.min_visibility, min(x1 - x0, y1 - y0)
             ignore.append(side < self.min_size or not visible)
             trained.append(side >= self.train_min_size and visible)
-        for region in cam.get("dontcare", []):  # a reader's DontCare region ignores every class inside it
+        for region in cam.get("dontcare", []) if self.dontcare_ignores else []:  # ignores every class inside it
             boxes += [tuple(region)] * len(self.classes)
             labels += range(len(self.classes))
             ignore += [True] * len(self.classes)

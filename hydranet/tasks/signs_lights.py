@@ -40,6 +40,7 @@ class SignsLightsTask(Det2dTask):
     spec = heads.SignsLights  # the numpy side: decoder, label keys, blank labels, engine signals
     primary_metric = PrimaryMetric("accuracy")
     baseline_name = "GT boxes, majority class"
+    dontcare_ignores = False  # the readers' dontcare regions are vehicles and people, not signs or lights
 
     def __init__(self, sign_classes: Sequence[str], light_states: Sequence[str], in_channels: int, **det_options: Any):
         self.sign_classes, self.light_states = list(sign_classes), list(light_states)

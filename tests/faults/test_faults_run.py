@@ -292,7 +292,9 @@ TRAIN_CASES = [
     Case("train-hflip-control", new_run("steps=1", "augment.hflip_p=0.5"), 0, stdout=("trained steps 1..1",),
          check=no_temp_left),
     Case("train-det2d-train-min-size-negative", new_run("model.tasks=[{name: det2d, options: {train_min_size: -1}}]"), 2,
-         ("train_min_size -1", ">= 0"), check=no_out),
+         ("train_min_size -1", "[0, min_size 6]"), check=no_out),
+    Case("train-det2d-train-min-size-above-min-size", new_run("model.tasks=[{name: det2d, options: {train_min_size: 8}}]"),
+         2, ("train_min_size 8", "untrained"), check=no_out),
     Case("train-stale-temp-removed", stale_temps, 0, check=stale_removed_live_kept),
     Case("train-control", new_run("steps=1"), 0, stdout=("trained steps 1..1",), check=no_temp_left),
 ]
