@@ -346,6 +346,19 @@ def fit_window(w: int, h: int, W: int, H: int, fit: str = "stretch") -> tuple[fl
     return s, s, 0.5 * (w * s - W), 0.5 * (h * s - H)
 
 
+def mirror_boxes(boxes: np.ndarray, width: float) -> np.ndarray:
+    """xyxy boxes (K, 4) (edges, pixel centres at integers) of an image `width` px wide, mirrored left to right."""
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    return np.stack([width - b[:, 2], b[:, 1], width - b[:, 0], b[:, 3]], 1)
+
+
+def mirror_normals(normals: np.ndarray) -> np.ndarray:
+    """Camera-frame normal maps (..., H, W, 3) (x right) of an image mirrored left to right: reversed along W, x negated."""
+    out = np.array(normals[..., ::-1, :], copy=True)
+    out[..., 0] *= -1
+    return out
+
+
 def window_affine(sx: float, sy: float, x0: float, y0: float) -> np.ndarray:
     """The 2x3 forward affine (dst = M @ src, cv2.warpAffine's) of a scale then a window at (x0, y0): pixel centres
     sit at integer coordinates, so a centre u maps to sx * (u + 0.5) - 0.5 - x0."""

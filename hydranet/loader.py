@@ -31,7 +31,8 @@ from hydranet.bev_augment import rotate_sample
 from hydranet.bevgrid import BevGrid
 from hydranet.data import SimDataset
 from hydranet.experiment import FITS, AugmentConfig
-from hydranet.geometry import DISTORTION_WIDTH, clip_polyline, fit_window, warp_affine, window_affine
+from hydranet.geometry import (DISTORTION_WIDTH, clip_polyline, fit_window, mirror_boxes, mirror_normals, warp_affine,
+                               window_affine)
 from hydranet.heads import HEADS
 from hydranet.tasks import Task
 
@@ -112,9 +113,7 @@ def mirror(sample: Mapping, flip: Sequence[bool]) -> dict:
     for key in ("images", *DENSE_KEYS):
         if key in sample:
             arr = np.array(sample[key], copy=True)  # (N, H, W, ...)
-            arr[idx] = arr[idx, :, ::-1]
-            if key == "normals":
-                arr[idx, ..., 0] *= -1
+            arr[idx] = mirror_normals(arr[idx]) if key == "normals" else arr[idx, :, ::-1]
             out[key] = arr
     K = np.array(sample["intrinsics"], np.float32, copy=True)  # (N, 3, 3)
     K[idx, 0, :] = (W - 1) * K[idx, 2, :] - K[idx, 0, :]
@@ -125,10 +124,9 @@ def mirror(sample: Mapping, flip: Sequence[bool]) -> dict:
         if cam is None:
             continue
         cam = labels["cameras"][sample["camera_names"][n]] = dict(cam)
-        cam["boxes2d"] = [{**b, "bbox": [W - b["bbox"][2], b["bbox"][1], W - b["bbox"][0], b["bbox"][3]]}
-                          for b in cam.get("boxes2d", [])]
+        cam["boxes2d"] = [{**b, "bbox": mirror_boxes(b["bbox"], W)[0].tolist()} for b in cam.get("boxes2d", [])]
         if "dontcare" in cam:
-            cam["dontcare"] = [[W - x1, y0, W - x0, y1] for x0, y0, x1, y1 in cam["dontcare"]]
+            cam["dontcare"] = mirror_boxes(cam["dontcare"], W).tolist()
         cam["lanes2d"] = [{**lane, "points": (np.asarray(lane["points"], np.float64).reshape(-1, 2) * [-1, 1]
                                               + [W - 1, 0]).tolist()} for lane in cam.get("lanes2d", [])]
     out["labels"] = labels

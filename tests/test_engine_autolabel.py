@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_engine.autolabel.fuse import flip_boxes, fuse_3d, wbf
+from data_engine.autolabel.fuse import fuse_3d, wbf
+from hydranet.geometry import mirror_boxes
 from data_engine.autolabel.policy import decide
 from data_engine.autolabel.smooth import hindsight_3d, rts_smooth, to_ego
 from data_engine.autolabel.track import merge_links, one_pass, to_world, track_2d, track_3d, box_iou
@@ -42,8 +43,8 @@ def test_wbf_halves_what_one_of_two_views_sees_and_flip_is_undone():
     b3 = np.array([[10.0, 2.0, 0.8, 4.5, 1.9, 1.5, 0.0, 0.0, 0.0]])
     lone = [(b3, np.array([0.8]), np.array([0])), (np.zeros((0, 9)), np.zeros(0), np.zeros(0, int))]
     assert fuse_3d(lone, 2.0, 0.0)[1][0] == pytest.approx(0.4) and fuse_3d(lone, 2.0, 0.0, "max")[1][0] == pytest.approx(0.8)
-    np.testing.assert_allclose(flip_boxes(flip_boxes(box, 96), 96), box)
-    np.testing.assert_allclose(flip_boxes(box, 96), [[66.0, 5.0, 86.0, 25.0]])
+    np.testing.assert_allclose(mirror_boxes(mirror_boxes(box, 96), 96), box)
+    np.testing.assert_allclose(mirror_boxes(box, 96), [[66.0, 5.0, 86.0, 25.0]])
 
 
 def test_fuse_3d_of_identical_views_is_the_input():

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from hydranet.decoding import sigmoid
+from hydranet.geometry import mirror_normals
 
 DENSE_HEADS = ("drivable", "lanes", "depth", "normals", "bevmap")
 CAMERA_DENSE = ("drivable", "lanes", "depth", "normals")  # heads whose maps live in the camera image (flip applies)
@@ -44,9 +45,7 @@ def flip_back(maps: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     out = {}
     for h, m in maps.items():
         if h == "normals":
-            m = m[:, :, ::-1].copy()
-            m[..., 0] *= -1  # a mirrored image mirrors the normals' x (camera right)
-            out[h] = m
+            out[h] = mirror_normals(m)  # (N, H, W, 3)
         elif h in CAMERA_DENSE:
             out[h] = m[..., ::-1].copy()
     return out

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from data_engine.autolabel.dense import DENSE_HEADS, flip_back, head_maps
-from data_engine.autolabel.fuse import flip_boxes
+from hydranet.geometry import mirror_boxes
 
 BOX_HEADS = ("det2d", "det3d")  # the box heads labelled (signs_lights' sign classes are not: docs/autolabel.md)
 
@@ -156,7 +156,7 @@ def run_member(member: Member, ens: Ensemble, frames: Sequence[dict], sizes: Map
                 for n, cam in enumerate(ens.cameras):
                     h, w = sizes[cam]
                     b, s, lab = _boxes_2d(vdec, n, (w / W, h / H))
-                    item["det2d"][n].append((flip_boxes(b, w) if flip else b, s, lab))
+                    item["det2d"][n].append((mirror_boxes(b, w) if flip else b, s, lab))
             maps = head_maps(vraw, vdec, dense)
             item["dense"].append(flip_back(maps) if flip else maps)
         if "det3d" in ens.heads:

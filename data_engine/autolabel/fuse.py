@@ -23,12 +23,6 @@ import numpy as np
 Boxes = tuple[np.ndarray, np.ndarray, np.ndarray]  # boxes (K, 4 or 9) float, scores (K,), labels (K,) int
 
 
-def flip_boxes(boxes: np.ndarray, width: float) -> np.ndarray:
-    """xyxy boxes (K, 4) of a horizontally flipped image of `width` px, in the original image."""
-    b = np.asarray(boxes, np.float64).reshape(-1, 4)
-    return np.stack([width - b[:, 2], b[:, 1], width - b[:, 0], b[:, 3]], 1)
-
-
 def _sorted(boxes: np.ndarray, scores: np.ndarray, labels: np.ndarray) -> Boxes:
     """A fixed order (label, score descending, coordinates): the same inputs give the same list."""
     if len(scores) == 0:
