@@ -21,6 +21,7 @@ import torch
 
 from hydranet.checkpoint import load_model
 from hydranet.data.sources import cross_mapped, open_data
+from hydranet.io import atomic_write_text
 from hydranet.config import ConfigError
 from hydranet.loader import LabelledFrames, camera_intrinsics
 from hydranet.models.partial import supervised_targets, supervised_update
@@ -265,8 +266,7 @@ def plain_json(obj: Any) -> Any:
 def write_results(results: Mapping[str, Any], out: str | Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(plain_json(results), indent=2) + "\n")
-    return out
+    return atomic_write_text(out, json.dumps(plain_json(results), indent=2) + "\n")  # never half-written
 
 
 def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str | Path] | None,

@@ -143,3 +143,17 @@ def test_evaluate_keeps_per_frame_states_that_recompute_every_head(run):
     plain = evaluate(model, frames)  # without states: the same metrics, no states in the results
     assert plain_json(plain["model"]) == plain_json(r["model"])
     assert "states" not in plain and "frame_ids" not in plain
+
+
+def test_eval_and_viz_without_out_write_beside_the_model_not_into_the_working_folder(run, tmp_path, monkeypatch):
+    """No --out: eval writes RUN/eval/<dataset folder>/metrics.json (its prediction files beside it), viz
+    RUN/viz/frame<N>.png; nothing lands in the folder the command was run from."""
+    tmp, data = run
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--checkpoint", str(tmp / "run"), "--data", str(data), "--quiet"]) == 0
+    metrics = tmp / "run" / "eval" / data.name / "metrics.json"
+    assert json.loads(metrics.read_text())["model"]["det2d"]
+    assert (metrics.parent / "det2d_predictions.json").exists()
+    assert main(["viz", "--checkpoint", str(tmp / "run" / "checkpoint.pt"), "--data", str(data), "--frame", "1"]) == 0
+    assert cv2.imread(str(tmp / "run" / "viz" / "frame1.png")).shape == (96, 6 * 160, 3)
+    assert list(tmp_path.iterdir()) == []

@@ -49,6 +49,7 @@ def test_picture_shows_the_loader_item(sim, tmp_path, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["viz", "--targets", "--out", "x.png"], ("--targets", "--config", "--checkpoint")),
     (["viz", "--checkpoint", "run"], ("--checkpoint", "--data")),
+    (["viz", "--targets", "--config", "full"], ("--config", "--out")),  # no run folder to write beside
     (["viz", "--targets", "--config", "full", "--frame", "9999", "--out", "x.png"], ("--frame 9999", "outside")),
 ])
 def test_bad_flags_are_one_line_errors(sim, tmp_path, capsys, monkeypatch, argv, words):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hydranet.cli.engine import add_engine
 from hydranet.cli.flags import Registered, renamed
-from hydranet.cli.paths import check_command_paths
+from hydranet.cli.paths import check_command_paths, fill_default_outputs
 from hydranet.config import ConfigError, add_override_option, load_config
 from hydranet.rig import RigError
 
@@ -280,6 +280,7 @@ def cmd_viz(args) -> None:
             config_from_checkpoint(load_checkpoint(args.checkpoint), args.set)
         if args.data is not None:
             cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, root=str(args.data)))
+        args.out.parent.mkdir(parents=True, exist_ok=True)  # RUN/viz/ by default (`fill_default_outputs`)
         print(f"wrote {viz_targets(cfg, args.out, args.frame, args.epoch)}")
         return
     from hydranet.evaluate import viz_checkpoint
@@ -287,6 +288,7 @@ def cmd_viz(args) -> None:
     if args.checkpoint is None or args.data is None or args.config is not None or args.set:
         raise ValueError("viz draws a checkpoint's predictions: give --checkpoint RUN and --data DATASET "
                          "(--config and --set belong to --targets)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     print(f"wrote {viz_checkpoint(args.checkpoint, args.data, args.out, args.frame)}")
 
 
@@ -376,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how a frame of another camera reaches the model's input size (default: the run's data.fit): "
                          "stretch it, crop it (aspect kept) or resample it to the model's camera of that name (its focal "
                          "length: objects keep their training size; needs the source's intrinsics)")
-    ev.add_argument("--out", type=Path, default=Path("metrics.json"))
+    ev.add_argument("--out", type=Path, default=None,
+                    help="metrics JSON (default: MODEL_FOLDER/eval/<dataset folder>[-<split>]/metrics.json, beside the "
+                         "run or ONNX file)")
     ev.add_argument("--save-predictions", type=Path, default=None, metavar="DIR",
                     help="where the heads write their predictions (det2d COCO JSON, det3d nuscenes_results.json); "
                          "default: the folder of --out")
@@ -387,7 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "inputs and targets)")
     v.add_argument("--checkpoint", type=Path, default=None, help="run folder or checkpoint.pt")
     v.add_argument("--data", type=Path, default=None, help="dataset (--targets: default the config's data.root)")
-    v.add_argument("--out", type=Path, default=Path("predictions.png"))
+    v.add_argument("--out", type=Path, default=None,
+                   help="PNG (default: RUN/viz/frame<N>.png, or targets<N>.png with --targets; needed with --config)")
     v.add_argument("--frame", type=int, default=0)
     v.add_argument("--targets", action="store_true",
                    help="draw training item --frame as the network sees it (augmented inputs, every head's targets), "
@@ -466,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        fill_default_outputs(args, command_name(args))
         check_command_paths(args, command_name(args))
         args.func(args)
     except KeyboardInterrupt:

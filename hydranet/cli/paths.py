@@ -64,3 +64,26 @@ def check_command_paths(args: argparse.Namespace, command: str) -> None:
         kind = FILE_KINDS.get((command, out_key))
         if kind is not None:
             check_replaceable(out, kind(args) if callable(kind) else kind, flag=_flag(out_key))
+
+
+def model_folder(model: Path) -> Path:
+    """The folder a model lives in: a run folder itself, or the folder of its checkpoint.pt / model.onnx."""
+    return model if model.is_dir() else model.parent
+
+
+def fill_default_outputs(args: argparse.Namespace, command: str) -> None:
+    """`eval` and `viz` without --out write beside the model they were given, never into the working directory:
+    eval to MODEL_FOLDER/eval/<dataset folder name>[-<split>]/metrics.json ("sources" for several datasets or
+    the run's own), viz to MODEL_FOLDER/viz/frame<N>.png (targets<N>.png with --targets). viz --targets from a
+    --config alone has no model folder: ValueError asking for --out."""
+    if command not in ("eval", "viz") or args.out is not None:
+        return
+    model = getattr(args, "checkpoint", None) or getattr(args, "onnx", None)
+    if model is None:
+        raise ValueError(f"{command} --config: give --out FILE (there is no run folder to write beside)")
+    if command == "eval":
+        data = args.data[0] if args.data and len(args.data) == 1 else None
+        name = "sources" if data is None else data.resolve().name + (f"-{args.split}" if args.split else "")
+        args.out = model_folder(model) / "eval" / name / "metrics.json"
+    else:
+        args.out = model_folder(model) / "viz" / f"{'targets' if args.targets else 'frame'}{args.frame}.png"
