@@ -112,11 +112,13 @@ class RoadsideConfig:
     parked_truck_share: float = 0.25  # of the parked vehicles, the share that are trucks
     barrier_groups: int = 4  # rows of 2-5 barrier segments along a kerb, a cone before each
     cone_groups: int = 1  # rows of 2-4 traffic cones along a kerb
+    clutter: float = 0.0  # hedges, fences, walls, distractor blocks beyond the sidewalk: runs per 100 m of road edge (sim.clutter)
 
     def __post_init__(self):
         for name in ("parked_vehicles", "barrier_groups", "cone_groups"):
             n = getattr(self, name)
             need(0 <= n <= 10000, f"roadside.{name}", n, "give a count from 0 to 10000")
+        need(0 <= self.clutter <= 100, "roadside.clutter", self.clutter, "give runs per 100 m of road edge, 0 to 100")
         need(1 <= self.parked_row <= 100, "roadside.parked_row", self.parked_row, "give a row length from 1 to 100")
         for name in ("parked_trailer_share", "parked_truck_share"):
             p = getattr(self, name)

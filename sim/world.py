@@ -12,6 +12,7 @@ import numpy as np
 
 from sim.agents import (Agent, Part, body_bounds, leader_gap, make_body,
                         safe_speed)
+from sim.clutter import clutter_props
 from sim.config import SimConfig
 from sim.roads import (CROSS_LENGTH, LANE_WIDTH, LAYOUTS, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network,
                         right_turn, turn_onto)
@@ -121,6 +122,8 @@ class World(TrafficRules):
         self._place_rare()
         self._place_motorcycles()
         self._place_roadside()
+        occupied = [a.pos for a in self.agents if a.path is None] + [p.pos for p in self.props if p.track_id]
+        self.props += clutter_props(self.road, cfg.roadside.clutter, seed, occupied, cfg.look.textures, Prop)
         self._settle_speeds()
         self._stand_on_ground(self.agents + [self.ego])
 
