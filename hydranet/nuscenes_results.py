@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from hydranet.geometry import matrix_to_quaternion, rot_z
+from hydranet.io import atomic_write_text
 from hydranet.metrics import DetectionConfig, EvalBox
 from hydranet.metrics.nuscenes_data import box_from_json
 
@@ -102,8 +103,7 @@ def write_results(path: str | Path, results: Mapping[str, list], meta: Mapping[s
             **(meta or {})}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"meta": meta, "results": dict(results)}) + "\n")
-    return path
+    return atomic_write_text(path, json.dumps({"meta": meta, "results": dict(results)}) + "\n")
 
 
 def _eval_box(d: Mapping[str, Any], ego2world: np.ndarray, num_pts: int = -1) -> EvalBox:

@@ -4,11 +4,13 @@ bird's-eye view with boxes and velocity arrows. Pure numpy + OpenCV; images are 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import cv2
 import numpy as np
 
 from hydranet.geometry import box_corners
+from hydranet.io import atomic_write_bytes
 
 _PALETTE = np.array([
     (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
@@ -193,5 +195,9 @@ def prediction_picture(model, sample: dict, pred: dict, meta: dict, bev_size: in
 
 
 def write_png(path, image_rgb: np.ndarray) -> None:
-    if not cv2.imwrite(str(path), cv2.cvtColor(image_rgb, cv2.COLOR_RGB2BGR)):
-        raise OSError(f"could not write {path}; check the folder exists and is writable")
+    """`image_rgb` (H, W, 3) uint8 as a PNG at `path` (its folder made), written whole or not at all."""
+    ok, png = cv2.imencode(".png", cv2.cvtColor(image_rgb, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise OSError(f"could not encode {path} as PNG")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, png.tobytes())

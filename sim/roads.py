@@ -156,6 +156,11 @@ class RoadNetwork:
         out = np.interp(s, self.main.s, self.hw_profile)
         return float(out) if np.ndim(out) == 0 else out
 
+    def edges(self) -> list[tuple[Path, float | None]]:
+        """Every roadway's centreline with its constant half width (None for the main road: `half_width_at`),
+        the main road first: what buildings, trees and roadside clutter line."""
+        return [(self.main, None)] + [(it.street, it.cross_half_width) for it in self.intersections]
+
     def lane_edge_at(self, s):
         """Distance of the travel lanes' outer edge (the edge line; the parking lane lies beyond
         it) from the main centreline at main arclength(s) `s`."""

@@ -189,3 +189,9 @@ class Part:
     def triangles(self) -> np.ndarray:
         """(T, 3, 3) triangles in the object frame (near-plane clipping in the labels)."""
         return self.mesh()[0].reshape(-1, 3, 3)
+
+
+def box_part(c, size, color, emissive=0.0, light="", semantic="", shape="box", material=0.0) -> Part:
+    """A `Part` from plain sequences: centre c (3,), size (3,), linear RGB colour (3,)."""
+    return Part(np.asarray(c, float), np.asarray(size, float), np.asarray(color, float), emissive, light, semantic,
+                shape=shape, material=material)

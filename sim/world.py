@@ -1,7 +1,8 @@
 """A seeded driving scene: road network, buildings, vegetation, street furniture, signs,
 traffic lights with signal phases, and road users moving under `sim.agents` kinematics.
 
-`World(cfg, seed)` samples everything from one `numpy.random.Generator`; `world.step(dt)`
+`World(cfg, seed)` samples everything from one `numpy.random.Generator` (roadside clutter from a second one of
+the same seed, `sim.clutter`, so a scene without it is unchanged); `world.step(dt)`
 advances time. Same config and seed give the same world, step by step.
 """
 from __future__ import annotations
@@ -12,11 +13,11 @@ import numpy as np
 
 from sim.agents import (Agent, Part, body_bounds, leader_gap, make_body,
                         safe_speed)
-from sim.clutter import clutter_props
+from sim.clutter import clutter_pieces
 from sim.config import SimConfig
 from sim.roads import (CROSS_LENGTH, LANE_WIDTH, LAYOUTS, SIDEWALK_WIDTH, Path, RoadNetwork, build_road_network,
                         right_turn, turn_onto)
-from sim.shapes import material
+from sim.shapes import box_part, material
 from sim.traffic import SIGNAL_CYCLE, TrafficRules, footprint, polygons_overlap
 
 SIGN_CLASSES = ("stop", "yield", "speed_limit", "no_entry", "pedestrian_crossing")
@@ -56,15 +57,10 @@ class Conditions:
     rare: list[str]
 
 
-def _box(c, size, color, emissive=0.0, light="", semantic="", shape="box", material=0.0) -> Part:
-    return Part(np.asarray(c, float), np.asarray(size, float), np.asarray(color, float), emissive, light, semantic,
-                shape=shape, material=material)
-
-
 def sign_parts(cls: str) -> list[Part]:
     """A sign on a pole, facing +x. The plate's design tells the class apart."""
     red, white, blue, black = (0.75, 0.05, 0.05), (0.92, 0.92, 0.92), (0.05, 0.2, 0.7), (0.05, 0.05, 0.05)
-    pole = _box((0, 0, 1.1), (0.08, 0.08, 2.2), (0.4, 0.4, 0.42), semantic="pole")
+    pole = box_part((0, 0, 1.1), (0.08, 0.08, 2.2), (0.4, 0.4, 0.42), semantic="pole")
     z = 2.55
     designs = {  # (width, height), colour, dz: distinct layouts that stay apart at a few pixels
         "stop": [((0.7, 0.7), white, 0.0), ((0.6, 0.6), red, 0.0), ((0.45, 0.12), white, 0.0)],
@@ -75,21 +71,21 @@ def sign_parts(cls: str) -> list[Part]:
     }
     parts = [pole]
     for i, ((w, h), color, dz) in enumerate(designs[cls]):
-        parts.append(_box((0.05 + 0.01 * i, 0, z + dz), (0.04, w, h), color))
+        parts.append(box_part((0.05 + 0.01 * i, 0, z + dz), (0.04, w, h), color))
     (w, h), _, dz = designs[cls][0]  # the back of the plate: bare grey metal, the same for every class
-    parts.append(_box((0.0225, 0, z + dz), (0.025, w - 0.01, h - 0.01), SIGN_BACK))
+    parts.append(box_part((0.0225, 0, z + dz), (0.025, w - 0.01, h - 0.01), SIGN_BACK))
     return parts
 
 
 def light_parts(state: str) -> list[Part]:
     """A signal head on a pole, facing +x, with the lamp of `state` lit."""
-    parts = [_box((0, 0, 1.4), (0.12, 0.12, 2.8), (0.3, 0.3, 0.32), semantic="pole"),
-             _box((0.05, 0, 3.2), (0.3, 0.36, 0.95), (0.08, 0.08, 0.08))]
+    parts = [box_part((0, 0, 1.4), (0.12, 0.12, 2.8), (0.3, 0.3, 0.32), semantic="pole"),
+             box_part((0.05, 0, 3.2), (0.3, 0.36, 0.95), (0.08, 0.08, 0.08))]
     lamps = {"red": (3.5, (1.0, 0.1, 0.05)), "yellow": (3.2, (1.0, 0.75, 0.05)), "green": (2.9, (0.1, 1.0, 0.4))}
     for name, (z, color) in lamps.items():
         on = name == state
         c = np.asarray(color) * (1.0 if on else 0.18)
-        parts.append(_box((0.215, 0, z), (0.03, 0.22, 0.22), c, 1.0 if on else 0.0, name if on else ""))
+        parts.append(box_part((0.215, 0, z), (0.03, 0.22, 0.22), c, 1.0 if on else 0.0, name if on else ""))
     return parts
 
 
@@ -122,8 +118,7 @@ class World(TrafficRules):
         self._place_rare()
         self._place_motorcycles()
         self._place_roadside()
-        occupied = [a.pos for a in self.agents if a.path is None] + [p.pos for p in self.props if p.track_id]
-        self.props += clutter_props(self.road, cfg.roadside.clutter, seed, occupied, cfg.look.textures, Prop)
+        self.props += [Prop(*piece) for piece in clutter_pieces(self)]
         self._settle_speeds()
         self._stand_on_ground(self.agents + [self.ego])
 
@@ -157,8 +152,7 @@ class World(TrafficRules):
     def _place_buildings_and_vegetation(self):
         rng, road = self.rng, self.road
         detail, tex = self.cfg.look.detailed_meshes, self.cfg.look.textures
-        edges = [(road.main, None)] + [(it.street, it.cross_half_width) for it in road.intersections]
-        for path, width in edges:
+        for path, width in road.edges():
             for side in (-1, 1):
                 s = rng.uniform(0, 10)
                 while s < path.length:
@@ -179,8 +173,8 @@ class World(TrafficRules):
                         if self._free(corners, SIDEWALK_WIDTH + 1.0):
                             color = rng.uniform(0.35, 0.75) * np.array([1.0, rng.uniform(0.85, 1.0), rng.uniform(0.7, 0.95)])
                             style = (L * 7.31 + H * 3.73) % 1.0  # window pattern, without a draw from rng
-                            parts = [_box((0, 0, H / 2), (L, D, H), color, material=material("facade", style) if tex else 0.0),
-                                     _box((0, 0, H * 0.55), (L + 0.04, D + 0.04, H * 0.08), color * 0.45)]
+                            parts = [box_part((0, 0, H / 2), (L, D, H), color, material=material("facade", style) if tex else 0.0),
+                                     box_part((0, 0, H * 0.55), (L + 0.04, D + 0.04, H * 0.08), color * 0.45)]
                             self.props.append(Prop("building", parts, p, h))
                         s += L + rng.uniform(1, 8)
                     else:
@@ -190,9 +184,9 @@ class World(TrafficRules):
                             green = np.array([0.1, rng.uniform(0.3, 0.5), 0.1])
                             crown, trunk = ("ball", "cyl_z") if detail else ("box", "box")
                             leaf, bark = (material("foliage", th % 1.0), material("bark")) if tex else (0.0, 0.0)
-                            parts = [_box((0, 0, th / 2), (0.3, 0.3, th), (0.3, 0.2, 0.1), shape=trunk, material=bark),
-                                     _box((0, 0, th + cw / 2), (cw, cw, cw), green, shape=crown, material=leaf),
-                                     _box((0, 0, th + cw * 0.6), (cw * 1.2, cw * 0.7, cw * 0.5), green * 1.15, shape=crown,
+                            parts = [box_part((0, 0, th / 2), (0.3, 0.3, th), (0.3, 0.2, 0.1), shape=trunk, material=bark),
+                                     box_part((0, 0, th + cw / 2), (cw, cw, cw), green, shape=crown, material=leaf),
+                                     box_part((0, 0, th + cw * 0.6), (cw * 1.2, cw * 0.7, cw * 0.5), green * 1.15, shape=crown,
                                           material=leaf)]
                             self.props.append(Prop("vegetation", parts, p, rng.uniform(0, np.pi)))
                         s += rng.uniform(4, 12)
@@ -203,9 +197,9 @@ class World(TrafficRules):
                 side = 1 if int(s / 30) % 2 else -1
                 p = c + np.array([-np.sin(h), np.cos(h)]) * side * (hw + SIDEWALK_WIDTH - 0.4)
                 if self._free(p, SIDEWALK_WIDTH - 0.6):
-                    parts = [_box((0, 0, 3.0), (0.15, 0.15, 6.0), (0.35, 0.35, 0.37), semantic="pole",
+                    parts = [box_part((0, 0, 3.0), (0.15, 0.15, 6.0), (0.35, 0.35, 0.37), semantic="pole",
                                   shape="cyl_z" if detail else "box", material=material("metal") if tex else 0.0),
-                             _box((0, -side * 0.6, 6.0), (0.5, 1.4, 0.15), (0.9, 0.9, 0.8), 0.0, "street", "pole")]
+                             box_part((0, -side * 0.6, 6.0), (0.5, 1.4, 0.15), (0.9, 0.9, 0.8), 0.0, "street", "pole")]
                     self.props.append(Prop("pole", parts, p, h))
 
     def _add_sign(self, cls: str, path: Path, s: float, offset: float):

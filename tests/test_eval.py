@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 import cv2
@@ -145,15 +146,65 @@ def test_evaluate_keeps_per_frame_states_that_recompute_every_head(run):
     assert "states" not in plain and "frame_ids" not in plain
 
 
-def test_eval_and_viz_without_out_write_beside_the_model_not_into_the_working_folder(run, tmp_path, monkeypatch):
+def test_eval_and_viz_without_out_write_beside_the_model_not_into_the_working_folder(run, tmp_path, monkeypatch,
+                                                                                     capsys):
     """No --out: eval writes RUN/eval/<dataset folder>/metrics.json (its prediction files beside it), viz
-    RUN/viz/frame<N>.png; nothing lands in the folder the command was run from."""
+    RUN/viz/<dataset folder>-frame<N>.png; nothing lands in the folder the command was run from. Another dataset
+    of the same folder name is refused (its figures are not replaced), a model that does not exist is one line."""
     tmp, data = run
     monkeypatch.chdir(tmp_path)
     assert main(["eval", "--checkpoint", str(tmp / "run"), "--data", str(data), "--quiet"]) == 0
     metrics = tmp / "run" / "eval" / data.name / "metrics.json"
     assert json.loads(metrics.read_text())["model"]["det2d"]
     assert (metrics.parent / "det2d_predictions.json").exists()
+    assert main(["eval", "--checkpoint", str(tmp / "run"), "--data", str(data), "--quiet", "--fit", "crop"]) == 0
+    assert (tmp / "run" / "eval" / f"{data.name}-fit-crop" / "metrics.json").is_file()
     assert main(["viz", "--checkpoint", str(tmp / "run" / "checkpoint.pt"), "--data", str(data), "--frame", "1"]) == 0
-    assert cv2.imread(str(tmp / "run" / "viz" / "frame1.png")).shape == (96, 6 * 160, 3)
+    assert cv2.imread(str(tmp / "run" / "viz" / f"{data.name}-frame1.png")).shape == (96, 6 * 160, 3)
     assert list(tmp_path.iterdir()) == []
+    twin = tmp_path / "elsewhere" / data.name  # another dataset under the same folder name
+    twin.parent.mkdir()
+    shutil.copytree(data, twin)
+    before = metrics.read_text()
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(tmp / "run"), "--data", str(twin), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(metrics) in err[0] and "--out" in err[0]
+    assert metrics.read_text() == before
+    for argv in (["eval", "--checkpoint", str(tmp / "gone"), "--data", str(data)],
+                 ["viz", "--checkpoint", str(tmp / "gone"), "--data", str(data)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "gone does not exist" in err[0]
+    assert not (tmp / "gone").exists() and not (tmp / "viz").exists()
+
+
+def test_default_outputs_name_the_model_file_dataset_split_and_fit(tmp_path):
+    """`fill_default_outputs` without running anything: an ONNX file and its INT8 twin in one folder get their own
+    evaluation folders; a run folder and its checkpoint.pt the same one; eval-nuscenes writes beside its results."""
+    import argparse
+
+    from hydranet.cli.paths import fill_default_outputs
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"")
+    for name in ("model.onnx", "model.int8.onnx"):
+        (tmp_path / name).write_bytes(b"")
+    data = tmp_path / "val"
+
+    def out(command: str, **kw) -> Path:
+        args = argparse.Namespace(**{"out": None, "checkpoint": None, "onnx": None, "data": [data], "split": None,
+                                     "fit": None, **kw})
+        fill_default_outputs(args, command)
+        return args.out.relative_to(tmp_path)
+
+    runs = {out("eval", checkpoint=tmp_path / "run"), out("eval", checkpoint=tmp_path / "run" / "checkpoint.pt")}
+    assert runs == {Path("run/eval/val/metrics.json")}
+    assert out("eval", onnx=tmp_path / "model.onnx") == Path("eval/model-val/metrics.json")
+    assert out("eval", onnx=tmp_path / "model.int8.onnx") == Path("eval/model.int8-val/metrics.json")
+    args = argparse.Namespace(out=None, checkpoint=tmp_path / "run", onnx=None, data=[data], split="mini_val", fit="camera")
+    fill_default_outputs(args, "eval")
+    assert args.out == tmp_path / "run" / "eval" / "val-mini_val-fit-camera" / "metrics.json"
+    args = argparse.Namespace(out=None, results=tmp_path / "sub" / "nuscenes_results.json")
+    fill_default_outputs(args, "eval-nuscenes")
+    assert args.out == tmp_path / "sub" / "nuscenes_results_metrics.json"

@@ -11,7 +11,10 @@ from hydranet.config import ConfigError, load_config
 from sim.classes import SEMANTIC_ID
 from sim.config import RoadsideConfig, SimConfig
 from sim.generate import render_frames
+from sim.agents import body_bounds
+from sim.clutter import blockers, place_runs
 from sim.roads import SIDEWALK_WIDTH
+from sim.traffic import footprint, polygons_overlap
 from sim.world import World
 
 CLUTTERED = SimConfig(roadside=RoadsideConfig(clutter=12.0))
@@ -35,15 +38,35 @@ def test_clutter_adds_background_props_and_changes_nothing_else(seed):
 
 
 @pytest.mark.parametrize("seed", [0, 5])
-def test_clutter_stands_beyond_the_sidewalk_and_clear_of_labelled_objects(seed):
+def test_clutter_stands_beyond_the_sidewalk_clear_of_props_and_labelled_objects(seed):
     plain, cluttered = World(SimConfig(), seed), World(CLUTTERED, seed)
-    labelled = np.array([a.pos for a in plain.agents if a.path is None] + [p.pos for p in plain.props if p.track_id])
+    taken = blockers(plain)  # every prop, static labelled objects grown by 1 m
     for p in _clutter(plain, cluttered):
-        c, s = np.cos(p.heading), np.sin(p.heading)
-        corners = np.array([[x, y] for part in p.parts for x, y, _ in part.points()])  # object frame
-        world_xy = p.pos + corners @ np.array([[c, s], [-s, c]])
-        assert not cluttered.road.near_road(world_xy, SIDEWALK_WIDTH).any(), (p.semantic, p.pos)
-        assert np.linalg.norm(labelled - p.pos, axis=1).min() > 1.0, (p.semantic, p.pos)
+        fp = footprint(p.pos, p.heading, *body_bounds(p.parts), 0.0)
+        assert not cluttered.road.near_road(fp, SIDEWALK_WIDTH).any(), (p.semantic, p.pos)
+        assert not any(polygons_overlap(fp, b) for b in taken), (p.semantic, p.pos)
+
+
+def test_a_blocked_spot_is_left_free_and_a_run_keeps_its_style_along_a_curve():
+    """place_runs with a footprint where a run would stand: no piece overlaps it; a run's pieces share one look
+    (height, colour, material) and meet end to end along the curved road (no gap, no overlap beyond 1 cm)."""
+    w = World(SimConfig(), 2)
+    free = place_runs(w.road, 12.0, 2, [], True)
+    spot = footprint(free[0][2], free[0][3], np.zeros(3), np.array([2.0, 2.0, 1.0]), 0.0)
+    assert not any(polygons_overlap(footprint(pos, h, *body_bounds(parts), 0.0), spot)
+                   for _, parts, pos, h in place_runs(w.road, 12.0, 2, [spot], True))
+    joined = 0
+    for (_, a, pa, ha), (_, b, pb, hb) in zip(free, free[1:]):
+        same_run = len(a) == len(b) and all(np.allclose(x.color, y.color) and x.material == y.material and
+                                            np.isclose(x.size[2], y.size[2]) for x, y in zip(a, b))
+        if not same_run:
+            continue
+        end_a = pa + np.array([np.cos(ha), np.sin(ha)]) * max(x.size[0] for x in a) / 2  # the piece's length
+        start_b = pb - np.array([np.cos(hb), np.sin(hb)]) * max(x.size[0] for x in b) / 2
+        if np.linalg.norm(end_a - start_b) < 0.5:  # consecutive pieces of one run (not a gap left by a blocker)
+            assert np.linalg.norm(end_a - start_b) < 0.01
+            joined += 1
+    assert joined >= 10, joined
 
 
 def test_clutter_is_rendered_as_background_and_only_hides_objects():

@@ -280,7 +280,6 @@ def cmd_viz(args) -> None:
             config_from_checkpoint(load_checkpoint(args.checkpoint), args.set)
         if args.data is not None:
             cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, root=str(args.data)))
-        args.out.parent.mkdir(parents=True, exist_ok=True)  # RUN/viz/ by default (`fill_default_outputs`)
         print(f"wrote {viz_targets(cfg, args.out, args.frame, args.epoch)}")
         return
     from hydranet.evaluate import viz_checkpoint
@@ -288,7 +287,6 @@ def cmd_viz(args) -> None:
     if args.checkpoint is None or args.data is None or args.config is not None or args.set:
         raise ValueError("viz draws a checkpoint's predictions: give --checkpoint RUN and --data DATASET "
                          "(--config and --set belong to --targets)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     print(f"wrote {viz_checkpoint(args.checkpoint, args.data, args.out, args.frame)}")
 
 
@@ -379,8 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "stretch it, crop it (aspect kept) or resample it to the model's camera of that name (its focal "
                          "length: objects keep their training size; needs the source's intrinsics)")
     ev.add_argument("--out", type=Path, default=None,
-                    help="metrics JSON (default: MODEL_FOLDER/eval/<dataset folder>[-<split>]/metrics.json, beside the "
-                         "run or ONNX file)")
+                    help="metrics JSON (default: MODEL_FOLDER/eval/[<model file>-]<dataset folder>[-<split>][-fit-<fit>]/"
+                         "metrics.json, beside the run or ONNX file)")
     ev.add_argument("--save-predictions", type=Path, default=None, metavar="DIR",
                     help="where the heads write their predictions (det2d COCO JSON, det3d nuscenes_results.json); "
                          "default: the folder of --out")
@@ -392,7 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--checkpoint", type=Path, default=None, help="run folder or checkpoint.pt")
     v.add_argument("--data", type=Path, default=None, help="dataset (--targets: default the config's data.root)")
     v.add_argument("--out", type=Path, default=None,
-                   help="PNG (default: RUN/viz/frame<N>.png, or targets<N>.png with --targets; needed with --config)")
+                   help="PNG (default: RUN/viz/<dataset folder>-frame<N>.png, or targets<N>.png with --targets; needed "
+                        "with --config)")
     v.add_argument("--frame", type=int, default=0)
     v.add_argument("--targets", action="store_true",
                    help="draw training item --frame as the network sees it (augmented inputs, every head's targets), "
@@ -407,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--version", default="v1.0-trainval", help="version folder under the dataroot")
     n.add_argument("--split", required=True, help="split name: mini_train, mini_val, a key of <version>/splits.json, all")
     n.add_argument("--results", type=Path, required=True, help="submission JSON {meta, results}")
-    n.add_argument("--out", type=Path, default=Path("metrics.json"), help="metrics_summary.json-style output")
+    n.add_argument("--out", type=Path, default=None,
+                   help="metrics_summary.json-style output (default: <results file>_metrics.json beside it)")
     n.add_argument("--config", type=Path, default=None, help="devkit detection config JSON (default detection_cvpr_2019)")
     n.set_defaults(func=cmd_eval_nuscenes)
 

@@ -12,9 +12,10 @@ function that opens them.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
-from hydranet.io import check_apart, check_replaceable
+from hydranet.io import CHECKPOINT, check_apart, check_replaceable, checkpoint_file
 
 OUTPUTS = ("out", "save_predictions")
 # (command, output): a working folder that may hold its own inputs (a resumed loop's suites, catalog)
@@ -66,24 +67,51 @@ def check_command_paths(args: argparse.Namespace, command: str) -> None:
             check_replaceable(out, kind(args) if callable(kind) else kind, flag=_flag(out_key))
 
 
-def model_folder(model: Path) -> Path:
-    """The folder a model lives in: a run folder itself, or the folder of its checkpoint.pt / model.onnx."""
-    return model if model.is_dir() else model.parent
+
+def _default_eval_out(args: argparse.Namespace, model: Path) -> Path:
+    """MODEL_FOLDER/eval/<name>/metrics.json, <name> from what decides the figures: the model file (an ONNX file or
+    a checkpoint under another name), the dataset folder ("sources" for several or the run's own), split, fit."""
+    data = args.data[0] if args.data and len(args.data) == 1 else None
+    parts = [model.stem] if model.is_file() and model.name != CHECKPOINT else []
+    parts.append("sources" if data is None else data.resolve().name)
+    if args.split and args.onnx is None:  # an ONNX evaluation reads the dataset's own split
+        parts.append(args.split)
+    if args.fit:
+        parts.append(f"fit-{args.fit}")
+    out = checkpoint_file(model).parent / "eval" / "-".join(parts) / "metrics.json"
+    if out.is_file():  # re-evaluating the same data replaces its figures; another dataset of that name does not
+        try:
+            before = json.loads(out.read_text()).get("data")
+        except (OSError, ValueError):
+            before = None
+        now = [str(d) for d in args.data] if args.data and len(args.data) > 1 else str(data) if data else None
+        if before is not None and before != now and Path(str(before)).resolve() != Path(str(now)).resolve():
+            raise ValueError(f"{out} holds the evaluation of {before}, not {now}: give --out FILE")
+    return out
 
 
 def fill_default_outputs(args: argparse.Namespace, command: str) -> None:
-    """`eval` and `viz` without --out write beside the model they were given, never into the working directory:
-    eval to MODEL_FOLDER/eval/<dataset folder name>[-<split>]/metrics.json ("sources" for several datasets or
-    the run's own), viz to MODEL_FOLDER/viz/frame<N>.png (targets<N>.png with --targets). viz --targets from a
-    --config alone has no model folder: ValueError asking for --out."""
-    if command not in ("eval", "viz") or args.out is not None:
+    """Commands whose --out may be left out write beside what they read, never into the working directory:
+    eval to MODEL_FOLDER/eval/<model, dataset, split, fit>/metrics.json (`_default_eval_out`), viz to
+    RUN/viz/<dataset folder>-frame<N>.png (targets<N>[-epoch<E>].png with --targets), eval-nuscenes to
+    <results file>_metrics.json beside it. A model path that does not exist is a ValueError naming it; viz --targets
+    from a --config alone has no run folder: ValueError asking for --out."""
+    if getattr(args, "out", None) is not None or command not in ("eval", "viz", "eval-nuscenes"):
         return
-    model = getattr(args, "checkpoint", None) or getattr(args, "onnx", None)
-    if model is None:
-        raise ValueError(f"{command} --config: give --out FILE (there is no run folder to write beside)")
+    if command == "eval-nuscenes":
+        args.out = args.results.with_name(f"{args.results.stem}_metrics.json")
+        return
+    flag, model = next(((f, m) for f in ("checkpoint", "onnx") if (m := getattr(args, f, None)) is not None),
+                       (None, None))
+    if model is None or (command == "viz" and not args.targets and args.data is None):
+        if command == "viz" and args.targets and args.config is not None:
+            raise ValueError("viz --targets --config: give --out FILE (there is no run folder to write beside)")
+        return  # the command names what it lacks
+    if not model.exists():
+        raise ValueError(f"--{flag} {model} does not exist")
     if command == "eval":
-        data = args.data[0] if args.data and len(args.data) == 1 else None
-        name = "sources" if data is None else data.resolve().name + (f"-{args.split}" if args.split else "")
-        args.out = model_folder(model) / "eval" / name / "metrics.json"
+        args.out = _default_eval_out(args, model)
+    elif args.targets:
+        args.out = checkpoint_file(model).parent / "viz" / f"targets{args.frame}{f'-epoch{args.epoch}' if args.epoch else ''}.png"
     else:
-        args.out = model_folder(model) / "viz" / f"{'targets' if args.targets else 'frame'}{args.frame}.png"
+        args.out = checkpoint_file(model).parent / "viz" / f"{args.data.resolve().name}-frame{args.frame}.png"

@@ -30,6 +30,7 @@ from torch import nn
 from torchvision.ops import generalized_box_iou_loss
 
 from hydranet import heads
+from hydranet.io import atomic_write_text
 from hydranet.models.layers import MergeLevels
 from hydranet.tasks.base import (Metric, PrimaryMetric, Task, camera_labels, decode_numpy, image_hw, no_detections,
                                  score_constant)
@@ -314,8 +315,8 @@ def coco_dicts(gts: Sequence[tuple[np.ndarray, ...]], preds: Sequence[tuple[np.n
 def write_coco_json(gts, preds, classes: Sequence[str], gt_path: str | Path, pred_path: str | Path) -> None:
     """Write ground truth (COCO dataset JSON) and predictions (COCO results JSON); see `coco_dicts`."""
     gt, dets = coco_dicts(gts, preds, classes)
-    Path(gt_path).write_text(json.dumps(gt))
-    Path(pred_path).write_text(json.dumps(dets))
+    atomic_write_text(gt_path, json.dumps(gt))  # never half-written beside an older metrics.json
+    atomic_write_text(pred_path, json.dumps(dets))
 
 
 def coco_map(gt: dict, dets: list[dict]) -> dict[str, float]:
