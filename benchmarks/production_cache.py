@@ -149,7 +149,8 @@ def adopt(cache: Path, r: dict, run: Path) -> Path:
                          f"{r['trunk_steps']}: not this recipe's run")
     for root, scenes, sim in ((data_root, r["scenes"], r["sim"]), (val_root, r["val_scenes"], r["val_sim"])):
         meta = _read(root / "dataset.json")
-        _same({k: (meta.get("sim_config") or {}).get(k) for k in sim}, sim, f"{root / 'dataset.json'} sim_config")
+        stored = sim_config_of(meta, root / "dataset.json")
+        _same({k: stored.get(k) for k in sim}, sim, f"{root / 'dataset.json'} sim_config")
         if len(meta.get("scenes") or []) != scenes:
             raise CacheError(f"{root / 'dataset.json'}: {len(meta.get('scenes') or [])} scenes, the recipe's {scenes}")
     if _read(data_root / "dataset.json").get("seed") != r["sim_seed"]:
@@ -181,6 +182,18 @@ def _read(path: Path) -> dict:
     if not isinstance(got, dict):
         raise CacheError(f"{path} is not a JSON object: not this recipe's run or its data")
     return got
+
+
+def sim_config_of(meta: dict, where: Path) -> dict:
+    """A dataset.json's sim_config with the keys added since it was written at their defaults (a key that did not
+    exist then is its default's behaviour: `roadside.clutter` 0 is the sim before clutter)."""
+    from hydranet.config import ConfigError, from_dict, to_dict
+    from sim.config import SimConfig
+
+    try:
+        return to_dict(from_dict(SimConfig, meta.get("sim_config") or {}))
+    except (ConfigError, TypeError, ValueError) as e:
+        raise CacheError(f"{where}: its sim_config is not a sim config this code reads ({e})") from None
 
 
 def _same(got: dict, want: dict, where: str, prefix: str = "") -> None:

@@ -95,3 +95,24 @@ def test_adopt_needs_the_snapshot_and_writes_nothing_without_it(tmp_path):
     with pytest.raises(CacheError, match=r"step6\.pt is missing.*second ensemble member"):
         adopt(tmp_path / "cache", r, run)
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_dataset_written_before_a_sim_key_existed_reads_it_at_its_default(tmp_path):
+    """A dataset.json without `roadside.clutter` (written before the key) is the recipe's data (the default is the
+    old behaviour); the same key at another value is refused naming it."""
+    r = recipe(**SMALL)
+    run = _run(tmp_path / "a")
+    (run / "checkpoint.pt").write_bytes(b"weights")
+    for name, n, sim in (("sim", SMALL["scenes"], r["sim"]), ("sim_val", SMALL["val_scenes"], r["val_sim"])):
+        old = json.loads(json.dumps(sim))
+        del old["roadside"]["clutter"]
+        (tmp_path / "a" / "data" / name).mkdir(parents=True)
+        (tmp_path / "a" / "data" / name / "dataset.json").write_text(json.dumps(
+            {"sim_config": old, "scenes": [{"name": f"scene_{i}"} for i in range(n)], "seed": 0}))
+    with pytest.raises(CacheError, match=r"step6\.pt is missing"):  # past the data checks: only the snapshot lacks
+        adopt(tmp_path / "cache", r, run)
+    meta = json.loads((tmp_path / "a" / "data" / "sim" / "dataset.json").read_text())
+    meta["sim_config"]["roadside"]["clutter"] = 5.0
+    (tmp_path / "a" / "data" / "sim" / "dataset.json").write_text(json.dumps(meta))
+    with pytest.raises(CacheError, match="key 'roadside.clutter' is 5.0"):
+        adopt(tmp_path / "cache", r, run)
