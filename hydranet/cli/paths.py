@@ -79,14 +79,15 @@ def _default_eval_out(args: argparse.Namespace, model: Path) -> Path:
     if args.fit:
         parts.append(f"fit-{args.fit}")
     out = checkpoint_file(model).parent / "eval" / "-".join(parts) / "metrics.json"
-    if out.is_file():  # re-evaluating the same data replaces its figures; another dataset of that name does not
+    if out.is_file() and args.data:  # re-evaluating the same data replaces its figures; another dataset's are kept
         try:
             before = json.loads(out.read_text()).get("data")
         except (OSError, ValueError):
             before = None
-        now = [str(d) for d in args.data] if args.data and len(args.data) > 1 else str(data) if data else None
-        if before is not None and before != now and Path(str(before)).resolve() != Path(str(now)).resolve():
-            raise ValueError(f"{out} holds the evaluation of {before}, not {now}: give --out FILE")
+        before = [before] if isinstance(before, str) else before
+        if isinstance(before, list) and [Path(b).resolve() for b in before] != [d.resolve() for d in args.data]:
+            raise ValueError(f"{out} holds the evaluation of {', '.join(map(str, before))}, not "
+                             f"{', '.join(map(str, args.data))}: give --out FILE")
     return out
 
 
