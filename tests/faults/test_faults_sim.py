@@ -70,6 +70,7 @@ SIM_CASES = [
     Case("truck-and-bus-shares-above-1", gen("traffic.truck_share=0.7", "traffic.bus_share=0.5"), 2,
          ("traffic.bus_share", "must not exceed 1"), check=nothing_written),
     Case("parked-row-0", gen("roadside.parked_row=0"), 2, ("roadside.parked_row",), check=nothing_written),
+    Case("clutter-negative", gen("roadside.clutter=-1"), 2, ("roadside.clutter", "0 to 100"), check=nothing_written),
     Case("standing-share-above-1", gen("traffic.standing_share=2"), 2, ("traffic.standing_share", "[0, 1]"),
          check=nothing_written),
     Case("density-0-renders-empty-roads", gen("density=0"), 0, stdout=("wrote",)),  # control: a valid, empty street
