@@ -289,19 +289,19 @@ def _schemas(url: str) -> set[str]:
         return {r[0] for r in db.execute("SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'hydranet_%'")}
 
 
-def test_migrate_a_file_onto_a_lake_on_the_server(cats, postgres, tmp_path, monkeypatch):  # noqa: F811
-    """`catalog migrate --to DIR --postgres URL`: the fixture file (with the label jobs, versions, events and registry
-    entries the tests above added) moves onto a lake whose tables live on the server; counts and checksums (rows by
-    key, not SQLite's rowid) verify on both; the same selections follow, and new rows get ids past the copied ones.
-    A migration that fails halfway leaves no folder and no schema on the server."""
-    import shutil
-
+def test_migrate_a_file_onto_a_lake_on_the_server(postgres, tmp_path, monkeypatch):  # noqa: F811
+    """`catalog migrate --to DIR --postgres URL`: a fixture file with label jobs, versions, events and registry entries
+    (its own: under `pytest -n` the tests above may run in another worker) moves onto a lake whose tables live on the
+    server; counts and checksums (rows by key, not SQLite's rowid) verify on both; the same selections follow, and new
+    rows get ids past the copied ones. A migration that fails halfway leaves no folder and no schema on the server."""
     from data_engine import catalog_migrate
     from data_engine.catalog_migrate import fingerprint, migrate
     from data_engine.catalog_pg import Connection
 
-    src = tmp_path / "src.db"
-    shutil.copy(cats["sqlite"], src)
+    src = write_fixture_catalog(tmp_path / "src.db")
+    write_fixture_offline(src)
+    (tmp_path / "files").mkdir()
+    _labels_and_registry(src, tmp_path / "files")
     before = _schemas(postgres.url)
     r = migrate(src, tmp_path / "moved", postgres.url)
     with Catalog(src) as a, Catalog(tmp_path / "moved") as b:
