@@ -2,7 +2,8 @@
 
     python benchmarks/label_efficiency.py --out out/bench_le [--seeds 5] [--jobs 2] [--rounds 3] [--budget 16]
         [--strategies random uncertainty hybrid triggers ensemble tta] [--base-clips 8] [--fleet-clips 24] [--prod-steps 300]
-        [--retrain-steps 80] [--suite-clips auto] [--max-suite-clips 16] [--resamples 500]
+        [--retrain-steps 80] [--suite-clips auto] [--max-suite-clips 16] [--resamples 500] [--production-cache DIR]
+        [--engine-set KEY=VALUE ...]
 
 Per seed (seeds 0..N-1, each a separate process with OMP_NUM_THREADS=1, --jobs at a time): a small labelled
 seed set (a fleet of --base-clips clips) trains configs/engine_tiny.yaml for --prod-steps steps: the first
@@ -13,6 +14,13 @@ pass). Every candidate is evaluated on the same frozen suites (8 slices, generat
 are the curve's point at the labels spent so far, whether or not the gate promoted it. The offline strategies
 (ensemble, tta) get a second member per seed: a production of seed 1000 + S on the same base set, exported,
 as `loop.ensemble` (each round's mine stage runs `hydranet engine uncertainty` over that round's pool).
+
+With --production-cache DIR no production is trained: every seed's first production is the 60-CPU-minute recipe's
+model (benchmarks/production_cache.py: trained once, cached under its recipe's hash; configs/full.yaml, six cameras),
+each round's retrain fine-tunes it on its own training set plus the labels so far (data_engine/retrain.py), the
+offline strategies' second member is its snapshot at 60% of the steps, and fleets and suites are rendered at
+fleet.yaml's 160x96 (the model's input size: its BEV view transform is bound to that calibration). --base-clips and
+--prod-steps are unused.
 
 Suite size (--suite-clips auto): a power calculation on a pilot. Seed 0's first production is evaluated on
 --pilot-clips-clip suites; the standard deviation over clips of its per-clip det2d mAP50 gives the clips a
@@ -55,12 +63,17 @@ SIZE = ["sim.image_width=96", "sim.image_height=64"]
 HEAD = "det2d"
 
 
-def fleet(out: Path, clips: int, seed: int, rare: float) -> Path:
+def size(args) -> list[str]:
+    """The fleets' and suites' render size: 96x64 for the tiny productions, fleet.yaml's own for a cached one."""
+    return [] if args.production else SIZE
+
+
+def fleet(out: Path, clips: int, seed: int, args) -> Path:
     from data_engine.fleet import FleetConfig, generate_fleet
     from hydranet.config import load_config
 
     if not (out / "dataset.json").exists():
-        cfg = load_config(FleetConfig, "fleet", SIZE + [f"rare.{n}={rare}" for n in RARE])
+        cfg = load_config(FleetConfig, "fleet", size(args) + [f"rare.{n}={args.rare}" for n in RARE])
         generate_fleet(out, cfg, clips, seed, progress=False)
     return out
 
@@ -77,8 +90,8 @@ def production(out: Path, base: Path, steps: int, seed: int) -> Path:
 
 
 def engine_sets(args, suite_clips: int) -> list[str]:
-    return [f"loop.budget={args.budget}", f"loop.fleet_set=[{','.join(SIZE)}]", f"retrain.steps={args.retrain_steps}",
-            "loop.unit_tests=false", f"suites.clips={suite_clips}", f"gate.summary_head={HEAD}"]
+    return [f"loop.budget={args.budget}", f"loop.fleet_set=[{','.join(size(args))}]", f"retrain.steps={args.retrain_steps}",
+            "loop.unit_tests=false", f"suites.clips={suite_clips}", f"gate.summary_head={HEAD}", *args.engine_set]
 
 
 def make_suites(path: Path, args, clips: int) -> Path:
@@ -112,6 +125,16 @@ def loop_seconds(loop_dir: Path) -> float:
     return round(sum(st.get("seconds", 0.0) for r in journal["rounds"] for st in r["done"].values()), 1)
 
 
+def first_production(args, sdir: Path, seed: int) -> tuple[Path, Path]:
+    """(the seed's first production, a dataset of its kind for exports): the cached 60-CPU-minute model and its own
+    training set, or configs/engine_tiny.yaml trained on a base fleet of --base-clips clips."""
+    if args.production:
+        prod = Path(args.production) / "run"
+        return prod, Path(json.loads((prod / "config.json").read_text())["data"]["root"])
+    base = fleet(sdir / "base", args.base_clips, 100 + seed, args)
+    return production(sdir / "production", base, args.prod_steps, seed), base
+
+
 def worker(args) -> None:
     """One seed: its fleets, first production and every strategy's loop; writes seedS/points.json."""
     from data_engine.config import EngineConfig
@@ -122,15 +145,15 @@ def worker(args) -> None:
     clips = int(args.suite_clips)
     sdir = out / f"seed{seed}"
     t0 = time.time()
-    base = fleet(sdir / "base", args.base_clips, 100 + seed, args.rare)
-    prod = production(sdir / "production", base, args.prod_steps, seed)
+    prod, base = first_production(args, sdir, seed)
     for r in range(args.rounds):
-        fleet(sdir / "fleets" / f"r{r:03d}", args.fleet_clips, 10_000 * (seed + 1) + r, args.rare)
-    ensemble = []  # the offline strategies' second member: a production of another seed on the same base, exported
-    if set(args.strategies) & set(OFFLINE):
+        fleet(sdir / "fleets" / f"r{r:03d}", args.fleet_clips, 10_000 * (seed + 1) + r, args)
+    ensemble = []  # the offline strategies' second member, exported: a production of another seed on the same base,
+    if set(args.strategies) & set(OFFLINE):  # or the cached production's snapshot
         from deploy.export import export_checkpoint
 
-        member = production(sdir / "member", base, args.prod_steps, 1000 + seed)
+        member = Path(args.production) / "snapshot.pt" if args.production else \
+            production(sdir / "member", base, args.prod_steps, 1000 + seed)
         if not (sdir / "member.onnx").exists():
             export_checkpoint(member, sdir / "member.onnx", base, frames=2, verbose=False)
         ensemble = [f"loop.ensemble=[{sdir / 'member.onnx'}]"]
@@ -151,7 +174,8 @@ def spawn(args, seeds: list[int], suites: Path, clips: int) -> dict[int, float]:
     base = [sys.executable, __file__, "--out", str(args.out), "--rounds", str(args.rounds), "--budget", str(args.budget),
             "--strategies", *args.strategies, "--base-clips", str(args.base_clips), "--fleet-clips", str(args.fleet_clips),
             "--rare", str(args.rare), "--prod-steps", str(args.prod_steps), "--retrain-steps", str(args.retrain_steps),
-            "--suites-dir", str(suites), "--suite-clips", str(clips)]
+            *(["--engine-set", *args.engine_set] if args.engine_set else []),
+            "--suites-dir", str(suites), "--suite-clips", str(clips)] + (["--production", args.production] if args.production else [])
     return run_seeds(base, seeds, args.jobs, Path(args.out))
 
 
@@ -359,8 +383,7 @@ def pilot_size(args, out: Path) -> int:
     from data_engine.gate import state_metrics, suite_table
 
     pilot = make_suites(out / "pilot_suites", args, args.pilot_clips)
-    base = fleet(out / "seed0" / "base", args.base_clips, 100, args.rare)
-    prod = production(out / "seed0" / "production", base, args.prod_steps, 0)
+    prod, _ = first_production(args, out / "seed0", 0)
     n_cls = len(state_metrics(prod)[HEAD].classes)
     table = per_clip(suite_table(prod, pilot), n_cls)
     sd = float(np.nanstd([ap50([c]) for s in table for c in table[s]], ddof=1))
@@ -439,13 +462,23 @@ def main() -> None:
     p.add_argument("--rare", type=float, default=0.04, help="probability per fleet clip of each rare scenario")
     p.add_argument("--prod-steps", type=int, default=300)
     p.add_argument("--retrain-steps", type=int, default=80)
+    p.add_argument("--engine-set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="configs/engine.yaml overrides after the script's own, e.g. retrain.lr=1e-4 retrain.norm_eval=false")
     p.add_argument("--resamples", type=int, default=500)
     p.add_argument("--boot-seed", type=int, default=0)
+    p.add_argument("--production-cache", type=Path, default=None,
+                   help="start every seed from the 60-CPU-minute production cached here (benchmarks/production_cache.py; "
+                        "trained first if absent): --base-clips and --prod-steps unused")
+    p.add_argument("--production", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-seed", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--suites-dir", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if "random" not in args.strategies:
         p.error("--strategies must include random (the baseline)")
+    if args.production_cache is not None and args.production is None:  # resolved once, in the parent
+        from production_cache import RECIPE_60MIN, production, recipe  # benchmarks/, this script's folder
+
+        args.production = str(production(args.production_cache, recipe(**RECIPE_60MIN)).resolve())
     if args.worker_seed is not None:
         worker(args)
     else:

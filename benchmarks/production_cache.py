@@ -69,6 +69,24 @@ def training_config(cfg: dict) -> dict:
     return cfg
 
 
+def current(r: dict, where: Path | str) -> dict:
+    """Recipe `r` as this code reads it: keys added to the experiment or sim config since it was written at their
+    defaults (a key that did not exist then is its default's behaviour: `norm_eval` false is training before it)."""
+    return {**r, "experiment": current_experiment(r["experiment"], where), "sim": sim_config_of({"sim_config": r["sim"]}, where),
+            "val_sim": sim_config_of({"sim_config": r["val_sim"]}, where)}
+
+
+def current_experiment(cfg: dict, where: Path | str) -> dict:
+    """`training_config` of an experiment config dict with the keys added since it was written at their defaults."""
+    from hydranet.config import ConfigError, from_dict, to_dict
+    from hydranet.experiment import ExperimentConfig
+
+    try:
+        return training_config(to_dict(from_dict(ExperimentConfig, cfg)))
+    except (ConfigError, TypeError, ValueError) as e:
+        raise CacheError(f"{where}: not an experiment config this code reads ({e})") from None
+
+
 def recipe_hash(r: dict) -> str:
     return hashlib.sha256(json.dumps(r, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -83,10 +101,12 @@ def folder_of(cache: Path, r: dict) -> Path:
 
 def cached(cache: Path, r: dict) -> Path | None:
     """The production folder of recipe `r` when it is complete, None when absent; CacheError for a folder a killed
-    run left (no done.json) or whose recipe.json is not `r` (edited by hand)."""
+    run left (no done.json) or whose recipe.json is not `r` (edited by hand). A complete folder written before a
+    config key existed holds `r` when its recipe, read with that key at its default (`current`), is `r`."""
     folder = folder_of(cache, r)
     if not folder.exists():
-        return None
+        return next((f for f in sorted(Path(cache).glob("production-*")) if (f / "done.json").is_file()
+                     and current(_read(f / "recipe.json"), f / "recipe.json") == r), None)
     if not (folder / "done.json").is_file():
         raise CacheError(f"{folder} has no done.json: a production run stopped before it finished; delete the folder "
                          "and run again")
@@ -142,7 +162,7 @@ def adopt(cache: Path, r: dict, run: Path) -> Path:
         data_root, val_root = Path(cfg["data"]["root"]), Path(cfg["data"]["val_root"])
     except (KeyError, TypeError):
         raise CacheError(f"{run / 'config.json'} has no data.root and data.val_root: not a run folder") from None
-    _same(training_config(cfg), r["experiment"], f"{run / 'config.json'}")
+    _same(current_experiment(cfg, run / "config.json"), r["experiment"], f"{run / 'config.json'}")
     trunk = _read(run / "trunk" / "config.json")
     if trunk.get("steps") != r["trunk_steps"]:
         raise CacheError(f"{run / 'trunk' / 'config.json'}: key 'steps' is {trunk.get('steps')}, the recipe's trunk stage "

@@ -59,6 +59,7 @@ class RetrainConfig:
     steps: int = 100  # fine-tuning steps
     mix: float = 0.5  # fraction of batches drawn from the accepted labels (the rest: the base training set)
     lr: float | None = None  # peak learning rate (None: the production run's optim.lr)
+    norm_eval: bool = True  # BatchNorm keeps the production's running statistics (hydranet's config key norm_eval)
 
     def __post_init__(self):
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
@@ -68,6 +69,8 @@ class RetrainConfig:
                               f"got {self.mix!r}")
         if self.lr is not None and not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ConfigError(f"config key 'retrain.lr' must be a finite number > 0 (or null), got {self.lr!r}")
+        if not isinstance(self.norm_eval, bool):
+            raise ConfigError(f"config key 'retrain.norm_eval' must be true or false, got {self.norm_eval!r}")
 
 
 @dataclass(frozen=True)

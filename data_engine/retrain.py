@@ -22,7 +22,7 @@
    the production's sha256, the catalog, the label versions used and the mix. --resume continues
    exactly (the accepted set recorded at the start is kept, labels accepted since are not added).
 
-configs/engine.yaml `retrain: {steps, mix, lr}` (`RetrainConfig`, a section of data_engine.config.EngineConfig).
+configs/engine.yaml `retrain: {steps, mix, lr, norm_eval}` (`RetrainConfig`, a section of data_engine.config.EngineConfig).
 """
 from __future__ import annotations
 
@@ -376,23 +376,24 @@ def base_sources(pdata, mix: float, base: str | Path | None, carried: list | tup
     return [dataclasses.replace(s, weight=s.weight * (1.0 - mix) / total) for s in kept]
 
 
-def retrain_experiment(pcfg, production: Path, accepted_root: Path, steps: int, mix: float, lr: float | None,
+def retrain_experiment(pcfg, production: Path, accepted_root: Path, rc: RetrainConfig,
                        base: str | Path | None = None, carried: list | tuple = ()):
     """The fine-tuning config: the production's, on base (+ `carried` earlier label sets) + accepted, from the
-    production's weights."""
+    production's weights, with `rc`'s steps, mix, rate and norm_eval."""
     from hydranet.experiment import SourceConfig, check_experiment
 
-    src = base_sources(pcfg.data, mix, base, carried)
+    src = base_sources(pcfg.data, rc.mix, base, carried)
     missing = next((s.root for s in src if not Path(s.root).exists()), None)
     if missing is not None:
         raise RetrainError(f"the production's base training set {missing} does not exist here; pass --base DATA "
                            "(the dataset it was trained on, or another)")
     cams = src[0].cameras
-    src.append(SourceConfig(root=_abs(str(accepted_root)), format="sim", cameras=cams, name=ACCEPTED, weight=mix))
+    src.append(SourceConfig(root=_abs(str(accepted_root)), format="sim", cameras=cams, name=ACCEPTED, weight=rc.mix))
     data = dataclasses.replace(pcfg.data, root=src[0].root, format="auto", split=None, version=None, cameras=None,
                                sources=tuple(src))
-    optim = dataclasses.replace(pcfg.optim, lr=lr) if lr is not None else pcfg.optim
-    cfg = dataclasses.replace(pcfg, data=data, optim=optim, steps=steps, init_from=str(production.resolve()))
+    optim = dataclasses.replace(pcfg.optim, lr=rc.lr) if rc.lr is not None else pcfg.optim
+    cfg = dataclasses.replace(pcfg, data=data, optim=optim, steps=rc.steps, init_from=str(production.resolve()),
+                              norm_eval=rc.norm_eval)
     check_experiment(cfg)
     return cfg
 
@@ -491,7 +492,7 @@ def retrain(production: str | Path, catalog: str | Path, out: str | Path, steps:
                                f"(`hydranet engine jobs --catalog {cat_path} --accept all`)")
         # what can be checked before anything is written: the config (base exists), enough frames
         carried, left = carried_label_sets(pcfg.data, cat_path, tuple(drop_labels))
-        exp = retrain_experiment(pcfg, prod, out / ACCEPTED, rc.steps, rc.mix, rc.lr, base, carried)
+        exp = retrain_experiment(pcfg, prod, out / ACCEPTED, rc, base, carried)
         if n < exp.batch_size:
             raise RetrainError(f"catalog {cat_path} has {n} accepted frames, fewer than the production's batch_size "
                                f"{exp.batch_size}; accept more labels first")

@@ -133,6 +133,9 @@ class ExperimentConfig:
     init_from: str | None = None  # a checkpoint whose matching weights start the run (partial load, `--init`); optimizer fresh
     label_priors: bool = False  # heads start at their label prior (hydranet.train.fit_priors; configs/full.yaml)
     overfit_batch: bool = False  # Karpathy's check: train on the first batch only, every step, no augmentation (`--overfit-batch`)
+    # BatchNorm layers keep the running statistics they start with (eval mode) while every weight trains: fine-tuning
+    # a trained model on small batches (mmdetection's norm_eval); data_engine's retrain sets it (retrain.norm_eval)
+    norm_eval: bool = False
 
 
 def input_divisor(neck_levels: int) -> int:

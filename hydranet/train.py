@@ -412,7 +412,7 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         from tqdm import tqdm
 
         bar = tqdm(total=end, initial=start, desc="train", unit="step", dynamic_ncols=True)
-    model.train()
+    train_mode(model, cfg.norm_eval)
     step, t0, batch = start, time.perf_counter(), None
     first_losses: dict[str, float] | None = None
     last_losses: dict[str, float] = {}
@@ -472,7 +472,7 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
         print(format_overfit(first_losses, last_losses, [n for n in report_names if n in first_losses],
                              (start + 1, step)), flush=True)
     if writer is not None and batch is not None:
-        _log_example(writer, model, frames, step)
+        _log_example(writer, model, frames, step, cfg.norm_eval)
         writer.close()
     if d.world > 1:
         dist.barrier()
@@ -481,7 +481,17 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     return model
 
 
-def _log_example(writer, model: HydraNet, frames: LabelledFrames, step: int) -> None:
+def train_mode(model: torch.nn.Module, norm_eval: bool) -> None:
+    """`model.train()`; with `norm_eval` its BatchNorm layers then back in eval mode: they normalize with, and keep,
+    their running statistics (config key `norm_eval`)."""
+    model.train()
+    if norm_eval:
+        for m in model.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                m.eval()
+
+
+def _log_example(writer, model: HydraNet, frames: LabelledFrames, step: int, norm_eval: bool) -> None:
     """Predictions next to ground truth for frame 0 (TensorBoard image 'example')."""
     from hydranet.stream import predict_frame
     from hydranet.viz import prediction_picture
@@ -490,4 +500,4 @@ def _log_example(writer, model: HydraNet, frames: LabelledFrames, step: int) -> 
                             camera_K=frames.camera_K)  # no augmentation, no clips
     sample, pred = predict_frame(model, single, 0)
     writer.add_image("example", prediction_picture(model, sample, pred, frames.data.meta), step, dataformats="HWC")
-    model.train()
+    train_mode(model, norm_eval)

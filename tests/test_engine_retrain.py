@@ -195,6 +195,26 @@ def test_retrain_resumes_exactly_records_its_inputs_and_exports(world, tmp_path)
     assert res.path.exists()
 
 
+def test_retrain_keeps_the_productions_batchnorm_statistics_unless_told(world, tmp_path):
+    """retrain.norm_eval (the default): every BatchNorm running statistic is the production's after the retrain while
+    the weights train; off, batches of one frame move them (what failed the gate on the 60-minute production)."""
+    from hydranet.checkpoint import load_checkpoint
+
+    prod = load_checkpoint(world["production"])["model"]
+    stats = [k for k in prod if k.endswith(("running_mean", "running_var"))]
+    assert stats
+    for norm_eval in (True, False):
+        run = retrain(world["production"], world["catalog"], tmp_path / str(norm_eval), progress=False,
+                      cfg=RetrainConfig(steps=2, mix=0.5, lr=1e-3, norm_eval=norm_eval))
+        got = load_checkpoint(run)["model"]
+        assert json.loads((run / "config.json").read_text())["norm_eval"] is norm_eval
+        assert any(not torch.equal(got[k], v) for k, v in prod.items() if k.endswith("weight"))  # the weights trained
+        kept = [torch.equal(got[k], prod[k]) for k in stats]
+        assert all(kept) if norm_eval else not any(kept)
+    with pytest.raises(ConfigError, match="retrain.norm_eval"):
+        RetrainConfig(norm_eval="yes")
+
+
 def test_refusals(world, tmp_path):
     empty = tmp_path / "empty.db"
     with Catalog(empty, create=True) as c:

@@ -116,3 +116,20 @@ def test_a_dataset_written_before_a_sim_key_existed_reads_it_at_its_default(tmp_
     (tmp_path / "a" / "data" / "sim" / "dataset.json").write_text(json.dumps(meta))
     with pytest.raises(CacheError, match="key 'roadside.clutter' is 5.0"):
         adopt(tmp_path / "cache", r, run)
+
+
+def test_a_recipe_written_before_a_config_key_existed_is_found_with_it_at_its_default(tmp_path):
+    """A complete folder whose recipe.json lacks a key added since (norm_eval; roadside.clutter) holds the recipe
+    asked for: the key's default is the behaviour before it; the same key at another value is another recipe."""
+    r = recipe(**SMALL)
+    old = json.loads(json.dumps(r))
+    del old["experiment"]["norm_eval"], old["sim"]["roadside"]["clutter"]
+    folder = tmp_path / f"production-{recipe_hash(old)}"
+    folder.mkdir()
+    (folder / "recipe.json").write_text(json.dumps(old))
+    assert cached(tmp_path, r) is None  # not complete: not used
+    (folder / "done.json").write_text("{}")
+    assert folder != folder_of(tmp_path, r) and cached(tmp_path, r) == folder
+    other = json.loads(json.dumps(r))
+    other["experiment"]["norm_eval"] = True
+    assert cached(tmp_path, other) is None
