@@ -128,7 +128,7 @@ def run(args) -> dict:
         verdict = "promote" if report["promote"] else "reject"
         results["gates"][name] = {"verdict": verdict, "expected": expect, "failing": report["failing"],
                                   "night_failed": [s for s in NIGHT_SLICES if s in report["failing"]],
-                                  "failing_rows": [{k: r[k] for k in ("slice", "head", "delta", "delta_ci", "reason")}
+                                  "failing_rows": [{k: r.get(k) for k in ("slice", "head", "delta", "delta_ci", "reason")}
                                                    for r in report["rows"] if r["verdict"] == "fail"],
                                   "aggregate": {r["head"]: {"gain": r["gain"], "gain_ci": r.get("gain_ci")}
                                                 for r in report["rows"] if r["slice"] == "aggregate"},
