@@ -15,17 +15,18 @@ Three models of configs/engine_tiny.yaml:
 - longer (the better candidate): production fine-tuned --steps more steps on the mixed fleet.
 
 Each candidate goes through `data_engine.gate.gate` against production on the frozen suites
-(configs/engine.yaml's suites and rule; --suites reuses a folder from benchmarks/label_efficiency.py,
-which has the same 96x64 suites). Expected: no_night rejected with the night slices among the failing
-ones, longer promoted.
+(configs/engine.yaml's suites and rule; --suites reuses a folder from benchmarks/label_efficiency.py run the
+same way: its 96x64 suites, or its 160x96 ones with --production-cache). Expected: no_night rejected with the
+night slices among the failing ones, longer promoted.
 
 With --production-cache DIR the production is the 60-CPU-minute recipe's model (benchmarks/production_cache.py:
 configs/full.yaml, six cameras, trained once and cached under its recipe's hash) and both candidates are fine-tuned
-from it for --steps steps with configs/engine.yaml's retrain.lr and retrain.norm_eval (--engine-set overrides
-engine.yaml's keys), as the loop's retrain does:
-no_night on the day fleet (it forgets the night it was trained on), longer on the mixed fleet. Fleets and suites
-are then rendered at fleet.yaml's 160x96, the model's input size (its BEV view transform is bound to that
-calibration). The gate decides each row on its paired-bootstrap interval over the suite's clips
+from it for --steps steps on their fleet alone (no base set mixed in, unlike the loop's retrain: retrain.steps and
+retrain.mix are not read) with configs/engine.yaml's retrain.lr and retrain.norm_eval (--engine-set overrides
+engine.yaml's keys): no_night on the day fleet (it forgets the night it was trained on), longer on the mixed fleet.
+Fleets and suites are then rendered at fleet.yaml's 160x96, the model's input size (its BEV view transform is bound
+to that calibration). Fleets and trained candidates found in --out are reused as they are: change the arguments,
+change --out. The gate decides each row on its paired-bootstrap interval over the suite's clips
 (data_engine/gate.py, issue 25). Prints both gate tables and a summary; writes results.json (verdicts,
 failing rows with their delta intervals, each head's aggregate gain and interval) and each gate's
 gate.json/gate.md under --out. Trained models and suite metrics are reused when present, so a rerun

@@ -13,8 +13,10 @@ recipe.json, data/, run/, snapshot.pt, model.onnx and done.json, written last). 
 60% of its full steps: with the final one it is a two-member snapshot ensemble (Huang et al., 2017), the only
 second member one run gives, for the engine's `ensemble` signal. A folder is used only when its done.json
 exists and its recipe.json is the recipe asked for: a changed config, sim or step count gives another hash and
-trains anew, never reuses. A folder without done.json (a killed run) is refused naming it. What the hash does not
-cover: the code. After a change to the model or training code, delete the cache (or pass another --cache).
+trains anew, never reuses. A folder without done.json (a killed run) is refused naming it. A complete folder whose
+recipe.json was written before a config key existed holds the recipe when, read with that key at its default, it
+is the one asked for; a folder this code cannot read is passed over. What the hash does not cover: the code. After
+a change to the model or training code, delete the cache (or pass another --cache).
 
 `--adopt RUN_DIR` registers a run already trained by this recipe (time_to_accuracy's seedS/run beside its
 data/): its config.json must equal the recipe's (roots and checkpoint_every aside), its trunk stage the
@@ -78,11 +80,11 @@ def current(r: dict, where: Path | str) -> dict:
 
 def current_experiment(cfg: dict, where: Path | str) -> dict:
     """`training_config` of an experiment config dict with the keys added since it was written at their defaults."""
-    from hydranet.config import ConfigError, from_dict, to_dict
-    from hydranet.experiment import ExperimentConfig
+    from hydranet.config import ConfigError, to_dict
+    from hydranet.experiment import experiment_from_json
 
     try:
-        return training_config(to_dict(from_dict(ExperimentConfig, cfg)))
+        return training_config(to_dict(experiment_from_json(json.dumps(cfg))))
     except (ConfigError, TypeError, ValueError) as e:
         raise CacheError(f"{where}: not an experiment config this code reads ({e})") from None
 
@@ -106,7 +108,7 @@ def cached(cache: Path, r: dict) -> Path | None:
     folder = folder_of(cache, r)
     if not folder.exists():
         return next((f for f in sorted(Path(cache).glob("production-*")) if (f / "done.json").is_file()
-                     and current(_read(f / "recipe.json"), f / "recipe.json") == r), None)
+                     and _holds(f, r)), None)
     if not (folder / "done.json").is_file():
         raise CacheError(f"{folder} has no done.json: a production run stopped before it finished; delete the folder "
                          "and run again")
@@ -114,6 +116,14 @@ def cached(cache: Path, r: dict) -> Path | None:
     if got != r:
         raise CacheError(f"{folder}/recipe.json is not the recipe its name hashes (edited?); delete the folder")
     return folder
+
+
+def _holds(folder: Path, r: dict) -> bool:
+    """Whether complete `folder`'s recipe, read by this code (`current`), is `r`; a recipe it cannot read is not."""
+    try:
+        return current(_read(folder / "recipe.json"), folder / "recipe.json") == r
+    except (CacheError, KeyError, TypeError):
+        return False
 
 
 def production(cache: Path, r: dict, threads: int = 2, progress: bool = True) -> Path:

@@ -53,6 +53,12 @@ class MiningConfig:
             raise ConfigError(f"config key 'mining.min_gap_s' must be a finite number of seconds >= 0 (0: no gap), got {v!r}")
 
 
+# keys added since a config could be written whose default is not what a config written before them did: a stored
+# config (a loop's journal) that lacks one holds this value, not the default (retrain.norm_eval: retrains updated
+# BatchNorm's statistics before the key existed)
+BEFORE_KEY = {"retrain": {"norm_eval": False}}
+
+
 @dataclass(frozen=True)
 class RetrainConfig:
     """configs/engine.yaml `retrain:` (data_engine/retrain.py): fine-tuning from production."""

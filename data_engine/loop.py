@@ -69,10 +69,11 @@ class Journal:
             want = json.loads(json.dumps(identity))
             have = self.data.get("identity") or {}
             if isinstance(have.get("config"), dict):  # a journal written before a config key existed holds its default
-                from data_engine.config import EngineConfig
+                from data_engine.config import BEFORE_KEY, EngineConfig  # (or, where that is new behaviour, the old one)
                 from data_engine.triggers import overrides_only
 
-                have["config"] = with_defaults(have["config"], json.loads(json.dumps(asdict(EngineConfig()))))
+                have["config"] = with_defaults(with_defaults(have["config"], BEFORE_KEY),
+                                               json.loads(json.dumps(asdict(EngineConfig()))))
                 for config in (have["config"], want.get("config")):  # triggers: overrides of the table, defaults dropped
                     if isinstance(config, dict) and isinstance(config.get("triggers"), dict):
                         config["triggers"] = overrides_only(config["triggers"])

@@ -499,7 +499,7 @@ def retrain(production: str | Path, catalog: str | Path, out: str | Path, steps:
         summary = materialize_accepted(cat, out / ACCEPTED, progress=progress, classes=pclasses)
     record = {"format": "hydranet-retrain", "version": 1, "production": _abs(str(prod)), "production_sha256": file_sha256(prod),
               "production_step": int(pckpt["step"]), "catalog": _abs(str(cat_path)), "mix": rc.mix, "steps": rc.steps,
-              "lr": exp.optim.lr, "base": _abs(str(base)) if base else None,
+              "lr": exp.optim.lr, "norm_eval": exp.norm_eval, "base": _abs(str(base)) if base else None,
               "sources": [{"name": s.name, "root": s.root, "weight": s.weight} for s in exp.data.sources],
               "accepted": {k: summary[k] for k in ("root", "frames", "scenes", "by_source")}, "labels": summary["labels"],
               "label_sources": [{"name": ACCEPTED, "root": _abs(str(out / ACCEPTED)), "catalog": _abs(str(cat_path)),

@@ -83,14 +83,18 @@ def test_rerun_is_a_no_op(world, uninterrupted, tmp_path):
     shutil.copytree(uninterrupted, out)
     journal = json.loads((out / "loop.json").read_text())
     del journal["identity"]["config"]["loop"]["ensemble"]  # as written before the key existed: it holds the default
+    del journal["identity"]["config"]["retrain"]["norm_eval"]  # ... or, where the default is new behaviour, the old one
     (out / "loop.json").write_text(json.dumps(journal))
     before = catalog_rows(out)
     got = subprocess.run(_cmd(world, out), cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert got.returncode != 0 and "differing: config.retrain.norm_eval" in got.stderr, got.stderr[-2000:]
+    got = subprocess.run([*_cmd(world, out), "--set", "retrain.norm_eval=false"], cwd=REPO, capture_output=True,
+                         text=True, timeout=900)
     assert got.returncode == 0, got.stderr[-3000:]
     assert catalog_rows(out) == before  # nothing labelled twice, nothing promoted twice
     (out / "loop.json").write_text(json.dumps(journal))  # a new key set to another value than its default: refused
     (tmp_path / "x.onnx").write_bytes(b"x")
-    got = subprocess.run([*_cmd(world, out), "--set", f"loop.ensemble=[{tmp_path / 'x.onnx'}]"],
+    got = subprocess.run([*_cmd(world, out), "--set", "retrain.norm_eval=false", "--set", f"loop.ensemble=[{tmp_path / 'x.onnx'}]"],
                          cwd=REPO, capture_output=True, text=True, timeout=900)
     assert got.returncode != 0 and "differing: config.loop.ensemble" in got.stderr, got.stderr[-2000:]
 

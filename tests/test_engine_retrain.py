@@ -208,6 +208,7 @@ def test_retrain_keeps_the_productions_batchnorm_statistics_unless_told(world, t
                       cfg=RetrainConfig(steps=2, mix=0.5, lr=1e-3, norm_eval=norm_eval))
         got = load_checkpoint(run)["model"]
         assert json.loads((run / "config.json").read_text())["norm_eval"] is norm_eval
+        assert json.loads((run / "retrain.json").read_text())["norm_eval"] is norm_eval
         assert any(not torch.equal(got[k], v) for k, v in prod.items() if k.endswith("weight"))  # the weights trained
         kept = [torch.equal(got[k], prod[k]) for k in stats]
         assert all(kept) if norm_eval else not any(kept)

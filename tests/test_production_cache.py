@@ -133,3 +133,12 @@ def test_a_recipe_written_before_a_config_key_existed_is_found_with_it_at_its_de
     other = json.loads(json.dumps(r))
     other["experiment"]["norm_eval"] = True
     assert cached(tmp_path, other) is None
+
+
+def test_a_folder_this_code_cannot_read_is_passed_over(tmp_path):
+    r = recipe(**SMALL)
+    bad = tmp_path / "production-0000000000000000"
+    bad.mkdir()
+    (bad / "recipe.json").write_text(json.dumps({**r, "experiment": {**r["experiment"], "no_such_key": 1}}))
+    (bad / "done.json").write_text("{}")
+    assert cached(tmp_path, r) is None
