@@ -130,7 +130,8 @@ def production(cache: Path, r: dict, threads: int = 2, progress: bool = True) ->
     """The folder of recipe `r`'s production (run/, model.onnx, data/): the cached one, else trained now."""
     folder = cached(cache, r)
     if folder is not None:
-        print(f"[production] reusing {folder} (recipe {recipe_hash(r)})", file=sys.stderr)
+        older = "" if folder == folder_of(cache, r) else ", its recipe.json written before a config key it reads at its default"
+        print(f"[production] reusing {folder} (recipe {recipe_hash(r)}{older})", file=sys.stderr)
         return folder
     import torch
 
