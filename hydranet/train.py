@@ -311,6 +311,10 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
             raise ConfigError(f"train(init_from={str(init_from)!r}) differs from config key 'init_from' {cfg.init_from!r}; "
                               "give one of them")
         cfg = dataclasses.replace(cfg, init_from=str(init_from))
+    if cfg.norm_eval and cfg.init_from is None and resume is None:
+        raise ConfigError("config key 'norm_eval' keeps BatchNorm's running statistics from the start, and a model "
+                          "built fresh has none worth keeping: start from a trained one (init_from, --init CHECKPOINT) "
+                          "or set norm_eval false")
     d = setup_distributed(cfg.device)
     ckpt = load_checkpoint(resume) if resume is not None else None
     if ckpt is not None:

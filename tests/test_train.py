@@ -18,6 +18,7 @@ from hydranet.data import DatasetError, SimDataset
 from hydranet.loader import Augmenter, StepBatchSampler, resize_crop
 from hydranet.experiment import load_experiment
 from hydranet.checkpoint import load_checkpoint, model_from_checkpoint
+from hydranet.config import ConfigError
 from hydranet.train import TrainingDiverged, build_training_data, train
 from hydranet.models import build_model
 
@@ -269,3 +270,17 @@ def test_a_full_disk_while_checkpointing_leaves_the_old_checkpoint_and_no_temp(t
     with pytest.raises(OSError, match="disk is full.*previous checkpoint"):
         save_checkpoint(path, {"step": 2})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+
+
+def test_norm_eval_needs_a_trained_start_and_then_keeps_batchnorm_statistics(data, tmp_path):
+    """norm_eval from scratch is refused before anything is written; from a trained run, its BatchNorm statistics
+    stay exactly the start's while the weights train."""
+    with pytest.raises(ConfigError, match="config key 'norm_eval'.*--init"):
+        train(cfg(data, "norm_eval=true"), tmp_path / "fresh", progress=False)
+    assert not (tmp_path / "fresh").exists()
+    start = train(cfg(data, "steps=2"), tmp_path / "start", progress=False).state_dict()
+    got = train(cfg(data, "steps=2", "norm_eval=true"), tmp_path / "tuned", progress=False,
+                init_from=tmp_path / "start").state_dict()
+    stats = [k for k in start if k.endswith(("running_mean", "running_var"))]
+    assert stats and all(torch.equal(got[k], start[k]) for k in stats)
+    assert states_equal(got, start)  # the weights trained
