@@ -217,12 +217,13 @@ def _read(path: Path) -> dict:
 
 def sim_config_of(meta: dict, where: Path) -> dict:
     """A dataset.json's sim_config with the keys added since it was written at their defaults (a key that did not
-    exist then is its default's behaviour: `roadside.clutter` 0 is the sim before clutter)."""
-    from hydranet.config import ConfigError, from_dict, to_dict
-    from sim.config import SimConfig
+    exist then is its default's behaviour: `roadside.clutter` 0 is the sim before clutter) or, where the default is
+    new behaviour, at the old one (`sim.config.BEFORE_KEY`: parked vehicles faced either way)."""
+    from hydranet.config import ConfigError, from_dict, to_dict, with_defaults
+    from sim.config import BEFORE_KEY, SimConfig
 
     try:
-        return to_dict(from_dict(SimConfig, meta.get("sim_config") or {}))
+        return to_dict(from_dict(SimConfig, with_defaults(meta.get("sim_config") or {}, BEFORE_KEY)))
     except (ConfigError, TypeError, ValueError) as e:
         raise CacheError(f"{where}: its sim_config is not a sim config this code reads ({e})") from None
 

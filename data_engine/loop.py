@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hydranet.config import with_defaults
 from hydranet.io import atomic_write_text, exclusive_lock, read_json
 
 STAGES = ("fleet", "shadow", "triggers", "mine", "report", "label", "unit_tests", "retrain", "export", "gate", "promote")
@@ -94,13 +95,6 @@ class Journal:
     def finish(self, r: int, stage: str, result: Mapping[str, Any]) -> None:
         self.round(r)["done"][stage] = dict(result)
         _atomic_json(self.path, self.data)
-
-
-def with_defaults(stored: Any, defaults: Any) -> Any:
-    """`stored` (a journal's config) with every key it lacks taken from `defaults` (the config's defaults), nested."""
-    if not isinstance(stored, dict) or not isinstance(defaults, dict):
-        return stored
-    return {**defaults, **{k: with_defaults(v, defaults.get(k)) for k, v in stored.items()}}
 
 
 def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:

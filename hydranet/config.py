@@ -198,6 +198,13 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+def with_defaults(stored: Any, defaults: Any) -> Any:
+    """`stored` (a config dict read back from a file) with every key it lacks taken from `defaults`, nested."""
+    if not isinstance(stored, dict) or not isinstance(defaults, dict):
+        return stored
+    return {**defaults, **{k: with_defaults(v, defaults.get(k)) for k, v in stored.items()}}
+
+
 def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     """Apply `a.b.c=value` strings (values parsed as YAML) onto a nested dict, in place."""
     for item in overrides:

@@ -110,6 +110,7 @@ class RoadsideConfig:
     parked_row: int = 4  # at most this many parked end to end in one row (1: each on its own)
     parked_trailer_share: float = 0.08  # of the parked vehicles, the share that are trailers
     parked_truck_share: float = 0.25  # of the parked vehicles, the share that are trucks
+    parked_against_traffic: float = 0.1  # of the parked vehicles, the share facing against their side's traffic (0.5: either way)
     barrier_groups: int = 4  # rows of 2-5 barrier segments along a kerb, a cone before each
     cone_groups: int = 1  # rows of 2-4 traffic cones along a kerb
     clutter: float = 0.0  # hedges, fences, walls, distractor blocks beyond the sidewalk: runs per 100 m of road edge (sim.clutter)
@@ -120,7 +121,7 @@ class RoadsideConfig:
             need(0 <= n <= 10000, f"roadside.{name}", n, "give a count from 0 to 10000")
         need(0 <= self.clutter <= 100, "roadside.clutter", self.clutter, "give runs per 100 m of road edge, 0 to 100")
         need(1 <= self.parked_row <= 100, "roadside.parked_row", self.parked_row, "give a row length from 1 to 100")
-        for name in ("parked_trailer_share", "parked_truck_share"):
+        for name in ("parked_trailer_share", "parked_truck_share", "parked_against_traffic"):
             p = getattr(self, name)
             need(0 <= p <= 1, f"roadside.{name}", p, "a share lies in [0, 1]")
         need(self.parked_trailer_share + self.parked_truck_share <= 1, "roadside.parked_truck_share",
@@ -245,6 +246,10 @@ class SimConfig:
 
 # the data of `make demo` and its benchmarks: many short scenes (6 frames at 2 Hz, like nuScenes keyframes)
 # rather than few long ones, since frames of one scene are alike
+# keys added since a dataset could be written whose default is not what the sim did before them: a stored sim_config
+# (a dataset.json) that lacks one was generated with this value, not the default (parked vehicles faced either way)
+BEFORE_KEY = {"roadside": {"parked_against_traffic": 0.5}}
+
 DEMO_SIM = SimConfig(frames_per_scene=6, image_width=320, image_height=192, frame_rate_hz=2.0)
 # the demo's training scenes: 1.5x the road users and roadside objects of the held-out ones (DEMO_SIM), since busier
 # scenes give every head more to learn per CPU-second (docs/benchmarks.md "Round 7": signs matched in 3 of 3 seeds)

@@ -501,7 +501,8 @@ class World(TrafficRules):
                        "truck" if u < rc.parked_trailer_share + rc.parked_truck_share else "car")
                 parts = self._body(cls)
                 length = body_bounds(parts)[1][0]
-                flip = np.pi if rng.random() < 0.5 else 0.0
+                against = rng.random() < rc.parked_against_traffic  # the left side's traffic runs against the road
+                flip = np.pi if (side > 0) != against else 0.0
                 kerb_gap = float(rng.uniform(PARK_KERB_GAP[0], PARK_KERB_GAP[1]))
                 for _ in range(6):  # a junction or a car in the way: move up the kerb
                     pose = self._parking_pose(parts, s, side, kerb_gap)

@@ -135,6 +135,28 @@ def test_a_recipe_written_before_a_config_key_existed_is_found_with_it_at_its_de
     assert cached(tmp_path, other) is None
 
 
+def test_a_key_whose_default_is_new_behaviour_reads_at_the_old_value(tmp_path):
+    """A recipe or dataset written before `roadside.parked_against_traffic` parked vehicles either way (0.5), not at
+    the key's default: its production is not the current recipe's, and its data are refused naming the key."""
+    r = recipe(**SMALL)
+    assert r["sim"]["roadside"]["parked_against_traffic"] != 0.5
+    old = json.loads(json.dumps(r))
+    del old["sim"]["roadside"]["parked_against_traffic"], old["val_sim"]["roadside"]["parked_against_traffic"]
+    folder = tmp_path / "cache" / f"production-{recipe_hash(old)}"
+    folder.mkdir(parents=True)
+    (folder / "recipe.json").write_text(json.dumps(old))
+    (folder / "done.json").write_text("{}")
+    assert cached(tmp_path / "cache", r) is None
+    run = _run(tmp_path / "a")
+    (run / "checkpoint.pt").write_bytes(b"weights")
+    for name, n, sim in (("sim", SMALL["scenes"], old["sim"]), ("sim_val", SMALL["val_scenes"], old["val_sim"])):
+        (tmp_path / "a" / "data" / name).mkdir(parents=True)
+        (tmp_path / "a" / "data" / name / "dataset.json").write_text(json.dumps(
+            {"sim_config": sim, "scenes": [{"name": f"scene_{i}"} for i in range(n)], "seed": 0}))
+    with pytest.raises(CacheError, match="key 'roadside.parked_against_traffic' is 0.5"):
+        adopt(tmp_path / "cache2", r, run)
+
+
 def test_a_folder_this_code_cannot_read_is_passed_over(tmp_path):
     r = recipe(**SMALL)
     bad = tmp_path / "production-0000000000000000"

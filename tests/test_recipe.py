@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -175,3 +176,31 @@ def test_bevmap_cell_prior_keeps_one_cell_wide_lines():
     assert torch.allclose(p[:, 3], torch.full((8,), (10 + rate) / 11), atol=1e-5)
     assert torch.allclose(p[:, [2, 4]], torch.full((8, 2), rate / 11), atol=1e-5)  # neighbours: none of the line
     assert float(task.head.out.bias.abs().max()) == 0.0
+
+
+def test_det3d_heading_prior_is_where_the_labels_face():
+    """The heading prior is the training labels' mean heading near each cell: cars left of the ego facing it
+    (yaw pi, the oncoming side), cars right of it facing away (yaw 0) -> cos -1 and +1 there, shrunk by the
+    pseudo-count, 0 where no object stood. It is added to the rot output, so a head whose own rot output is 0
+    decodes those headings; without the option the head has no such buffer (older checkpoints load)."""
+    from hydranet.bevgrid import BevGrid
+    from hydranet.tasks.det3d import Det3dTask, encode_boxes3d
+
+    grid = BevGrid((-20.0, 20.0), (-20.0, 20.0), 1.0)  # 40 x 40 cells
+    task = Det3dTask(["car"], 8, grid, width=8, heading_prior=True)
+    boxes = np.array([[x, y, 0.8, 4.5, 1.9, 1.6, np.pi if y > 0 else 0.0, 0.0, 0.0]
+                      for x in range(-15, 16, 3) for y in (6.5, -6.5)], np.float32)
+    heat, reg, weight = encode_boxes3d(boxes, np.zeros(len(boxes), np.int64), 1, grid)
+    task.fit_prior({"box_weight": torch.from_numpy(weight)[None],
+                    **{k: torch.from_numpy(v)[None] for k, v in reg.items()}})
+    prior = task.head.heading_prior  # (2, X, Y): sin, cos
+    (rl, cl), (rr, cr), (rf, cf) = (np.floor(grid.to_cell(np.array([[0.0, y]]))[0] + 0.5).astype(int)
+                                    for y in (6.5, -6.5, 17.0))
+    assert float(prior[1, rl, cl]) < -0.5 and float(prior[1, rr, cr]) > 0.5
+    assert float(prior[:, rf, cf].abs().max()) == 0.0 and float(prior[0].abs().max()) < 1e-5
+    head = task.head.branches["rot"][-1]
+    torch.nn.init.zeros_(head.weight), torch.nn.init.zeros_(head.bias)
+    out = task.head(torch.randn(1, 8, *grid.shape))
+    assert torch.equal(out["rot"][0], prior)
+    assert "head.heading_prior" in task.state_dict()
+    assert "head.heading_prior" not in Det3dTask(["car"], 8, grid, width=8).state_dict()

@@ -18,7 +18,7 @@ import pytest
 from hydranet.config import ConfigError, load_config
 from hydranet.geometry import invert_rigid
 from sim.agents import Agent, body_bounds, make_body
-from sim.config import LayoutMix, RareConfig, RoadsConfig, SimConfig
+from sim.config import LayoutMix, RareConfig, RoadsConfig, RoadsideConfig, SimConfig
 from sim.labels import bev_raster, lane_lines_world
 from sim.roads import (CROSS_LENGTH, CURB_HEIGHT, LANE_WIDTH, MARKING_WIDTH, PARKING_WIDTH, SIDEWALK_WIDTH, TERRAIN_Z,
                        _in_quads, marking_pieces, strip_quads)
@@ -277,6 +277,23 @@ def test_nothing_placed_on_the_road(layout):
 def parked(w: World) -> list[tuple[Agent, np.ndarray]]:
     """The parked vehicles of `w` with their footprints (4, 2)."""
     return [(a, _footprint(a.pos, a.heading, a.box_center, a.box_size, 0.0)) for a in w.agents if a.attributes.get("parked")]
+
+
+@pytest.mark.parametrize("against", [0.0, 1.0])
+def test_parked_vehicles_face_the_traffic_of_their_side(against):
+    """Right-hand traffic: a vehicle parked on the main road's right faces along the road, one on its left against
+    it (the way its oncoming lanes run), as parallel parking is done; `roadside.parked_against_traffic` 1 turns
+    every one round."""
+    sides = set()
+    for seed in SEEDS:
+        w = World(only("arterial", rare=NO_RARE, roadside=RoadsideConfig(parked_against_traffic=against)), seed)
+        for a, fp in parked(w):
+            ms, lat = w.road.lateral(fp)
+            right = lat.mean() < 0
+            along = np.cos(a.heading - w.road.main.at(float(ms.mean()))[1]) > 0
+            assert along == (right != (against == 1.0)), (seed, a.cls, a.pos, a.heading)
+            sides.add(bool(right))
+    assert sides == {True, False}
 
 
 @pytest.mark.parametrize("layout", ["cross", "t_junction", "arterial"])

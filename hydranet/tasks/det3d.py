@@ -39,15 +39,19 @@ from hydranet.tasks.det2d import _GAUSS_ALPHA, BOX_REGIONS, HEATMAP_PRIOR, claim
 BOX_CLASSES = ("car", "truck", "bus", "pedestrian", "cyclist", "traffic_cone", "debris", "construction_vehicle",
                "barrier", "trailer", "motorcycle")
 PRIOR_CAP = 0.05  # the per-cell heatmap prior's ceiling, under score_threshold 0.1
+HEADING_WINDOW = (9, 3)  # the per-cell heading prior's mean: cells along x (forward), along y (lateral)
+HEADING_PSEUDO = 2.0  # objects' worth of "no direction" in each window: a window with few objects stays near 0
 REG = {"offset": 2, "height": 1, "size": 3, "rot": 2, "vel": 2}  # regression branches and their channels
 
 
 class CenterPointHead(nn.Module):
     """BEV features (B, C, X, Y) -> shared 3x3 conv -> {"heatmap": (B, K, X, Y) logits, "offset":
     (B, 2, X, Y) d_row, d_col, "height": (B, 1, X, Y) z, "size": (B, 3, X, Y) log l, w, h,
-    "rot": (B, 2, X, Y) sin, cos of yaw, "vel": (B, 2, X, Y) vx, vy}."""
+    "rot": (B, 2, X, Y) sin, cos of yaw, "vel": (B, 2, X, Y) vx, vy}. `grid_shape` (X, Y): a per-cell heatmap
+    prior; `heading_shape` (X, Y): a per-cell heading prior added to "rot"."""
 
-    def __init__(self, in_channels: int, num_classes: int, width: int = 64, grid_shape: tuple[int, int] | None = None):
+    def __init__(self, in_channels: int, num_classes: int, width: int = 64, grid_shape: tuple[int, int] | None = None,
+                 heading_shape: tuple[int, int] | None = None):
         super().__init__()
         self.shared = nn.Sequential(nn.Conv2d(in_channels, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
                                     nn.ReLU(inplace=True))
@@ -60,12 +64,18 @@ class CenterPointHead(nn.Module):
         # a per-cell heatmap logit (K, X, Y) fitted to the training labels (zeros until Det3dTask.fit_prior), not
         # trained: where the ego frame's objects tend to be (parked cars along the kerbs), as bevmap's cell prior
         self.register_buffer("cell_prior", torch.zeros(num_classes, *grid_shape) if grid_shape is not None else None)
+        # a per-cell (sin, cos) (2, X, Y), the training labels' mean heading vector near each cell (zeros until
+        # fit_prior), not trained: which way the ego frame's objects face there (right-hand traffic: the left
+        # side's oncoming lanes and its parked cars face the ego), which a small head cannot see from one cell
+        self.register_buffer("heading_prior", torch.zeros(2, *heading_shape) if heading_shape is not None else None)
 
     def forward(self, bev: torch.Tensor) -> dict[str, torch.Tensor]:
         x = self.shared(bev)
         out = {k: b(x) for k, b in self.branches.items()}
         if self.cell_prior is not None:
             out["heatmap"] = out["heatmap"] + self.cell_prior
+        if self.heading_prior is not None:
+            out["rot"] = out["rot"] + self.heading_prior
         return out
 
 
@@ -103,6 +113,16 @@ def encode_boxes3d(boxes: np.ndarray, labels: np.ndarray, num_classes: int, grid
     return heat, reg, weight
 
 
+def heading_prior(rot: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Per-cell mean heading vector (2, X, Y) of rot targets (B, 2, X, Y) weighted by box weights (B, X, Y): the
+    sum over a HEADING_WINDOW around each cell over (its weight + HEADING_PSEUDO)."""
+    box = torch.ones(1, 1, *HEADING_WINDOW, device=rot.device)
+    pad = (HEADING_WINDOW[0] // 2, HEADING_WINDOW[1] // 2)
+    num = F.conv2d((rot * weight[:, None]).sum(0)[:, None], box, padding=pad)[:, 0]  # (2, X, Y)
+    den = F.conv2d(weight.sum(0)[None, None], box, padding=pad)[0, 0]  # (X, Y)
+    return num / (den + HEADING_PSEUDO)
+
+
 class Det3dTask(Task):
     """3D boxes with velocity in the ego frame over `classes` (the meta box classes that have 3D
     boxes). Loss components "heatmap" (focal) and one L1 term per regression branch, each scaled
@@ -119,7 +139,7 @@ class Det3dTask(Task):
                  heatmap_weight: float = 1.0, offset_weight: float = 1.0, height_weight: float = 1.0,
                  size_weight: float = 1.0, rot_weight: float = 1.0, vel_weight: float = 0.5,
                  min_pixels: int = 1, score_threshold: float = 0.1, max_detections: int = 200, cell_prior: bool = False,
-                 box_region: str = "centre"):
+                 box_region: str = "centre", heading_prior: bool = False):
         super().__init__(in_channels, in_stride=1)
         if box_region not in BOX_REGIONS:
             raise ValueError(f"task '{self.name}': box_region {box_region!r}, expected one of {BOX_REGIONS}")
@@ -127,7 +147,8 @@ class Det3dTask(Task):
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
         self.classes, self.grid = list(classes), grid
-        self.head = CenterPointHead(in_channels, len(self.classes), width, grid.shape if cell_prior else None)
+        self.head = CenterPointHead(in_channels, len(self.classes), width, grid.shape if cell_prior else None,
+                                    grid.shape if heading_prior else None)
         self.weights = {"heatmap": heatmap_weight, "offset": offset_weight, "height": height_weight,
                         "size": size_weight, "rot": rot_weight, "vel": vel_weight}
         self.min_pixels, self.score_threshold, self.max_detections = min_pixels, score_threshold, max_detections
@@ -184,12 +205,15 @@ class Det3dTask(Task):
         """Regressions at their targets' mean (height z, log size; offsets, heading and velocity stay at 0)
         and, with the per-cell prior, each class's heatmap logit per cell at its mean target there
         (3x3-smoothed, one pseudo-frame at the global prior, at most PRIOR_CAP: the prior alone detects
-        nothing at score_threshold)."""
+        nothing at score_threshold); with the heading prior, the objects' mean (sin, cos) over a
+        HEADING_WINDOW around each cell, HEADING_PSEUDO objects' worth of (0, 0) mixed in."""
         weight = targets["box_weight"]  # (B, X, Y)
         if weight.sum() > 0:
             for k in ("height", "size"):
                 mean = (targets[k] * weight[:, None]).sum((0, 2, 3)) / weight.sum()  # (c,) over objects
                 self.head.branches[k][-1].bias.copy_(mean.to(self.head.branches[k][-1].bias))
+        if self.head.heading_prior is not None:
+            self.head.heading_prior.copy_(heading_prior(targets["rot"].float(), weight.float()).to(self.head.heading_prior))
         if self.head.cell_prior is None:
             return
         heat = targets["heatmap"].float()  # (B, K, X, Y)
