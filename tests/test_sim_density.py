@@ -85,6 +85,7 @@ def test_parked_rows_of_several_vehicles():
     ("roadside.parked_row", "0", "roadside.parked_row"),
     ("roadside.parked_truck_share", "0.95", "parked_trailer_share + parked_truck_share"),
     ("traffic.pair_share", "-0.1", "traffic.pair_share"),
+    ("roadside.parked_against_traffic", "1.5", "roadside.parked_against_traffic"),
 ])
 def test_density_knobs_are_checked(key, value, words):
     with pytest.raises(ConfigError, match=words.replace("+", r"\+")):
