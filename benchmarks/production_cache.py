@@ -218,12 +218,18 @@ def _read(path: Path) -> dict:
 def sim_config_of(meta: dict, where: Path) -> dict:
     """A dataset.json's sim_config with the keys added since it was written at their defaults (a key that did not
     exist then is its default's behaviour: `roadside.clutter` 0 is the sim before clutter) or, where the default is
-    new behaviour, at the old one (`sim.config.BEFORE_KEY`: parked vehicles faced either way)."""
+    new behaviour, at the old one (`sim.config.BEFORE_KEY`); CacheError where no value reproduces the old scenes."""
     from hydranet.config import ConfigError, from_dict, to_dict, with_defaults
     from sim.config import BEFORE_KEY, SimConfig
 
+    stored = with_defaults(meta.get("sim_config") or {}, BEFORE_KEY)
+    for section, keys in BEFORE_KEY.items():
+        for key, value in keys.items():
+            if value is None and isinstance(stored.get(section), dict) and stored[section].get(key) is None:
+                raise CacheError(f"{where}: generated before the sim key '{section}.{key}' existed, by code whose scenes "
+                                 "no value of it reproduces: not this recipe's data; generate it again")
     try:
-        return to_dict(from_dict(SimConfig, with_defaults(meta.get("sim_config") or {}, BEFORE_KEY)))
+        return to_dict(from_dict(SimConfig, stored))
     except (ConfigError, TypeError, ValueError) as e:
         raise CacheError(f"{where}: its sim_config is not a sim config this code reads ({e})") from None
 

@@ -344,8 +344,9 @@ def train(cfg: ExperimentConfig, out: str | Path, resume: str | Path | None = No
     else:
         if cfg.init_from is not None:  # partial load: matching weights from there, all else fresh (no RNG drawn)
             init = load_init_weights(model, cfg.init_from)
-        if cfg.label_priors:  # the heads the init checkpoint does not wholly hold (all without one)
-            fit_priors(model, frames, [n for n in model.heads if init is None or f"heads.{n}" in init["missing_modules"]])
+        if cfg.label_priors:  # the heads the init checkpoint holds none of (all without one): a head it holds keeps
+            # its trained biases, and a prior buffer it lacks (a newer option) stays 0, the head as it was trained
+            fit_priors(model, frames, [n for n in model.heads if init is None or f"heads.{n}" not in init["matched_modules"]])
         if d.world > 1:
             broadcast_buffers(model)
             for p in model.parameters():

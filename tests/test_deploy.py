@@ -260,14 +260,19 @@ def test_numpy_nms_equals_torchvision():
 # -- BEV fusion with the video module: state as explicit inputs/outputs ---------------------------------
 def test_bev_video_model_exports_with_explicit_state_and_runtime_carries_it(tmp_path):
     from fake_samples import BEV_META as META, TINY_BEV as TINY, TINY_BEV_CONFIG as BEV, bev_sample as _sample
+    from hydranet.models.config import TaskConfig
     from hydranet.models import build_model
     from hydranet.rig import load_rig
 
     torch.manual_seed(0)
     rig = load_rig("nuscenes6")
-    mcfg = dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2))
+    # det3d with both per-cell priors, filled (they are 0 until fitted): the graph carries them
+    det3d = TaskConfig("det3d", options={"width": 16, "cell_prior": True, "heading_prior": True})
+    mcfg = dataclasses.replace(TINY, bev=dataclasses.replace(BEV, video_frames=2), tasks=(det3d, *TINY.tasks[1:]))
     meta = {**META, "rig": rig.resized(96, 64).to_dict()}
     model = build_model(mcfg, meta).eval()
+    for prior in (model.heads["det3d"].head.cell_prior, model.heads["det3d"].head.heading_prior):
+        prior.copy_(torch.randn_like(prior))
     cfg = ExperimentConfig(data=DataConfig(image_size=(64, 96)), model=mcfg)
     samples = [_sample(rig.resized(96, 64), seed=s) for s in range(2)]
     frames = [{"images": np.ascontiguousarray(s["images"].transpose(0, 3, 1, 2)), "ego2world": s["ego2world"],

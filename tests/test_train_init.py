@@ -135,3 +135,19 @@ def test_cli_demo_seed_is_the_training_seed(tmp_path, monkeypatch):
     assert main(["demo", "--out", str(tmp_path / "demo"), "--seed", "7"]) == 0
     assert main(["demo", "--out", str(tmp_path / "demo")]) == 0
     assert seen == [{"train_seed": 7}, {"train_seed": 0}]
+
+
+def test_a_head_the_init_holds_keeps_its_weights_when_a_prior_buffer_is_new(sim, tmp_path):
+    """A checkpoint whose det3d head predates `heading_prior` starts a model with it (label priors on): the head's
+    trained weights are loaded as they are, not refitted to the labels, and the new buffer stays 0, the head as it
+    was trained; a head the checkpoint lacks is fitted."""
+    old = tmp_path / "old"
+    train(cfg(sim, HYDRA, "label_priors=true"), old, progress=False)
+    state = load_checkpoint(old)["model"]
+    tasks = HYDRA.replace("{name: det3d, options: {width: 16}}", "{name: det3d, options: {width: 16, heading_prior: true}}")
+    got = train(cfg(sim, tasks, "label_priors=true"), tmp_path / "new", init_from=old, stop_at=0,
+                progress=False).state_dict()
+    assert [k for k in state if not torch.equal(got[k], state[k])] == []
+    assert float(got["heads.det3d.head.heading_prior"].abs().max()) == 0.0
+    fresh = train(cfg(sim, tasks, "label_priors=true"), tmp_path / "fresh", stop_at=0, progress=False).state_dict()
+    assert float(fresh["heads.det3d.head.heading_prior"].abs().max()) > 0.0  # fitted where nothing was loaded

@@ -113,7 +113,7 @@ def encode_boxes3d(boxes: np.ndarray, labels: np.ndarray, num_classes: int, grid
     return heat, reg, weight
 
 
-def heading_prior(rot: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def mean_heading_field(rot: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Per-cell mean heading vector (2, X, Y) of rot targets (B, 2, X, Y) weighted by box weights (B, X, Y): the
     sum over a HEADING_WINDOW around each cell over (its weight + HEADING_PSEUDO)."""
     box = torch.ones(1, 1, *HEADING_WINDOW, device=rot.device)
@@ -213,7 +213,7 @@ class Det3dTask(Task):
                 mean = (targets[k] * weight[:, None]).sum((0, 2, 3)) / weight.sum()  # (c,) over objects
                 self.head.branches[k][-1].bias.copy_(mean.to(self.head.branches[k][-1].bias))
         if self.head.heading_prior is not None:
-            self.head.heading_prior.copy_(heading_prior(targets["rot"].float(), weight.float()).to(self.head.heading_prior))
+            self.head.heading_prior.copy_(mean_heading_field(targets["rot"].float(), weight.float()).to(self.head.heading_prior))
         if self.head.cell_prior is None:
             return
         heat = targets["heatmap"].float()  # (B, K, X, Y)
