@@ -394,25 +394,26 @@ def clip_polyline(points: np.ndarray, lo: Sequence[float], hi: Sequence[float]) 
     """The runs of a polyline (P, 2) inside the rectangle [lo, hi] (x, y), each (Q, 2) with Q >= 2 distinct points:
     a segment crossing the edge ends on it (Liang-Barsky), a line leaving and re-entering gives two runs."""
     lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
-    runs: list[list[np.ndarray]] = []
-    for a, b in zip(points[:-1], points[1:]):
-        d, t0, t1 = b - a, 0.0, 1.0
-        for p, q in ((-d[0], a[0] - lo[0]), (d[0], hi[0] - a[0]), (-d[1], a[1] - lo[1]), (d[1], hi[1] - a[1])):
-            if p == 0:
-                t0, t1 = (t0, t1) if q >= 0 else (1.0, 0.0)
-            elif p < 0:
-                t0 = max(t0, q / p)
-            else:
-                t1 = min(t1, q / p)
-        if t0 > t1:
-            continue
-        start, end = a + t0 * d, a + t1 * d
-        if runs and t0 == 0.0 and np.allclose(runs[-1][-1], start):
-            runs[-1].append(end)
-        else:
-            runs.append([start, end])
+    pts = np.asarray(points, np.float64)
+    if len(pts) < 2:
+        return []
+    a, d = pts[:-1], np.diff(pts, axis=0)  # each segment's start and direction (S, 2)
+    p = np.stack([-d[:, 0], d[:, 0], -d[:, 1], d[:, 1]], 1)  # (S, 4): left, right, top, bottom edges
+    q = np.stack([a[:, 0] - lo[0], hi[0] - a[:, 0], a[:, 1] - lo[1], hi[1] - a[:, 1]], 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = q / p
+    t0 = np.where(p < 0, r, 0.0).max(axis=1)  # entering: the last edge crossed inwards
+    t1 = np.where(p > 0, r, 1.0).min(axis=1)  # leaving: the first edge crossed outwards
+    kept = np.flatnonzero((t0 <= t1) & ~((p == 0) & (q < 0)).any(axis=1))  # a segment parallel to an edge, outside it
+    if not len(kept):
+        return []
+    starts, ends = a[kept] + t0[kept, None] * d[kept], a[kept] + t1[kept, None] * d[kept]
+    # a segment starting where the last kept one ended continues its run (np.allclose's tolerances)
+    joined = (t0[kept[1:]] == 0.0) & (np.abs(ends[:-1] - starts[1:]) <= 1e-8 + 1e-5 * np.abs(starts[1:])).all(axis=1)
+    first = np.flatnonzero(np.r_[True, ~joined])  # the kept segment opening each run
     out = []
-    for run in map(np.asarray, runs):  # a vertex on the border would come twice: each point once
+    for s, e in zip(first, np.r_[first[1:], len(kept)]):
+        run = np.concatenate([starts[s:s + 1], ends[s:e]])  # a vertex on the border would come twice: each point once
         run = run[np.r_[True, np.abs(np.diff(run, axis=0)).max(axis=1) > 1e-9]]
         if len(run) >= 2:
             out.append(run)
