@@ -66,13 +66,13 @@ class GateError(ValueError):
 EVAL_VERSION = 4
 
 
-def _evaluate(checkpoint: Path, data: Path) -> dict[str, Any]:
+def _evaluate(checkpoint: Path, data: Path, loaded: tuple | None = None) -> dict[str, Any]:
     """{"frames", "cameras", "clips" (the clip of every frame), "heads": {head: {"metric", "value" (None for
     NaN), "higher_is_better", "states" (per frame its metric states, `hydranet.evaluate`; None: the head's
-    metric keeps none)}}} of one suite."""
+    metric keeps none)}}} of one suite. `loaded`: the checkpoint's `load_model`, when the caller holds it."""
     from hydranet.evaluate import evaluate_checkpoint, plain_json
 
-    r = evaluate_checkpoint(checkpoint, data, None, progress=False, keep_states=True)
+    r = evaluate_checkpoint(checkpoint, data, None, progress=False, keep_states=True, loaded=loaded)
     heads = {}
     for head, metric in r["primary"].items():
         v = r["model"][head].get(metric, math.nan)
@@ -149,10 +149,15 @@ def suite_table(checkpoint: str | Path, suites_dir: str | Path, catalog: str | P
         from tqdm import tqdm
 
         items = tqdm(items, desc=f"gate {ckpt.parent.name}", unit="suite")
+    loaded = None  # the model, loaded once for every suite not in the cache
     for name, s in items:
         key = f"{name}@{s['digest']}@v{EVAL_VERSION}"
         if key not in known:
-            known[key] = _evaluate(ckpt, s["path"])
+            if loaded is None:
+                from hydranet.checkpoint import load_model
+
+                loaded = load_model(ckpt)
+            known[key] = _evaluate(ckpt, s["path"], loaded)
             cache.put(key, known[key])
         out[name] = known[key]
     return out

@@ -273,8 +273,10 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str 
                         out: str | Path | None = None, save_predictions: str | Path | None = None,
                         progress: bool = True, on_outputs: Callable[[dict, dict], None] | None = None,
                         format: str | None = None, split: str | None = None,
-                        version: str | None = None, keep_states: bool = False, fit: str | None = None) -> dict[str, Any]:
+                        version: str | None = None, keep_states: bool = False, fit: str | None = None,
+                        loaded: tuple | None = None) -> dict[str, Any]:
     """Load a checkpoint, evaluate it on `data`, write metrics JSON to `out`; returns the results.
+    `loaded`: what `load_model(checkpoint)` gave, to evaluate one model on many folders without loading it each time.
     `keep_states`: per-frame metric states in the results (`evaluate`; one folder only). `fit`: how a frame
     reaches the model's input size (default the run's data.fit; `hydranet.loader.fit_to`).
     The heads' prediction files (det2d COCO JSON, det3d nuScenes submission) go to
@@ -285,7 +287,7 @@ def evaluate_checkpoint(checkpoint: str | Path, data: str | Path | Sequence[str 
     many = data is None or not isinstance(data, (str, Path))
     if many and data is not None and len(data) == 1:
         data, many = data[0], False
-    model, cfg, ckpt = load_model(checkpoint)
+    model, cfg, ckpt = loaded if loaded is not None else load_model(checkpoint)
     if many:
         if data is None and not cfg.data.sources:
             data, many = cfg.data.root, False

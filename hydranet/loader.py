@@ -305,6 +305,28 @@ class Augmenter:
         return out
 
 
+class DecodedFrames:
+    """Decoded samples at a model's input size, by key, kept in this process while `mb` megabytes have room
+    (a loader worker has its own copy): decoding PNG/JPEG is most of a frame's loading cost and small sets
+    fit in memory."""
+
+    def __init__(self, mb: int):
+        self.entries: dict[int | tuple, list[dict]] = {}
+        self.room = int(mb) << 20
+
+    def get(self, key: int | tuple, load: Callable[[], list[dict]]) -> list[dict]:
+        """The samples `load()` gives for `key`, kept while there is room."""
+        samples = self.entries.get(key)
+        if samples is None:
+            samples = load()
+            size = sum(v.nbytes for s in {id(s): s for s in samples}.values() for v in s.values()
+                       if isinstance(v, np.ndarray))
+            if size <= self.room:
+                self.entries[key] = samples
+                self.room -= size
+        return samples
+
+
 class LabelledFrames(torch.utils.data.Dataset):
     """Items are (epoch, i) pairs (see StepBatchSampler) -> {"images": uint8 (N, 3, H, W),
     "intrinsics" (N, 3, 3), "cam2ego" (N, 4, 4), "ego2world" (4, 4), "targets": {task: build_targets}}.
@@ -326,8 +348,7 @@ class LabelledFrames(torch.utils.data.Dataset):
         self.augmenter, self.seed, self.clip_length = augmenter, seed, int(clip_length)
         # decoded frames at the model size, kept per process (each loader worker has its own) up to
         # `cache_mb`: decoding PNG/JPEG is most of a frame's loading cost and small sets fit in memory
-        self._cache: dict[int, dict] = {}
-        self._cache_room = int(cache_mb) << 20
+        self.cache = DecodedFrames(cache_mb)
         # every frame ends a clip; the first T-1 of a scene are padded with its first frame (stream
         # starts: the video module is trained on them as it meets them in evaluation and in the car)
         self.ends = data.clip_ends(self.clip_length, pad=True) if self.clip_length > 1 else None
@@ -340,45 +361,47 @@ class LabelledFrames(torch.utils.data.Dataset):
         index = item[1] if isinstance(item, tuple) else item
         return int(index) if self.ends is None else self.ends[index]
 
+    def sibling(self, tasks: Mapping[str, Task]) -> LabelledFrames:
+        """These frames for other heads, unaugmented single frames (items are frame indices), sharing this
+        object's decoded-frame cache: what one of them decoded the other does not decode again."""
+        out = LabelledFrames(self.data, tasks, self.image_hw, fit=self.fit, camera_K=self.camera_K, cache_mb=0)
+        out.cache = self.cache
+        return out
+
     def prepare(self, item: int | tuple[int, int]) -> dict:
         """The transformed numpy sample (uint8 images (N, H, W, 3), labels updated) of the item's
         (last) frame."""
         epoch, index = item if isinstance(item, tuple) else (0, item)
-        frame = self.frame_index(index)
-        sample = self._cached(frame, lambda: [self.fitted(self.data[frame])])[0]
+        sample = self.frame(self.frame_index(index))
         return self.augmenter(sample, (self.seed, epoch, index)) if self.augmenter is not None else sample
+
+    def frame(self, i: int) -> dict:
+        """Dataset frame i at the model's input size, from the cache when decoded before."""
+        return self.cache.get(i, lambda: [self.fitted(self.data[i])])[0]
 
     def fitted(self, sample: Mapping) -> dict:
         """A dataset sample at the model's input size (`fit_to` with this dataset's fit)."""
         return fit_to(sample, self.image_hw, self.fit, self.camera_K)
 
-    def _cached(self, key: int | tuple, load: Callable[[], list[dict]]) -> list[dict]:
-        """The resized samples `load()` gives, kept in this process while `cache_mb` has room."""
-        samples = self._cache.get(key)
-        if samples is None:
-            samples = load()
-            size = sum(v.nbytes for s in {id(s): s for s in samples}.values() for v in s.values()
-                       if isinstance(v, np.ndarray))
-            if size <= self._cache_room:
-                self._cache[key] = samples
-                self._cache_room -= size
-        return samples
-
     def prepare_clip(self, item: int | tuple[int, int]) -> list[dict]:
-        """The transformed samples of the item's clip, oldest first (one sample without clips). A clip's
-        decoded, checked and resized frames are cached as one entry (its padding repeats share one
-        sample): reading a clip of T frames of N cameras was 80% of an item's cost."""
+        """The transformed samples of the item's clip, oldest first (one sample without clips). Each frame
+        is decoded, checked and resized once and cached, and the clips that hold it share it (a clip's
+        padding repeats one sample); a dataset that cannot name a clip's frames without reading them (a
+        reader skipping bad frames) has its clips cached whole."""
         epoch, index = item if isinstance(item, tuple) else (0, item)
         if self.ends is None:
             return [self.prepare(item)]
         end = self.ends[index]
+        frames = getattr(self.data, "clip_indices", lambda *a: None)(end, self.clip_length, True)
+        if frames is not None:
+            clip = [self.frame(i) for i in frames]
+        else:
+            def load() -> list[dict]:
+                clip = self.data.clip(end, self.clip_length, pad=True)
+                resized = {id(s): self.fitted(s) for s in clip}
+                return [resized[id(s)] for s in clip]
 
-        def load() -> list[dict]:
-            clip = self.data.clip(end, self.clip_length, pad=True)
-            resized = {id(s): self.fitted(s) for s in clip}
-            return [resized[id(s)] for s in clip]
-
-        clip = self._cached(("clip", end), load)
+            clip = self.cache.get(("clip", end), load)
         if self.augmenter is None:
             return list(clip)
         return [self.augmenter(s, (self.seed, epoch, index)) for s in clip]

@@ -196,8 +196,7 @@ def fit_priors(model: HydraNet, frames: LabelledFrames, heads: list[str] | None 
     heads = list(model.heads) if heads is None else heads
     if not heads:
         return
-    plain = LabelledFrames(frames.data, {n: model.heads[n] for n in heads}, frames.image_hw, fit=frames.fit,
-                           camera_K=frames.camera_K)
+    plain = frames.sibling({n: model.heads[n] for n in heads})  # the frames it decodes stay for training
     picks = np.unique(np.linspace(0, len(plain) - 1, min(count, len(plain))).round().astype(int))
     targets = to_device(Collate(plain.tasks)([plain[int(i)] for i in picks]), next(model.parameters()).device)["targets"]
     for name, task in plain.tasks.items():
@@ -501,8 +500,7 @@ def _log_example(writer, model: HydraNet, frames: LabelledFrames, step: int, nor
     from hydranet.stream import predict_frame
     from hydranet.viz import prediction_picture
 
-    single = LabelledFrames(frames.data, frames.tasks, frames.image_hw, fit=frames.fit,
-                            camera_K=frames.camera_K)  # no augmentation, no clips
+    single = frames.sibling(frames.tasks)  # no augmentation, no clips
     sample, pred = predict_frame(model, single, 0)
     writer.add_image("example", prediction_picture(model, sample, pred, frames.data.meta), step, dataformats="HWC")
     train_mode(model, norm_eval)

@@ -181,7 +181,7 @@ def test_frame_cache_gives_the_same_items_and_skips_decoding(data, monkeypatch):
     c = cfg(data)
     model = build_model(c.model, SimDataset(data, channels=()).meta)
     cached, fresh = build_training_data(c, model), build_training_data(c, model)
-    fresh._cache_room = 0  # nothing fits: every item is loaded and decoded again
+    fresh.cache.room = 0  # nothing fits: every item is loaded and decoded again
     items = [(0, 1), (3, 2), (1, 1)]  # (epoch, index): frame 1 twice, with other augmentations
     for it in items:
         a, b = cached[it], fresh[it]
@@ -190,7 +190,7 @@ def test_frame_cache_gives_the_same_items_and_skips_decoding(data, monkeypatch):
             for k, v in a["targets"][head].items():
                 if isinstance(v, np.ndarray):
                     assert np.array_equal(v, b["targets"][head][k]), (head, k)
-    assert set(cached._cache) == {1, 2} and not fresh._cache
+    assert set(cached.cache.entries) == {1, 2} and not fresh.cache.entries
     monkeypatch.setattr(type(cached.data), "__getitem__", lambda self, i: pytest.fail("cached frame decoded again"))
     cached[(5, 1)]
 

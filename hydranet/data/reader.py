@@ -102,11 +102,7 @@ class FrameReader(abc.ABC):
 
     def clip(self, i: int, length: int, pad: bool = False) -> list[dict]:
         """As `SimDataset.clip`: the `length` frames of one scene ending at flat index i."""
-        i, ends = self._index(i), self.clip_ends(length, pad)
-        if i not in ends:
-            s, f = self._frames[i]
-            raise ValueError(f"frame {i} is frame {f} of scene {self.scenes[s]['name']}; a clip of length {length} "
-                             f"needs at least {length - 1} earlier frames; pick i from clip_ends({length}) or pass pad=True")
+        i, ends = self._clip_end(i, length, pad)
         pos = ends.index(i)
         for j in ends[pos:] + ends[:pos]:
             have = min(length - 1, self._frames[j][1])
@@ -118,6 +114,24 @@ class FrameReader(abc.ABC):
                 continue
             return [frames[0]] * (length - 1 - have) + frames
         raise DatasetError(f"{self.root}: no clip of length {length} is readable ({len(self.skipped)} bad files){self.remedy}")
+
+    def clip_indices(self, i: int, length: int, pad: bool = False) -> list[int] | None:
+        """The flat indices of the frames `clip(i, length, pad)` reads, oldest first (padding repeats the scene's first
+        frame), without reading them; None with on_bad_frame "skip", where a bad frame swaps the clip for another."""
+        if self.on_bad_frame != "raise":
+            return None
+        i, _ = self._clip_end(i, length, pad)
+        have = min(length - 1, self._frames[i][1])
+        return [i - have] * (length - 1 - have) + list(range(i - have, i + 1))
+
+    def _clip_end(self, i: int, length: int, pad: bool) -> tuple[int, list[int]]:
+        """(i as a flat index, every clip end); ValueError when frame i ends no clip of this length."""
+        i, ends = self._index(i), self.clip_ends(length, pad)
+        if i not in ends:
+            s, f = self._frames[i]
+            raise ValueError(f"frame {i} is frame {f} of scene {self.scenes[s]['name']}; a clip of length {length} "
+                             f"needs at least {length - 1} earlier frames; pick i from clip_ends({length}) or pass pad=True")
+        return i, ends
 
     def clip_ends(self, length: int, pad: bool = False) -> list[int]:
         if length < 1:

@@ -269,6 +269,11 @@ class MixedDataset:
         k, j = self.locate(i)
         return [self._fix(k, s) for s in self.sources[k].dataset.clip(j, length, pad)]
 
+    def clip_indices(self, i: int, length: int, pad: bool = False) -> list[int] | None:
+        k, j = self.locate(i)
+        got = self.sources[k].dataset.clip_indices(j, length, pad)
+        return None if got is None else [self.ranges[k][0] + x for x in got]
+
     def clip_ends(self, length: int, pad: bool = False) -> list[int]:
         return [a + j for (a, _), s in zip(self.ranges, self.sources) for j in s.dataset.clip_ends(length, pad)]
 
