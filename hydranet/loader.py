@@ -346,9 +346,7 @@ class LabelledFrames(torch.utils.data.Dataset):
             raise ValueError(f"data.fit {fit!r}: give one of {', '.join(FITS)} (camera with the model's camera_K)")
         self.fit, self.camera_K = fit, camera_K  # how a frame reaches image_hw (`fit_to`)
         self.augmenter, self.seed, self.clip_length = augmenter, seed, int(clip_length)
-        # decoded frames at the model size, kept per process (each loader worker has its own) up to
-        # `cache_mb`: decoding PNG/JPEG is most of a frame's loading cost and small sets fit in memory
-        self.cache = DecodedFrames(cache_mb)
+        self.cache = DecodedFrames(cache_mb)  # frames at the model size, by dataset index (whole clips: ("clip", end))
         # every frame ends a clip; the first T-1 of a scene are padded with its first frame (stream
         # starts: the video module is trained on them as it meets them in evaluation and in the car)
         self.ends = data.clip_ends(self.clip_length, pad=True) if self.clip_length > 1 else None
@@ -392,9 +390,10 @@ class LabelledFrames(torch.utils.data.Dataset):
         if self.ends is None:
             return [self.prepare(item)]
         end = self.ends[index]
-        frames = getattr(self.data, "clip_indices", lambda *a: None)(end, self.clip_length, True)
+        frames = self.data.clip_indices(end, self.clip_length, True)
         if frames is not None:
-            clip = [self.frame(i) for i in frames]
+            got = {i: self.frame(i) for i in dict.fromkeys(frames)}  # padding repeats one frame: read once
+            clip = [got[i] for i in frames]
         else:
             def load() -> list[dict]:
                 clip = self.data.clip(end, self.clip_length, pad=True)

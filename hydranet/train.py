@@ -196,7 +196,7 @@ def fit_priors(model: HydraNet, frames: LabelledFrames, heads: list[str] | None 
     heads = list(model.heads) if heads is None else heads
     if not heads:
         return
-    plain = frames.sibling({n: model.heads[n] for n in heads})  # the frames it decodes stay for training
+    plain = frames.sibling({n: model.heads[n] for n in heads})  # the frames it decodes stay (forked workers copy them)
     picks = np.unique(np.linspace(0, len(plain) - 1, min(count, len(plain))).round().astype(int))
     targets = to_device(Collate(plain.tasks)([plain[int(i)] for i in picks]), next(model.parameters()).device)["targets"]
     for name, task in plain.tasks.items():

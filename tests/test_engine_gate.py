@@ -273,17 +273,17 @@ def test_metrics_cache_without_a_catalog_sits_next_to_the_checkpoint(models, sma
     calls, loads = [], []
 
     def fake(ckpt, data, loaded=None):
-        calls.append((Path(data).name, id(loaded)))
+        calls.append((Path(data).name, loaded))
         return {"frames": 2, "heads": {"depth": {"metric": "abs_rel", "value": 0.5, "higher_is_better": False}}}
 
     import hydranet.checkpoint
 
-    real_load = hydranet.checkpoint.load_model
-    monkeypatch.setattr(hydranet.checkpoint, "load_model", lambda c: loads.append(c) or real_load(c))
+    model = object()  # what load_model gave: every suite's evaluation gets this one
+    monkeypatch.setattr(hydranet.checkpoint, "load_model", lambda c: loads.append(c) or model)
     monkeypatch.setattr(gate_mod, "_evaluate", fake)
     first = evaluate_suites(run, small_suites)
     assert first == evaluate_suites(run, small_suites) and sorted(n for n, _ in calls) == ["cones_on_road", "v0001"]
-    assert len(loads) == 1 and len({i for _, i in calls}) == 1  # the model loaded once for both suites, never when cached
+    assert len(loads) == 1 and all(m is model for _, m in calls)  # loaded once for both suites, never when cached
     assert json.loads((run / "checkpoint.pt.suite_metrics.json").read_text())["sha256"] == file_sha256(run / "checkpoint.pt")
     with open(run / "checkpoint.pt", "ab") as f:  # another model under the same path: evaluated afresh
         f.write(b"\0")

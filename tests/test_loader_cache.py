@@ -40,6 +40,8 @@ def test_clip_items_from_the_cache_equal_a_fresh_read(tmp_path, monkeypatch, on_
     for i in range(len(cached)):
         cached[i]
     assert not loads, "every clip comes from the cache the second time round"
+    keys = set(cached.cache.entries)
+    assert keys == (set(range(len(data))) if on_bad_frame == "raise" else {("clip", end) for end in cached.ends})
     if on_bad_frame == "raise":  # frames shared by clips: one decode each (clips overlap by T - 1 frames)
         counted = LabelledFrames(data, tasks, (64, 96), clip_length=3)
         for i in range(len(counted)):
@@ -57,15 +59,21 @@ def test_cached_clips_are_augmented_per_epoch(tmp_path):
     assert not torch.equal(a["images"], b["images"]), "another epoch is augmented otherwise"
 
 
-def test_a_mixed_dataset_names_the_frames_of_its_clips(tmp_path):
-    """A clip of source 1 in a mixed run names that source's frames at their flat indices, the frames `clip` reads."""
-    from hydranet.data.sources import MixedDataset, Source
+def test_mixed_and_class_mapped_datasets_name_the_frames_of_their_clips(tmp_path):
+    """A clip of source 1 in a mixed run names that source's frames at their flat indices, and a class-mapped
+    dataset its reader's: the frames `clip` reads, labels mapped alike."""
+    from hydranet.data.sources import ClassMapped, MixedDataset, Source
 
     a, b = SimDataset(make_sim(tmp_path / "a")), SimDataset(make_sim(tmp_path / "b"))
     mixed = MixedDataset([Source("a", "sim", a), Source("b", "sim", b)])
-    for end in mixed.clip_ends(3, pad=True):
-        frames = mixed.clip_indices(end, 3, pad=True)
-        assert len(frames) == 3 and frames[-1] == end
-        want = mixed.clip(end, 3, pad=True)
-        assert [mixed[i]["scene"] for i in frames] == [s["scene"] for s in want]
-        assert all(np.array_equal(mixed[i]["images"], s["images"]) for i, s in zip(frames, want))
+    mapped = ClassMapped(b, {"car": "vehicle", "truck": None}, unscored=("signs_lights",))
+    for ds in (mixed, mapped):
+        for end in ds.clip_ends(3, pad=True):
+            frames = ds.clip_indices(end, 3, pad=True)
+            assert len(frames) == 3 and frames[-1] == end
+            want = ds.clip(end, 3, pad=True)
+            got = [ds[i] for i in frames]
+            assert [s["scene"] for s in got] == [s["scene"] for s in want]
+            assert all(np.array_equal(g["images"], s["images"]) and g["labels"] == s["labels"]
+                       and g.get("supervises") == s.get("supervises") for g, s in zip(got, want))
+    assert any(b3["class"] == "vehicle" for s in (mapped[i] for i in range(len(mapped))) for b3 in s["labels"]["boxes3d"])

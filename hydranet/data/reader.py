@@ -120,7 +120,9 @@ class FrameReader(abc.ABC):
         frame), without reading them; None with on_bad_frame "skip", where a bad frame swaps the clip for another."""
         if self.on_bad_frame != "raise":
             return None
-        i, _ = self._clip_end(i, length, pad)
+        i = self._index(i)
+        if not pad and self._frames[i][1] < length - 1:
+            self._clip_end(i, length, pad)  # raises, naming the frame
         have = min(length - 1, self._frames[i][1])
         return [i - have] * (length - 1 - have) + list(range(i - have, i + 1))
 

@@ -6,7 +6,7 @@
     ds = open_data(cfg.data, "data/nuscenes")   # another folder, read as the config says
 
 Every dataset returned has SimDataset's interface (meta, rig, classes, scenes, frame_ids,
-__getitem__, clip, clip_ends, skipped) and samples carry `sample["supervises"]` (the heads whose
+__getitem__, clip, clip_indices, clip_ends, skipped) and samples carry `sample["supervises"]` (the heads whose
 labels they hold; a sim sample supervises every head). numpy + OpenCV only.
 
 Merged taxonomy of a mix: a source's project classes (what its reader maps its own categories
