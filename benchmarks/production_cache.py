@@ -61,12 +61,13 @@ def recipe(scenes: int, val_scenes: int, steps: int, trunk_steps: int = TRUNK_ST
 
 
 def training_config(cfg: dict) -> dict:
-    """An experiment config dict less where things lie and how often they are saved (data roots, checkpoint_every,
-    init_from: the two-stage recipe's own trunk folder)."""
+    """An experiment config dict less where things lie, how often they are saved and how many processes load them
+    (data roots, checkpoint_every, init_from: the two-stage recipe's own trunk folder; num_workers: the loader gives
+    the same items in any number of processes, tests/test_production_cache.py)."""
     cfg = json.loads(json.dumps(cfg))
     for key in ROOT_KEYS:
         cfg["data"].pop(key, None)
-    for key in ("checkpoint_every", "init_from"):
+    for key in ("checkpoint_every", "init_from", "num_workers"):
         cfg.pop(key, None)
     return cfg
 

@@ -24,10 +24,34 @@ def test_the_hash_follows_every_part_of_the_recipe():
     changed = json.loads(json.dumps(base))
     changed["experiment"]["optim"]["lr"] *= 2
     assert recipe_hash(changed) != recipe_hash(base)
-    # where the data lies and how often checkpoints are saved are not the recipe
+    # where the data lies, how often checkpoints are saved and how many processes load the data are not the recipe
     moved = to_dict(recipe_experiment("/elsewhere", "/elsewhere_val", 0, 10))
-    moved["checkpoint_every"], moved["init_from"] = 3, "/some/trunk"
+    moved["checkpoint_every"], moved["init_from"], moved["num_workers"] = 3, "/some/trunk", 4
     assert training_config(moved) == base["experiment"]
+
+
+def test_loader_workers_do_not_change_the_items(tmp_path):
+    """Why num_workers is left out of the recipe: a training run's batches are the same in the training process and
+    in a loader worker (augmentation seeded per item, never from a process's RNG)."""
+    import torch
+    from dataset_fixtures import make_sim
+
+    from hydranet.experiment import load_experiment
+    from hydranet.models import build_model
+    from hydranet.train import build_training_data
+    from hydranet.data import SimDataset
+    from hydranet.loader import Collate, StepBatchSampler
+
+    data = make_sim(tmp_path / "sim")
+    cfg = load_experiment("tiny", [f"data.root={data}", "batch_size=2", "augment.photometric=true"])
+    model = build_model(cfg.model, SimDataset(data, channels=()).meta)
+    frames = build_training_data(cfg, model)
+    batches = []
+    for workers in (0, 1):
+        loader = torch.utils.data.DataLoader(frames, batch_sampler=StepBatchSampler(len(frames), 2, 0, 4),
+                                             collate_fn=Collate(model.target_builders()), num_workers=workers)
+        batches.append([b["images"] for b in loader])
+    assert len(batches[0]) == 4 and all(torch.equal(a, b) for a, b in zip(*batches))
 
 
 def test_unfinished_or_edited_folders_are_refused(tmp_path):
