@@ -36,3 +36,25 @@ def test_import_order(torch_first):
     proc = subprocess.run([sys.executable, "-c", code + "\nprint('done')"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("done"), (
         f"exit {proc.returncode} (-11 is a segfault)\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+def test_the_models_import_without_torchvision():
+    """Building a tiny HydraNet and scoring its signs import neither torchvision nor torch._dynamo (which
+    torchvision's ops import: 7.7 s of a process's start here): evaluation, export and shadow-mode workers
+    start that much sooner. A RegNet backbone, det2d's GIoU option and torch's optimizers import them."""
+    code = """
+import sys
+import torch
+from hydranet.models.backbones import build_backbone
+from hydranet.tasks.signs_lights import AttributeAccuracy
+feats = build_backbone("tiny", finest_stride=4).eval()(torch.zeros(1, 3, 64, 64))
+metric = AttributeAccuracy(["sign:stop", "light:red"])
+box = torch.tensor([[0.0, 0.0, 8.0, 8.0]])
+metric.update([{"boxes": box, "scores": torch.ones(1), "labels": torch.zeros(1, dtype=torch.long)}],
+              {"gt_boxes": [box], "gt_labels": [torch.zeros(1, dtype=torch.long)]})
+assert metric.compute()["accuracy"] == 1.0, metric.compute()
+print(sorted(m for m in ("torchvision", "torch._dynamo") if m in sys.modules))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]", f"imported at start-up: {proc.stdout.strip()}"

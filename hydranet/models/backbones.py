@@ -17,9 +17,7 @@ from collections.abc import Callable
 from functools import partial
 
 import torch
-import torchvision.models as tvm
 from torch import nn
-from torchvision.models.feature_extraction import create_feature_extractor
 
 from hydranet.models.state_dict import load_weights_file
 
@@ -40,6 +38,11 @@ class RegNetBackbone(nn.Module):
 
     def __init__(self, arch: str, weights_path: str | None = None, finest_stride: int = 8):
         super().__init__()
+        # torchvision is imported here, not at the top (as by det2d's GIoU and the sign head's matching): its ops
+        # import torch._dynamo, 7.7 s of a process's start on this machine that the tiny backbone need not pay
+        import torchvision.models as tvm
+        from torchvision.models.feature_extraction import create_feature_extractor
+
         model = getattr(tvm, arch)(weights=None)  # never downloads: weights come from `weights_path`
         if weights_path is not None:
             # torchvision checkpoints carry the classifier; the feature extractor drops it.

@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
-from torchvision.ops import generalized_box_iou_loss
 
 from hydranet import heads
 from hydranet.io import atomic_write_text
@@ -124,6 +123,8 @@ def claim_cells(owner: np.ndarray, weight: np.ndarray, window: tuple[slice, slic
 def giou_loss_cells(box: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """1 - GIoU of boxes given per cell as (dx, dy, log w, log h) from the cell's corner, stride units:
     box, target (K, 4) -> (K,)."""
+    from torchvision.ops import generalized_box_iou_loss  # not at the top: torchvision imports torch._dynamo (7.7 s)
+
     def xyxy(b: torch.Tensor) -> torch.Tensor:
         half = torch.exp(b[:, 2:].clamp(max=12)) / 2  # (K, 2)
         return torch.cat([b[:, :2] - half, b[:, :2] + half], dim=1)

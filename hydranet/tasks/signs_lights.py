@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchvision.ops import box_iou
 
 from hydranet import heads
+from hydranet.decoding import box_iou
 from hydranet.tasks.base import Metric, PrimaryMetric, score_constant
 from hydranet.tasks.det2d import Det2dTask, meta_list
 
@@ -106,7 +106,7 @@ class AttributeAccuracy(Metric):
         for det, gb, gl in zip(decoded, targets["gt_boxes"], targets["gt_labels"], strict=True):
             boxes, scores, labels = det["boxes"].cpu(), det["scores"].cpu(), det["labels"].cpu()
             gb, gl = gb.cpu().reshape(-1, 4), gl.cpu().reshape(-1)
-            iou = box_iou(gb, boxes) if len(gb) and len(boxes) else torch.zeros(len(gb), len(boxes))
+            iou = torch.from_numpy(box_iou(gb.numpy(), boxes.numpy()))  # (G, D)
             mine = {k: {"total": 0, "matched": 0, "correct": 0} for k in self.counts}
             for g in range(len(gb)):
                 kind = self.kind[int(gl[g])]
