@@ -4,9 +4,10 @@ second half of the steps: in the first half the loader decodes most frames into 
 priors' fit decoded up to 32 of them before step 1), in the second it reads them there.
 
     python benchmarks/stage_time.py --data out/demo/sim --out /tmp/stage_time [--config full]
-        [--init out/demo/run/trunk/checkpoint.pt] [--steps 100] [--set KEY=VALUE ...] [--overwrite]
+        [--init out/demo/run/trunk/checkpoint.pt | --trunk] [--steps 100] [--set KEY=VALUE ...] [--overwrite]
 
-The demo's fused stage is `--config full --init <its trunk checkpoint>`. Writes the run under --out (refused when it
+The demo's fused stage is `--config full --init <its trunk checkpoint>`, its trunk stage `--config full --trunk`
+(`hydranet.curriculum.trunk_stage`: the camera heads on two cameras at twice the rate). Writes the run under --out (refused when it
 exists, without --overwrite) and prints one line per half: seconds a step, of them the loader's (and its share)
 and the rest.
 """
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 import hydranet.loader as loader
+from hydranet.curriculum import trunk_stage
 from hydranet.experiment import load_experiment
 from hydranet.train import train
 
@@ -43,18 +45,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--config", default="full")
     ap.add_argument("--init", default=None, help="checkpoint to start from (train --init)")
+    ap.add_argument("--trunk", action="store_true", help="time the config's trunk stage (hydranet.curriculum.trunk_stage)")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--overwrite", action="store_true")
     args = ap.parse_args(argv)
     if args.steps < 4:
         sys.exit("--steps must be at least 4 (two halves of two steps)")
+    if args.trunk and args.init:
+        sys.exit("--trunk trains the trunk stage from scratch; --init starts a run from a checkpoint: give one")
     if args.out.exists():
         if not args.overwrite:
             sys.exit(f"{args.out} exists; pass --overwrite to replace it")
         shutil.rmtree(args.out)
     sets = [f"data.root={args.data}", f"steps={args.steps}", "num_workers=0", *args.set]
     cfg = load_experiment(args.config, sets + ([f"init_from={args.init}"] if args.init else []))
+    cfg = trunk_stage(cfg, args.steps) if args.trunk else cfg
     total = {"loader": 0.0}
     timed(loader.LabelledFrames, "__getitem__", total)
     timed(loader.Collate, "__call__", total)
