@@ -56,7 +56,7 @@ def _read_journal(path: Path) -> dict[str, Any]:
 
 
 class Journal:
-    """DIR/loop.json: the run's identity (production, config) and each round's completed stages
+    """DIR/loop.json: the run's identity (production, config, the fleet config) and each round's completed stages
     and outputs. Rewritten atomically after every stage."""
 
     def __init__(self, out: Path, identity: Mapping[str, Any]):
@@ -78,6 +78,12 @@ class Journal:
                 for config in (have["config"], want.get("config")):  # triggers: overrides of the table, defaults dropped
                     if isinstance(config, dict) and isinstance(config.get("triggers"), dict):
                         config["triggers"] = overrides_only(config["triggers"])
+            if isinstance(want.get("fleet"), dict):  # what the loop's fleets and suites render: a journal written
+                from data_engine.fleet import FleetConfig  # before it was recorded cannot say, and is taken as this one;
+                from sim.config import BEFORE_KEY as SIM_BEFORE  # sim keys added since, at their old behaviour
+
+                have["fleet"] = with_defaults(with_defaults(have.get("fleet", want["fleet"]), {"sim": SIM_BEFORE}),
+                                              json.loads(json.dumps(asdict(FleetConfig()))))
             if have != want:
                 diff = differing_keys(have, want)
                 raise LoopError(f"{out} holds a loop run with another production model or config ({self.path}; differing: "
@@ -219,8 +225,10 @@ class Loop:
         if self.fleets is not None and not self.fleets.is_dir():  # refused before anything is written
             raise LoopError(f"--fleets {self.fleets} is not a folder; give the folder that holds one fleet per round "
                             f"({self.fleets}/r000, r001, ...)")
+        self.fleet = fleet_config(self.cfg.loop)  # its fleet YAML read now: an edit of that file changes the run
         identity = {"production": str(Path(production).resolve()) if production else None, "config": asdict(self.cfg),
-                    "suites": str(self.suites.resolve()), "fleets": str(self.fleets.resolve()) if self.fleets else None}
+                    "suites": str(self.suites.resolve()), "fleets": str(self.fleets.resolve()) if self.fleets else None,
+                    "fleet": asdict(self.fleet)}
         if production is None and not (self.out / JOURNAL).exists():
             raise LoopError(f"{self.out} holds no loop run yet: give --production RUN (the model that drives the fleet)")
         if production is not None:
@@ -236,7 +244,6 @@ class Loop:
         self.out.mkdir(parents=True, exist_ok=True)
         with self.locked():
             self.journal = Journal(self.out, identity)
-        self.fleet = fleet_config(self.cfg.loop)
         self.initial = identity["production"]
 
     # -- set-up: the frozen suites and the first production model, once per run folder ---------------

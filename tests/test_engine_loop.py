@@ -256,3 +256,30 @@ def test_auto_then_label_studio_waits_for_the_reviewers_and_counts_their_edits(w
     loop.journal.finish(0, "gate", {"promote": False, "failing": ["x"], "slices": {}, "dir": str(rdir / "gate")})
     line = loop.summary(0)["line"]
     assert f"queued for label_studio (0 added, {deleted} deleted, 0 moved, 0 class changed in {queued} pre-filled frames)" in line
+
+
+def test_an_edited_fleet_config_is_refused_on_resume(tmp_path):
+    """The loop's identity holds the fleet config its YAML file gave (not only the file's name): after an edit of
+    that file the same command refuses to continue, naming the key; a journal written before the fleet config was
+    recorded resumes."""
+    from dataclasses import asdict
+
+    from data_engine.config import EngineConfig
+    from data_engine.loop import JOURNAL, Loop, LoopError, fleet_config
+    from hydranet.config import load_config
+
+    yaml_file = tmp_path / "fleet.yaml"
+    yaml_file.write_text((REPO / "configs" / "fleet.yaml").read_text())
+    cfg = load_config(EngineConfig, "engine", [f"loop.fleet_config={yaml_file}"])
+    out = tmp_path / "run"
+    out.mkdir()
+    identity = {"production": str(tmp_path / "prod"), "config": asdict(cfg), "suites": str((out / "suites").resolve()),
+                "fleets": None}
+    (out / JOURNAL).write_text(json.dumps({"identity": identity, "rounds": []}))  # before the fleet config was kept
+    assert Loop(out, cfg).fleet == fleet_config(cfg.loop)
+    identity["fleet"] = asdict(fleet_config(cfg.loop))
+    (out / JOURNAL).write_text(json.dumps({"identity": identity, "rounds": []}))
+    Loop(out, cfg)  # the same file: resumes
+    yaml_file.write_text(yaml_file.read_text().replace("weather_weights: [0.8, 0.1, 0.1]", "weather_weights: [0.6, 0.2, 0.2]"))
+    with pytest.raises(LoopError, match="fleet.weather_weights"):
+        Loop(out, cfg)
