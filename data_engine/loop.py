@@ -78,11 +78,13 @@ class Journal:
                 for config in (have["config"], want.get("config")):  # triggers: overrides of the table, defaults dropped
                     if isinstance(config, dict) and isinstance(config.get("triggers"), dict):
                         config["triggers"] = overrides_only(config["triggers"])
-            if isinstance(want.get("fleet"), dict):  # what the loop's fleets and suites render: a journal written
-                from data_engine.fleet import FleetConfig  # before it was recorded cannot say, and is taken as this one;
-                from sim.config import BEFORE_KEY as SIM_BEFORE  # sim keys added since, at their old behaviour
+            if "fleet" not in have:  # a journal written before the fleet config was recorded cannot say: this one
+                have["fleet"] = want.get("fleet")
+            elif isinstance(have["fleet"], dict):  # keys added since: at their old behaviour, else their default
+                from data_engine.fleet import FleetConfig
+                from sim.config import BEFORE_KEY as SIM_BEFORE
 
-                have["fleet"] = with_defaults(with_defaults(have.get("fleet", want["fleet"]), {"sim": SIM_BEFORE}),
+                have["fleet"] = with_defaults(with_defaults(have["fleet"], {"sim": SIM_BEFORE}),
                                               json.loads(json.dumps(asdict(FleetConfig()))))
             if have != want:
                 diff = differing_keys(have, want)
@@ -226,9 +228,10 @@ class Loop:
             raise LoopError(f"--fleets {self.fleets} is not a folder; give the folder that holds one fleet per round "
                             f"({self.fleets}/r000, r001, ...)")
         self.fleet = fleet_config(self.cfg.loop)  # its fleet YAML read now: an edit of that file changes the run
+        renders = self.fleets is None or suites is None  # the fleet config renders the rounds' fleets or the suites
         identity = {"production": str(Path(production).resolve()) if production else None, "config": asdict(self.cfg),
                     "suites": str(self.suites.resolve()), "fleets": str(self.fleets.resolve()) if self.fleets else None,
-                    "fleet": asdict(self.fleet)}
+                    "fleet": asdict(self.fleet) if renders else None}
         if production is None and not (self.out / JOURNAL).exists():
             raise LoopError(f"{self.out} holds no loop run yet: give --production RUN (the model that drives the fleet)")
         if production is not None:

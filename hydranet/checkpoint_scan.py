@@ -1,7 +1,7 @@
 """A checkpoint checked without importing torch: is it a `hydranet train` checkpoint with finite weights?
 
 `hydranet.checkpoint.load_checkpoint` answers that with `torch.load(weights_only=True)`, which costs the
-import of torch (2 s here, and the models' torchvision and torch._dynamo another 3 s) before a byte is read.
+import of torch (5 s here) before a byte is read.
 A command that only vouches for a checkpoint (`hydranet engine promote`: the registry names it, nothing
 runs it) reads torch's zip format here instead: `data.pkl` is unpickled with the same allow-list idea as
 `weights_only` (an OrderedDict, `torch._utils._rebuild_tensor_v2` and the storage types; any other global is

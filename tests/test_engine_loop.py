@@ -276,10 +276,18 @@ def test_an_edited_fleet_config_is_refused_on_resume(tmp_path):
     identity = {"production": str(tmp_path / "prod"), "config": asdict(cfg), "suites": str((out / "suites").resolve()),
                 "fleets": None}
     (out / JOURNAL).write_text(json.dumps({"identity": identity, "rounds": []}))  # before the fleet config was kept
-    assert Loop(out, cfg).fleet == fleet_config(cfg.loop)
+    Loop(out, cfg).journal.finish(0, "fleet", {})  # resumes, and the journal then records this fleet config
+    assert json.loads((out / JOURNAL).read_text())["identity"]["fleet"] == json.loads(json.dumps(asdict(fleet_config(cfg.loop))))
     identity["fleet"] = asdict(fleet_config(cfg.loop))
+    del identity["fleet"]["max_rare_per_clip"]  # recorded before a key existed: its default
     (out / JOURNAL).write_text(json.dumps({"identity": identity, "rounds": []}))
     Loop(out, cfg)  # the same file: resumes
     yaml_file.write_text(yaml_file.read_text().replace("weather_weights: [0.8, 0.1, 0.1]", "weather_weights: [0.6, 0.2, 0.2]"))
     with pytest.raises(LoopError, match="fleet.weather_weights"):
         Loop(out, cfg)
+    fleets, suites, given = tmp_path / "fleets", tmp_path / "suites", tmp_path / "given"  # both given: the config renders
+    fleets.mkdir()                                                                         # nothing, and is not recorded
+    given.mkdir()
+    identity.update(suites=str(suites.resolve()), fleets=str(fleets.resolve()), fleet=None)
+    (given / JOURNAL).write_text(json.dumps({"identity": identity, "rounds": []}))
+    Loop(given, cfg, suites=suites, fleets=fleets)

@@ -39,12 +39,14 @@ def test_import_order(torch_first):
 
 
 def test_the_models_import_without_torchvision():
-    """Building a tiny HydraNet and scoring its signs import neither torchvision nor torch._dynamo (which
-    torchvision's ops import: 7.7 s of a process's start here): evaluation, export and shadow-mode workers
-    start that much sooner. A RegNet backbone, det2d's GIoU option and torch's optimizers import them."""
+    """The models, every task, evaluation and export import neither torchvision nor torch._dynamo (which torchvision's
+    ops import: 7.7 s of a process's start here), and neither does building the tiny backbone or scoring signs:
+    `hydranet eval` and `export` start that much sooner. A RegNet backbone, det2d's GIoU option and torch's
+    optimizers import them."""
     code = """
 import sys
 import torch
+import hydranet.evaluate, hydranet.models.hydranet, hydranet.tasks, deploy.export
 from hydranet.models.backbones import build_backbone
 from hydranet.tasks.signs_lights import AttributeAccuracy
 feats = build_backbone("tiny", finest_stride=4).eval()(torch.zeros(1, 3, 64, 64))

@@ -38,8 +38,8 @@ class RegNetBackbone(nn.Module):
 
     def __init__(self, arch: str, weights_path: str | None = None, finest_stride: int = 8):
         super().__init__()
-        # torchvision is imported here, not at the top (as by det2d's GIoU and the sign head's matching): its ops
-        # import torch._dynamo, 7.7 s of a process's start on this machine that the tiny backbone need not pay
+        # torchvision is imported here, not at the top (as by det2d's GIoU): its ops import torch._dynamo, 7.7 s of a
+        # process's start on this machine that the tiny backbone need not pay
         import torchvision.models as tvm
         from torchvision.models.feature_extraction import create_feature_extractor
 
