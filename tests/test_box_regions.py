@@ -75,6 +75,28 @@ def test_det3d_gaussian_region_decodes_the_box_a_cell_off_the_centre():
     assert abs(centre[3] - box[0, 3]) > 1  # untrained cell: no size there
 
 
+def test_det3d_min_sigma_widens_the_heatmap_and_is_an_option():
+    """A pedestrian (0.6 m) on 1 m cells: at min_sigma 0.5 its neighbours are exp(-2), at 1.0 exp(-1/2); a truck's
+    own spread (12 m long: 1.08 cells) is above either; the option reaches the targets and is checked."""
+    grid = BevGrid((-20.0, 20.0), (-20.0, 20.0), 1.0)
+    ped = np.array([[5.0, -3.0, 0.9, 0.6, 0.6, 1.7, 0.0, 0.0, 0.0]], np.float32)
+    truck = np.array([[5.0, -3.0, 1.5, 12.0, 2.5, 3.0, 0.0, 0.0, 0.0]], np.float32)
+    r, c = np.floor(grid.to_cell(ped[:, :2])[0] + 0.5).astype(int)  # the centre cell, as encode_boxes3d rounds
+    for sigma, want in ((0.5, np.exp(-2.0)), (1.0, np.exp(-0.5))):
+        heat = encode_boxes3d(ped, np.array([0]), 1, grid, sigma)[0][0]
+        assert heat[r, c] == 1.0 and abs(heat[r + 1, c] - want) < 1e-6 and abs(heat[r, c - 1] - want) < 1e-6
+        long_axis = encode_boxes3d(truck, np.array([0]), 1, grid, sigma)[0][0][r + 1, c]
+        assert abs(long_axis - np.exp(-0.5 / max(0.54 * 12 / 6, sigma) ** 2)) < 1e-6
+    meta = {"classes": ["car", "pedestrian"], "bev_grid": grid.as_dict()}
+    task = build_task("det3d", meta, 8, {"min_sigma": 1.0})
+    sample = {"labels": {"boxes3d": [{"class": "pedestrian", "center": [5.0, -3.0, 0.9], "size": [0.6, 0.6, 1.7],
+                                      "yaw": 0.0, "velocity": [0.0, 0.0, 0.0]}]}}
+    heat = task.build_targets(sample)["heatmap"][0, 1]  # (1, K, X, Y)
+    assert abs(float(heat[r + 1, c]) - np.exp(-0.5)) < 1e-6
+    with pytest.raises(ValueError, match="min_sigma 0"):
+        build_task("det3d", meta, 8, {"min_sigma": 0})
+
+
 def test_box_region_is_an_option_of_both_detectors_and_checked():
     meta = {"classes": ["car"], "sign_classes": ["stop"], "light_states": ["red"]}
     assert build_task("signs_lights", meta, 8, {"box_region": "centre", "giou_weight": 0.0}).box_region == "centre"

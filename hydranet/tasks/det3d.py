@@ -127,7 +127,8 @@ class Det3dTask(Task):
     """3D boxes with velocity in the ego frame over `classes` (the meta box classes that have 3D
     boxes). Loss components "heatmap" (focal) and one L1 term per regression branch, each scaled
     by its constructor weight. `decode` gives per frame {"boxes" (K, 9) x, y, z, l, w, h, yaw,
-    vx, vy; "scores" (K,); "labels" (K,)}."""
+    vx, vy; "scores" (K,); "labels" (K,)}. `min_sigma`: a heatmap Gaussian's least spread in cells (at 0.5 a car
+    or a pedestrian on 1 m cells is a peak of one cell, its neighbours at exp(-2))."""
 
     name = "det3d"
     spec = heads.Det3d  # the numpy side: decoder, label keys, blank labels, engine signals
@@ -139,11 +140,14 @@ class Det3dTask(Task):
                  heatmap_weight: float = 1.0, offset_weight: float = 1.0, height_weight: float = 1.0,
                  size_weight: float = 1.0, rot_weight: float = 1.0, vel_weight: float = 0.5,
                  min_pixels: int = 1, score_threshold: float = 0.1, max_detections: int = 200, cell_prior: bool = False,
-                 box_region: str = "centre", heading_prior: bool = False):
+                 box_region: str = "centre", heading_prior: bool = False, min_sigma: float = 0.5):
         super().__init__(in_channels, in_stride=1)
         if box_region not in BOX_REGIONS:
             raise ValueError(f"task '{self.name}': box_region {box_region!r}, expected one of {BOX_REGIONS}")
-        self.box_region = box_region
+        if not min_sigma > 0:
+            raise ValueError(f"task '{self.name}': min_sigma {min_sigma}: the heatmap Gaussian's least spread in cells, "
+                             "must be > 0")
+        self.box_region, self.min_sigma = box_region, float(min_sigma)
         if not classes:
             raise ValueError(f"task '{self.name}' needs a non-empty class list")
         self.classes, self.grid = list(classes), grid
@@ -176,7 +180,7 @@ class Det3dTask(Task):
 
     def build_targets(self, sample: Mapping) -> dict[str, Any]:
         boxes, labels = self.frame_boxes(sample)
-        heat, reg, weight = encode_boxes3d(boxes, labels, len(self.classes), self.grid, box_region=self.box_region)
+        heat, reg, weight = encode_boxes3d(boxes, labels, len(self.classes), self.grid, self.min_sigma, self.box_region)
         # a nuScenes sample's own token, else the one export_nuscenes gives a sim frame
         token = sample.get("sample_token") or (sample_token(sample["scene"], sample["frame_dir"]) if "frame_dir" in sample
                                                else None)
