@@ -1,6 +1,6 @@
 """The demo's metric figures over several training seeds: median [min, max].
 
-    python benchmarks/demo_seeds.py --seeds 3 --out out/bench_demo_seeds [--jobs N] [--overwrite]
+    python benchmarks/demo_seeds.py --seeds 3 --out out/bench_demo_seeds [--first-seed F] [--jobs N] [--overwrite]
         [--steps N] [--trunk-steps 800] [--trunk-cameras all] [--trunk-batch N] [--set KEY=VALUE ...]
         [--sim-set KEY=VALUE ...]
 
@@ -11,8 +11,8 @@ This runs what `make demo` trains and evaluates (`sim.config.DEMO_TRAIN_SIM` and
 --out/data; then per training seed the one HydraNet of
 configs/full.yaml, its trunk stage first: six camera heads and det3d with velocity and bevmap on the
 fused BEV grid with its 3-frame video queue) for
-training seeds 0..N-1, each in its own process with OMP_NUM_THREADS=1 and torch threads 1, --jobs at a
-time (default: all at once). The export, INT8 and latency stages of the demo are left out (they do not
+training seeds 0..N-1 (F..F+N-1 with --first-seed F), each in its own process with OMP_NUM_THREADS=1 and
+torch threads 1, --jobs at a time (default: all at once). The export, INT8 and latency stages of the demo are left out (they do not
 train). Prints one table: every metric the demo prints for the model, median [min, max] over seeds
 (baselines depend on the data only), how many seeds beat the baseline on each head's primary metric,
 and each seed's wall time. Writes results.json (per-seed metrics, the aggregate and the wall times) and
@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> dict | None:
         worker(a.seed, a.data, a.val, a.out, a.steps, a.trunk_steps, a.set, a.trunk_cameras, a.trunk_batch)
         return None
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1")
+    ap.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1 (from --first-seed)")
+    ap.add_argument("--first-seed", type=int, default=0, help="the first training seed: seeds F..F+N-1 (other seeds than "
+                    "a table's, the same recipe)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=None, help="seed processes at a time (default: all)")
     ap.add_argument("--overwrite", action="store_true")
@@ -217,8 +219,8 @@ def main(argv: list[str] | None = None) -> dict | None:
                     help="a sim config override of the demo's training scenes (DEMO_TRAIN_SIM; repeatable), as `hydranet sim "
                          "generate --set`; the held-out scenes stay the demo's (DEMO_SIM), a randomization ablation's reference")
     a = ap.parse_args(argv)
-    if a.seeds < 1 or (a.jobs is not None and a.jobs < 1):
-        ap.error("--seeds and --jobs must be >= 1")
+    if a.seeds < 1 or (a.jobs is not None and a.jobs < 1) or a.first_seed < 0:
+        ap.error("--seeds and --jobs must be >= 1, --first-seed >= 0")
     check_out(a.out, a.overwrite)
     a.out.mkdir(parents=True)
     out = a.out.resolve()
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     # --sim-set changes the training scenes alone; the held-out scenes are always the demo's own
     data, val = generate_demo_split(out / "data", a.scenes, a.val_scenes, sim_set=a.sim_set)
     gen = time.perf_counter() - t0
-    seeds = list(range(a.seeds))
+    seeds = list(range(a.first_seed, a.first_seed + a.seeds))
     t1 = time.perf_counter()
     done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.trunk_steps, a.set, a.trunk_cameras, a.trunk_batch)
     total = time.perf_counter() - t1

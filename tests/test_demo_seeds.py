@@ -62,3 +62,10 @@ def test_existing_out_refused(ds, tmp_path):
         ds.main(["--seeds", "1", "--out", str(out)])
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench"]
+
+
+def test_a_negative_first_seed_is_refused_before_anything_is_written(ds, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        ds.main(["--seeds", "2", "--first-seed", "-1", "--out", str(tmp_path / "bench")])
+    assert "--first-seed >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "bench").exists()
