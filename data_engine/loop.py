@@ -78,9 +78,9 @@ class Journal:
                 for config in (have["config"], want.get("config")):  # triggers: overrides of the table, defaults dropped
                     if isinstance(config, dict) and isinstance(config.get("triggers"), dict):
                         config["triggers"] = overrides_only(config["triggers"])
-            if "fleet" not in have:  # a journal written before the fleet config was recorded cannot say: this one
-                have["fleet"] = want.get("fleet")
-            elif isinstance(have["fleet"], dict):  # keys added since: at their old behaviour, else their default
+            if "fleet" in want and "fleet" not in have:  # a journal from before the fleet config was recorded: this one
+                have["fleet"] = want["fleet"]
+            elif isinstance(have.get("fleet"), dict):  # keys added since: at their old behaviour, else their default
                 from data_engine.fleet import FleetConfig
                 from sim.config import BEFORE_KEY as SIM_BEFORE
 
