@@ -12,8 +12,8 @@ This runs what `make demo` trains and evaluates (`sim.config.DEMO_TRAIN_SIM` and
 configs/full.yaml, its trunk stage first: six camera heads and det3d with velocity and bevmap on the
 fused BEV grid with its 3-frame video queue) for
 training seeds 0..N-1 (F..F+N-1 with --first-seed F), each in its own process with OMP_NUM_THREADS=1 and
-torch threads 1, --jobs at a time (default: all at once). The export, INT8 and latency stages of the demo are left out (they do not
-train). Prints one table: every metric the demo prints for the model, median [min, max] over seeds
+torch threads 1, --jobs at a time (default: all at once). The export, INT8 and latency stages of the demo
+are left out (they do not train). Prints one table: every metric the demo prints for the model, median [min, max] over seeds
 (baselines depend on the data only), how many seeds beat the baseline on each head's primary metric,
 and each seed's wall time. Writes results.json (per-seed metrics, the aggregate and the wall times) and
 each seed's log and metrics under --out/seed<i>/. Nothing is written outside --out; an existing --out is

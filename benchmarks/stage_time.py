@@ -7,9 +7,9 @@ priors' fit decoded up to 32 of them before step 1), in the second it reads them
         [--init out/demo/run/trunk/checkpoint.pt | --trunk] [--steps 100] [--set KEY=VALUE ...] [--overwrite]
 
 The demo's fused stage is `--config full --init <its trunk checkpoint>`, its trunk stage `--config full --trunk`
-(`hydranet.curriculum.trunk_stage`: the camera heads on two cameras at twice the learning rate). Writes the run under --out (refused when it
-exists, without --overwrite) and prints one line per half: seconds a step, of them the loader's (and its share)
-and the rest.
+(`hydranet.curriculum.trunk_stage`: the camera heads on two cameras at twice the learning rate). Writes the run
+under --out (refused when it exists, without --overwrite) and prints one line per half: seconds a step, of them
+the loader's (and its share) and the rest.
 """
 from __future__ import annotations
 
