@@ -35,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from data_engine.loop import differing_keys
 from hydranet.curriculum import TRUNK_STEPS
 
 ROOT_KEYS = ("root", "val_root")  # where the data lies, not what it is
@@ -235,13 +236,14 @@ def sim_config_of(meta: dict, where: Path) -> dict:
         raise CacheError(f"{where}: its sim_config is not a sim config this code reads ({e})") from None
 
 
-def _same(got: dict, want: dict, where: str, prefix: str = "") -> None:
-    for key in sorted(set(got) | set(want)):
-        a, b = got.get(key), want.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            _same(a, b, where, f"{prefix}{key}.")
-        elif a != b:
-            raise CacheError(f"{where}: key '{prefix}{key}' is {a!r}, the recipe's {b!r}: not this recipe's run")
+def _same(got: dict, want: dict, where: str) -> None:
+    """Refuse the first key (dotted) whose value differs between `got` and the recipe's `want`."""
+    diff = differing_keys(got, want)
+    if diff:
+        a, b = got, want
+        for part in diff[0].split("."):
+            a, b = (a.get(part) if isinstance(a, dict) else None), (b.get(part) if isinstance(b, dict) else None)
+        raise CacheError(f"{where}: key '{diff[0]}' is {a!r}, the recipe's {b!r}: not this recipe's run")
 
 
 def _finish(folder: Path, r: dict, info: dict) -> Path:

@@ -24,20 +24,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from hydranet.decoding import box_iou as decoded_box_iou
+
 Det = tuple[int, int]  # (frame index in the clip, detection index in that frame)
 Frames = Sequence[tuple[np.ndarray, np.ndarray]]  # per frame: (states (K, D), labels (K,))
 Affinity = Callable[[np.ndarray, np.ndarray], np.ndarray]  # predicted (M, D), detections (K, D) -> (M, K), higher = closer
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of xyxy boxes a (M, 4) and b (K, 4) -> (M, K)."""
-    a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
-    w = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
-    h = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
-    inter = w * h
-    area = lambda x: (x[:, 2] - x[:, 0]) * (x[:, 3] - x[:, 1])  # noqa: E731
-    union = area(a)[:, None] + area(b)[None, :] - inter
-    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
+    """IoU of xyxy boxes a (M, 4) and b (K, 4) -> (M, K), in float64 (`hydranet.decoding.box_iou`)."""
+    return decoded_box_iou(np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4))
 
 
 def neg_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
