@@ -274,6 +274,27 @@ def average_precision(scores: np.ndarray, tp: np.ndarray, num_gt: int, min_recal
     return float(np.clip(prec, 0, None).mean() / (1 - min_precision))
 
 
+def centre_matches(frames: Sequence[tuple[np.ndarray, ...]], k: int, threshold: float) -> tuple[np.ndarray, np.ndarray, list]:
+    """Class k's detections matched to its true boxes by BEV centre distance, greedily by score within each frame
+    (nuScenes): frames of (boxes (D, 9), scores (D,), labels (D,), true boxes (G, >=2), true labels (G,)) ->
+    (scores (N,), hit (N,) bool, the distances of the hits in m)."""
+    scores, hits, dist = [], [], []
+    for pb, ps, pl, gb, gl in frames:
+        p, s, g = pb[pl == k], ps[pl == k], gb[gl == k]
+        taken = np.zeros(len(g), bool)
+        for i in np.argsort(-s, kind="stable"):
+            d = np.linalg.norm(g[:, :2] - p[i, :2], axis=1) if len(g) else np.zeros(0)
+            d[taken] = np.inf
+            j = int(np.argmin(d)) if len(d) else -1
+            hit = j >= 0 and d[j] < threshold
+            if hit:
+                taken[j] = True
+                dist.append(d[j])
+            scores.append(s[i])
+            hits.append(hit)
+    return np.asarray(scores), np.asarray(hits, bool), dist
+
+
 class CenterDistanceAP(Metric):
     """mAP over centre-distance thresholds 0.5, 1, 2, 4 m (greedy matching by score, as nuScenes)
     and the mean translation error of matches at 2 m; per class and mean. Targets need "gt_boxes"
@@ -299,22 +320,10 @@ class CenterDistanceAP(Metric):
                 continue
             cls_ap, errs = [], []
             for th in self.THRESHOLDS:
-                scores, tps = [], []
-                for pb, ps, pl, gb, gl in self.frames:
-                    p, g = pb[pl == k], gb[gl == k]
-                    taken = np.zeros(len(g), bool)
-                    for i in np.argsort(-ps[pl == k], kind="stable"):
-                        d = np.linalg.norm(g[:, :2] - p[i, :2], axis=1) if len(g) else np.zeros(0)
-                        d[taken] = np.inf
-                        j = int(np.argmin(d)) if len(d) else -1
-                        hit = j >= 0 and d[j] < th
-                        if hit:
-                            taken[j] = True
-                            if th == 2.0:
-                                errs.append(d[j])
-                        scores.append(ps[pl == k][i])
-                        tps.append(hit)
-                cls_ap.append(average_precision(np.asarray(scores), np.asarray(tps, bool), num_gt))
+                scores, tps, dist = centre_matches(self.frames, k, th)
+                cls_ap.append(average_precision(scores, tps, num_gt))
+                if th == 2.0:
+                    errs += dist
             out[f"AP/{name}"] = float(np.mean(cls_ap))
             aps.append(out[f"AP/{name}"])
             ates.append(float(np.mean(errs)) if errs else 1.0)
