@@ -2,14 +2,15 @@
 
     python benchmarks/det3d_matches.py --checkpoint RUN --data VAL [--class pedestrian]
 
-Runs the checkpoint over the held-out frames (as `hydranet eval`) and prints per class with true boxes: their count,
-the detections the decoder kept (score_threshold, max_detections per frame) and their median score, then at each
-of nuScenes' centre distances (0.5, 1, 2, 4 m; greedy matching by score: `hydranet.tasks.det3d.centre_matches`)
-the true boxes matched by all detections (the recall the list can reach) and by the top-ranked detections as many
-as the true boxes, and the precision where recall first reaches 10%. nuScenes' AP counts only the precision above
-10% at recall above 10% (`average_precision`), so a class whose precision at 10% recall is under 0.10 scores AP 0
-however many of its boxes are found. With --class, each true box of that class: its range, the distance to the
-nearest detection of the class and that detection's score.
+Runs the checkpoint over the held-out frames of its own dataset format (`hydranet.evaluate.evaluation_frames`, as
+`hydranet eval` reads them) and prints per class with true boxes: their count, the detections the decoder kept
+(score_threshold, max_detections per frame) and their median score, then at each of nuScenes' centre distances (0.5,
+1, 2, 4 m; greedy matching by score: `hydranet.tasks.det3d.centre_matches`) the true boxes matched by all detections
+(the recall the list can reach), by the top-ranked detections as many as the true boxes, and the interpolated
+precision at the first recall point nuScenes' AP counts (`first_counted_precision`, recall 0.11): the class's AP at
+that distance is above 0 exactly when this is above 0.10 (`average_precision`'s min_precision), however many of its
+boxes are found. With --class, each true box of that class: its range, the distance to the nearest detection of the
+class and that detection's score.
 """
 from __future__ import annotations
 
@@ -18,22 +19,20 @@ from pathlib import Path
 
 import numpy as np
 
-from hydranet.tasks.det3d import CenterDistanceAP, centre_matches
+from hydranet.tasks.det3d import CenterDistanceAP, centre_matches, first_counted_precision
 
 THRESHOLDS = CenterDistanceAP.THRESHOLDS  # m, nuScenes' centre distances
 
 
 def class_row(frames: list, k: int) -> dict:
-    """One class: true boxes, detections, and per threshold: matched by all, by the top-ranked, precision at 10% recall."""
+    """One class: true boxes, detections, and per threshold (matched by all, by the top-ranked, first counted precision)."""
     num_gt = sum(int((gl == k).sum()) for *_, gl in frames)
-    row = {"gt": num_gt}
+    scores = np.concatenate([ps[pl == k] for _, ps, pl, _, _ in frames]) if frames else np.zeros(0)
+    row = {"gt": num_gt, "detections": len(scores), "median_score": float(np.median(scores)) if len(scores) else float("nan")}
     for th in THRESHOLDS:
         scores, hits, _ = centre_matches(frames, k, th)
-        row["detections"], row["median_score"] = len(scores), float(np.median(scores)) if len(scores) else float("nan")
-        hits = hits[np.argsort(-scores, kind="stable")]
-        reach = np.flatnonzero(np.cumsum(hits) >= 0.1 * num_gt) if num_gt else ()
-        row[th] = (int(hits.sum()), int(hits[:num_gt].sum()),
-                   float(np.cumsum(hits)[reach[0]] / (reach[0] + 1)) if len(reach) else float("nan"))
+        ranked = hits[np.argsort(-scores, kind="stable")]
+        row[th] = (int(hits.sum()), int(ranked[:num_gt].sum()), first_counted_precision(scores, hits, num_gt))
     return row
 
 
@@ -50,8 +49,11 @@ def nearest(frames: list, k: int) -> list[tuple[float, float, float]]:
     return out
 
 
-def collect(checkpoint: str, data: str) -> tuple[list, list[str]]:
-    """The det3d head's (boxes, scores, labels, true boxes, true labels) per evaluated frame, and its classes."""
+def collect(checkpoint: str, data: str, cls: str | None = None) -> tuple[list, list[str]]:
+    """The det3d head's (boxes, scores, labels, true boxes, true labels) per evaluated frame, and its classes;
+    `cls`, when given, must be one of them (checked before the pass over the frames)."""
+    import json
+
     import torch
 
     from hydranet.checkpoint import load_model
@@ -62,8 +64,12 @@ def collect(checkpoint: str, data: str) -> tuple[list, list[str]]:
     model, cfg, ckpt = load_model(checkpoint)
     if "det3d" not in model.heads:
         raise SystemExit(f"{checkpoint}: the model has no det3d head (heads: {', '.join(model.heads)})")
-    frames = evaluation_frames(model, cfg, data)
-    metric = CenterDistanceAP(model.heads["det3d"].classes)
+    classes = model.heads["det3d"].classes
+    if cls is not None and cls not in classes:
+        raise SystemExit(f"--class {cls}: not a det3d class of this model ({', '.join(classes)})")
+    meta = json.loads(ckpt["meta"])
+    frames = evaluation_frames(model, cfg, data, model_classes=meta.get("classes"), meta=meta)
+    metric = CenterDistanceAP(classes)
     with torch.no_grad():
         for batch, decoded in predict_stream(model.eval(), frames, cfg.batch_size):
             supervised_update(metric, decoded["det3d"], batch["targets"]["det3d"])
@@ -78,11 +84,9 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if not Path(a.data).is_dir():
         raise SystemExit(f"--data {a.data}: no such folder")
-    frames, classes = collect(a.checkpoint, a.data)
-    if a.cls is not None and a.cls not in classes:
-        raise SystemExit(f"--class {a.cls}: not a det3d class of this model ({', '.join(classes)})")
+    frames, classes = collect(a.checkpoint, a.data, a.cls)
     print(f"{len(frames)} frames; per distance: matched by all detections / by the top-ranked as many as the true "
-          "boxes / precision at 10% recall")
+          "boxes / precision at the first recall point AP counts (0.11)")
     print(f"{'class':<22}{'true':>6}{'dets':>7}{'median score':>14}" + "".join(f"{f'{th:g} m':>20}" for th in THRESHOLDS))
     for k, name in enumerate(classes):
         r = class_row(frames, k)

@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from data_engine.loop import differing_keys
+from data_engine.loop import differing_paths
 from hydranet.curriculum import TRUNK_STEPS
 
 ROOT_KEYS = ("root", "val_root")  # where the data lies, not what it is
@@ -237,13 +237,14 @@ def sim_config_of(meta: dict, where: Path) -> dict:
 
 
 def _same(got: dict, want: dict, where: str) -> None:
-    """Refuse the first key (dotted) whose value differs between `got` and the recipe's `want`."""
-    diff = differing_keys(got, want)
+    """Refuse the first key whose value differs between `got` and the recipe's `want`, naming both values."""
+    diff = differing_paths(got, want)
     if diff:
         a, b = got, want
-        for part in diff[0].split("."):
-            a, b = (a.get(part) if isinstance(a, dict) else None), (b.get(part) if isinstance(b, dict) else None)
-        raise CacheError(f"{where}: key '{diff[0]}' is {a!r}, the recipe's {b!r}: not this recipe's run")
+        for key in diff[0]:
+            a, b = (a.get(key) if isinstance(a, dict) else None), (b.get(key) if isinstance(b, dict) else None)
+        name = ".".join(map(str, diff[0]))
+        raise CacheError(f"{where}: key '{name}' is {a!r}, the recipe's {b!r}: not this recipe's run")
 
 
 def _finish(folder: Path, r: dict, info: dict) -> Path:

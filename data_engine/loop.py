@@ -105,12 +105,16 @@ class Journal:
         _atomic_json(self.path, self.data)
 
 
-def differing_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """The dotted keys whose values differ between two JSON-like dicts (e.g. "config.loop.budget")."""
+def differing_paths(a: Any, b: Any, path: tuple = ()) -> list[tuple]:
+    """The key paths whose values differ between two JSON-like dicts (e.g. ("config", "loop", "budget"))."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return [k for key in sorted(set(a) | set(b), key=str)
-                for k in differing_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
-    return [] if a == b else [prefix.rstrip(".") or "value"]
+        return [p for key in sorted(set(a) | set(b), key=str) for p in differing_paths(a.get(key), b.get(key), (*path, key))]
+    return [] if a == b else [path]
+
+
+def differing_keys(a: Any, b: Any) -> list[str]:
+    """`differing_paths` as dotted keys (e.g. "config.loop.budget"; "value" where a and b themselves differ)."""
+    return [".".join(map(str, p)) or "value" for p in differing_paths(a, b)]
 
 
 def check_rounds(rounds: int) -> None:

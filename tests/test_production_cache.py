@@ -69,10 +69,12 @@ def test_unfinished_or_edited_folders_are_refused(tmp_path):
         cached(tmp_path, r)
 
 
-def _run(root: Path, steps: int = 10, trunk_steps: int = 5, lr_scale: float = 1.0) -> Path:
+def _run(root: Path, steps: int = 10, trunk_steps: int = 5, lr_scale: float = 1.0, lr_mult: dict | None = None) -> Path:
     """A run folder as time_to_accuracy leaves it (config.json, trunk/config.json), without weights."""
     cfg = to_dict(recipe_experiment(root / "data" / "sim", root / "data" / "sim_val", 0, steps))
     cfg["optim"]["lr"] *= lr_scale
+    if lr_mult is not None:
+        cfg["optim"]["lr_mult"] = lr_mult
     run = root / "seed0" / "run"
     (run / "trunk").mkdir(parents=True)
     (run / "config.json").write_text(json.dumps(cfg))
@@ -88,6 +90,9 @@ def test_adopt_refuses_a_run_of_another_recipe_naming_the_key(tmp_path):
         adopt(tmp_path / "cache", r, _run(tmp_path / "b", steps=20))
     with pytest.raises(CacheError, match="trunk stage 5"):
         adopt(tmp_path / "cache", r, _run(tmp_path / "c", trunk_steps=7))
+    # a key with a dot of its own (a parameter prefix): named whole, with both values
+    with pytest.raises(CacheError, match=r"key 'optim.lr_mult.backbone.stem' is 0.1, the recipe's None"):
+        adopt(tmp_path / "cache", r, _run(tmp_path / "d", lr_mult={"backbone.stem": 0.1}))
     assert not (tmp_path / "cache").exists()
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from hydranet.decoding import box_iou as decoded_box_iou
+from hydranet import decoding
 
 Det = tuple[int, int]  # (frame index in the clip, detection index in that frame)
 Frames = Sequence[tuple[np.ndarray, np.ndarray]]  # per frame: (states (K, D), labels (K,))
@@ -32,8 +32,9 @@ Affinity = Callable[[np.ndarray, np.ndarray], np.ndarray]  # predicted (M, D), d
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of xyxy boxes a (M, 4) and b (K, 4) -> (M, K), in float64 (`hydranet.decoding.box_iou`)."""
-    return decoded_box_iou(np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4))
+    """IoU of xyxy boxes a (M, 4) and b (K, 4) -> (M, K), in float64 (`hydranet.decoding.box_iou`; a NaN box gives
+    NaN, which the Hungarian step refuses: decoded boxes are finite, `hydranet.decoding` raises before)."""
+    return decoding.box_iou(np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4))
 
 
 def neg_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:

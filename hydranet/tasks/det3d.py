@@ -258,23 +258,35 @@ class Det3dTask(Task):
         return []
 
 
+def interpolated_precision(scores: np.ndarray, tp: np.ndarray, num_gt: int) -> np.ndarray:
+    """Precision interpolated on nuScenes' 101 recall points 0, 0.01, ..., 1 (the highest precision at that recall
+    or above; 0 where the detections never reach it) of detections (scores (D,), tp (D,) bool) against num_gt > 0."""
+    tp = tp[np.argsort(-scores, kind="stable")].astype(np.float64)
+    ctp, cfp = np.cumsum(tp), np.cumsum(1 - tp)
+    recall, precision = ctp / num_gt, ctp / np.maximum(ctp + cfp, 1e-9)
+    return np.array([precision[recall >= r].max() if (recall >= r).any() else 0.0 for r in np.linspace(0, 1, 101)])
+
+
+def first_counted_precision(scores: np.ndarray, tp: np.ndarray, num_gt: int, min_recall: float = 0.1) -> float:
+    """The interpolated precision at the first recall point `average_precision` counts (min_recall + 0.01): AP is
+    above 0 exactly when this is above min_precision. NaN without true boxes."""
+    if num_gt == 0:
+        return float("nan")
+    return float(interpolated_precision(scores, tp, num_gt)[round(100 * min_recall) + 1])
+
+
 def average_precision(scores: np.ndarray, tp: np.ndarray, num_gt: int, min_recall: float = 0.1,
                       min_precision: float = 0.1) -> float:
     """nuScenes-style AP: precision interpolated on 101 recall points, the part above min_recall and
     min_precision normalized to [0, 1]."""
     if num_gt == 0:
         return float("nan")
-    order = np.argsort(-scores, kind="stable")
-    tp = tp[order].astype(np.float64)
-    ctp, cfp = np.cumsum(tp), np.cumsum(1 - tp)
-    recall, precision = ctp / num_gt, ctp / np.maximum(ctp + cfp, 1e-9)
-    rs = np.linspace(0, 1, 101)
-    prec = np.array([precision[recall >= r].max() if (recall >= r).any() else 0.0 for r in rs])
-    prec = prec[round(100 * min_recall) + 1:] - min_precision
+    prec = interpolated_precision(scores, tp, num_gt)[round(100 * min_recall) + 1:] - min_precision
     return float(np.clip(prec, 0, None).mean() / (1 - min_precision))
 
 
-def centre_matches(frames: Sequence[tuple[np.ndarray, ...]], k: int, threshold: float) -> tuple[np.ndarray, np.ndarray, list]:
+def centre_matches(frames: Sequence[tuple[np.ndarray, ...]], k: int,
+                   threshold: float) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Class k's detections matched to its true boxes by BEV centre distance, greedily by score within each frame
     (nuScenes): frames of (boxes (D, 9), scores (D,), labels (D,), true boxes (G, >=2), true labels (G,)) ->
     (scores (N,), hit (N,) bool, the distances of the hits in m)."""
@@ -289,7 +301,7 @@ def centre_matches(frames: Sequence[tuple[np.ndarray, ...]], k: int, threshold: 
             hit = j >= 0 and d[j] < threshold
             if hit:
                 taken[j] = True
-                dist.append(d[j])
+                dist.append(float(d[j]))
             scores.append(s[i])
             hits.append(hit)
     return np.asarray(scores), np.asarray(hits, bool), dist
