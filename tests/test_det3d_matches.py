@@ -90,3 +90,25 @@ def test_each_true_box_names_its_nearest_detection(frames):
 def test_a_missing_data_folder_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="no such folder"):
         dm.main(["--checkpoint", str(tmp_path / "run"), "--data", str(tmp_path / "nothing")])
+
+
+def test_the_pass_over_a_run_sees_what_the_evaluation_scores(tmp_path, capsys):
+    from dataset_fixtures import make_sim, train_tiny_bev
+
+    from hydranet.evaluate import evaluate_checkpoint
+
+    sim = make_sim(tmp_path / "sim")
+    run = train_tiny_bev(sim, tmp_path / "run", tasks="{name: det3d, options: {width: 16}}")
+    with pytest.raises(SystemExit, match="--class unicorn: not a det3d class"):
+        dm.collect(str(run), str(sim), "unicorn")
+    frames, classes = dm.collect(str(run), str(sim))
+    res = evaluate_checkpoint(run, sim, progress=False)
+    assert len(frames) == res["labelled_frames"]["det3d"]
+    for k, name in enumerate(classes):
+        row = dm.class_row(frames, k)
+        if row["gt"]:  # the evaluation's per-class AP is above 0 exactly where one distance's first counted precision is
+            assert (res["model"]["det3d"][f"AP/{name}"] > 0) == any(row[th][2] > 0.1 for th in dm.THRESHOLDS)
+    assert sum(dm.class_row(frames, k)["gt"] for k in range(len(classes))) > 0
+    dm.main(["--checkpoint", str(run), "--data", str(sim), "--class", classes[0]])
+    out = capsys.readouterr().out
+    assert f"{len(frames)} frames" in out and f"{classes[0]}: range m, nearest detection m, its score" in out
