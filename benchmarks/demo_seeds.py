@@ -2,7 +2,7 @@
 
     python benchmarks/demo_seeds.py --seeds 3 --out out/bench_demo_seeds [--first-seed F] [--jobs N] [--overwrite]
         [--steps N] [--trunk-steps 800] [--trunk-cameras all] [--trunk-batch N] [--set KEY=VALUE ...]
-        [--sim-set KEY=VALUE ...]
+        [--sim-set KEY=VALUE ...] [--config NAME --rig RIG]
 
 Training is seeded and bit-identical on one machine, not across machines (another CPU's float kernels
 round differently, and 600 small-batch steps amplify it), so one `make demo` run's figures are one draw.
@@ -130,8 +130,23 @@ def check_out(out: Path, overwrite: bool) -> None:
         shutil.rmtree(out)
 
 
+def check_recipe(ap: argparse.ArgumentParser, config: str, rig: str) -> None:
+    """--config and --rig read as the seeds will read them, before anything is written: a one-line error otherwise."""
+    from hydranet.config import ConfigError
+    from hydranet.experiment import load_experiment
+    from hydranet.rig import load_rig
+
+    try:
+        if config:
+            load_experiment(config)
+        if rig:
+            load_rig(rig)
+    except (ConfigError, ValueError, OSError) as e:
+        ap.error(f"--config {config or 'full'} / --rig {rig or 'nuscenes6'}: {e}")
+
+
 def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int, overrides: list[str],
-           trunk_cameras: str = "", trunk_batch: int = 0) -> None:
+           trunk_cameras: str = "", trunk_batch: int = 0, config: str = "") -> None:
     """One training seed in this process: the demo's training and evaluation; writes out/result.json."""
     import torch
 
@@ -141,7 +156,8 @@ def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     cameras = TRUNK_CAMERAS if not trunk_cameras else None if trunk_cameras == "all" else tuple(trunk_cameras.split(","))
-    train_two_stage(recipe_experiment(data, val, seed, steps or None, overrides=overrides), out / "run", trunk_steps,
+    cfg = recipe_experiment(data, val, seed, steps or None, overrides=overrides, **({"config": config} if config else {}))
+    train_two_stage(cfg, out / "run", trunk_steps,
                     progress=False, overwrite=True, cameras=cameras, trunk_batch=trunk_batch or None)
     rows = collect(STAGE, evaluate_checkpoint(out / "run", val, out / "metrics.json", out / "predictions", progress=False))
     t1 = time.perf_counter()
@@ -150,7 +166,7 @@ def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps:
 
 
 def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, steps: int, trunk_steps: int,
-              overrides: list[str], trunk_cameras: str = "", trunk_batch: int = 0) -> dict:
+              overrides: list[str], trunk_cameras: str = "", trunk_batch: int = 0, config: str = "") -> dict:
     """Each seed in its own process (OMP_NUM_THREADS=1), `jobs` at a time; returns {seed: result}."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     pending, running, done = list(seeds), {}, {}
@@ -162,7 +178,7 @@ def run_seeds(out: Path, seeds: list[int], jobs: int, data: Path, val: Path, ste
             log = open(d / "log.txt", "w")
             cmd = [sys.executable, __file__, "_worker", "--seed", str(s), "--data", str(data), "--val", str(val),
                    "--out", str(d), "--steps", str(steps), "--trunk-steps", str(trunk_steps),
-                   "--trunk-cameras", trunk_cameras, "--trunk-batch", str(trunk_batch)]
+                   "--trunk-cameras", trunk_cameras, "--trunk-batch", str(trunk_batch), "--config", config]
             cmd += [f"--set={o}" for o in overrides]
             running[s] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log,
                           time.perf_counter())
@@ -195,9 +211,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         for k in ("--seed", "--steps", "--trunk-steps", "--trunk-batch"):
             w.add_argument(k, type=int, required=True)
         w.add_argument("--trunk-cameras", required=True)
+        w.add_argument("--config", required=True)
         w.add_argument("--set", action="append", default=[])
         a = w.parse_args(argv[1:])
-        worker(a.seed, a.data, a.val, a.out, a.steps, a.trunk_steps, a.set, a.trunk_cameras, a.trunk_batch)
+        worker(a.seed, a.data, a.val, a.out, a.steps, a.trunk_steps, a.set, a.trunk_cameras, a.trunk_batch, a.config)
         return None
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3, help="training seeds 0..N-1 (from --first-seed)")
@@ -211,6 +228,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     ap.add_argument("--trunk-cameras", default="", help="the trunk stage's cameras, comma-separated, or 'all' "
                     f"(default: the demo's {','.join(TRUNK_CAMERAS)})")
     ap.add_argument("--trunk-batch", type=int, default=0, help="the trunk stage's batch (0: the config's, as the demo)")
+    ap.add_argument("--config", default="", help="another training config than the demo's configs/full.yaml (a shipped name "
+                    "or a YAML file; e.g. dashcam with --trunk-steps 0 --rig dashcam: a one-camera model has no trunk stage)")
+    ap.add_argument("--rig", default="", help="render the training and held-out scenes from this rig (a preset name or "
+                    "calibration YAML) instead of the demo's nuscenes6")
     ap.add_argument("--scenes", type=int, default=16)
     ap.add_argument("--val-scenes", type=int, default=4)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -221,6 +242,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     a = ap.parse_args(argv)
     if a.seeds < 1 or (a.jobs is not None and a.jobs < 1) or a.first_seed < 0:
         ap.error("--seeds and --jobs must be >= 1, --first-seed >= 0")
+    check_recipe(ap, a.config, a.rig)
     check_out(a.out, a.overwrite)
     a.out.mkdir(parents=True)
     out = a.out.resolve()
@@ -229,11 +251,12 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     t0 = time.perf_counter()
     # --sim-set changes the training scenes alone; the held-out scenes are always the demo's own
-    data, val = generate_demo_split(out / "data", a.scenes, a.val_scenes, sim_set=a.sim_set)
+    data, val = generate_demo_split(out / "data", a.scenes, a.val_scenes, sim_set=a.sim_set, rig=a.rig or None)
     gen = time.perf_counter() - t0
     seeds = list(range(a.first_seed, a.first_seed + a.seeds))
     t1 = time.perf_counter()
-    done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.trunk_steps, a.set, a.trunk_cameras, a.trunk_batch)
+    done = run_seeds(out, seeds, a.jobs or a.seeds, data, val, a.steps, a.trunk_steps, a.set, a.trunk_cameras, a.trunk_batch,
+                     a.config)
     total = time.perf_counter() - t1
     agg = aggregate({s: done[s]["metrics"] for s in seeds})
     walls = {s: done[s]["wall"] for s in seeds}
@@ -242,7 +265,8 @@ def main(argv: list[str] | None = None) -> dict | None:
           f"OMP_NUM_THREADS=1, {total:.1f} s wall for all)")
     print(format_table(agg, walls))
     result = {"command": "python benchmarks/demo_seeds.py " + " ".join(argv), "seeds": seeds, "steps": a.steps,
-              "trunk_steps": a.trunk_steps, "overrides": a.set, "sim_overrides": a.sim_set,
+              "trunk_steps": a.trunk_steps, "config": a.config or "full", "rig": a.rig or "nuscenes6",
+              "overrides": a.set, "sim_overrides": a.sim_set,
               "jobs": a.jobs or a.seeds, "generate_s": gen, "seeds_wall_s": total,
               "aggregate": agg, "per_seed": {str(s): done[s] for s in seeds}}
     (out / "results.json").write_text(json.dumps(result, indent=1))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -101,10 +101,13 @@ def generate_split(out: str | Path, cfg: SimConfig, scenes: int, val_scenes: int
 
 
 def generate_demo_split(out: str | Path, scenes: int, val_scenes: int, seed: int = 0, sim_set: Sequence[str] = (),
-                        progress: bool = True, workers: int = 1) -> tuple[Path, Path]:
+                        progress: bool = True, workers: int = 1, rig: str | None = None) -> tuple[Path, Path]:
     """`generate_split` of the demo's data: training scenes of DEMO_TRAIN_SIM with the `sim_set` KEY=VALUE overrides
-    (a benchmark's `--sim-set`), held-out scenes of DEMO_SIM. `make demo`, demo_seeds and time_to_accuracy use it."""
-    return generate_split(out, demo_train_sim(sim_set), scenes, val_scenes, seed, progress, workers, val_cfg=DEMO_SIM)
+    (a benchmark's `--sim-set`), held-out scenes of DEMO_SIM; `rig` (a preset name or calibration YAML) renders both
+    from another rig than the demo's. `make demo`, demo_seeds and time_to_accuracy use it."""
+    rig_set = [f"rig={rig}"] if rig else []
+    return generate_split(out, demo_train_sim([*rig_set, *sim_set]), scenes, val_scenes, seed, progress, workers,
+                          val_cfg=replace(DEMO_SIM, rig=rig) if rig else DEMO_SIM)
 
 
 @dataclass(frozen=True)

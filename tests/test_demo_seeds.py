@@ -69,3 +69,12 @@ def test_a_negative_first_seed_is_refused_before_anything_is_written(ds, tmp_pat
         ds.main(["--seeds", "2", "--first-seed", "-1", "--out", str(tmp_path / "bench")])
     assert "--first-seed >= 0" in capsys.readouterr().err
     assert not (tmp_path / "bench").exists()
+
+
+@pytest.mark.parametrize("flag, value, says", [("--config", "no_such_recipe", "no_such_recipe"),
+                                                ("--rig", "no_such_rig", "unknown rig preset 'no_such_rig'")])
+def test_an_unknown_config_or_rig_is_refused_before_anything_is_written(ds, tmp_path, capsys, flag, value, says):
+    with pytest.raises(SystemExit):
+        ds.main(["--seeds", "1", "--out", str(tmp_path / "bench"), flag, value])
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "bench").exists()

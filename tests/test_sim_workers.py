@@ -126,3 +126,17 @@ def test_the_demo_split_trains_on_its_busier_scenes_and_holds_out_the_demo_sim(t
     train_cfg = json.loads((data / "dataset.json").read_text())["sim_config"]
     assert train_cfg["density"] == 1.5 and train_cfg["image_width"] == 64
     assert json.loads((val / "dataset.json").read_text())["sim_config"] == json.loads(json.dumps(to_dict(DEMO_SIM)))
+
+
+def test_the_demo_split_from_another_rig_renders_both_splits_from_it(tmp_path):
+    import dataclasses
+
+    from hydranet.config import to_dict
+    from sim.config import DEMO_SIM
+    from sim.generate import generate_demo_split
+
+    data, val = generate_demo_split(tmp_path, 1, 1, sim_set=["frames_per_scene=1"], progress=False, rig="dashcam")
+    train_meta, val_meta = (json.loads((d / "dataset.json").read_text()) for d in (data, val))
+    assert train_meta["sim_config"]["rig"] == "dashcam" and train_meta["sim_config"]["density"] == 1.5
+    assert val_meta["sim_config"] == json.loads(json.dumps(to_dict(dataclasses.replace(DEMO_SIM, rig="dashcam"))))
+    assert [c["name"] for c in val_meta["rig"]["cameras"]] == ["CAM_FRONT"]
