@@ -10,7 +10,9 @@ This runs what `make demo` trains and evaluates (`sim.config.DEMO_TRAIN_SIM` and
 `hydranet.curriculum.recipe_experiment`: the sim dataset of the demo, generated once with its data seed 0 under
 --out/data; then per training seed the one HydraNet of
 configs/full.yaml, its trunk stage first: six camera heads and det3d with velocity and bevmap on the
-fused BEV grid with its 3-frame video queue) for
+fused BEV grid with its 3-frame video queue; `--config` trains another config instead, `--rig` renders both
+splits from another rig, e.g. `--config dashcam --rig dashcam --trunk-steps 0`, docs/benchmarks.md "The dashcam
+recipe") for
 training seeds 0..N-1 (F..F+N-1 with --first-seed F), each in its own process with OMP_NUM_THREADS=1 and
 torch threads 1, --jobs at a time (default: all at once). The export, INT8 and latency stages of the demo
 are left out (they do not train). Prints one table: every metric the demo prints for the model, median [min, max] over seeds
@@ -130,19 +132,27 @@ def check_out(out: Path, overwrite: bool) -> None:
         shutil.rmtree(out)
 
 
-def check_recipe(ap: argparse.ArgumentParser, config: str, rig: str) -> None:
-    """--config and --rig read as the seeds will read them, before anything is written: a one-line error otherwise."""
-    from hydranet.config import ConfigError
+def check_recipe(ap: argparse.ArgumentParser, config: str, rig: str, overrides: list[str], sim_set: list[str],
+                 trunk_steps: int, trunk_cameras: str) -> None:
+    """--config with --set, --rig and the trunk stage's cameras read as the seeds will read them, before anything is
+    written: a one-line error naming the flag otherwise (e.g. --trunk-steps on a rig without CAM_BACK)."""
+    from hydranet.curriculum import RECIPE
     from hydranet.experiment import load_experiment
     from hydranet.rig import load_rig
 
+    if rig and any(o.split("=", 1)[0].strip() == "rig" for o in sim_set):
+        ap.error("--rig and --sim-set rig=... both name the rig; give --rig alone (it renders both splits)")
     try:
-        if config:
-            load_experiment(config)
-        if rig:
-            load_rig(rig)
-    except (ConfigError, ValueError, OSError) as e:
-        ap.error(f"--config {config or 'full'} / --rig {rig or 'nuscenes6'}: {e}")
+        cfg = load_experiment(config or RECIPE, overrides)
+    except ValueError as e:
+        ap.error(f"--config {config or 'full'} with --set {overrides}: {e}")
+    try:
+        cameras = load_rig(rig or "nuscenes6").select(cfg.data.cameras)
+        if trunk_steps > 0:
+            cameras.select(None if trunk_cameras == "all" else trunk_cameras.split(",") if trunk_cameras else TRUNK_CAMERAS)
+    except (ValueError, OSError) as e:
+        ap.error(f"--rig {rig or 'nuscenes6'}: {e}" + (" (the trunk stage's cameras: --trunk-cameras, or --trunk-steps 0 "
+                                                      "for a model without BEV heads)" if trunk_steps > 0 else ""))
 
 
 def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps: int, overrides: list[str],
@@ -242,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     a = ap.parse_args(argv)
     if a.seeds < 1 or (a.jobs is not None and a.jobs < 1) or a.first_seed < 0:
         ap.error("--seeds and --jobs must be >= 1, --first-seed >= 0")
-    check_recipe(ap, a.config, a.rig)
+    check_recipe(ap, a.config, a.rig, a.set, a.sim_set, a.trunk_steps, a.trunk_cameras)
     check_out(a.out, a.overwrite)
     a.out.mkdir(parents=True)
     out = a.out.resolve()
@@ -250,7 +260,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     from sim.generate import generate_demo_split
 
     t0 = time.perf_counter()
-    # --sim-set changes the training scenes alone; the held-out scenes are always the demo's own
+    # --sim-set changes the training scenes alone; the held-out scenes are the demo's own (from --rig's cameras)
     data, val = generate_demo_split(out / "data", a.scenes, a.val_scenes, sim_set=a.sim_set, rig=a.rig or None)
     gen = time.perf_counter() - t0
     seeds = list(range(a.first_seed, a.first_seed + a.seeds))

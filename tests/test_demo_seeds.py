@@ -71,10 +71,41 @@ def test_a_negative_first_seed_is_refused_before_anything_is_written(ds, tmp_pat
     assert not (tmp_path / "bench").exists()
 
 
-@pytest.mark.parametrize("flag, value, says", [("--config", "no_such_recipe", "no_such_recipe"),
-                                                ("--rig", "no_such_rig", "unknown rig preset 'no_such_rig'")])
-def test_an_unknown_config_or_rig_is_refused_before_anything_is_written(ds, tmp_path, capsys, flag, value, says):
+@pytest.mark.parametrize("args, says", [
+    (["--config", "no_such_recipe"], "is neither a file nor a shipped config"),
+    (["--set", "batch_size=0"], "batch_size"),
+    (["--rig", "no_such_rig"], "unknown rig preset 'no_such_rig'"),
+    (["--config", "dashcam", "--rig", "dashcam"], "camera 'CAM_BACK' is not in rig 'dashcam'"),  # the trunk stage's
+    (["--config", "dashcam", "--rig", "dashcam", "--trunk-steps", "0", "--sim-set", "rig=nuscenes6"], "give --rig alone")])
+def test_a_recipe_that_cannot_train_is_refused_before_anything_is_written(ds, tmp_path, capsys, args, says):
     with pytest.raises(SystemExit):
-        ds.main(["--seeds", "1", "--out", str(tmp_path / "bench"), flag, value])
+        ds.main(["--seeds", "1", "--out", str(tmp_path / "bench"), *args])
     assert says in capsys.readouterr().err
     assert not (tmp_path / "bench").exists()
+
+
+def test_the_seed_processes_train_the_config_named(ds, tmp_path, monkeypatch):
+    """run_seeds -> the worker's command line -> recipe_experiment(config=...): a seed trains --config, not the demo's."""
+    import hydranet.curriculum as curriculum
+    import hydranet.evaluate as evaluate
+
+    trained = []
+
+    class InProcess:  # subprocess.Popen, the seed run here and now
+        returncode = 0
+
+        def __init__(self, cmd, **_):
+            ds.main(cmd[2:])
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(ds.subprocess, "Popen", InProcess)
+    monkeypatch.setattr("torch.set_num_threads", lambda n: None)
+    monkeypatch.setattr(curriculum, "train_two_stage", lambda cfg, out, steps, **_: trained.append((cfg, steps)))
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", lambda *a, **k: _results(0.2, 0.5))
+    done = ds.run_seeds(tmp_path, [3], 1, tmp_path / "data", tmp_path / "val", 0, 0, ["steps=7"], config="dashcam")
+    (cfg, trunk_steps), = trained
+    assert cfg.data.cameras == ("CAM_FRONT",) and cfg.seed == 3 and cfg.steps == 7 and trunk_steps == 0
+    assert {t.name for t in cfg.model.tasks} == {"det2d", "signs_lights", "lanes", "drivable", "depth", "normals"}
+    assert done[3]["metrics"]["hydranet/det2d/mAP50"]["model"] == 0.2
