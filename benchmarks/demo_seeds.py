@@ -38,7 +38,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from hydranet.curriculum import TRUNK_CAMERAS, TRUNK_STEPS
+from hydranet.curriculum import RECIPE, TRUNK_CAMERAS, TRUNK_STEPS
 
 STAGE = "hydranet"  # the demo's one trained model: configs/full.yaml
 
@@ -132,11 +132,15 @@ def check_out(out: Path, overwrite: bool) -> None:
         shutil.rmtree(out)
 
 
+def trunk_cameras_of(flag: str) -> tuple[str, ...] | None:
+    """--trunk-cameras as train_two_stage takes it: '' the demo's TRUNK_CAMERAS, 'all' None (every camera)."""
+    return TRUNK_CAMERAS if not flag else None if flag == "all" else tuple(flag.split(","))
+
+
 def check_recipe(ap: argparse.ArgumentParser, config: str, rig: str, overrides: list[str], sim_set: list[str],
                  trunk_steps: int, trunk_cameras: str) -> None:
     """--config with --set, --rig and the trunk stage's cameras read as the seeds will read them, before anything is
     written: a one-line error naming the flag otherwise (e.g. --trunk-steps on a rig without CAM_BACK)."""
-    from hydranet.curriculum import RECIPE
     from hydranet.experiment import load_experiment
     from hydranet.rig import load_rig
 
@@ -149,7 +153,7 @@ def check_recipe(ap: argparse.ArgumentParser, config: str, rig: str, overrides: 
     try:
         cameras = load_rig(rig or "nuscenes6").select(cfg.data.cameras)
         if trunk_steps > 0:
-            cameras.select(None if trunk_cameras == "all" else trunk_cameras.split(",") if trunk_cameras else TRUNK_CAMERAS)
+            cameras.select(trunk_cameras_of(trunk_cameras))
     except (ValueError, OSError) as e:
         ap.error(f"--rig {rig or 'nuscenes6'}: {e}" + (" (the trunk stage's cameras: --trunk-cameras, or --trunk-steps 0 "
                                                       "for a model without BEV heads)" if trunk_steps > 0 else ""))
@@ -165,10 +169,9 @@ def worker(seed: int, data: Path, val: Path, out: Path, steps: int, trunk_steps:
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    cameras = TRUNK_CAMERAS if not trunk_cameras else None if trunk_cameras == "all" else tuple(trunk_cameras.split(","))
-    cfg = recipe_experiment(data, val, seed, steps or None, overrides=overrides, **({"config": config} if config else {}))
-    train_two_stage(cfg, out / "run", trunk_steps,
-                    progress=False, overwrite=True, cameras=cameras, trunk_batch=trunk_batch or None)
+    cfg = recipe_experiment(data, val, seed, steps or None, config=config or RECIPE, overrides=overrides)
+    train_two_stage(cfg, out / "run", trunk_steps, progress=False, overwrite=True, cameras=trunk_cameras_of(trunk_cameras),
+                    trunk_batch=trunk_batch or None)
     rows = collect(STAGE, evaluate_checkpoint(out / "run", val, out / "metrics.json", out / "predictions", progress=False))
     t1 = time.perf_counter()
     (out / "result.json").write_text(json.dumps({"seed": seed, "metrics": rows,

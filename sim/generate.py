@@ -105,9 +105,10 @@ def generate_demo_split(out: str | Path, scenes: int, val_scenes: int, seed: int
     """`generate_split` of the demo's data: training scenes of DEMO_TRAIN_SIM with the `sim_set` KEY=VALUE overrides
     (a benchmark's `--sim-set`), held-out scenes of DEMO_SIM; `rig` (a preset name or calibration YAML) renders both
     from another rig than the demo's. `make demo`, demo_seeds and time_to_accuracy use it."""
-    rig_set = [f"rig={rig}"] if rig else []
-    return generate_split(out, demo_train_sim([*rig_set, *sim_set]), scenes, val_scenes, seed, progress, workers,
-                          val_cfg=replace(DEMO_SIM, rig=rig) if rig else DEMO_SIM)
+    train, val = demo_train_sim(sim_set), DEMO_SIM
+    if rig:
+        train, val = replace(train, rig=rig), replace(val, rig=rig)
+    return generate_split(out, train, scenes, val_scenes, seed, progress, workers, val_cfg=val)
 
 
 @dataclass(frozen=True)
